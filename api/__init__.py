@@ -1,0 +1,1 @@
+"""FastAPI service: REST API, background study scheduler, dashboard. Thin over autotuner/."""

@@ -1,0 +1,67 @@
+"""The pure-Python parts of the trial: statistics, NCCL log parsing, merging ranks' views."""
+
+import pytest
+
+from trials.nccl_log import parse_nccl_info
+from trials.probe import serialized
+from trials.runner import comm_per_iteration, env_report
+from trials.stats import percentile, summarize
+
+
+def test_summarize_matches_numpy_definitions():
+    stats = summarize([4.0, 1.0, 3.0, 2.0, 10.0])
+    assert stats["median"] == 3.0
+    assert stats["p10"] == pytest.approx(1.4)
+    assert stats["p90"] == pytest.approx(7.6)
+    assert stats["mean"] == 4.0
+    assert stats["cv"] == pytest.approx(3.5355339 / 4.0)
+    assert summarize([5.0])["cv"] == 0.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_overlapping_collectives_are_not_double_counted():
+    # Three calls issued together at t=0 and waited at 1.0, 1.1 and 3.0; then one alone.
+    assert serialized([(0.0, 1.0), (0.0, 1.1), (0.0, 3.0), (4.0, 4.5)]) == pytest.approx([1.0, 0.1, 1.9, 0.5])
+
+
+def test_merge_takes_min_wire_time_per_call_and_mean_bytes():
+    rank0 = [[("all_to_all_single", 100, 0.010), ("all_to_all_single", 400, 0.002)]]
+    rank1 = [[("all_to_all_single", 300, 0.001), ("all_to_all_single", 400, 0.030)]]
+    merged = comm_per_iteration([rank0, rank1])
+    assert merged == [{"all_to_all_single": {"bytes": 600.0, "calls": 2, "seconds": pytest.approx(0.003)}}]
+
+
+def test_env_report_flags_ranks_that_disagree():
+    same = env_report([{"NCCL_BUFFSIZE": "1"}, {"NCCL_BUFFSIZE": "1"}])
+    assert same["env_consistent"] and same["env"] == {"NCCL_BUFFSIZE": "1"}
+    diff = env_report([{"NCCL_BUFFSIZE": "1"}, {"NCCL_BUFFSIZE": "2", "FI_PROVIDER": "efa"}])
+    assert not diff["env_consistent"]
+    assert diff["env_mismatch"] == {"FI_PROVIDER": [None, "efa"], "NCCL_BUFFSIZE": ["1", "2"]}
+
+
+NCCL_LINES = """\
+node1:12:12 [0] NCCL INFO NCCL_NSOCKS_PERTHREAD set by environment to 4.
+node1:12:12 [0] NCCL INFO NCCL_SOCKET_NTHREADS set by environment to 2.
+node1:12:12 [0] NCCL INFO NET/Socket : Using 2 threads and 4 sockets per thread
+node1:12:12 [0] NCCL INFO Using network Socket
+node1:12:12 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+node1:12:40 [0] NCCL INFO comm 0x55d rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+node1:12:40 [0] NCCL INFO 2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer
+node1:12:40 [0] NCCL INFO P2P Chunksize set to 131072
+node1:12:40 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)
+some unrelated line
+"""
+
+
+def test_parse_nccl_info_extracts_what_took_effect():
+    found = parse_nccl_info(NCCL_LINES.splitlines())
+    assert found["set_by_environment"] == {"NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": "2"}
+    assert (found["socket_nthreads"], found["socket_nsocks_perthread"]) == (2, 4)
+    assert found["network"] == "Socket"
+    assert found["nccl_version"] == "2.21.5+cuda12.4"
+    assert (found["nranks"], found["nnodes"], found["local_ranks"]) == (16, 2, 8)
+    assert (found["coll_channels"], found["p2p_channels"], found["p2p_channels_per_peer"]) == (2, 2, 2)
+    assert found["p2p_chunksize"] == 131072
+    assert found["ofi_provider"] == "efa"
+    assert parse_nccl_info(["no nccl here"]) == {}

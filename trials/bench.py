@@ -1,0 +1,74 @@
+"""Trial entry point: `torchrun ... -m trials.bench --spec SPEC.json --out RESULT.json`.
+
+Validates the spec before importing torch or joining a process group, measures every candidate in
+this one process environment, and has rank 0 write the result. Exit codes: 0 all candidates ok,
+1 some candidate failed, 2 bad spec or arguments, 3 the launch itself failed.
+"""
+
+from __future__ import annotations
+
+import time
+
+_STARTED = time.perf_counter()  # before the heavy imports: they are part of start-up cost
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from trials.report import format_table  # noqa: E402
+from trials.result import SCHEMA_VERSION, collect_env, write_json_atomic  # noqa: E402
+from trials.spec import SpecError, load_spec  # noqa: E402
+
+EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trials.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="trial spec (JSON)")
+    parser.add_argument("--out", required=True, help="where rank 0 writes the result (JSON)")
+    parser.add_argument("--quiet", action="store_true", help="no table on stdout")
+    args = parser.parse_args(argv)
+
+    launch_env = collect_env(os.environ)  # what the launcher gave us, before we add anything
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        if rank == 0:
+            print(f"trials.bench: bad spec: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from trials.runner import TrialRunner  # torch, torchrec, fbgemm: seconds of imports
+
+    runner = TrialRunner(spec, _STARTED, launch_env)
+    try:
+        result = runner.run()
+    except Exception as exc:
+        if rank == 0:
+            write_json_atomic(
+                args.out,
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "status": "error",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "env": launch_env,
+                },
+            )
+        print(f"trials.bench: launch failed on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_LAUNCH_FAILED
+    finally:
+        runner.close()
+
+    failed = [c for c in result["candidates"] if c["status"] != "ok"]
+    result["status"] = (
+        "ok" if not failed else ("failed" if len(failed) == len(result["candidates"]) else "partial")
+    )
+    if rank == 0:
+        write_json_atomic(args.out, result)
+        if not args.quiet:
+            print(format_table(result))
+    return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Comm codecs: what a precision does to the bytes of an all-to-all, on GPU and on CPU.
+
+TorchRec binds codecs to a sharded module when it is planned. To measure many precisions in one
+process without re-planning, every comm op gets a `SwitchableCodec` whose current codec we swap
+between candidates. On CUDA the codecs are FBGEMM's (row-wise FP8, fused row-wise INT8, FP16/BF16
+with clamping); on CPU FBGEMM's FP8 path does not run, so `CpuFp8RowwiseCodec` stands in with the
+same row-wise scheme built on torch's native float8 casts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from fbgemm_gpu.quantize_comm import QuantizationContext
+from fbgemm_gpu.quantize_comm import QuantizedCommCodec as FbgemmCodec
+from fbgemm_gpu.split_embedding_configs import SparseType
+
+# Row length of row-wise FP8 / INT8 quantization: each row of this many values gets one scale.
+ROW_DIM = 32
+
+_SPARSE_TYPE = {
+    "fp32": SparseType.FP32,
+    "fp16": SparseType.FP16,
+    "bf16": SparseType.BF16,
+    "fp8": SparseType.FP8,
+    "int8": SparseType.INT8,
+}
+
+
+class CpuFp8RowwiseCodec:
+    """Row-wise FP8 on CPU: per row of ROW_DIM values, one fp32 scale and ROW_DIM float8 bytes.
+
+    Mirrors FBGEMM's GPU FP8 row-wise codec (e4m3 forward, e5m2 backward), which fails on CPU
+    ("fp8 is not supported by CPU"). Wire format per row: ROW_DIM bytes of float8, then the scale's
+    4 bytes, so a quantized row is ROW_DIM + 4 bytes instead of 4 * ROW_DIM.
+    """
+
+    def __init__(self, is_fwd: bool, row_dim: int = ROW_DIM) -> None:
+        self._row_dim = row_dim
+        self._fp8 = torch.float8_e4m3fn if is_fwd else torch.float8_e5m2
+        self._fp8_max = torch.finfo(self._fp8).max
+
+    @property
+    def quantized_dtype(self) -> torch.dtype:
+        return torch.uint8
+
+    def create_context(self) -> QuantizationContext:
+        return QuantizationContext(row_dim=self._row_dim)
+
+    def padded_size(
+        self,
+        input_tensor: torch.Tensor,
+        dim_per_rank: list[int],
+        my_rank: int,
+        qcomm_ctx: QuantizationContext,
+    ) -> tuple[int, int]:
+        if input_tensor.ndim == 1:
+            return input_tensor.shape[0], 0
+        return input_tensor.shape[1], 0
+
+    def calc_quantized_size(self, input_len: int, ctx: QuantizationContext | None = None) -> int:
+        if input_len % self._row_dim:
+            raise ValueError(
+                f"fp8 row-wise codec needs a payload length divisible by {self._row_dim}, "
+                f"got {input_len} (use a batch size or embedding dims that are multiples of it)"
+            )
+        return input_len // self._row_dim * (self._row_dim + 4)
+
+    def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        rows = input_tensor.reshape(-1, self._row_dim).float()
+        amax = rows.abs().amax(dim=1, keepdim=True)
+        scale = torch.where(amax > 0, amax / self._fp8_max, torch.ones_like(amax))
+        q = (rows / scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8)
+        packed = torch.cat([q.view(torch.uint8), scale.contiguous().view(torch.uint8)], dim=1)
+        return packed.reshape(-1)
+
+    def decode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        packed = input_tensor.reshape(-1, self._row_dim + 4)
+        q = packed[:, : self._row_dim].contiguous().view(self._fp8).float()
+        scale = packed[:, self._row_dim :].contiguous().view(torch.float32)
+        return (q * scale).reshape(-1)
+
+
+def make_codec(precision: str, device: torch.device, is_fwd: bool) -> object:
+    """The codec that puts `precision` on the wire for this device."""
+    if precision == "fp8":
+        if device.type == "cuda":
+            # FBGEMM's row-wise FP8 kernels (what TorchRec uses with fp8_quantize_dim set).
+            return FbgemmCodec(SparseType.FP8, row_dim=ROW_DIM, is_fwd=is_fwd)
+        return CpuFp8RowwiseCodec(is_fwd=is_fwd)
+    return FbgemmCodec(_SPARSE_TYPE[precision], is_fwd=is_fwd)
+
+
+def relative_l2_error(codec: object, x: torch.Tensor) -> float:
+    """||decode(encode(x)) - x|| / ||x||: what the codec costs in accuracy on this payload."""
+    x = x.detach().reshape(-1).float()
+    if x.numel() == 0:
+        return 0.0
+    ctx = codec.create_context()  # type: ignore[attr-defined]
+    y = codec.decode(codec.encode(x, ctx), ctx)  # type: ignore[attr-defined]
+    norm = torch.linalg.vector_norm(x)
+    if norm == 0:
+        return 0.0
+    return float(torch.linalg.vector_norm(y.float() - x) / norm)
+
+
+class SwitchableCodec:
+    """A QuantizedCommCodec that forwards to whichever codec the current candidate uses.
+
+    While `capture` is on, the first encode() input is kept (a sample of the real payload) so the
+    codec's quantization error can be measured on what actually crosses the wire.
+    """
+
+    def __init__(self, codec: object) -> None:
+        self.current = codec
+        self.capture = False
+        self.captured: torch.Tensor | None = None
+
+    @property
+    def quantized_dtype(self) -> torch.dtype:
+        return self.current.quantized_dtype  # type: ignore[attr-defined]
+
+    def create_context(self) -> QuantizationContext | None:
+        return self.current.create_context()  # type: ignore[attr-defined]
+
+    def padded_size(self, *args, **kwargs):  # noqa: ANN002, ANN003 - protocol passthrough
+        return self.current.padded_size(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def calc_quantized_size(self, input_len: int, ctx: QuantizationContext | None = None) -> int:
+        return self.current.calc_quantized_size(input_len, ctx)  # type: ignore[attr-defined]
+
+    def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        if self.capture and self.captured is None:
+            self.captured = input_tensor.detach().clone()
+        return self.current.encode(input_tensor, ctx)  # type: ignore[attr-defined]
+
+    def decode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        return self.current.decode(input_tensor, ctx)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Effective:
+    """Precisions that actually run after backend fallbacks, and why they differ."""
+
+    fwd: str
+    bwd: str
+    note: str = ""
+
+
+def effective_precisions(fwd: str, bwd: str, backend: str, reduce_scatter: bool) -> Effective:
+    """Apply the fallbacks TorchRec applies (get_qcomm_codecs_registry), so results say what ran."""
+    fallbacks = []
+    if reduce_scatter:  # quantized bytes cannot be summed: TorchRec falls back for reduce-scatter
+        fallbacks += [("fwd", "fp8", "fp16", "reduce-scatter"), ("bwd", "fp8", "bf16", "reduce-scatter")]
+    if backend == "gloo":
+        fallbacks += [("fwd", "bf16", "fp16", "gloo"), ("bwd", "bf16", "fp16", "gloo")]
+    ran = {"fwd": fwd, "bwd": bwd}
+    notes = []
+    for direction, requested, replacement, reason in fallbacks:
+        if ran[direction] == requested:
+            ran[direction] = replacement
+            notes.append(f"{requested} {direction} -> {replacement} on {reason}")
+    return Effective(ran["fwd"], ran["bwd"], "; ".join(notes))

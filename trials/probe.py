@@ -1,0 +1,210 @@
+"""Time and size every collective TorchRec issues, without changing what it issues.
+
+TorchRec calls `torch.distributed.<collective>` through the module attribute, so wrapping those
+attributes sees every all-to-all of the sparse input dist and the pooled-embedding output dist,
+forward and backward. A call is timed from issue to the return of its `wait()` (the span the
+training step actually waits on); on CUDA with events on the current stream, on CPU with the clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+# Collectives TorchRec uses for embedding comms -> the send buffer's keyword (all are positional 1).
+_SEND_ARG = {
+    "all_to_all_single": "input",
+    "reduce_scatter_tensor": "input",
+    "reduce_scatter": "input_list",
+    "all_gather_into_tensor": "input_tensor",
+    "all_gather": "tensor",
+}
+
+
+def _nbytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(t) for t in obj)
+    return 0
+
+
+@dataclass
+class CommEvent:
+    op: str
+    nbytes: int
+    # CPU: perf_counter seconds; CUDA: torch.cuda.Event. `end` stays None until wait() returns.
+    start: Any
+    end: Any = None
+    dtype: str = ""
+    # all_to_all_single only: what a plain loop needs to replay the call exactly.
+    out_numel: int = 0
+    in_splits: list[int] | None = None
+    out_splits: list[int] | None = None
+
+    def interval(self, marker: Any) -> tuple[float, float] | None:
+        """(start, end) in seconds after `marker` (the iteration's start), or None if never waited."""
+        if self.end is None:
+            return None
+        if isinstance(self.start, float):
+            return self.start - marker, self.end - marker
+        return marker.elapsed_time(self.start) / 1000.0, marker.elapsed_time(self.end) / 1000.0
+
+
+def serialized(intervals: list[tuple[float, float]]) -> list[float]:
+    """Durations of collectives that one process group runs in issue order.
+
+    TorchRec issues several all-to-alls before waiting on any (lengths, values, ...). They share
+    one queue, so a call cannot start moving bytes before the one issued ahead of it is done:
+    clip each start to the previous end, or the same wall time is counted more than once.
+    """
+    durations, reach = [], float("-inf")
+    for start, end in intervals:
+        begin = max(start, reach)
+        durations.append(max(0.0, end - begin))
+        reach = max(reach, end)
+    return durations
+
+
+class _TimedWork(dist.Work):
+    """Stands in for the dist.Work an async collective returns; marks the event done on wait().
+
+    A real dist.Work subclass, because TorchRec checks `isinstance(req, dist.Work)` before waiting.
+    """
+
+    def __init__(self, work: Any, probe: CommProbe, event: CommEvent) -> None:
+        super().__init__()
+        self._work = work
+        self._probe = probe
+        self._event = event
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._work.wait(*args, **kwargs)
+        if self._event.end is None:
+            self._event.end = self._probe.now()
+        return out
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def get_future(self) -> Any:
+        return self._work.get_future()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+@dataclass
+class CommProbe:
+    """Records CommEvents into per-iteration buckets while installed."""
+
+    cuda: bool = False
+    iterations: list[list[CommEvent]] = field(default_factory=list)
+    markers: list[Any] = field(default_factory=list)
+    _originals: dict[str, Any] = field(default_factory=dict)
+    recording: bool = False
+
+    def now(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def install(self) -> None:
+        for name in _SEND_ARG:
+            original = getattr(dist, name)
+            self._originals[name] = original
+            setattr(dist, name, self._wrap(name, original))
+
+    def uninstall(self) -> None:
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+        self._originals.clear()
+
+    def begin_iteration(self) -> Any:
+        """Open a new bucket; returns its start marker (also usable as the iteration's start)."""
+        marker = self.now()
+        self.markers.append(marker)
+        self.iterations.append([])
+        self.recording = True
+        return marker
+
+    def stop(self) -> None:
+        self.recording = False
+
+    def reset(self) -> None:
+        self.iterations, self.markers = [], []
+        self.recording = False
+
+    def _wrap(self, name: str, original: Any) -> Any:
+        send_arg = _SEND_ARG[name]
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.recording:
+                return original(*args, **kwargs)
+            send = kwargs.get(send_arg, args[1] if len(args) > 1 else None)
+            event = CommEvent(op=name, nbytes=_nbytes(send), start=None)
+            if name == "all_to_all_single":
+                _describe_a2a(event, args, kwargs)
+            event.start = self.now()
+            self.iterations[-1].append(event)
+            work = original(*args, **kwargs)
+            if kwargs.get("async_op", False) and work is not None:
+                return _TimedWork(work, self, event)
+            event.end = self.now()
+            return work
+
+        return timed
+
+    def per_iteration(self) -> list[list[tuple[str, int, float]]]:
+        """Per iteration, the calls in issue order as (op, bytes sent, seconds on the wire).
+
+        Synchronize CUDA before calling. A call never waited on counts 0 seconds.
+        """
+        out = []
+        for marker, events in zip(self.markers, self.iterations, strict=True):
+            spans = [e.interval(marker) for e in events]
+            waited = [iv for iv in spans if iv is not None]
+            durations = iter(serialized(waited))
+            out.append(
+                [
+                    (e.op, e.nbytes, next(durations) if iv is not None else 0.0)
+                    for e, iv in zip(events, spans, strict=True)
+                ]
+            )
+        return out
+
+    def a2a_calls(self, iteration: int = 0) -> list[dict[str, Any]]:
+        """The all-to-all calls of one iteration, as raw_a2a replays them."""
+        if not self.iterations:
+            return []
+        return [
+            {
+                "dtype": e.dtype,
+                "in_numel": e.nbytes // torch.empty(0, dtype=getattr(torch, e.dtype)).element_size(),
+                "out_numel": e.out_numel,
+                "in_splits": e.in_splits,
+                "out_splits": e.out_splits,
+            }
+            for e in self.iterations[iteration]
+            if e.op == "all_to_all_single"
+        ]
+
+
+def _describe_a2a(event: CommEvent, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def arg(name: str, pos: int) -> Any:
+        return kwargs.get(name, args[pos] if len(args) > pos else None)
+
+    output, send = arg("output", 0), arg("input", 1)
+    out_splits, in_splits = arg("output_split_sizes", 2), arg("input_split_sizes", 3)
+    event.dtype = str(send.dtype).removeprefix("torch.")
+    event.out_numel = output.numel()
+    event.out_splits = None if out_splits is None else [int(x) for x in out_splits]
+    event.in_splits = None if in_splits is None else [int(x) for x in in_splits]

@@ -1,0 +1,51 @@
+"""The trial result: schema version and the launch facts every result records (pure Python)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Variables that change how NCCL / aws-ofi-nccl / libfabric / ProcessGroupNCCL behave.
+ENV_PREFIXES = ("NCCL_", "OFI_NCCL_", "FI_", "TORCH_NCCL_")
+
+
+def collect_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The comm-relevant variables of an environment, sorted by name."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith(ENV_PREFIXES)}
+
+
+def read_nccl_conf_files(environ: Mapping[str, str]) -> dict[str, str]:
+    """NCCL fills unset variables from these files: record them, or a result can't be explained."""
+    candidates = [
+        environ.get("NCCL_CONF_FILE") or str(Path(environ.get("HOME", "/root")) / ".nccl.conf"),
+        "/etc/nccl.conf",
+    ]
+    found = {}
+    for path in candidates:
+        try:
+            found[path] = Path(path).read_text(errors="replace")[:4096]
+        except OSError:
+            continue
+    return found
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Write JSON so a reader never sees half a file (the executor may poll for it)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, target)
+
+
+def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    data = json.loads(Path(path).read_text())
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{path}: result schema_version {version!r}, expected {SCHEMA_VERSION}")
+    return data

@@ -1,0 +1,395 @@
+"""Runs every candidate of a spec inside one torchrun process group (imported after validation)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trials import replay
+from trials.codecs import relative_l2_error
+from trials.model import ShardedWorkload, make_batches
+from trials.nccl_log import parse_nccl_info
+from trials.probe import CommProbe
+from trials.result import SCHEMA_VERSION, read_nccl_conf_files
+from trials.spec import CandidateSpec, TrialSpec
+from trials.stats import summarize
+
+PG_TIMEOUT = timedelta(seconds=int(os.environ.get("AUTOTUNER_TRIAL_PG_TIMEOUT_S", "300")))
+
+
+def _versions(backend: str) -> dict[str, str]:
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__}
+    for dist_name, key in (
+        ("torchrec", "torchrec"),
+        ("fbgemm-gpu", "fbgemm"),
+        ("fbgemm-gpu-cpu", "fbgemm"),
+        ("fbgemm-gpu-nightly", "fbgemm"),
+    ):
+        try:
+            versions.setdefault(key, metadata.version(dist_name))
+        except metadata.PackageNotFoundError:
+            pass
+    if backend == "nccl":
+        versions["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        versions["cuda"] = str(torch.version.cuda)
+    return versions
+
+
+class TrialRunner:
+    def __init__(self, spec: TrialSpec, started: float, launch_env: dict[str, str]) -> None:
+        self.spec = spec
+        self.started = started
+        self.launch_env = launch_env
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.local_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(self.world_size)))
+        self.nccl_log: Path | None = None
+        self._batches: dict[int, tuple[list[Any], list[torch.Tensor]]] = {}
+
+    # ------------------------------------------------------------------ setup
+
+    def _pick_device(self) -> tuple[torch.device, str]:
+        want = self.spec.device
+        has_gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        if want == "cuda" and not has_gpu:
+            raise RuntimeError("spec asks for device 'cuda' but no GPU is visible to this process")
+        if want == "cuda" or (want == "auto" and has_gpu):
+            device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+            return device, "nccl"
+        return torch.device("cpu"), "gloo"
+
+    def _route_nccl_debug(self) -> None:
+        # NCCL reads these once, at communicator init: set before the first collective.
+        if "NCCL_DEBUG" not in os.environ:
+            os.environ["NCCL_DEBUG"] = "INFO"
+            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
+        if "NCCL_DEBUG_FILE" not in os.environ:
+            path = Path(tempfile.gettempdir()) / f"autotuner-nccl-{os.getpid()}.log"
+            os.environ["NCCL_DEBUG_FILE"] = str(path)
+            self.nccl_log = path
+
+    def setup(self) -> None:
+        self.device, self.backend = self._pick_device()
+        if self.backend == "nccl":
+            self._route_nccl_debug()
+        kwargs: dict[str, Any] = {"backend": self.backend, "timeout": PG_TIMEOUT}
+        if self.device.type == "cuda":
+            kwargs["device_id"] = self.device
+        dist.init_process_group(**kwargs)
+        self.pg = dist.group.WORLD
+        self.default_threads = torch.get_num_threads()
+        self.probe = CommProbe(cuda=self.device.type == "cuda")
+        self.probe.install()
+
+    # ------------------------------------------------------------------ measuring
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @staticmethod
+    def _elapsed(start: Any, end: Any) -> float:
+        if isinstance(start, float):
+            return end - start
+        return start.elapsed_time(end) / 1000.0
+
+    def _inputs(self, sw: ShardedWorkload, batch_size: int) -> tuple[list[Any], list[torch.Tensor]]:
+        """Input batches and loss weights for a batch size: made once per launch, reused."""
+        if batch_size not in self._batches:
+            seed = self.spec.seed * 1000 + self.rank
+            batches = make_batches(self.spec.workload, batch_size, self.spec.input_batches, seed, self.device)
+            gen = torch.Generator().manual_seed(seed + 1)
+            # A random linear loss makes the backward payload a realistic non-constant gradient.
+            weights = [
+                torch.randn(batch_size, sw.workload.dim_sum, generator=gen).to(self.device) for _ in batches
+            ]
+            self._batches[batch_size] = (batches, weights)
+        return self._batches[batch_size]
+
+    def _step(self, sw: ShardedWorkload, features: Any, weight: torch.Tensor) -> None:
+        pooled = sw.model(features)
+        (pooled * weight).sum().backward()
+
+    def _measure(self, sw: ShardedWorkload, cand: CandidateSpec) -> dict[str, Any]:
+        sw.check_row_alignment(cand.fwd_precision, cand.bwd_precision, cand.batch_size)
+        effective = sw.set_precision(cand.fwd_precision, cand.bwd_precision)
+        torch.set_num_threads(cand.num_threads or self.default_threads)
+        batches, weights = self._inputs(sw, cand.batch_size)
+        n = len(batches)
+
+        # Warmup; its first step also captures real payloads for the quantization error.
+        slots = sw.output_slots
+        slots.fwd.capture = slots.bwd.capture = True
+        slots.fwd.captured = slots.bwd.captured = None
+        for i in range(max(1, self.spec.warmup)):
+            self._step(sw, batches[i % n], weights[i % n])
+            slots.fwd.capture = slots.bwd.capture = False
+        quant_error = {
+            "fwd_rel_l2": _error_of(slots.fwd),
+            "bwd_rel_l2": _error_of(slots.bwd),
+        }
+        slots.fwd.captured = slots.bwd.captured = None
+
+        self._sync()
+        dist.barrier()
+        self.probe.reset()
+        marks = []
+        loop_start = time.perf_counter()
+        for i in range(self.spec.iterations):
+            start = self.probe.begin_iteration()
+            self._step(sw, batches[i % n], weights[i % n])
+            marks.append((start, self.probe.now()))
+        self._sync()
+        measured_s = time.perf_counter() - loop_start
+        self.probe.stop()
+
+        comm = self.probe.per_iteration()
+        return {
+            "effective_fwd_precision": effective.fwd,
+            "effective_bwd_precision": effective.bwd,
+            "precision_note": effective.note,
+            "iter_s": [self._elapsed(a, b) for a, b in marks],
+            "comm": comm,
+            "a2a_calls": self.probe.a2a_calls(0),
+            "quant_error": quant_error,
+            "measured_s": measured_s,
+        }
+
+    def _candidate(self, sw: ShardedWorkload, index: int, cand: CandidateSpec) -> dict[str, Any]:
+        """Measure one candidate on every rank and merge the ranks' views on rank 0's side."""
+        try:
+            local: dict[str, Any] = {"ok": True, **self._measure(sw, cand)}
+        except Exception as exc:  # a failed candidate is a result, not a crash
+            local = {"ok": False, "error": f"rank {self.rank}: {type(exc).__name__}: {exc}"}
+            traceback.print_exc(file=sys.stderr)
+        views: list[dict[str, Any]] = [{}] * self.world_size
+        dist.all_gather_object(views, local)
+        return merge_rank_views(self.spec, index, cand, views, self.world_size)
+
+    # ------------------------------------------------------------------ the launch
+
+    def run(self) -> dict[str, Any]:
+        self.setup()
+        # Every rank reports what it saw, so a launcher that exported different values is caught.
+        rank_env: list[dict[str, str]] = [{}] * self.world_size
+        dist.all_gather_object(rank_env, self.launch_env)
+        hosts: list[str] = [""] * self.world_size
+        dist.all_gather_object(hosts, socket.gethostname())
+
+        setup_s = time.perf_counter() - self.started
+        results: list[dict[str, Any] | None] = [None] * len(self.spec.candidates)
+        fidelity: list[dict[str, Any]] = []
+        # Re-shard only when the sharding type changes: group candidates by it, keep spec order.
+        groups: dict[str, list[int]] = {}
+        for i, cand in enumerate(self.spec.candidates):
+            groups.setdefault(self.spec.sharding_of(cand), []).append(i)
+        for sharding, indices in groups.items():
+            sw = self._shard(sharding, indices, results)
+            if sw is None:
+                continue
+            for i in indices:
+                results[i] = self._candidate(sw, i, self.spec.candidates[i])
+                if self.spec.extra.get("fidelity") and results[i]["status"] == "ok":
+                    fidelity.append(self._replay(i, results[i]))
+            del sw
+
+        nccl_effective = self._nccl_effective()
+        wall_s = time.perf_counter() - self.started
+        result = {
+            "schema_version": SCHEMA_VERSION,
+            "workload": self.spec.to_dict()["workload"],
+            "world_size": self.world_size,
+            "local_world_size": self.local_size,
+            "nnodes": len(set(hosts)),
+            "hosts": sorted(set(hosts)),
+            "backend": self.backend,
+            "device": self.device.type,
+            "device_name": torch.cuda.get_device_name(self.device)
+            if self.device.type == "cuda"
+            else _cpu_name(),
+            "versions": _versions(self.backend),
+            **env_report(rank_env),
+            "nccl_conf": read_nccl_conf_files(self.launch_env),
+            "nccl_effective": nccl_effective,
+            "setup_s": setup_s,
+            "wall_s": wall_s,
+            "candidates": results,
+        }
+        if fidelity:
+            result["fidelity"] = fidelity
+        return result
+
+    def _shard(self, sharding: str, indices: list[int], results: list[Any]) -> ShardedWorkload | None:
+        try:
+            return ShardedWorkload(self.spec.workload, sharding, self.device, self.pg, self.local_size)
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            for i in indices:
+                results[i] = failed_candidate(
+                    i, self.spec.candidates[i], self.spec, f"sharding {sharding} failed: {exc}"
+                )
+            return None
+
+    def _replay(self, index: int, measured: dict[str, Any]) -> dict[str, Any]:
+        """Fidelity: the same all-to-all calls in a plain loop, right after the candidate."""
+        raw = replay.replay_calls(
+            measured["a2a_calls_by_rank"][self.rank],
+            self.device,
+            self.spec.warmup,
+            self.spec.iterations,
+            self.world_size,
+        )
+        return {
+            "candidate": index,
+            "trial_algbw_gbps": measured["algbw_gbps"],
+            "raw_algbw_gbps": raw["algbw_gbps"],
+            "ratio": measured["algbw_gbps"] / raw["algbw_gbps"] if raw["algbw_gbps"] else None,
+            "raw": raw,
+        }
+
+    def _nccl_effective(self) -> dict[str, Any]:
+        if self.backend != "nccl" or self.nccl_log is None:
+            return {}
+        try:
+            lines = self.nccl_log.read_text(errors="replace").splitlines()
+        except OSError:
+            return {}
+        return parse_nccl_info(lines)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            self.probe.uninstall()
+            dist.destroy_process_group()
+
+
+def _error_of(slot: Any) -> float | None:
+    if slot.captured is None:
+        return None
+    return relative_l2_error(slot.current, slot.captured)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def env_report(rank_env: list[dict[str, str]]) -> dict[str, Any]:
+    keys = sorted(set().union(*rank_env))
+    mismatch = {
+        k: [env.get(k) for env in rank_env] for k in keys if len({env.get(k) for env in rank_env}) > 1
+    }
+    return {"env": rank_env[0], "env_consistent": not mismatch, "env_mismatch": mismatch}
+
+
+def failed_candidate(index: int, cand: CandidateSpec, spec: TrialSpec, error: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "label": cand.label(),
+        "fwd_precision": cand.fwd_precision,
+        "bwd_precision": cand.bwd_precision,
+        "batch_size": cand.batch_size,
+        "sharding": spec.sharding_of(cand),
+        "num_threads": cand.num_threads,
+        "status": "failed",
+        "error": error,
+    }
+
+
+def merge_rank_views(
+    spec: TrialSpec, index: int, cand: CandidateSpec, views: list[dict[str, Any]], world_size: int
+) -> dict[str, Any]:
+    """One candidate's result from every rank's measurements.
+
+    A step is as slow as its slowest rank, so per-iteration step times take the max over ranks;
+    bytes are the mean over ranks of what each rank sends (ranks can hold different tables).
+    """
+    errors = [v["error"] for v in views if not v["ok"]]
+    if errors:
+        return failed_candidate(index, cand, spec, errors[0])
+    iterations = len(views[0]["iter_s"])
+    iter_s = [max(v["iter_s"][i] for v in views) for i in range(iterations)]
+    comm = comm_per_iteration([v["comm"] for v in views])
+    a2a_s = [it.get("all_to_all_single", {}).get("seconds", 0.0) for it in comm]
+    a2a_bytes = sum(it.get("all_to_all_single", {}).get("bytes", 0) for it in comm) / iterations
+    collectives = {
+        op: {
+            "calls_per_iter": sum(it[op]["calls"] for it in comm) / iterations,
+            "bytes_per_iter": sum(it[op]["bytes"] for it in comm) / iterations,
+            "ms_median": summarize([it[op]["seconds"] for it in comm])["median"] * 1000,
+        }
+        for op in sorted({op for it in comm for op in it})
+    }
+    iter_stats = summarize(iter_s)
+    a2a_stats = summarize(a2a_s)
+    algbw = a2a_bytes / a2a_stats["median"] / 1e9 if a2a_stats["median"] > 0 else 0.0
+    quant = {
+        key: _mean_or_none([v["quant_error"][key] for v in views]) for key in ("fwd_rel_l2", "bwd_rel_l2")
+    }
+    return {
+        **failed_candidate(index, cand, spec, ""),
+        "status": "ok",
+        "error": None,
+        "effective_fwd_precision": views[0]["effective_fwd_precision"],
+        "effective_bwd_precision": views[0]["effective_bwd_precision"],
+        "precision_note": views[0]["precision_note"],
+        "iterations": iterations,
+        "iter_ms": _ms(iter_stats),
+        "samples_per_s": cand.batch_size * world_size / iter_stats["median"],
+        "a2a_ms": _ms(a2a_stats),
+        "a2a_bytes_per_iter": a2a_bytes,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * (world_size - 1) / world_size,
+        "collectives": collectives,
+        "quant_error": quant,
+        "measured_s": max(v["measured_s"] for v in views),
+        "a2a_calls_by_rank": [v["a2a_calls"] for v in views],
+    }
+
+
+def comm_per_iteration(
+    ranks: list[list[list[tuple[str, int, float]]]],
+) -> list[dict[str, dict[str, float]]]:
+    """Merge the ranks' call lists into {op: bytes, calls, seconds} per iteration.
+
+    Every rank issues the same collectives in the same order, so call j of an iteration is the same
+    collective everywhere. Its wire time is best seen by the last rank to reach it (the others also
+    wait for that rank to arrive): take the min over ranks per call. Bytes: mean over ranks.
+    """
+    merged = []
+    for calls_by_rank in zip(*ranks, strict=True):
+        per_op: dict[str, dict[str, float]] = {}
+        for same_call in zip(*calls_by_rank, strict=True):
+            op = same_call[0][0]
+            row = per_op.setdefault(op, {"bytes": 0.0, "calls": 0, "seconds": 0.0})
+            row["bytes"] += sum(c[1] for c in same_call) / len(same_call)
+            row["calls"] += 1
+            row["seconds"] += min(c[2] for c in same_call)
+        merged.append(per_op)
+    return merged
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _ms(stats: dict[str, float]) -> dict[str, float]:
+    return {k: (v * 1000 if k not in ("cv", "n") else v) for k, v in stats.items()}
