@@ -35,3 +35,43 @@ def python() -> str:
 @pytest.fixture(scope="session")
 def torchrun() -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run"]
+
+
+# ---------------------------------------------------------------------------------- stores
+
+STORE_BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_url(request, tmp_path):
+    """One contract, two backends: SQLite always, PostgreSQL when a server is given."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'autotuner.db'}"
+        return
+    base = os.environ.get("AUTOTUNER_TEST_POSTGRES_URL")
+    if not base:
+        skip_or_fail("postgres", "no PostgreSQL server (set AUTOTUNER_TEST_POSTGRES_URL; CI starts one)")
+    yield fresh_postgres_database(base)
+
+
+def fresh_postgres_database(base_url: str) -> str:
+    """A new empty database on the test server, so tests never see each other's rows."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return sa.engine.make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def store(store_url):
+    from autotuner.store import Store
+
+    s = Store(store_url)
+    yield s
+    s.dispose()

@@ -181,8 +181,22 @@ class TrialRunner:
 
     # ------------------------------------------------------------------ the launch
 
+    def _inject_fault(self) -> None:
+        """`"extra": {"inject": "hang" | "crash"}`: the last rank hangs or dies right after joining
+        the process group, as a wedged or crashed peer would. For testing what runs trials."""
+        fault = self.spec.extra.get("inject")
+        if fault is None or self.rank != self.world_size - 1:
+            return
+        print(f"trials.bench: injecting fault {fault!r} on rank {self.rank}", file=sys.stderr, flush=True)
+        if fault == "hang":
+            while True:
+                time.sleep(3600)
+        if fault == "crash":
+            os._exit(139)
+
     def run(self) -> dict[str, Any]:
         self.setup()
+        self._inject_fault()
         # Every rank reports what it saw, so a launcher that exported different values is caught.
         rank_env: list[dict[str, str]] = [{}] * self.world_size
         dist.all_gather_object(rank_env, self.launch_env)

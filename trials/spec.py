@@ -42,6 +42,8 @@ class WorkloadSpec:
     name: str
     tables: tuple[TableSpec, ...]
     sharding: str = "table_wise"
+    # The batch size per rank the training job runs today: what tuning compares against.
+    batch_size: int | None = None
 
     @property
     def feature_names(self) -> list[str]:
@@ -89,6 +91,8 @@ class TrialSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["workload"]["tables"] = list(data["workload"]["tables"])
+        if data["workload"]["batch_size"] is None:
+            del data["workload"]["batch_size"]
         data["candidates"] = [{k: v for k, v in c.items() if v is not None} for c in data["candidates"]]
         if not data["extra"]:
             data.pop("extra")
@@ -157,7 +161,7 @@ def parse_table(obj: Any, where: str) -> TableSpec:
 
 def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     if isinstance(obj, dict):
-        _unknown_keys(obj, {"name", "tables", "sharding"}, where)
+        _unknown_keys(obj, {"name", "tables", "sharding", "batch_size"}, where)
     name = _str(_require(obj, "name", where), f"{where}.name")
     raw_tables = _require(obj, "tables", where)
     if not isinstance(raw_tables, list) or not raw_tables:
@@ -168,7 +172,9 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     if dup is not None:
         raise SpecError(f"{where}.tables", f"table name {dup!r} appears more than once")
     sharding = _choice(obj.get("sharding", "table_wise"), f"{where}.sharding", SHARDING_TYPES)
-    return WorkloadSpec(name=name, tables=tables, sharding=sharding)
+    batch = obj.get("batch_size")
+    batch = None if batch is None else _int(batch, f"{where}.batch_size", high=1 << 20)
+    return WorkloadSpec(name=name, tables=tables, sharding=sharding, batch_size=batch)
 
 
 def parse_candidate(obj: Any, where: str) -> CandidateSpec:

@@ -1,0 +1,211 @@
+"""The executor contract, in the shape of torchx schedulers.
+
+A backend turns a `LaunchRequest` into its own request object first (`dryrun`: the command line,
+the sbatch script, the Kubernetes Job — inspectable and golden-tested with no cluster), and only
+then sends it (`schedule`). `submit` = dryrun + schedule, written once here. Backends implement
+dryrun, schedule, describe, cancel and logs; `run` (submit, wait with a timeout, collect) is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from trials.result import SCHEMA_VERSION
+
+T = TypeVar("T")
+
+
+class LaunchState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    def is_terminal(self) -> bool:
+        return self in (LaunchState.SUCCEEDED, LaunchState.FAILED, LaunchState.TIMEOUT, LaunchState.CANCELLED)
+
+
+@dataclass
+class LaunchRequest:
+    """One trial launch, independent of where it runs."""
+
+    name: str  # unique and filesystem/DNS friendly, e.g. "s3-l7"
+    spec: dict[str, Any]  # the trial spec (trials.spec), already validated
+    env: dict[str, str]  # exported identically to every rank
+    workdir: Path  # spec.json, result.json and the log live here
+    nproc_per_node: int = 2
+    nnodes: int = 1
+    timeout_s: float = 600.0
+    python: str = sys.executable
+    options: dict[str, Any] = field(default_factory=dict)  # backend specific (partition, image, fabric ...)
+
+    @property
+    def spec_path(self) -> Path:
+        return self.workdir / "spec.json"
+
+    @property
+    def result_path(self) -> Path:
+        return self.workdir / "result.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "trial.log"
+
+    def trial_argv(self) -> list[str]:
+        """The per-node trial command after torchrun's own arguments."""
+        return [
+            "-m",
+            "trials.bench",
+            "--spec",
+            str(self.spec_path),
+            "--out",
+            str(self.result_path),
+            "--quiet",
+        ]
+
+
+@dataclass
+class AppDryrun(Generic[T]):
+    """What would be sent: the backend's request object and a human-readable rendering of it."""
+
+    request: T
+    rendered: str
+    launch: LaunchRequest
+
+    def __str__(self) -> str:
+        return self.rendered
+
+
+@dataclass
+class Description:
+    state: LaunchState
+    exit_code: int | None = None
+    reason: str = ""
+
+
+@dataclass
+class Outcome:
+    """How a launch ended, as the study driver records it."""
+
+    state: LaunchState
+    backend_id: str | None
+    result: dict[str, Any] | None
+    reason: str = ""
+    log_tail: str = ""
+    request: str = ""
+
+
+def quote_env(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
+class Executor(ABC):
+    name: ClassVar[str]
+    # How long a cancelled launch gets between SIGTERM (or scancel) and giving up on it.
+    cancel_grace_s: ClassVar[float] = 10.0
+
+    # ---- what each backend implements
+
+    @abstractmethod
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[Any]: ...
+
+    @abstractmethod
+    def schedule(self, dryrun: AppDryrun[Any]) -> str:
+        """Send the request; returns the backend's id for it (pid, Slurm job id, Job name)."""
+
+    @abstractmethod
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description: ...
+
+    @abstractmethod
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None: ...
+
+    def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
+        try:
+            lines = launch.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-tail_lines:])
+
+    def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
+        """The trial result, or None if the trial wrote none (crashed before, or never ran)."""
+        try:
+            data = json.loads(launch.result_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if data.get("schema_version") == SCHEMA_VERSION else None
+
+    # ---- shared
+
+    def prepare(self, launch: LaunchRequest) -> None:
+        """Write the spec where the trial reads it (the workdir is shared with the nodes)."""
+        launch.workdir.mkdir(parents=True, exist_ok=True)
+        launch.spec_path.write_text(json.dumps(launch.spec, indent=2))
+        launch.result_path.unlink(missing_ok=True)
+
+    def submit(self, launch: LaunchRequest) -> tuple[str, AppDryrun[Any]]:
+        dryrun = self.dryrun(launch)
+        self.prepare(launch)
+        return self.schedule(dryrun), dryrun
+
+    def wait(
+        self,
+        backend_id: str,
+        launch: LaunchRequest,
+        *,
+        started: float,
+        poll_s: float = 0.5,
+        on_poll: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """Poll until the launch ends or its timeout passes (then cancel it: the whole tree)."""
+        while True:
+            desc = self.describe(backend_id, launch)
+            if desc.state.is_terminal():
+                return self._collect(backend_id, launch, desc)
+            if time.monotonic() - started > launch.timeout_s:
+                self.cancel(backend_id, launch)
+                return Outcome(
+                    LaunchState.TIMEOUT,
+                    backend_id,
+                    self.fetch_result(backend_id, launch),
+                    f"killed after the {launch.timeout_s:.0f} s timeout",
+                    self.logs(backend_id, launch),
+                )
+            if on_poll is not None:
+                on_poll()
+            time.sleep(poll_s)
+
+    def run(self, launch: LaunchRequest, **kwargs: Any) -> Outcome:
+        started = time.monotonic()
+        backend_id, dryrun = self.submit(launch)
+        outcome = self.wait(backend_id, launch, started=started, **kwargs)
+        outcome.request = dryrun.rendered
+        return outcome
+
+    def _collect(self, backend_id: str, launch: LaunchRequest, desc: Description) -> Outcome:
+        result = self.fetch_result(backend_id, launch)
+        state, reason = desc.state, desc.reason
+        if state == LaunchState.CANCELLED:
+            pass
+        elif result is None:
+            state = LaunchState.FAILED
+            reason = reason or f"no result written (exit code {desc.exit_code})"
+        elif result.get("status") == "error":
+            state = LaunchState.FAILED
+            reason = result.get("error", "trial failed")
+        else:
+            # Exit code 1 means "some candidate failed": the launch itself succeeded.
+            state = LaunchState.SUCCEEDED
+        tail = "" if state == LaunchState.SUCCEEDED else self.logs(backend_id, launch)
+        return Outcome(state, backend_id, result, reason, tail)

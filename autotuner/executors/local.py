@@ -1,0 +1,247 @@
+"""Local executor: torchrun on this machine, optionally inside an emulated bandwidth-limited fabric.
+
+Each launch runs a generated `launch.sh` (the dryrun, golden-tested) in a new session. The script
+writes the trial's exit code to a file, so a tuner that was killed and restarted can still tell how
+its launches ended. torchrun puts every worker in a session of its own, so killing a launch means
+killing every process tagged with its `AUTOTUNER_LAUNCH` id, not just one process group.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from trials.result import ENV_PREFIXES
+
+LAUNCH_TAG = "AUTOTUNER_LAUNCH"
+_RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
+_NETNS = re.compile(r"^[a-z0-9][a-z0-9-]{0,14}$")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """An emulated fabric: the ranks run in a network namespace whose loopback is rate-limited
+    (tbf). Results made this way are labelled emulation; it never stands in for a real cluster."""
+
+    rate: str  # e.g. "2gbit"
+    burst: str = "256kb"
+    latency: str = "50ms"
+
+    def __post_init__(self) -> None:
+        if not _RATE.match(self.rate):
+            raise ValueError(f"fabric rate {self.rate!r}: use a number with kbit, mbit or gbit, e.g. 2gbit")
+
+    def label(self) -> str:
+        return f"emulated fabric: loopback limited to {self.rate} (tbf) in a network namespace"
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    script: str
+    script_path: Path
+    env: dict[str, str]  # what the launch exports (also written into the script)
+    tag: str
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def __init__(self, *, fabric: Fabric | None = None) -> None:
+        self.fabric = fabric
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[LocalRequest]:
+        if launch.nnodes != 1:
+            raise ValueError("the local executor runs one node; use slurm or kubernetes for more")
+        tag = f"{launch.name}-{os.urandom(3).hex()}"
+        q = shlex.quote
+        lines = [
+            "#!/bin/sh",
+            f"# nccl-autotuner launch {launch.name} (local executor)",
+            f"cd {q(str(launch.workdir))}",
+        ]
+        lines += [f"export {k}={q(v)}" for k, v in sorted(launch.env.items())]
+        torchrun = [
+            launch.python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc-per-node={launch.nproc_per_node}", *launch.trial_argv(),
+        ]  # fmt: skip
+        command = " ".join(q(a) for a in torchrun)
+        if self.fabric is not None:
+            netns = _netns_name(launch.name)
+            lines += [
+                f"# {self.fabric.label()}",
+                f"ip netns add {netns} || exit 97",
+                f"trap 'ip netns del {netns}' EXIT",
+                f"ip netns exec {netns} ip link set lo up",
+                f"ip netns exec {netns} tc qdisc add dev lo root tbf rate {q(self.fabric.rate)} "
+                f"burst {q(self.fabric.burst)} latency {q(self.fabric.latency)}",
+                f"ip netns exec {netns} {command}",
+            ]
+        else:
+            lines.append(command)
+        lines += ["rc=$?", f"echo $rc > {q(str(launch.workdir / 'exit_code'))}", "exit $rc", ""]
+        script = "\n".join(lines)
+        return AppDryrun(
+            LocalRequest(script, launch.workdir / "launch.sh", dict(launch.env), tag), script, launch
+        )
+
+    def schedule(self, dryrun: AppDryrun[LocalRequest]) -> str:
+        req = dryrun.request
+        launch = dryrun.launch
+        req.script_path.write_text(req.script)
+        (launch.workdir / "exit_code").unlink(missing_ok=True)
+        # The launch environment is the script's exports on top of ours minus any comm variables we
+        # happen to have: the baseline must mean "no overrides", not "whatever the tuner inherited".
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES)}
+        env[LAUNCH_TAG] = req.tag
+        (launch.workdir / "tag").write_text(req.tag)
+        with open(launch.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                ["/bin/sh", str(req.script_path)],
+                cwd=launch.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[proc.pid] = proc
+        return str(proc.pid)
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        pid = int(backend_id)
+        child = self._children.get(pid)
+        if child is not None:
+            child.poll()  # reap, so the pid does not linger as a zombie
+        exit_code = _read_int(launch.workdir / "exit_code")
+        if exit_code is not None:
+            self._children.pop(pid, None)
+            if exit_code in (0, 1):  # 1: some candidate failed, the launch still ran
+                return Description(LaunchState.SUCCEEDED, exit_code)
+            return Description(LaunchState.FAILED, exit_code, _exit_reason(exit_code))
+        if _alive(pid, launch.workdir / "launch.sh"):
+            return Description(LaunchState.RUNNING)
+        if child is not None and child.returncode is not None and child.returncode < 0:
+            return Description(
+                LaunchState.CANCELLED, child.returncode, f"killed by signal {-child.returncode}"
+            )
+        return Description(LaunchState.FAILED, None, "launch process is gone without an exit code")
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        tag = _read_text(launch.workdir / "tag")
+        pids = set(_descendants(int(backend_id))) | ({int(backend_id)} if _exists(int(backend_id)) else set())
+        if tag:
+            pids |= _tagged(tag)
+        _signal_all(pids, signal.SIGTERM)
+        deadline = time.monotonic() + self.cancel_grace_s
+        while time.monotonic() < deadline and any(_exists(p) for p in pids):
+            self._reap()
+            time.sleep(0.1)
+        if tag:
+            pids |= _tagged(tag)
+        _signal_all({p for p in pids if _exists(p)}, signal.SIGKILL)
+        self._reap()
+
+    def _reap(self) -> None:
+        for child in list(self._children.values()):
+            child.poll()
+
+
+def _netns_name(launch_name: str) -> str:
+    name = "at-" + re.sub(r"[^a-z0-9-]", "-", launch_name.lower())[:12]
+    assert _NETNS.match(name), name
+    return name
+
+
+def _exit_reason(code: int) -> str:
+    if code == 2:
+        return "bad trial spec (exit code 2)"
+    if code == 3:
+        return "trial launch failed (exit code 3): process group or sharding could not start"
+    if code == 97:
+        return "could not create the network namespace for the emulated fabric (needs root and iproute2)"
+    if code > 128:
+        return f"killed by signal {code - 128}"
+    return f"exit code {code}"
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read_text(path)
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def _exists(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _alive(pid: int, script: Path) -> bool:
+    """Running, and really our launch (pids get reused after a restart)."""
+    if not _exists(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(script).encode() in cmdline
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _descendants(pid: int) -> list[int]:
+    tree, out, todo = _children_map(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _tagged(tag: str) -> set[int]:
+    """Every process whose environment carries this launch's tag (workers in their own sessions)."""
+    needle = f"{LAUNCH_TAG}={tag}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _signal_all(pids: set[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,194 @@
+"""Our tables. All prefixed `at_`: Optuna keeps its search state in the same database and owns
+`studies`, `trials` and `alembic_version`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in and out, whatever the backend stores (SQLite keeps naive strings)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: use autotuner.store.models.utcnow()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: UTCDateTime}
+
+
+class Cluster(Base):
+    __tablename__ = "at_clusters"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    # GPU type, node count, NCCL / aws-ofi-nccl / torch versions, EFA present: from trial results.
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Workload(Base):
+    __tablename__ = "at_workloads"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    spec: Mapped[dict[str, Any]]  # the trial spec's `workload` object
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Study(Base):
+    __tablename__ = "at_studies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("at_workloads.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    space: Mapped[dict[str, Any]]
+    settings: Mapped[dict[str, Any]]
+    launches_done: Mapped[int] = mapped_column(default=0)
+    best_candidate_id: Mapped[int | None] = mapped_column(Integer)
+    baseline_candidate_id: Mapped[int | None] = mapped_column(Integer)
+    # Confirmation: speedup with its confidence interval, the published config version.
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    # Who runs it: a lease that a killed holder loses when it stops renewing it.
+    owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    cluster: Mapped[Cluster] = relationship(lazy="joined")
+    workload: Mapped[Workload] = relationship(lazy="joined")
+
+
+class Launch(Base):
+    """One trial process environment: torchrun (or sbatch / a k8s Job) measuring several candidates."""
+
+    __tablename__ = "at_launches"
+    __table_args__ = (UniqueConstraint("study_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("at_studies.id"), index=True)
+    seq: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm
+    attempt: Mapped[int] = mapped_column(default=1)
+    env: Mapped[dict[str, Any]]
+    env_hash: Mapped[str] = mapped_column(String(64), index=True)
+    spec: Mapped[dict[str, Any]]
+    # Optuna trial numbers that this launch's candidates answer (None where not an Optuna trial).
+    optuna_trials: Mapped[list[Any]] = mapped_column(default=list)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    executor: Mapped[str] = mapped_column(String(32))
+    backend_id: Mapped[str | None] = mapped_column(String(200))
+    request: Mapped[str | None] = mapped_column(Text)  # the dryrun: command line / sbatch script / manifest
+    workdir: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    result_path: Mapped[str | None] = mapped_column(Text)
+    # The trial result's launch-level facts (versions, env seen, NCCL effective, setup and wall time).
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+
+
+class Candidate(Base):
+    """One measured point (env x precision x batch x ...): a row of the trial table."""
+
+    __tablename__ = "at_candidates"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("at_studies.id"), index=True)
+    launch_id: Mapped[int] = mapped_column(ForeignKey("at_launches.id"), index=True)
+    index: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm
+    optuna_number: Mapped[int | None] = mapped_column(Integer)
+    env: Mapped[dict[str, Any]]
+    fwd_precision: Mapped[str] = mapped_column(String(8))
+    bwd_precision: Mapped[str] = mapped_column(String(8))
+    effective_fwd_precision: Mapped[str | None] = mapped_column(String(8))
+    effective_bwd_precision: Mapped[str | None] = mapped_column(String(8))
+    batch_size: Mapped[int]
+    sharding: Mapped[str] = mapped_column(String(32))
+    num_threads: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)  # ok | failed | infeasible
+    samples_per_s: Mapped[float | None] = mapped_column(Float, index=True)
+    iter_ms: Mapped[float | None] = mapped_column(Float)
+    iter_cv: Mapped[float | None] = mapped_column(Float)
+    a2a_ms: Mapped[float | None] = mapped_column(Float)
+    a2a_bytes: Mapped[float | None] = mapped_column(Float)
+    busbw_gbps: Mapped[float | None] = mapped_column(Float)
+    quant_error_fwd: Mapped[float | None] = mapped_column(Float)
+    quant_error_bwd: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Config(Base):
+    """A published, versioned config for (cluster, workload, nodes)."""
+
+    __tablename__ = "at_configs"
+    __table_args__ = (UniqueConstraint("cluster_id", "workload_id", "nodes", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("at_workloads.id"), index=True)
+    nodes: Mapped[int]
+    version: Mapped[int]
+    env: Mapped[dict[str, Any]]
+    fwd_precision: Mapped[str] = mapped_column(String(8))
+    bwd_precision: Mapped[str] = mapped_column(String(8))
+    batch_size: Mapped[int]
+    sharding: Mapped[str] = mapped_column(String(32))
+    num_threads: Mapped[int | None] = mapped_column(Integer)
+    evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    study_id: Mapped[int | None] = mapped_column(ForeignKey("at_studies.id"))
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    cluster: Mapped[Cluster] = relationship(lazy="joined")
+    workload: Mapped[Workload] = relationship(lazy="joined")
+
+
+class Quarantine(Base):
+    """Env configs that crashed, hung or failed NCCL init on a cluster: never launched again there."""
+
+    __tablename__ = "at_quarantine"
+    __table_args__ = (UniqueConstraint("cluster_id", "env_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
+    env_hash: Mapped[str] = mapped_column(String(64))
+    env: Mapped[dict[str, Any]]
+    reason: Mapped[str] = mapped_column(Text)
+    launch_id: Mapped[int | None] = mapped_column(ForeignKey("at_launches.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

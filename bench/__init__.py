@@ -1,0 +1,1 @@
+"""Benchmarks of the product against its baselines (`make bench`)."""

@@ -1,0 +1,149 @@
+"""The `autotuner` CLI, driven with Typer's runner (and a real process where the entry point matters)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LANDSCAPE = DATA / "landscape-small.json"
+runner = CliRunner()
+
+
+@pytest.fixture
+def db(tmp_path):
+    return f"sqlite:///{tmp_path / 'at.db'}"
+
+
+@pytest.fixture
+def tuned(tmp_path, db):
+    """A finished replay study whose config is published."""
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "env:\n  NCCL_NSOCKS_PERTHREAD: [null, 4]\nprecisions: [[fp32, fp32], [fp16, fp16], [fp8, bf16], [int8, int8]]\n"
+        "batch_sizes: [64, 256]\n"
+    )
+    result = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space),
+                                 "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3",
+                                 "--candidates-per-launch", "3", "--confirm-rounds", "2",
+                                 "--workdir", str(tmp_path / "runs"), "--db", db])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_tune_prints_best_vs_baseline_and_publishes(tuned):
+    out = tuned.output
+    assert "best vs baseline" in out and "baseline" in out
+    assert "confirmed speedup" in out
+    assert "published cpu-box/small version 1" in out
+
+
+def test_env_prints_quoted_exports_of_the_published_config(tuned, db):
+    result = runner.invoke(app, ["env", "--cluster", "cpu-box", "--workload", "small", "--db", db])
+    assert result.exit_code == 0
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("# nccl-autotuner cpu-box/small/1n/v1")
+    assert all(line.startswith("export AUTOTUNER_") or line.startswith("export NCCL_") for line in lines[1:])
+    assert any(line.startswith("export AUTOTUNER_BATCH_SIZE=") for line in lines)
+
+
+def test_env_for_an_unknown_workload_prints_nothing_and_exits_0(tuned, db):
+    result = runner.invoke(app, ["env", "--cluster", "cpu-box", "--workload", "nope", "--db", db])
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_configs_history_pin_rollback(tuned, db):
+    listing = runner.invoke(app, ["configs", "--db", db])
+    assert listing.exit_code == 0 and "cpu-box" in listing.output and "v1" in listing.output
+    assert (
+        runner.invoke(app, ["configs", "rollback", "cpu-box", "small", "--db", db]).exit_code == 2
+    )  # only v1
+    shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--format", "slurm", "--db", db])
+    assert shown.exit_code == 0 and "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout
+
+
+def test_tune_resumes_a_finished_study_without_redoing_it(tuned, tmp_path, db):
+    again = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", "x", "--space", "socket",
+                                "--study", "cpu-box.small.1", "--db", db])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert "resuming study cpu-box.small.1 (id 1, done)" in again.output
+
+
+@pytest.mark.parametrize(
+    ("args", "variable", "rule"),
+    [
+        (["NCCL_NSOCK_PERTHREAD=4"], "NCCL_NSOCK_PERTHREAD", "unknown-variable"),
+        (["LD_PRELOAD=/tmp/x.so"], "LD_PRELOAD", "injection"),
+        (["PYTHONPATH=/tmp"], "PYTHONPATH", "injection"),
+        (["NCCL_BUFFSIZE=4MB"], "NCCL_BUFFSIZE", "not-decimal"),
+        (["NCCL_BUFFSIZE=0x10"], "NCCL_BUFFSIZE", "not-decimal"),
+        (["NCCL_BUFFSIZE=010"], "NCCL_BUFFSIZE", "not-decimal"),
+        (["NCCL_P2P_PXN_LEVEL=7"], "NCCL_P2P_PXN_LEVEL", "out-of-domain"),
+        (["NCCL_NSOCKS_PERTHREAD=16", "NCCL_SOCKET_NTHREADS=8"], "NCCL_NSOCKS_PERTHREAD", "constraint"),
+        (["NCCL_PROTO=LL128"], "NCCL_PROTO", "risky"),
+    ],
+)
+def test_lint_env_rejects_bad_input_naming_variable_and_rule(args, variable, rule):
+    result = runner.invoke(app, ["lint", *[a for x in args for a in ("--env", x)]])
+    assert result.exit_code == 2, result.output
+    assert variable in result.output and rule in result.output
+
+
+def test_lint_env_accepts_risky_when_allowed_and_clean_env():
+    ok = runner.invoke(app, ["lint", "--env", "NCCL_PROTO=Simple", "--allow-risky", "NCCL_PROTO"])
+    assert ok.exit_code == 0, ok.output
+    assert (
+        runner.invoke(
+            app, ["lint", "--env", "NCCL_NSOCKS_PERTHREAD=4", "--env", "NCCL_SOCKET_NTHREADS=2"]
+        ).exit_code
+        == 0
+    )
+
+
+def test_lint_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  NCCL_BUFFSIZE: ['4MB']\n  LD_LIBRARY_PATH: ['/x']\n")
+    result = runner.invoke(app, ["lint", str(bad)])
+    assert result.exit_code == 2
+    assert "not-decimal" in result.output and "injection" in result.output
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"env": {"NCCL_NSOCKS_PERTHREAD": [1, 2, 4]}}))
+    assert runner.invoke(app, ["lint", str(good)]).exit_code == 0
+    assert runner.invoke(app, ["lint", str(tmp_path / "missing.yaml")]).exit_code == 2
+
+
+def test_tune_rejects_bad_input_with_a_clear_message(tmp_path, db):
+    workload = tmp_path / "w.json"
+    workload.write_text('{"name": "w", "tables": []}')
+    result = runner.invoke(
+        app, ["tune", "--cluster", "c", "--workload", str(workload), "--space", "socket", "--db", db]
+    )
+    assert result.exit_code == 2 and "workload.tables" in result.output
+    result = runner.invoke(app, ["tune", "--cluster", "../etc", "--workload", str(workload), "--space", "socket",
+                                 "--db", db])  # fmt: skip
+    assert result.exit_code == 2 and "cluster name" in result.output
+
+
+def test_hook_entry_point_skips_heavy_imports(tmp_path):
+    """`autotuner env` runs at every job start: no Typer, Rich, SQLAlchemy or torch on the service path."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['autotuner', 'env', '--server', 'http://127.0.0.1:9', '--cluster', 'c', '--workload', 'w']\n"
+        "from autotuner.__main__ import main\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    rc = exit.code\n"
+        "print(rc, sorted(m for m in ('typer', 'rich', 'sqlalchemy', 'torch', 'optuna') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "AUTOTUNER_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
+    assert out.stdout.strip() == "0 []", out.stderr
+    assert "unreachable" in out.stderr

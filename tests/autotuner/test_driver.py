@@ -1,0 +1,185 @@
+"""The study driver, on recorded real measurements (replay) so every run is deterministic."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotuner.driver import StudyDriver, optuna_storage
+from autotuner.executors import Landscape, LaunchState, ReplayExecutor
+from autotuner.executors.base import Description
+from autotuner.store import Store, env_hash
+from autotuner.study import StudySettings, create_study
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LANDSCAPE = DATA / "landscape-small.json"
+RECORDED = json.loads(LANDSCAPE.read_text())
+SPACE = {
+    "env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]},
+    "precisions": [["fp32", "fp32"], ["fp16", "fp16"], ["fp8", "bf16"], ["int8", "int8"]],
+    "batch_sizes": [64, 256],
+}
+
+
+def study_with(store: Store, tmp_path: Path, space=None, name=None, **settings):
+    defaults = dict(executor="replay", trials=3, candidates_per_launch=3, confirm_rounds=2, seed=7,
+                    workdir=str(tmp_path / "runs"), executor_options={"landscape": str(LANDSCAPE)})  # fmt: skip
+    defaults.update(settings)
+    return create_study(store, cluster="cpu-box", workload=RECORDED["workload"], space=space or SPACE,
+                        settings=StudySettings(**defaults), name=name)  # fmt: skip
+
+
+def replay(seed: int = 7) -> ReplayExecutor:
+    return ReplayExecutor(Landscape.load(LANDSCAPE), seed=seed)
+
+
+def measured(store: Store, study_id: int) -> list[tuple[str, str]]:
+    return [(json.dumps(c.env, sort_keys=True), f"{c.fwd_precision}/{c.bwd_precision}/{c.batch_size}")
+            for c in store.candidates(study_id)]  # fmt: skip
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    yield s
+    s.dispose()
+
+
+def test_study_runs_baseline_search_confirm_and_publishes(store, tmp_path):
+    study = study_with(store, tmp_path)
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    launches = store.launches(study.id)
+    assert [launch.kind for launch in launches[:4]] == ["baseline", "search", "search", "search"]
+    assert all(launch.kind == "confirm" for launch in launches[4:])
+    assert launches[0].env == {} and launches[0].spec["candidates"] == [
+        {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64, "sharding": "table_wise"}
+    ]
+    assert all(1 <= len(launch.spec["candidates"]) <= 3 for launch in launches[1:4])
+    # every searched candidate is an Optuna trial with the measured value
+    ostudy = optuna.load_study(study_name=f"autotuner-study-{study.id}", storage=optuna_storage(store.url))
+    values = {t.number: t.value for t in ostudy.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    searched = store.candidates(study.id, kinds=["search"])
+    assert searched and all(
+        c.optuna_number is None or values[c.optuna_number] == c.samples_per_s for c in searched
+    )
+    assert len([c for c in searched if c.optuna_number is not None]) >= 3
+    outcome = final.outcome
+    assert outcome["rounds"] == 2 and outcome["ci_low"] <= outcome["speedup"] <= outcome["ci_high"]
+    config = store.served_config("cpu-box", "small")
+    assert config is not None and config.version == outcome["published_version"]
+    assert config.evidence["study_id"] == study.id
+
+
+def test_same_seed_same_study(store, tmp_path):
+    a = study_with(store, tmp_path, name="a")
+    b = study_with(store, tmp_path, name="b")
+    StudyDriver(store, a.id, replay(), poll_s=0.01).run()
+    StudyDriver(store, b.id, replay(), poll_s=0.01).run()
+    assert measured(store, a.id) == measured(store, b.id)
+
+
+def test_accuracy_guardrail_makes_fp8_infeasible_and_unpublishable(store, tmp_path):
+    study = study_with(
+        store, tmp_path, space={**SPACE, "max_quant_error": 0.01}, trials=4, candidates_per_launch=4
+    )
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    fp8 = [c for c in store.candidates(study.id) if c.fwd_precision == "fp8"]
+    assert fp8 and all(c.state == "infeasible" and "tolerance 0.01" in c.error for c in fp8)
+    config = store.served_config("cpu-box", "small")
+    assert config.fwd_precision != "fp8"
+    assert store.candidate(final.best_candidate_id).state == "ok"
+
+
+class CrashingReplay(ReplayExecutor):
+    """Launches whose env sets NCCL_NSOCKS_PERTHREAD=4 die without a result (a bad NCCL config)."""
+
+    def describe(self, backend_id, launch):
+        if launch.env.get("NCCL_NSOCKS_PERTHREAD") == "4":
+            launch.result_path.unlink(missing_ok=True)
+            return Description(LaunchState.FAILED, 134, "killed by signal 6")
+        return super().describe(backend_id, launch)
+
+
+def test_failed_launch_is_recorded_quarantined_and_the_study_goes_on(store, tmp_path):
+    study = study_with(store, tmp_path, trials=4)
+    final = StudyDriver(store, study.id, CrashingReplay(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done"
+    bad = [launch for launch in store.launches(study.id) if launch.env.get("NCCL_NSOCKS_PERTHREAD") == "4"]
+    assert len(bad) == 1, "a quarantined env config must not be launched again"
+    assert bad[0].state == "failed" and "signal 6" in bad[0].error
+    assert all(c.state == "failed" for c in store.candidates(study.id, launch_id=bad[0].id))
+    assert env_hash(bad[0].env) in store.quarantined(study.cluster_id)
+    assert store.served_config("cpu-box", "small").env.get("NCCL_NSOCKS_PERTHREAD") != "4"
+
+
+def test_time_budget_stops_new_launches(store, tmp_path):
+    study = study_with(store, tmp_path, trials=None, time_budget_s=0.001, confirm_rounds=0)
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done"
+    assert [launch.kind for launch in store.launches(study.id)] == ["baseline"]
+
+
+def test_cancel_from_another_process_stops_the_study(store, tmp_path):
+    study = study_with(store, tmp_path, trials=50)
+
+    class SlowReplay(ReplayExecutor):
+        def describe(self, backend_id, launch):
+            if launch.name.endswith("-l3"):
+                store.update_study(study.id, state="cancelled")  # someone pressed cancel
+                return Description(LaunchState.RUNNING)
+            return super().describe(backend_id, launch)
+
+    final = StudyDriver(store, study.id, SlowReplay(Landscape.load(LANDSCAPE)), poll_s=0.01).run()
+    assert final.state == "cancelled"
+    assert len(store.launches(study.id)) == 3
+    assert store.launches(study.id)[-1].state == "cancelled"
+
+
+def test_a_second_driver_cannot_run_a_leased_study(store, tmp_path):
+    from autotuner.driver import StudyBusy
+
+    study = study_with(store, tmp_path)
+    assert store.acquire_study(study.id, "someone-else", lease_s=60)
+    with pytest.raises(StudyBusy):
+        StudyDriver(store, study.id, replay()).run()
+
+
+def test_settings_reject_inconsistent_budgets():
+    with pytest.raises(ValueError, match="budget"):
+        StudySettings(trials=None, time_budget_s=None)
+    with pytest.raises(ValueError, match="at least 2"):
+        StudySettings(confirm_rounds=1)
+    with pytest.raises(ValueError, match="landscape"):
+        StudySettings(executor="replay")
+    with pytest.raises(ValueError, match="fabric"):
+        StudySettings(executor="replay", fabric="1gbit", executor_options={"landscape": "x"})
+
+
+def test_lease_runs_concurrently_only_once(store, tmp_path):
+    """Two drivers started at once on one study: exactly one runs it."""
+    from autotuner.driver import StudyBusy
+
+    study = study_with(store, tmp_path)
+    outcomes = []
+
+    def go():
+        try:
+            outcomes.append(StudyDriver(store, study.id, replay(), poll_s=0.01).run().state)
+        except StudyBusy:
+            outcomes.append("busy")
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) in (
+        ["busy", "done"],
+        ["done", "done"],
+    )  # the second may start after the first ends
+    assert len(store.candidates(study.id, kinds=["baseline"])) == 1

@@ -1,0 +1,78 @@
+"""SIGKILL of a running `autotuner tune`: nothing finished is lost, the study finishes on re-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotuner.store import Store
+
+WORKLOAD = {"name": "tiny", "batch_size": 32,
+            "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32, "pooling_factor": 2}
+                       for i in range(2)]}  # fmt: skip
+SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 2]}, "precisions": [["fp32", "fp32"], ["fp16", "fp16"]],
+         "batch_sizes": [32, 64]}  # fmt: skip
+
+
+def tune(tmp_path, db, *extra):
+    args = [
+        sys.executable,
+        "-m",
+        "autotuner",
+        "tune",
+        "--db",
+        db,
+        "--workdir",
+        str(tmp_path / "runs"),
+        *extra,
+    ]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "AUTOTUNER_DATA_DIR": str(tmp_path)})  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_loses_no_finished_trial_and_resume_finishes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    (tmp_path / "w.json").write_text(json.dumps(WORKLOAD))
+    (tmp_path / "s.json").write_text(json.dumps(SPACE))
+    first = tune(tmp_path, db, "--cluster", "box", "--workload", str(tmp_path / "w.json"), "--space",
+                 str(tmp_path / "s.json"), "--study", "resumable", "--trials", "3", "--candidates-per-launch", "2",
+                 "--iterations", "3", "--warmup", "1", "--confirm-rounds", "2")  # fmt: skip
+    store = Store(db)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        study = store.study("resumable")
+        launches = store.launches(study.id) if study else []
+        if sum(launch.state == "succeeded" for launch in launches) >= 2 and launches[-1].state == "running":
+            break
+        assert first.poll() is None, first.stdout.read()
+        time.sleep(0.2)
+    else:
+        pytest.fail("the study never got two launches done")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    before = {c.id: (c.samples_per_s, c.state) for c in store.candidates(study.id)}
+    running = launches[-1]
+    assert before, "finished launches had recorded candidates before the kill"
+
+    second = tune(tmp_path, db, "--study", "resumable")
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    assert "resuming study resumable" in output
+
+    after = {c.id: (c.samples_per_s, c.state) for c in store.candidates(study.id)}
+    assert {k: after[k] for k in before} == before  # every finished trial survived, unchanged
+    final = store.study(study.id)
+    assert final.state == "done" and final.outcome["published_version"] == 1
+    survivor = store.launch(running.id)
+    retried = [x for x in store.launches(study.id) if x.attempt == 2 and x.env == running.env]
+    # the launch that was running when the tuner died: followed to its end, or failed and retried
+    assert survivor.state == "succeeded" or (survivor.state == "failed" and retried)
+    attempts_1 = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 1]
+    assert len(attempts_1) == 3  # the budget counts launches, not restarts

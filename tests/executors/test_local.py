@@ -1,0 +1,117 @@
+"""The local executor: its request (golden), and real launches that hang, crash, or outlive the tuner."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.local import _tagged
+
+SPEC = {
+    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
+                                          "pooling_factor": 2} for i in range(2)]},
+    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
+    "warmup": 1,
+    "iterations": 3,
+}  # fmt: skip
+
+GOLDEN = """\
+#!/bin/sh
+# nccl-autotuner launch s1-l7 (local executor)
+cd /srv/autotuner/study-1/launch-0007
+export NCCL_NSOCKS_PERTHREAD=4
+export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
+/opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+rc=$?
+echo $rc > /srv/autotuner/study-1/launch-0007/exit_code
+exit $rc
+"""
+
+GOLDEN_FABRIC = """\
+#!/bin/sh
+# nccl-autotuner launch s1-l7 (local executor)
+cd /srv/autotuner/study-1/launch-0007
+# emulated fabric: loopback limited to 2gbit (tbf) in a network namespace
+ip netns add at-s1-l7 || exit 97
+trap 'ip netns del at-s1-l7' EXIT
+ip netns exec at-s1-l7 ip link set lo up
+ip netns exec at-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 256kb latency 50ms
+ip netns exec at-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+rc=$?
+echo $rc > /srv/autotuner/study-1/launch-0007/exit_code
+exit $rc
+"""
+
+
+def request(tmp: Path | None = None, **kw) -> LaunchRequest:
+    defaults = dict(name="s1-l7", spec=SPEC, env={}, workdir=tmp or Path("/srv/autotuner/study-1/launch-0007"),
+                    python="/opt/py/bin/python", timeout_s=120)  # fmt: skip
+    defaults.update(kw)
+    return LaunchRequest(**defaults)
+
+
+def test_dryrun_script_is_golden_and_quotes_values():
+    env = {"NCCL_SOCKET_IFNAME": "eth0,eth1;rm -rf /", "NCCL_NSOCKS_PERTHREAD": "4"}
+    assert LocalExecutor().dryrun(request(env=env)).rendered == GOLDEN
+
+
+def test_dryrun_with_emulated_fabric_is_golden():
+    assert LocalExecutor(fabric=Fabric("2gbit")).dryrun(request()).rendered == GOLDEN_FABRIC
+
+
+@pytest.mark.parametrize("rate", ["2 gbit", "2gbit; reboot", "fast", "0gbit"])
+def test_fabric_rate_is_validated(rate):
+    with pytest.raises(ValueError, match="fabric rate"):
+        Fabric(rate)
+
+
+def test_more_than_one_node_is_refused():
+    with pytest.raises(ValueError, match="one node"):
+        LocalExecutor().dryrun(request(nnodes=2))
+
+
+@pytest.mark.slow
+def test_hung_trial_is_killed_and_marked_within_timeout(tmp_path):
+    launch = request(tmp_path, spec={**SPEC, "extra": {"inject": "hang"}}, python=_python(), timeout_s=12)
+    started = time.monotonic()
+    outcome = LocalExecutor().run(launch)
+    elapsed = time.monotonic() - started
+    assert outcome.state == LaunchState.TIMEOUT
+    assert "timeout" in outcome.reason
+    assert elapsed < launch.timeout_s + 10
+    tag = (tmp_path / "tag").read_text()
+    assert _tagged(tag) == set()  # every rank is gone, not just torchrun
+
+
+@pytest.mark.slow
+def test_crashed_rank_fails_the_launch_with_reason_and_log_tail(tmp_path):
+    outcome = LocalExecutor().run(
+        request(tmp_path, spec={**SPEC, "extra": {"inject": "crash"}}, python=_python())
+    )
+    assert outcome.state == LaunchState.FAILED
+    assert outcome.reason  # e.g. "exit code 1" / "no result written"
+    assert "injecting fault 'crash'" in outcome.log_tail
+
+
+@pytest.mark.slow
+def test_a_new_executor_reattaches_to_a_running_launch(tmp_path):
+    """The tuner dies, the launch (own session) lives on; after a restart it is followed to its end."""
+    first = LocalExecutor()
+    launch = request(tmp_path, python=_python(), env={"NCCL_BUFFSIZE": "1048576"})
+    backend_id, _ = first.submit(launch)
+    del first  # the process that started it is gone (as far as the launch is concerned)
+    again = LocalExecutor()
+    assert again.describe(backend_id, launch).state == LaunchState.RUNNING
+    outcome = again.wait(backend_id, launch, started=time.monotonic())
+    assert outcome.state == LaunchState.SUCCEEDED, outcome.log_tail
+    assert outcome.result["env"]["NCCL_BUFFSIZE"] == "1048576"
+    assert outcome.result["candidates"][0]["status"] == "ok"
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
