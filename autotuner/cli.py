@@ -57,25 +57,6 @@ def _load_json(path: Path, what: str) -> Any:
         raise _fail(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
-def make_executor(settings: StudySettings):  # noqa: ANN201
-    """The executor a study's settings ask for."""
-    from autotuner import executors
-
-    if settings.executor == "local":
-        fabric = executors.Fabric(settings.fabric) if settings.fabric else None
-        return executors.LocalExecutor(fabric=fabric)
-    if settings.executor == "replay":
-        landscape = executors.Landscape.load(settings.executor_options["landscape"])
-        return executors.ReplayExecutor(landscape, seed=settings.seed)
-    if settings.executor == "slurm":
-        from autotuner.executors.slurm import SlurmExecutor
-
-        return SlurmExecutor(**settings.executor_options)
-    from autotuner.executors.kubernetes import KubernetesExecutor
-
-    return KubernetesExecutor(**settings.executor_options)
-
-
 @app.command()
 def tune(
     cluster: Annotated[str | None, typer.Option(help="cluster name: configs are keyed by it")] = None,
@@ -110,6 +91,7 @@ def tune(
     """Run (or resume) a tuning study, then publish the confirmed best config."""
     from autotuner.driver import Progress as DriverProgress
     from autotuner.driver import StudyBusy, StudyDriver
+    from autotuner.executors import make_executor
 
     store = _store(db)
     existing = store.study(study) if study else None
@@ -377,3 +359,33 @@ def exec_cmd(ctx: typer.Context) -> None:
     from autotuner.hook import exec_main
 
     raise typer.Exit(exec_main(list(ctx.args)))
+
+
+# ---------------------------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (AUTOTUNER_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (AUTOTUNER_PORT)")] = None,
+    db: DbOption = None,
+    scheduler: Annotated[bool | None, typer.Option(help="run queued studies in this process")] = None,
+) -> None:
+    """Run the service: REST API, dashboard, and the background study scheduler."""
+    import logging
+
+    import uvicorn
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "database_url": db,
+                                                   "scheduler": scheduler}.items() if v is not None}  # fmt: skip
+    try:
+        settings = Settings(**overrides)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} (store {settings.url})")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                access_log=False)  # fmt: skip

@@ -95,7 +95,7 @@ def create_study(
     try:
         workload_spec = parse_workload(workload)
     except SpecError as exc:
-        raise ValueError(f"workload {exc}") from exc
+        raise ValueError(str(exc)) from exc
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
     if name is None:

@@ -1,5 +1,9 @@
 """Executors run trial launches: locally, from recorded results, on Slurm, on Kubernetes."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from autotuner.executors.base import (
     AppDryrun,
     Description,
@@ -10,6 +14,26 @@ from autotuner.executors.base import (
 )
 from autotuner.executors.local import Fabric, LocalExecutor
 from autotuner.executors.replay import Landscape, ReplayExecutor
+
+if TYPE_CHECKING:
+    from autotuner.study import StudySettings
+
+
+def make_executor(settings: StudySettings) -> Executor:
+    """The executor a study's settings ask for (cluster backends imported only when used)."""
+    if settings.executor == "local":
+        return LocalExecutor(fabric=Fabric(settings.fabric) if settings.fabric else None)
+    if settings.executor == "replay":
+        landscape = Landscape.load(settings.executor_options["landscape"])
+        return ReplayExecutor(landscape, seed=settings.seed)
+    if settings.executor == "slurm":
+        from autotuner.executors.slurm import SlurmExecutor
+
+        return SlurmExecutor(**settings.executor_options)
+    from autotuner.executors.kubernetes import KubernetesExecutor
+
+    return KubernetesExecutor(**settings.executor_options)
+
 
 __all__ = [
     "AppDryrun",
@@ -22,4 +46,5 @@ __all__ = [
     "LocalExecutor",
     "Outcome",
     "ReplayExecutor",
+    "make_executor",
 ]

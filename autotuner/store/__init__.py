@@ -3,6 +3,7 @@
 from autotuner.store.models import Candidate, Cluster, Config, Launch, Quarantine, Study, Workload, utcnow
 from autotuner.store.repo import (
     ACTIVE_STUDY_STATES,
+    CANDIDATE_SORT_KEYS,
     STUDY_STATES,
     NotFound,
     Store,
@@ -12,6 +13,7 @@ from autotuner.store.repo import (
 
 __all__ = [
     "ACTIVE_STUDY_STATES",
+    "CANDIDATE_SORT_KEYS",
     "STUDY_STATES",
     "Candidate",
     "Cluster",

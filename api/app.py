@@ -1,0 +1,125 @@
+"""The service: `create_app(settings)` builds everything (no engine or settings at import time)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from api.cache import ConfigCache
+from api.metrics import Metrics
+from api.routes import configs, studies, system
+from api.scheduler import Scheduler
+from api.settings import Settings
+from autotuner import __version__
+from autotuner.executors import make_executor
+from autotuner.store import Store
+
+log = logging.getLogger("autotuner.api")
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Guard:
+    """Pure ASGI (cheap on the hot path): request latency per route, and 413 for bodies over the
+    limit, whether announced (Content-Length) or streamed (chunked)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            route = getattr(scope.get("route"), "path", "other")
+            scope["app"].state.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+    async def _limited(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._reject(send)
+        seen = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = b'{"detail":"request body too large (limit %d bytes)"}' % self.max_bytes
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.store = store or Store(settings.url)
+        app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s)
+        app.state.cache.start()
+        app.state.metrics = Metrics(app.state.store)
+        app.state.scheduler = None
+        if settings.scheduler:
+            app.state.scheduler = Scheduler(
+                app.state.store, make_executor, on_study_end=app.state.cache.refresh
+            )
+            app.state.scheduler.start()
+        yield
+        if app.state.scheduler is not None:
+            app.state.scheduler.stop()
+        app.state.cache.stop()
+
+    app = FastAPI(
+        title="nccl-autotuner",
+        version=__version__,
+        summary="Tunes NCCL env, comm precision and batch size for TorchRec all-to-all; serves the result to jobs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.tokens = settings.token_scopes()
+    app.include_router(system.router)
+    app.include_router(studies.router)
+    app.include_router(configs.router)
+    try:
+        from api import dashboard
+    except ImportError:  # the dashboard is optional for an API-only deployment
+        dashboard = None  # type: ignore[assignment]
+    if dashboard is not None:
+        dashboard.mount(app)
+
+    app.add_middleware(Guard, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # One readable line per problem, naming the field; the structured list stays beside it.
+        errors = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()]  # fmt: skip
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors]
+        return JSONResponse(status_code=422, content={"detail": "; ".join(lines), "errors": errors})
+
+    return app

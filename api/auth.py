@@ -1,0 +1,40 @@
+"""Bearer tokens with scopes. read < write < admin: a higher scope can do what a lower one can."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+RANK = {"read": 0, "write": 1, "admin": 2}
+
+
+def scope_of(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    for secret, scope in request.app.state.tokens.items():
+        if hmac.compare_digest(secret.encode(), token.strip().encode()):
+            return scope
+    return None
+
+
+def require(scope: str):  # noqa: ANN201 - a FastAPI dependency factory
+    def check(request: Request) -> str | None:
+        if scope == "read" and request.app.state.settings.public_read:
+            return None
+        held = scope_of(request)
+        if held is None:
+            raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+        if RANK[held] < RANK[scope]:
+            raise HTTPException(403, f"this token has scope {held!r}; {scope!r} is needed")
+        return held
+
+    return Depends(check)
+
+
+ReadAccess = Annotated[str | None, require("read")]
+WriteAccess = Annotated[str | None, require("write")]
+AdminAccess = Annotated[str | None, require("admin")]

@@ -1,0 +1,44 @@
+"""Prometheus metrics: studies and trials by state (read at scrape time), config fetches, latency."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from autotuner.store import Candidate, Store, Study
+
+
+class StoreCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        studies = GaugeMetricFamily("autotuner_studies", "Studies by state", labels=["state"])
+        trials = GaugeMetricFamily("autotuner_trials", "Measured candidates by state", labels=["state"])
+        with self.store.session() as s:
+            for state, n in s.execute(select(Study.state, func.count(Study.id)).group_by(Study.state)):
+                studies.add_metric([state], n)
+            for state, n in s.execute(
+                select(Candidate.state, func.count(Candidate.id)).group_by(Candidate.state)
+            ):
+                trials.add_metric([state], n)
+        yield studies
+        yield trials
+
+
+class Metrics:
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(StoreCollector(store))
+        self.config_fetches = Counter(
+            "autotuner_config_fetches", "Config fetches by format and result", ["format", "result"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "autotuner_request_seconds", "Request latency by route", ["route"], registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )  # fmt: skip

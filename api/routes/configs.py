@@ -1,0 +1,84 @@
+"""Published configs: the hot path (a job start fetches one), history, pin, rollback."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+
+from api.auth import AdminAccess, ReadAccess, require
+from api.deps import CacheDep, StoreDep
+from api.schemas import ConfigPublic, PinRequest, RollbackRequest
+from autotuner.configs import config_to_dict
+from autotuner.store import NotFound
+from autotuner.study import NAME_RE, NAME_RULE
+
+router = APIRouter(prefix="/v1/configs", tags=["configs"])
+NameParam = Path(min_length=1, max_length=128, pattern=NAME_RE.pattern, description=NAME_RULE)
+Cluster = Annotated[str, NameParam]
+Workload = Annotated[str, NameParam]
+MEDIA = {"json": "application/json", "env": "text/plain; charset=utf-8", "slurm": "text/plain; charset=utf-8"}
+_read = require("read").dependency
+
+
+@router.get("", response_model=list[ConfigPublic])
+def served(cache: CacheDep, _: ReadAccess) -> list[dict]:
+    """The config each (cluster, workload, nodes) serves now."""
+    return cache.all()
+
+
+@router.get(
+    "/{cluster}/{workload}",
+    response_model=ConfigPublic,
+    responses={200: {"content": {"text/plain": {}}, "description": "the config (JSON, or export lines)"},
+               404: {"description": "nothing published for this cluster and workload"}},
+)  # fmt: skip
+async def fetch(
+    request: Request,
+    cluster: Cluster,
+    workload: Workload,
+    nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    format: Annotated[Literal["json", "env", "slurm"], Query()] = "json",
+) -> Response:
+    """The tuned config for a job: JSON with its evidence, `format=env` export lines (values quoted),
+    `format=slurm` TaskProlog lines. `nodes` picks the nearest tuned node count.
+
+    Served from memory (no database access, no Optuna, no torch): thousands of jobs start at once.
+    """
+    _read(request)  # auth inline: this route is the hot path
+    served = request.app.state.cache.get(cluster, workload, nodes)
+    request.app.state.metrics.config_fetches.labels(format, "hit" if served else "miss").inc()
+    if served is None:
+        raise HTTPException(404, f"no config published for {cluster}/{workload}")
+    return Response(served.body[format], media_type=MEDIA[format])
+
+
+@router.get("/{cluster}/{workload}/history", response_model=list[ConfigPublic])
+def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess) -> list[dict]:
+    """Every published version, newest first."""
+    return [config_to_dict(row) for row in store.config_history(cluster, workload)]
+
+
+@router.post("/{cluster}/{workload}/pin", response_model=ConfigPublic)
+def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep, cache: CacheDep,
+        _: AdminAccess) -> dict:  # fmt: skip
+    """Serve one version regardless of newer publishes (`version: null` unpins)."""
+    try:
+        row = store.pin_config(cluster, workload, body.nodes, body.version)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    cache.refresh()
+    assert row is not None
+    return config_to_dict(row)
+
+
+@router.post("/{cluster}/{workload}/rollback", response_model=ConfigPublic)
+def rollback(cluster: Cluster, workload: Workload, body: RollbackRequest, store: StoreDep, cache: CacheDep,
+             _: AdminAccess) -> dict:  # fmt: skip
+    """Serve the version before the current one (pins it)."""
+    try:
+        row = store.rollback_config(cluster, workload, body.nodes)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    cache.refresh()
+    return config_to_dict(row)

@@ -1,0 +1,127 @@
+"""Tuning studies: create, list, show, cancel; their trials and launches."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from api.auth import ReadAccess, WriteAccess
+from api.deps import SettingsDep, StoreDep
+from api.schemas import (
+    LaunchPublic,
+    StudiesPublic,
+    StudyCreate,
+    StudyPublic,
+    TrialsPublic,
+    launch_public,
+    study_public,
+    trial_public,
+)
+from autotuner.space import SpaceError
+from autotuner.store import CANDIDATE_SORT_KEYS, STUDY_STATES, Store, Study
+from autotuner.study import StudySettings, create_study
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+StudyId = Annotated[int, Path(ge=1, le=2**31)]
+
+
+def to_public(store: Store, study: Study) -> StudyPublic:
+    best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
+    if best is None:
+        top = store.candidates(study.id, kinds=["search", "baseline"], states=["ok"], order_by="samples_per_s",
+                               descending=True, limit=1)  # fmt: skip
+        best = top[0] if top else None
+    baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
+    if baseline is None:
+        rows = store.candidates(study.id, kinds=["baseline"], states=["ok"], limit=1)
+        baseline = rows[0] if rows else None
+    return study_public(study, store.count_candidates(study.id), best, baseline)
+
+
+def get_study(store: Store, study_id: int) -> Study:
+    study = store.study(study_id)
+    if study is None:
+        raise HTTPException(404, f"study {study_id} not found")
+    return study
+
+
+@router.post("", status_code=201, response_model=StudyPublic)
+def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAccess) -> StudyPublic:
+    """Queue a tuning study; the service's scheduler runs it."""
+    executor = body.settings.executor
+    if executor not in settings.allowed_executors():
+        raise HTTPException(422, f"settings.executor {executor!r} is not enabled here "
+                                 f"(enabled: {', '.join(settings.allowed_executors())})")  # fmt: skip
+    try:
+        study_settings = StudySettings(
+            **body.settings.model_dump(),
+            workdir=str(settings.data_dir / "runs"),
+            executor_options=settings.options_for(executor),
+        )
+    except ValueError as exc:
+        raise HTTPException(422, f"settings: {exc}") from exc
+    try:
+        study = create_study(store, cluster=body.cluster, workload=body.workload, space=body.space,
+                             settings=study_settings, name=body.name)  # fmt: skip
+    except SpaceError as exc:
+        raise HTTPException(422, {"message": "invalid search space", "problems": [
+            {"variable": p.variable, "rule": p.rule, "message": p.message} for p in exc.problems]}) from exc  # fmt: skip
+    except ValueError as exc:
+        status = 409 if "already exists" in str(exc) else 422
+        raise HTTPException(status, str(exc)) from exc
+    return to_public(store, study)
+
+
+@router.get("", response_model=StudiesPublic)
+def list_studies(
+    store: StoreDep,
+    _: ReadAccess,
+    state: Annotated[Literal[STUDY_STATES] | None, Query()] = None,  # type: ignore[valid-type]
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> StudiesPublic:
+    states = [state] if state else None
+    rows = store.studies(states=states, limit=limit, offset=offset)
+    return StudiesPublic(data=[to_public(store, s) for s in rows], count=store.count_studies(states=states))
+
+
+@router.get("/{study_id}", response_model=StudyPublic)
+def show(study_id: StudyId, store: StoreDep, _: ReadAccess) -> StudyPublic:
+    return to_public(store, get_study(store, study_id))
+
+
+@router.post("/{study_id}/cancel", response_model=StudyPublic)
+def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
+    """Stop a queued or running study; its running launch is killed at the next heartbeat."""
+    study = get_study(store, study_id)
+    if study.state in ("done", "failed", "cancelled"):
+        raise HTTPException(409, f"study {study_id} is already {study.state}")
+    return to_public(store, store.update_study(study_id, state="cancelled"))
+
+
+@router.get("/{study_id}/trials", response_model=TrialsPublic)
+def trials(
+    study_id: StudyId,
+    store: StoreDep,
+    _: ReadAccess,
+    sort: Annotated[Literal[tuple(CANDIDATE_SORT_KEYS)], Query()] = "id",  # type: ignore[valid-type]
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    state: Annotated[Literal["ok", "failed", "infeasible"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> TrialsPublic:
+    """Measured candidates, paged and sortable."""
+    get_study(store, study_id)
+    states = [state] if state else None
+    rows = store.candidates(study_id, states=states, order_by=sort, descending=order == "desc",
+                            limit=limit, offset=offset)  # fmt: skip
+    counts = store.count_candidates(study_id, states=states)
+    return TrialsPublic(data=[trial_public(r) for r in rows], count=sum(counts.values()))
+
+
+@router.get("/{study_id}/launches", response_model=list[LaunchPublic])
+def launches(study_id: StudyId, store: StoreDep, _: ReadAccess) -> list[LaunchPublic]:
+    """Every launch with its state, and the log tail of those that failed."""
+    get_study(store, study_id)
+    return [launch_public(row) for row in store.launches(study_id)]

@@ -1,0 +1,55 @@
+"""Health, readiness, metrics, and the env lint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from api.auth import ReadAccess
+from api.deps import MetricsDep, StoreDep
+from api.schemas import LintPublic, LintRequest, ProblemPublic
+from autotuner.lint import lint_env
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "not ready"}})
+def readyz(request: Request, store: StoreDep, response: Response) -> dict[str, object]:
+    """The database answers and, where enabled, the scheduler runs."""
+    checks: dict[str, object] = {}
+    try:
+        with store.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {type(exc).__name__}"
+    scheduler = request.app.state.scheduler
+    checks["scheduler"] = "off" if scheduler is None else ("ok" if scheduler.alive else "stopped")
+    ready = checks["database"] == "ok" and checks["scheduler"] != "stopped"
+    if not ready:
+        response.status_code = 503
+    return {"ready": ready, **checks}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(metrics: MetricsDep) -> Response:
+    """Prometheus text format."""
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.post("/v1/lint", response_model=LintPublic, tags=["lint"])
+def lint(body: LintRequest, _: ReadAccess) -> LintPublic:
+    """Check a job's (or a config's) NCCL / EFA variables: unknown, unsafe, out-of-domain, conflicting."""
+    problems = lint_env(body.env, allow_risky=body.allow_risky)
+    return LintPublic(
+        ok=not any(p.severity == "error" for p in problems),
+        problems=[ProblemPublic(variable=p.variable, rule=p.rule, message=p.message, severity=p.severity)
+                  for p in problems],
+    )  # fmt: skip

@@ -1,0 +1,222 @@
+"""Request and response bodies. Layered: XCreate (input), XPublic (output), XsPublic (data, count)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from autotuner.study import NAME_RE, NAME_RULE, StudySettings
+from autotuner.store import Candidate, Launch, Study
+
+NAME_FIELD = {"min_length": 1, "max_length": 128, "pattern": NAME_RE.pattern, "description": NAME_RULE}
+
+
+class StudySettingsCreate(BaseModel):
+    """What a request may set. Where launches run (workdir, executor options) is the operator's call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: Literal["local", "replay", "slurm", "kubernetes"] = "local"
+    nproc_per_node: int = Field(2, ge=1, le=64)
+    nnodes: int = Field(1, ge=1, le=4096)
+    trials: int | None = Field(6, ge=0, le=10_000)
+    time_budget_s: float | None = Field(None, gt=0, le=7 * 86400)
+    candidates_per_launch: int | None = Field(None, ge=1, le=1000)
+    warmup: int = Field(3, ge=0, le=10_000)
+    iterations: int = Field(30, ge=1, le=100_000)
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int = Field(0, ge=0, le=2**31)
+    confirm_rounds: int = Field(3, ge=0, le=20)
+    launch_timeout_s: float = Field(900, gt=0, le=86400)
+    fabric: str | None = Field(None, max_length=16, pattern=r"^[1-9][0-9]*(kbit|mbit|gbit)$")
+    publish: bool = True
+
+
+class StudyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, **NAME_FIELD)
+    cluster: str = Field(**NAME_FIELD)
+    workload: dict[str, Any] = Field(description="the trial spec's workload object: name, tables, sharding")
+    space: dict[str, Any] | str = Field(description="a search space object, or a preset name (socket, efa)")
+    settings: StudySettingsCreate = Field(default_factory=StudySettingsCreate)
+
+    @field_validator("space")
+    @classmethod
+    def _preset_name(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
+        if isinstance(value, str) and len(value) > 64:
+            raise ValueError("a preset name is at most 64 characters")
+        return value
+
+
+class CandidateBrief(BaseModel):
+    id: int
+    env: dict[str, str]
+    fwd_precision: str
+    bwd_precision: str
+    batch_size: int
+    sharding: str
+    samples_per_s: float | None
+
+
+class StudyPublic(BaseModel):
+    id: int
+    name: str
+    cluster: str
+    workload: str
+    state: str
+    settings: dict[str, Any]
+    space: dict[str, Any]
+    launches_done: int
+    progress: float = Field(description="search launches done / budget (0..1)")
+    trial_counts: dict[str, int]
+    best: CandidateBrief | None
+    baseline: CandidateBrief | None
+    outcome: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class StudiesPublic(BaseModel):
+    data: list[StudyPublic]
+    count: int
+
+
+class TrialPublic(BaseModel):
+    id: int
+    launch_id: int
+    index: int
+    kind: str
+    optuna_number: int | None
+    env: dict[str, str]
+    fwd_precision: str
+    bwd_precision: str
+    effective_fwd_precision: str | None
+    effective_bwd_precision: str | None
+    batch_size: int
+    sharding: str
+    num_threads: int | None
+    state: str
+    samples_per_s: float | None
+    iter_ms: float | None
+    iter_cv: float | None
+    a2a_ms: float | None
+    a2a_bytes: float | None
+    busbw_gbps: float | None
+    quant_error_fwd: float | None
+    quant_error_bwd: float | None
+    error: str | None
+    created_at: datetime
+
+
+class TrialsPublic(BaseModel):
+    data: list[TrialPublic]
+    count: int
+
+
+class LaunchPublic(BaseModel):
+    id: int
+    seq: int
+    kind: str
+    attempt: int
+    state: str
+    env: dict[str, str]
+    executor: str
+    backend_id: str | None
+    candidates: int
+    error: str | None
+    log_tail: str | None
+    setup_s: float | None
+    wall_s: float | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ConfigPublic(BaseModel):
+    cluster: str
+    workload: str
+    nodes: int
+    version: int
+    pinned: bool
+    created_at: str
+    env: dict[str, str]
+    qcomms: dict[str, str]
+    batch_size: int
+    sharding: str
+    num_threads: int | None
+    exports: dict[str, str]
+    evidence: dict[str, Any]
+    fingerprint: dict[str, Any]
+    study_id: int | None
+
+
+class PinRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(1, ge=1, le=4096)
+    version: int | None = Field(None, ge=1, description="null: unpin (serve the latest)")
+
+
+class RollbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(1, ge=1, le=4096)
+
+
+class LintRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str] = Field(max_length=500)
+    allow_risky: list[str] = Field(default_factory=list, max_length=100)
+
+
+class ProblemPublic(BaseModel):
+    variable: str
+    rule: str
+    message: str
+    severity: str
+
+
+class LintPublic(BaseModel):
+    ok: bool
+    problems: list[ProblemPublic]
+
+
+def brief(row: Candidate | None) -> CandidateBrief | None:
+    if row is None:
+        return None
+    return CandidateBrief(
+        id=row.id, env=row.env, fwd_precision=row.fwd_precision, bwd_precision=row.bwd_precision,
+        batch_size=row.batch_size, sharding=row.sharding, samples_per_s=row.samples_per_s,
+    )  # fmt: skip
+
+
+def trial_public(row: Candidate) -> TrialPublic:
+    return TrialPublic.model_validate(row, from_attributes=True)
+
+
+def launch_public(row: Launch) -> LaunchPublic:
+    summary = row.summary or {}
+    return LaunchPublic(
+        id=row.id, seq=row.seq, kind=row.kind, attempt=row.attempt, state=row.state, env=row.env,
+        executor=row.executor, backend_id=row.backend_id, candidates=len(row.spec.get("candidates", [])),
+        error=row.error, log_tail=row.log_tail, setup_s=summary.get("setup_s"), wall_s=summary.get("wall_s"),
+        started_at=row.started_at, finished_at=row.finished_at,
+    )  # fmt: skip
+
+
+def study_public(
+    row: Study, counts: dict[str, int], best: Candidate | None, baseline: Candidate | None
+) -> StudyPublic:
+    budget = row.settings.get("trials")
+    progress = 1.0 if row.state == "done" else (min(1.0, row.launches_done / budget) if budget else 0.0)
+    return StudyPublic(
+        id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
+        settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
+        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=row.outcome, error=row.error,
+        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+    )  # fmt: skip

@@ -1,0 +1,72 @@
+"""Service settings: from AUTOTUNER_* environment variables, or a file named by AUTOTUNER_SETTINGS_FILE."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from autotuner.study import default_data_dir
+
+SCOPES = ("read", "write", "admin")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AUTOTUNER_",
+        env_file=os.environ.get("AUTOTUNER_SETTINGS_FILE"),
+        extra="ignore",
+    )
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None  # default: SQLite in data_dir
+    # "secret:scope" pairs, comma-separated; scopes: read < write < admin.
+    tokens: str = ""
+    public_read: bool = False  # 1: reads and the dashboard need no token
+    host: str = "127.0.0.1"
+    port: int = 8000
+    scheduler: bool = True  # run queued studies in this process
+    executors: str = "local,replay"  # which executors studies may ask for
+    executor_options: str = "{}"  # JSON: {"slurm": {"partition": "gpu"}, "replay": {"landscape": "..."}}
+    max_body_bytes: int = 1 << 20
+    config_refresh_s: float = 1.0  # how soon a publish by another replica is served
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, value: str) -> str:
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            secret, _, scope = pair.rpartition(":")
+            if not secret or scope not in SCOPES:
+                raise ValueError(
+                    f"AUTOTUNER_TOKENS entry {pair[:4]}...: use secret:scope, scope one of {SCOPES}"
+                )
+        return value
+
+    @field_validator("executor_options")
+    @classmethod
+    def _options(cls, value: str) -> str:
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"AUTOTUNER_EXECUTOR_OPTIONS is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise ValueError('AUTOTUNER_EXECUTOR_OPTIONS must look like {"slurm": {...}}')
+        return value
+
+    @property
+    def url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'autotuner.db'}"
+
+    def token_scopes(self) -> dict[str, str]:
+        pairs = (p.strip() for p in self.tokens.split(","))
+        return {secret: scope for secret, _, scope in (p.rpartition(":") for p in pairs if p)}
+
+    def allowed_executors(self) -> list[str]:
+        return [e.strip() for e in self.executors.split(",") if e.strip()]
+
+    def options_for(self, executor: str) -> dict[str, Any]:
+        return json.loads(self.executor_options).get(executor, {})
