@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotuner.study import NAME_RE, NAME_RULE, StudySettings
 from autotuner.store import Candidate, Launch, Study
+from autotuner.study import NAME_RE, NAME_RULE
 
 NAME_FIELD = {"min_length": 1, "max_length": 128, "pattern": NAME_RE.pattern, "description": NAME_RULE}
 
