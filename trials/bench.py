@@ -12,6 +12,7 @@ import time
 _STARTED = time.perf_counter()  # before the heavy imports: they are part of start-up cost
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -20,6 +21,7 @@ from trials.result import SCHEMA_VERSION, collect_env, write_json_atomic  # noqa
 from trials.spec import SpecError, load_spec  # noqa: E402
 
 EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
+RESULT_MARKER = "AUTOTUNER_RESULT"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="trial spec (JSON)")
     parser.add_argument("--out", required=True, help="where rank 0 writes the result (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no table on stdout")
+    parser.add_argument(
+        "--print-result",
+        action="store_true",
+        help=f"also print the result as one line '{RESULT_MARKER} {{json}}' (where no shared disk exists, e.g. k8s)",
+    )
     args = parser.parse_args(argv)
 
     launch_env = collect_env(os.environ)  # what the launcher gave us, before we add anything
@@ -67,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(args.out, result)
         if not args.quiet:
             print(format_table(result))
+        if args.print_result:
+            print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
     return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
 
 

@@ -24,8 +24,9 @@ def make_executor(settings: StudySettings) -> Executor:
     if settings.executor == "local":
         return LocalExecutor(fabric=Fabric(settings.fabric) if settings.fabric else None)
     if settings.executor == "replay":
-        landscape = Landscape.load(settings.executor_options["landscape"])
-        return ReplayExecutor(landscape, seed=settings.seed)
+        options = settings.executor_options
+        return ReplayExecutor(Landscape.load(options["landscape"]), seed=settings.seed,
+                              delay_s=float(options.get("delay_s", 0.0)))  # fmt: skip
     if settings.executor == "slurm":
         from autotuner.executors.slurm import SlurmExecutor
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,13 @@ class ReplayRequest:
 class ReplayExecutor(Executor):
     name = "replay"
 
-    def __init__(self, landscape: Landscape, *, seed: int = 0) -> None:
+    def __init__(self, landscape: Landscape, *, seed: int = 0, delay_s: float = 0.0) -> None:
         self.landscape = landscape
         self.seed = seed
+        # Seconds each launch "runs": lets a demo or a browser test watch a study progress.
+        self.delay_s = delay_s
         self._asked: dict[str, int] = {}
+        self._started: dict[str, float] = {}
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
         sharding = launch.spec["workload"].get("sharding", "table_wise")
@@ -101,9 +105,14 @@ class ReplayExecutor(Executor):
 
     def schedule(self, dryrun: AppDryrun[ReplayRequest]) -> str:
         write_json_atomic(dryrun.launch.result_path, dryrun.request.result)
-        return f"replay:{dryrun.launch.name}"
+        backend_id = f"replay:{dryrun.launch.name}"
+        self._started[backend_id] = time.monotonic()
+        return backend_id
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        started = self._started.get(backend_id)
+        if started is not None and time.monotonic() - started < self.delay_s:
+            return Description(LaunchState.RUNNING)
         return Description(LaunchState.SUCCEEDED, 0)
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:

@@ -1,0 +1,121 @@
+"""A real `autotuner serve` process on a free port, with a temp data dir and known tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LANDSCAPE = DATA / "landscape-small.json"
+TOKENS = {"read": "r-token", "write": "w-token", "admin": "a-token"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    log: Path = field(default_factory=Path)
+
+    def start(self, timeout_s: float = 30) -> None:
+        self.log = self.data_dir / f"server-{int(time.time() * 1000)}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "serve"], env=self.env,
+                                         stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready in {timeout_s} s: {self.log.read_text()[-2000:]}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def client(self, scope: str | None = "admin") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {TOKENS[scope]}"} if scope else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def make_server(tmp_path: Path, **env_overrides: str) -> Server:
+    port = free_port()
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "AUTOTUNER_DATA_DIR": str(data),
+        "AUTOTUNER_PORT": str(port),
+        "AUTOTUNER_TOKENS": ",".join(f"{secret}:{scope}" for scope, secret in TOKENS.items()),
+        "AUTOTUNER_EXECUTORS": "local,replay",
+        "AUTOTUNER_EXECUTOR_OPTIONS": json.dumps({"replay": {"landscape": str(LANDSCAPE), "delay_s": 0.3}}),
+        "AUTOTUNER_CACHE_DIR": str(tmp_path / "hook-cache"),
+    }
+    env.pop("AUTOTUNER_DATABASE_URL", None)
+    env.update(env_overrides)
+    return Server(url=f"http://127.0.0.1:{port}", data_dir=data, env=env)
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = make_server(tmp_path)
+    srv.start()
+    yield srv
+    srv.kill(signal.SIGTERM)
+
+
+def replay_study_body(name: str = "demo", **settings) -> dict:
+    """A study on the recorded landscape (fast, deterministic)."""
+    recorded = json.loads(LANDSCAPE.read_text())
+    return {
+        "name": name,
+        "cluster": "cpu-box",
+        "workload": recorded["workload"],
+        "space": {
+            "env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]},
+            "precisions": [["fp32", "fp32"], ["fp16", "fp16"], ["fp8", "bf16"], ["int8", "int8"]],
+            "batch_sizes": [64, 256],
+        },  # fmt: skip
+        "settings": {
+            "executor": "replay",
+            "trials": 3,
+            "candidates_per_launch": 3,
+            "confirm_rounds": 2,
+            **settings,
+        },  # fmt: skip
+    }
+
+
+def wait_for_state(
+    client: httpx.Client, study_id: int, states: tuple[str, ...], timeout_s: float = 120
+) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        study = client.get(f"/v1/studies/{study_id}").json()
+        if study["state"] in states:
+            return study
+        time.sleep(0.2)
+    raise AssertionError(f"study {study_id} never reached {states}: {study}")
