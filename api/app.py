@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from api.cache import ConfigCache
 from api.metrics import Metrics
 from api.routes import configs, studies, system
-from api.scheduler import Scheduler
+from api.scheduler import SchedulerProcess
 from api.settings import Settings
 from autotuner import __version__
-from autotuner.executors import make_executor
 from autotuner.store import Store
 
 log = logging.getLogger("autotuner.api")
@@ -85,9 +83,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.metrics = Metrics(app.state.store)
         app.state.scheduler = None
         if settings.scheduler:
-            app.state.scheduler = Scheduler(
-                app.state.store, make_executor, on_study_end=app.state.cache.refresh
-            )
+            env = {
+                **os.environ,
+                "AUTOTUNER_DATABASE_URL": settings.url,
+                "AUTOTUNER_DATA_DIR": str(settings.data_dir),
+            }
+            app.state.scheduler = SchedulerProcess(env)
             app.state.scheduler.start()
         yield
         if app.state.scheduler is not None:
@@ -113,13 +114,5 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         dashboard.mount(app)
 
     app.add_middleware(Guard, max_bytes=settings.max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # One readable line per problem, naming the field; the structured list stays beside it.
-        errors = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                  for e in exc.errors()]  # fmt: skip
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors]
-        return JSONResponse(status_code=422, content={"detail": "; ".join(lines), "errors": errors})
 
     return app

@@ -1,13 +1,20 @@
 """The background scheduler: runs queued studies (and resumes interrupted ones) with their executor.
 
-One study at a time per process. Studies are taken through the store's lease, so several service
-replicas on one PostgreSQL never run the same study twice, and a replica that dies (SIGKILL) loses
-its lease: another one, or itself restarted, resumes the study where it stopped.
+It runs in a child process of `autotuner serve` (`python -m api.scheduler`), so study work (Optuna,
+writes, polling launches) never holds the interpreter lock of the process that answers config
+fetches. One study at a time per scheduler. Studies are taken through the store's lease, so
+several replicas on one PostgreSQL never run the same study twice, and a scheduler that dies
+(SIGKILL) loses its lease: another one, or itself restarted, resumes the study where it stopped.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -82,3 +89,55 @@ class Scheduler:
                 worked = False
             if not worked:
                 self._stop.wait(self.poll_s)
+
+
+class SchedulerProcess:
+    """The scheduler as a child process that dies with its parent (PR_SET_PDEATHSIG on Linux)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
+                                     preexec_fn=_die_with_parent)  # fmt: skip
+
+    def stop(self, timeout_s: float = 10) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the child outlives a SIGKILLed parent, and its lease still protects studies
+
+
+def main() -> None:
+    """Child entry point: settings from the same AUTOTUNER_* environment as the service."""
+    from api.settings import Settings
+    from autotuner.executors import make_executor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    scheduler = Scheduler(Store(settings.url), make_executor)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # launches live on; the next scheduler re-attaches
+    log.info("scheduler %s running studies from %s", scheduler.owner, settings.url)
+    scheduler.start()
+    assert scheduler._thread is not None
+    scheduler._thread.join()
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,26 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from autotuner.store import Candidate, Launch, Study
 from autotuner.study import NAME_RE, NAME_RULE
 
+
+class ErrorPublic(BaseModel):
+    detail: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorPublic, "description": "the body is not valid JSON"},
+    401: {"model": ErrorPublic, "description": "no or unknown bearer token"},
+    403: {"model": ErrorPublic, "description": "the token's scope is too low"},
+    404: {"model": ErrorPublic, "description": "no such resource"},
+    409: {"model": ErrorPublic, "description": "conflicts with the current state"},
+    413: {"model": ErrorPublic, "description": "request body too large"},
+}
+
+
+def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:
+    """One entry of a 422 body, in FastAPI's own shape, so clients parse every 422 the same way."""
+    return {"loc": loc, "msg": msg, "type": type_}
+
+
 NAME_FIELD = {"min_length": 1, "max_length": 128, "pattern": NAME_RE.pattern, "description": NAME_RULE}
 
 
@@ -76,6 +96,7 @@ class StudyPublic(BaseModel):
     baseline: CandidateBrief | None
     outcome: dict[str, Any] | None
     error: str | None
+    owner: str | None = Field(description="the process running it (host:pid:id), while it runs")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -218,5 +239,6 @@ def study_public(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
         trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=row.outcome, error=row.error,
+        owner=row.owner,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
     )  # fmt: skip

@@ -34,8 +34,10 @@ from trials.spec import WorkloadSpec, parse_spec, parse_workload
 log = logging.getLogger("autotuner.driver")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-LEASE_S = 60.0
-HEARTBEAT_EVERY_S = 5.0
+# A study's runner renews its lease every HEARTBEAT_EVERY_S; a runner that stops (killed, partitioned)
+# loses the study to another process once LEASE_S passes without a renewal.
+LEASE_S = float(os.environ.get("AUTOTUNER_LEASE_S", "60"))
+HEARTBEAT_EVERY_S = min(5.0, LEASE_S / 4)
 PRECISION = "precision"  # Optuna param holding "fwd/bwd"
 INPROC_PARAMS = (PRECISION, "batch_size", "sharding", "num_threads")
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotuner.space import SearchSpace, load_space
 from autotuner.store import Store, Study
-from trials.spec import SpecError, WorkloadSpec, parse_workload
+from trials.spec import WorkloadSpec, parse_workload
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NAME_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -90,12 +90,12 @@ def create_study(
     settings: StudySettings,
     name: str | None = None,
 ) -> Study:
-    """Validate everything a study needs, then persist it as queued. Raises ValueError naming the problem."""
+    """Validate everything a study needs, then persist it as queued.
+
+    Raises SpecError (workload), SpaceError (space) or ValueError (names), each naming the problem.
+    """
     check_name("cluster", cluster)
-    try:
-        workload_spec = parse_workload(workload)
-    except SpecError as exc:
-        raise ValueError(str(exc)) from exc
+    workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
     if name is None:

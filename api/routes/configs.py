@@ -8,12 +8,12 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from api.auth import AdminAccess, ReadAccess, require
 from api.deps import CacheDep, StoreDep
-from api.schemas import ConfigPublic, PinRequest, RollbackRequest
+from api.schemas import ERRORS, ConfigPublic, PinRequest, RollbackRequest
 from autotuner.configs import config_to_dict
 from autotuner.store import NotFound
 from autotuner.study import NAME_RE, NAME_RULE
 
-router = APIRouter(prefix="/v1/configs", tags=["configs"])
+router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
 NameParam = Path(min_length=1, max_length=128, pattern=NAME_RE.pattern, description=NAME_RULE)
 Cluster = Annotated[str, NameParam]
 Workload = Annotated[str, NameParam]

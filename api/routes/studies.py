@@ -9,11 +9,13 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from api.auth import ReadAccess, WriteAccess
 from api.deps import SettingsDep, StoreDep
 from api.schemas import (
+    ERRORS,
     LaunchPublic,
     StudiesPublic,
     StudyCreate,
     StudyPublic,
     TrialsPublic,
+    invalid,
     launch_public,
     study_public,
     trial_public,
@@ -21,8 +23,9 @@ from api.schemas import (
 from autotuner.space import SpaceError
 from autotuner.store import CANDIDATE_SORT_KEYS, STUDY_STATES, Store, Study
 from autotuner.study import StudySettings, create_study
+from trials.spec import SpecError
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"])
+router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
 
 
@@ -51,8 +54,9 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
     """Queue a tuning study; the service's scheduler runs it."""
     executor = body.settings.executor
     if executor not in settings.allowed_executors():
-        raise HTTPException(422, f"settings.executor {executor!r} is not enabled here "
-                                 f"(enabled: {', '.join(settings.allowed_executors())})")  # fmt: skip
+        enabled = ", ".join(settings.allowed_executors())
+        raise HTTPException(422, [invalid(["body", "settings", "executor"],
+                                          f"{executor!r} is not enabled here (enabled: {enabled})")])  # fmt: skip
     try:
         study_settings = StudySettings(
             **body.settings.model_dump(),
@@ -60,16 +64,19 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
             executor_options=settings.options_for(executor),
         )
     except ValueError as exc:
-        raise HTTPException(422, f"settings: {exc}") from exc
+        raise HTTPException(422, [invalid(["body", "settings"], str(exc))]) from exc
+    if body.name is not None and store.study(body.name) is not None:
+        raise HTTPException(409, f"study {body.name!r} already exists")
     try:
         study = create_study(store, cluster=body.cluster, workload=body.workload, space=body.space,
                              settings=study_settings, name=body.name)  # fmt: skip
     except SpaceError as exc:
-        raise HTTPException(422, {"message": "invalid search space", "problems": [
-            {"variable": p.variable, "rule": p.rule, "message": p.message} for p in exc.problems]}) from exc  # fmt: skip
+        raise HTTPException(422, [invalid(["body", "space", "env", p.variable] if p.variable else ["body", "space"],
+                                          p.message, p.rule) for p in exc.problems if p.severity == "error"]) from exc  # fmt: skip
+    except SpecError as exc:
+        raise HTTPException(422, [invalid(["body", *exc.where.split(".")], exc.problem)]) from exc
     except ValueError as exc:
-        status = 409 if "already exists" in str(exc) else 422
-        raise HTTPException(status, str(exc)) from exc
+        raise HTTPException(422, [invalid(["body"], str(exc))]) from exc
     return to_public(store, study)
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from api.auth import ReadAccess
 from api.deps import MetricsDep, StoreDep
-from api.schemas import LintPublic, LintRequest, ProblemPublic
+from api.schemas import ERRORS, LintPublic, LintRequest, ProblemPublic
 from autotuner.lint import lint_env
 
 router = APIRouter(tags=["system"])
@@ -44,7 +44,7 @@ def metrics(metrics: MetricsDep) -> Response:
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.post("/v1/lint", response_model=LintPublic, tags=["lint"])
+@router.post("/v1/lint", response_model=LintPublic, tags=["lint"], responses=ERRORS)
 def lint(body: LintRequest, _: ReadAccess) -> LintPublic:
     """Check a job's (or a config's) NCCL / EFA variables: unknown, unsafe, out-of-domain, conflicting."""
     problems = lint_env(body.env, allow_risky=body.allow_risky)

@@ -64,7 +64,7 @@ class Server:
 def make_server(tmp_path: Path, **env_overrides: str) -> Server:
     port = free_port()
     data = tmp_path / "data"
-    data.mkdir(exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "AUTOTUNER_DATA_DIR": str(data),
@@ -119,3 +119,14 @@ def wait_for_state(
             return study
         time.sleep(0.2)
     raise AssertionError(f"study {study_id} never reached {states}: {study}")
+
+
+def wait_for_config(client: httpx.Client, cluster: str = "cpu-box", workload: str = "small",
+                    timeout_s: float = 10) -> httpx.Response:  # fmt: skip
+    """Published configs are served from memory, refreshed within AUTOTUNER_CONFIG_REFRESH_S (1 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = client.get(f"/v1/configs/{cluster}/{workload}")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)

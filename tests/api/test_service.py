@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.api.conftest import replay_study_body, wait_for_state
+from tests.api.conftest import replay_study_body, wait_for_config, wait_for_state
 
 
 def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format(server):
@@ -15,7 +15,7 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
     assert created.status_code == 201, created.text
     study = wait_for_state(client, created.json()["id"], ("done", "failed"))
     assert study["state"] == "done", study
-    config = client.get("/v1/configs/cpu-box/small")
+    config = wait_for_config(client)
     assert config.status_code == 200 and config.json()["version"] == 1
     assert config.json()["evidence"]["study_id"] == study["id"]
     env = client.get("/v1/configs/cpu-box/small", params={"format": "env"}).text

@@ -1,0 +1,35 @@
+"""SIGKILL of `autotuner serve` during a study: after a restart the study finishes, nothing is lost."""
+
+from __future__ import annotations
+
+import time
+
+from tests.api.conftest import make_server, replay_study_body, wait_for_config, wait_for_state
+
+
+def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
+    server = make_server(tmp_path)
+    server.start()
+    client = server.client("write")
+    study = client.post("/v1/studies", json=replay_study_body("survivor", trials=4)).json()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until some trials are recorded and more are coming
+        trials = client.get(f"/v1/studies/{study['id']}/trials", params={"limit": 1000}).json()
+        if trials["count"] >= 3:
+            break
+        time.sleep(0.1)
+    before = {t["id"]: t["samples_per_s"] for t in trials["data"]}
+    assert client.get(f"/v1/studies/{study['id']}").json()["state"] == "running"
+    server.kill()  # SIGKILL: no shutdown hooks, lease not released
+
+    server.start()  # same data dir, same database
+    client = server.client("write")
+    final = wait_for_state(client, study["id"], ("done", "failed"), timeout_s=120)
+    assert final["state"] == "done", final
+    after = {t["id"]: t["samples_per_s"] for t in
+             client.get(f"/v1/studies/{study['id']}/trials", params={"limit": 1000}).json()["data"]}  # fmt: skip
+    assert {k: after[k] for k in before} == before  # every finished trial survived unchanged
+    launches = client.get(f"/v1/studies/{study['id']}/launches").json()
+    assert sum(1 for x in launches if x["kind"] == "search" and x["attempt"] == 1) == 4
+    assert wait_for_config(client).status_code == 200
+    server.kill()
