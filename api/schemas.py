@@ -52,6 +52,8 @@ class StudySettingsCreate(BaseModel):
     launch_timeout_s: float = Field(900, gt=0, le=86400)
     fabric: str | None = Field(None, max_length=16, pattern=r"^[1-9][0-9]*(kbit|mbit|gbit)$")
     publish: bool = True
+    scaling_nodes: list[int] = Field(default_factory=list, max_length=16,
+                                     description="measure tuned vs baseline at these node counts")  # fmt: skip
 
 
 class StudyCreate(BaseModel):

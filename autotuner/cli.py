@@ -82,6 +82,9 @@ def tune(
     ] = None,
     landscape: Annotated[Path | None, typer.Option(help="replay: recorded landscape file")] = None,
     launch_timeout: Annotated[float, typer.Option(help="seconds before a launch is killed")] = 900,
+    scaling_nodes: Annotated[
+        str, typer.Option(help="after publishing, measure at these node counts: 1,2,4")
+    ] = "",
     workdir: Annotated[Path | None, typer.Option(help="launch directories (shared with the nodes)")] = None,
     study: Annotated[
         str | None, typer.Option(help="study name; an existing unfinished one is resumed")
@@ -99,6 +102,10 @@ def tune(
         if cluster is None or workload is None or space is None:
             raise _fail("--cluster, --workload and --space are required for a new study")
         options: dict[str, Any] = {}
+        try:
+            nodes_curve = [int(n) for n in scaling_nodes.split(",") if n.strip()]
+        except ValueError as exc:
+            raise _fail(f"--scaling-nodes {scaling_nodes!r}: comma-separated integers, e.g. 1,2,4") from exc
         if landscape is not None:
             options["landscape"] = str(landscape)
         try:
@@ -107,6 +114,7 @@ def tune(
                 candidates_per_launch=candidates_per_launch, iterations=iterations, warmup=warmup,
                 confirm_rounds=confirm_rounds, sampler=sampler, seed=seed, fabric=fabric,
                 launch_timeout_s=launch_timeout, workdir=str(workdir) if workdir else None, executor_options=options,
+                scaling_nodes=nodes_curve,
             )  # fmt: skip
             row = create_study(store, cluster=cluster, workload=_load_json(workload, "workload"), space=space,
                                settings=settings, name=study)  # fmt: skip

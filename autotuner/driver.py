@@ -76,6 +76,7 @@ class PlannedLaunch:
     trials: list[int | None]  # Optuna trial number answering each point
     kind: str = "search"
     echoes: list[Echo] = field(default_factory=list)
+    nnodes: int | None = None  # None: the study's
 
 
 def owner_id() -> str:
@@ -368,7 +369,7 @@ class StudyDriver:
             env=launch.env,
             workdir=self.workdir / f"launch-{launch.seq:04d}",
             nproc_per_node=self.settings.nproc_per_node,
-            nnodes=self.settings.nnodes,
+            nnodes=launch.nnodes or self.settings.nnodes,
             timeout_s=self.settings.launch_timeout_s,
             options=self.settings.executor_options,
         )
@@ -385,6 +386,7 @@ class StudyDriver:
             executor=self.executor.name,
             optuna_trials=plan.trials,
             attempt=attempt,
+            nnodes=plan.nnodes,
         )
         return self._execute(ostudy, launch, plan)
 
@@ -544,7 +546,26 @@ class StudyDriver:
         assert baseline is not None
         if best is None:
             best = baseline
-        self.store.update_study(self.study_id, best_candidate_id=best.id, baseline_candidate_id=baseline.id)
+        study = self.store.update_study(
+            self.study_id, best_candidate_id=best.id, baseline_candidate_id=baseline.id
+        )
+        outcome: dict[str, Any] = dict(study.outcome or {})
+        if "decision" not in outcome:  # a resumed study does not confirm or publish twice
+            outcome.update(self._decide(best, baseline))
+            chosen = self.store.candidate(outcome["chosen_candidate"])
+            assert chosen is not None
+            if self.settings.publish:
+                config = self._publish(chosen, outcome)
+                outcome["published_version"] = config.version
+            self.store.update_study(self.study_id, outcome=outcome)
+        if self.settings.scaling_nodes:
+            chosen = self.store.candidate(outcome["chosen_candidate"])
+            assert chosen is not None
+            outcome["scaling"] = self._scaling(chosen, baseline)
+        return self.store.update_study(self.study_id, state="done", outcome=outcome, finished_at=utcnow())
+
+    def _decide(self, best: Candidate, baseline: Candidate) -> dict[str, Any]:
+        """Confirm the finalist against the baseline; adopt it only if faster with 95% confidence."""
         rounds = self.settings.confirm_rounds
         tuned_runs, base_runs = (
             self._confirm(best, baseline, rounds) if rounds and best.id != baseline.id else ([], [])
@@ -562,12 +583,45 @@ class StudyDriver:
             adopt = best.id != baseline.id and rounds == 0
             outcome["speedup"] = (best.samples_per_s or 0) / (baseline.samples_per_s or 1)
             outcome["decision"] = "not confirmed (confirm_rounds=0 or the baseline was best)"
-        chosen = best if adopt else baseline
-        if self.settings.publish:
-            config = self._publish(chosen, outcome)
-            outcome["published_version"] = config.version
-            outcome["published_candidate"] = chosen.id
-        return self.store.update_study(self.study_id, state="done", outcome=outcome, finished_at=utcnow())
+        outcome["chosen_candidate"] = best.id if adopt else baseline.id
+        return outcome
+
+    def _scaling(self, chosen: Candidate, baseline: Candidate) -> list[dict[str, Any]]:
+        """Throughput of the published config and of the baseline at each node count, and the
+        scaling factor (throughput at N / at the smallest N), as the published case reports it."""
+        measured: dict[tuple[str, int], float] = {}
+        for launch in self.store.launches(self.study_id):
+            if launch.kind != "scaling" or launch.state != "succeeded":
+                continue
+            for row in self.store.candidates(self.study_id, launch_id=launch.id, states=["ok", "infeasible"]):
+                same_as_baseline = (env_hash(row.env), point_of(row)) == (
+                    env_hash(baseline.env),
+                    point_of(baseline),
+                )
+                role = "baseline" if same_as_baseline else "tuned"
+                measured[(role, launch.nnodes or self.settings.nnodes)] = row.samples_per_s or 0.0
+        for nodes in self.settings.scaling_nodes:
+            for role, row in (("baseline", baseline), ("tuned", chosen)):
+                if (role, nodes) in measured or (role == "tuned" and chosen.id == baseline.id):
+                    continue
+                self._beat(force=True)
+                plan = PlannedLaunch(row.env, [point_of(row)], [None], "scaling", nnodes=nodes)
+                rows = self._run_launch(None, plan)
+                if rows and rows[0].state != "failed":
+                    measured[(role, nodes)] = rows[0].samples_per_s or 0.0
+        if chosen.id == baseline.id:
+            measured.update({("tuned", n): v for (r, n), v in list(measured.items()) if r == "baseline"})
+        first = min(self.settings.scaling_nodes)
+        curve = []
+        for nodes in self.settings.scaling_nodes:
+            point: dict[str, Any] = {"nodes": nodes}
+            for role in ("baseline", "tuned"):
+                value = measured.get((role, nodes))
+                base = measured.get((role, first))
+                point[f"{role}_samples_per_s"] = value
+                point[f"{role}_scaling"] = value / base if value and base else None
+            curve.append(point)
+        return curve
 
     def _confirm(self, best: Candidate, baseline: Candidate, rounds: int) -> tuple[list[float], list[float]]:
         """Interleave best and baseline (best, baseline, best, ...) so slow drift of a shared machine

@@ -56,11 +56,18 @@ class StudySettings(BaseModel):
     max_attempts: int = Field(2, ge=1, le=5, description="tries of a launch interrupted by a tuner crash")
     fabric: str | None = Field(None, description="local only: emulate a fabric of this rate, e.g. 2gbit")
     publish: bool = True
+    scaling_nodes: list[int] = Field(
+        default_factory=list, description="after publishing, measure tuned and baseline at these node counts"
+    )
     workdir: str | None = Field(None, description="where launch directories go (shared with the nodes)")
     executor_options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> StudySettings:
+        if any(n < 1 or n > 4096 for n in self.scaling_nodes) or len(set(self.scaling_nodes)) != len(
+            self.scaling_nodes
+        ):
+            raise ValueError("scaling_nodes: distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
         if self.confirm_rounds == 1:
             raise ValueError(
                 "confirm_rounds must be 0 (skip) or at least 2: one round gives no confidence interval"

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 def make_executor(settings: StudySettings) -> Executor:
     """The executor a study's settings ask for (cluster backends imported only when used)."""
     if settings.executor == "local":
-        return LocalExecutor(fabric=Fabric(settings.fabric) if settings.fabric else None)
+        return LocalExecutor(
+            fabric=Fabric(settings.fabric) if settings.fabric else None,
+            emulate_nodes=bool(settings.executor_options.get("emulate_nodes", False)),
+        )
     if settings.executor == "replay":
         options = settings.executor_options
         return ReplayExecutor(Landscape.load(options["landscape"]), seed=settings.seed,

@@ -53,12 +53,15 @@ class LocalRequest:
 class LocalExecutor(Executor):
     name = "local"
 
-    def __init__(self, *, fabric: Fabric | None = None) -> None:
+    def __init__(self, *, fabric: Fabric | None = None, emulate_nodes: bool = False) -> None:
         self.fabric = fabric
+        # N "nodes" as N x G ranks on this machine: exercises multi-node code paths (scaling curves)
+        # on one box. Labelled in the launch script; never a stand-in for real nodes.
+        self.emulate_nodes = emulate_nodes
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[LocalRequest]:
-        if launch.nnodes != 1:
+        if launch.nnodes != 1 and not self.emulate_nodes:
             raise ValueError("the local executor runs one node; use slurm or kubernetes for more")
         tag = f"{launch.name}-{os.urandom(3).hex()}"
         q = shlex.quote
@@ -68,9 +71,13 @@ class LocalExecutor(Executor):
             f"cd {q(str(launch.workdir))}",
         ]
         lines += [f"export {k}={q(v)}" for k, v in sorted(launch.env.items())]
+        if launch.nnodes != 1:
+            lines.append(
+                f"# emulation: {launch.nnodes} nodes as {launch.nnodes} x {launch.nproc_per_node} local ranks"
+            )
         torchrun = [
             launch.python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc-per-node={launch.nproc_per_node}", *launch.trial_argv(),
+            f"--nproc-per-node={launch.nproc_per_node * launch.nnodes}", *launch.trial_argv(),
         ]  # fmt: skip
         command = " ".join(q(a) for a in torchrun)
         if self.fabric is not None:

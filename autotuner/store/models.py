@@ -94,8 +94,9 @@ class Launch(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("at_studies.id"), index=True)
     seq: Mapped[int]
-    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm
+    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm | scaling
     attempt: Mapped[int] = mapped_column(default=1)
+    nnodes: Mapped[int | None] = mapped_column(Integer)  # None: the study's node count
     env: Mapped[dict[str, Any]]
     env_hash: Mapped[str] = mapped_column(String(64), index=True)
     spec: Mapped[dict[str, Any]]

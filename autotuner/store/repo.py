@@ -230,6 +230,7 @@ class Store:
         executor: str,
         optuna_trials: list[int | None] | None = None,
         attempt: int = 1,
+        nnodes: int | None = None,
     ) -> Launch:
         with self.session() as s:
             seq = (s.scalar(select(func.max(Launch.seq)).where(Launch.study_id == study_id)) or 0) + 1
@@ -244,6 +245,7 @@ class Store:
                 optuna_trials=optuna_trials or [None] * len(spec.get("candidates", [])),
                 state="pending",
                 executor=executor,
+                nnodes=nnodes,
             )
             s.add(launch)
             s.flush()

@@ -183,3 +183,34 @@ def test_lease_runs_concurrently_only_once(store, tmp_path):
         ["done", "done"],
     )  # the second may start after the first ends
     assert len(store.candidates(study.id, kinds=["baseline"])) == 1
+
+
+class NodeCountingReplay(ReplayExecutor):
+    """Replays the landscape, scaling throughput with the node count as a fabric would (sub-linearly)."""
+
+    def dryrun(self, launch):
+        dryrun = super().dryrun(launch)
+        for cand in dryrun.request.result["candidates"]:
+            if cand.get("status") == "ok":
+                cand["samples_per_s"] *= launch.nnodes**0.8
+        return dryrun
+
+
+def test_scaling_curve_measures_each_node_count_and_reports_factors(store, tmp_path):
+    study = study_with(store, tmp_path, scaling_nodes=[1, 2, 4])
+    final = StudyDriver(
+        store, study.id, NodeCountingReplay(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01
+    ).run()
+    assert final.state == "done", final.error
+    scaling = [launch for launch in store.launches(study.id) if launch.kind == "scaling"]
+    assert sorted({launch.nnodes for launch in scaling}) == [1, 2, 4]
+    curve = final.outcome["scaling"]
+    assert [p["nodes"] for p in curve] == [1, 2, 4]
+    assert curve[0]["tuned_scaling"] == 1.0
+    assert curve[2]["baseline_scaling"] == pytest.approx(4**0.8, rel=0.25)  # replay picks among repeats
+    # resuming a finished study neither re-measures nor re-publishes
+    versions = len(store.config_history("cpu-box", "small"))
+    store.update_study(study.id, state="running")
+    StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert len(store.config_history("cpu-box", "small")) == versions
+    assert len([x for x in store.launches(study.id) if x.kind == "scaling"]) == len(scaling)
