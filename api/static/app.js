@@ -1,0 +1,770 @@
+/* nccl-autotuner dashboard. Vanilla JS, no build step.
+ *
+ * The HTML pages are empty shells: everything shown comes from the /v1 JSON API, with the bearer
+ * token kept in sessionStorage. Data is only ever put in the page as text (textContent, text nodes,
+ * attributes set one by one): env values, errors and log tails are user-controlled.
+ */
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "autotuner.token";
+  const ACTIVE = new Set(["queued", "running", "confirming"]);
+  const FONT = getComputedStyle(document.body).fontFamily;
+  const COLORS = {
+    accent: "#2f62d6", accentStrong: "#1f4bb0", text: "#1b2330", muted: "#627083", faint: "#8a95a5",
+    grid: "#edf0f4", base: "#1b2330", warn: "#c98300", bad: "#b8322a", ok: "#1d7a46",
+  };
+
+  // ---------------------------------------------------------------- formatting
+
+  const fmtInt = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+  const fmt2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  const fmtDate = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+  });
+  const isNum = (v) => typeof v === "number" && Number.isFinite(v);
+  const num0 = (v) => (isNum(v) ? fmtInt.format(v) : "—");
+  const num2 = (v) => (isNum(v) ? fmt2.format(v) : "—");
+  const times = (v) => (isNum(v) ? `${fmt2.format(v)}×` : "—");
+  function pct(v) {
+    if (!isNum(v)) return "—";
+    if (v === 0) return "0";
+    const p = v * 100;
+    return `${p >= 10 ? p.toFixed(0) : p >= 1 ? p.toFixed(1) : p.toPrecision(2)}%`;
+  }
+  function when(iso) {
+    if (!iso) return "—";
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? String(iso) : fmtDate.format(d);
+  }
+  function ago(iso) {
+    if (!iso) return "";
+    const s = (Date.now() - new Date(iso).getTime()) / 1000;
+    if (!Number.isFinite(s)) return "";
+    if (s < 45) return "just now";
+    if (s < 3600) return `${Math.round(s / 60)} min ago`;
+    if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} d ago`;
+  }
+  function duration(fromIso, toIso) {
+    if (!fromIso) return "";
+    const s = ((toIso ? new Date(toIso) : new Date()) - new Date(fromIso)) / 1000;
+    if (!Number.isFinite(s) || s < 0) return "";
+    if (s < 90) return `${Math.round(s)} s`;
+    if (s < 5400) return `${Math.round(s / 60)} min`;
+    return `${(s / 3600).toFixed(1)} h`;
+  }
+  const envText = (env) => Object.entries(env || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+  const precision = (f, b) => `${f}/${b}`;
+  // Plotly reads a little HTML in labels; data-derived strings go through this first.
+  const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+  // ---------------------------------------------------------------- DOM
+
+  /** el("td", {class: "num", title: t}, "text", childNode, ...) — strings become text nodes. */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    append(node, children);
+    return node;
+  }
+  function append(node, children) {
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  /** Replace a node's children (skipping null / false: replaceChildren would print "null"). */
+  function fill(node, ...children) {
+    node.replaceChildren();
+    return append(node, children);
+  }
+  const $ = (id) => document.getElementById(id);
+  const setText = (id, text) => { const n = $(id); if (n) n.textContent = text ?? ""; };
+  function badge(state, extra = "") {
+    return el("span", { class: `badge s-${state} ${extra}`.trim() }, state);
+  }
+  function setBadge(node, state) {
+    node.className = `badge s-${state}`;
+    node.textContent = state;
+  }
+  function progressBar(fraction, state) {
+    const bar = el("div", { class: "bar" });
+    bar.style.width = `${Math.round(Math.max(0, Math.min(1, fraction || 0)) * 100)}%`;
+    return el("div", { class: `progress ${state === "done" ? "done" : state === "failed" ? "failed" : ""}` }, bar);
+  }
+
+  // ---------------------------------------------------------------- API and auth
+
+  class AuthNeeded extends Error {}
+  class HttpError extends Error {
+    constructor(status, detail) {
+      super(`${status}: ${detail}`);
+      this.status = status;
+      this.detail = detail;
+    }
+  }
+
+  async function api(path, { text = false } = {}) {
+    const headers = { Accept: text ? "text/plain" : "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { headers, cache: "no-store" });
+    if (response.status === 401) {
+      showTokenForm(token ? "That token was not accepted (401): paste another one." : "");
+      throw new AuthNeeded();
+    }
+    if (!response.ok) {
+      let detail = response.statusText;
+      try {
+        const body = await response.json();
+        detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+      } catch (_) { /* not JSON */ }
+      throw new HttpError(response.status, detail);
+    }
+    authOk(Boolean(token));
+    return text ? response.text() : response.json();
+  }
+
+  function showTokenForm(message) {
+    $("token-form").hidden = false;
+    $("token-error").hidden = !message;
+    $("token-error").textContent = message || "";
+    $("token-forget").hidden = !sessionStorage.getItem(TOKEN_KEY);
+    setLive(false, "waiting for a token");
+    if (document.activeElement !== $("token-input")) $("token-input").focus();
+  }
+
+  function authOk(withToken) {
+    $("token-form").hidden = true;
+    $("token-change").hidden = !withToken;
+  }
+
+  function setupTokenForm() {
+    $("token-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const value = $("token-input").value.trim();
+      if (!value) return;
+      sessionStorage.setItem(TOKEN_KEY, value);
+      $("token-input").value = "";
+      $("token-form").hidden = true;
+      restartLoops();
+    });
+    $("token-forget").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showTokenForm("");
+    });
+    $("token-change").addEventListener("click", () => showTokenForm(""));
+  }
+
+  // ---------------------------------------------------------------- polling
+
+  const loops = [];
+
+  /** Run fn now and again after the delay it returns (ms; null stops). Waits for a token on 401. */
+  function every(fn) {
+    const loop = { fn, timer: null, busy: false };
+    loops.push(loop);
+    tick(loop);
+  }
+  async function tick(loop) {
+    clearTimeout(loop.timer);
+    if (loop.busy) return;
+    loop.busy = true;
+    let next = 5000;
+    try {
+      next = await loop.fn();
+      $("page-error").hidden = true;
+    } catch (error) {
+      if (error instanceof AuthNeeded) next = null; // resumes when a token is entered
+      else showPageError(error);
+    } finally {
+      loop.busy = false;
+    }
+    if (next !== null && next !== undefined) loop.timer = setTimeout(() => tick(loop), next);
+  }
+  function restartLoops() { loops.forEach(tick); }
+
+  function showPageError(error) {
+    const node = $("page-error");
+    node.hidden = false;
+    node.textContent = error instanceof HttpError
+      ? `The service answered ${error.status}: ${error.detail}`
+      : `Cannot reach the service (${error.message || error}); retrying.`;
+    setLive(false, "reconnecting");
+  }
+
+  function setLive(on, label) {
+    const node = $("live");
+    node.hidden = false;
+    node.classList.toggle("paused", !on);
+    setText("live-text", label);
+  }
+
+  // ---------------------------------------------------------------- charts
+
+  const NICE_RATIOS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 1, 1.1, 1.2, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000];
+  /** Round ratios for a log axis from lo to hi, evenly spread, always with 1× (the baseline). */
+  function ratioTicks(lo, hi) {
+    const gap = (Math.log10(hi) - Math.log10(lo)) / 6;
+    const picked = [1];
+    for (const v of NICE_RATIOS.filter((r) => r >= lo && r <= hi)) {
+      if (picked.every((p) => Math.abs(Math.log10(v / p)) >= gap)) picked.push(v);
+    }
+    return picked.sort((a, b) => a - b);
+  }
+  const PLOT_CONFIG = { displayModeBar: false, responsive: true };
+  function layout(extra) {
+    return {
+      font: { family: FONT, size: 12, color: COLORS.text },
+      margin: { l: 56, r: 12, t: 8, b: 40 },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      hoverlabel: { font: { family: FONT, size: 12 }, bgcolor: "#fff", bordercolor: "#cfd4dc" },
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11, color: COLORS.muted } },
+      ...extra,
+    };
+  }
+  const axis = (extra) => ({
+    gridcolor: COLORS.grid, zeroline: false, linecolor: "#cfd4dc", tickfont: { color: COLORS.muted },
+    title: { font: { size: 12, color: COLORS.muted } }, automargin: true, ...extra,
+  });
+
+  function chartMessage(id, message) {
+    const node = $(id);
+    if (window.Plotly && node.data) window.Plotly.purge(node);
+    fill(node, el("div", { class: "chart-empty" }, message));
+  }
+  function plot(id, data, lay) {
+    const node = $(id);
+    if (!window.Plotly) return chartMessage(id, "plotly.js did not load");
+    if (!node.data) node.replaceChildren();
+    window.Plotly.react(node, data, lay, PLOT_CONFIG);
+  }
+
+  // ---------------------------------------------------------------- studies list
+
+  function studiesPage() {
+    every(async () => {
+      const page = await api("/v1/studies?limit=200");
+      renderStudies(page);
+      const active = page.data.some((s) => ACTIVE.has(s.state));
+      setLive(true, active ? "live · every 3 s" : "live");
+      return 3000;
+    });
+  }
+
+  function renderStudies(page) {
+    const counts = {};
+    for (const s of page.data) counts[s.state] = (counts[s.state] || 0) + 1;
+    fill($("studies-summary"),
+      el("span", { class: "stat" }, el("b", {}, num0(page.count)), "studies"),
+      ...["running", "confirming", "queued", "done", "failed", "cancelled"]
+        .filter((state) => counts[state])
+        .map((state) => el("span", { class: "stat" }, el("b", {}, num0(counts[state])), state)),
+    );
+    const rows = page.data.map((s) => {
+      const budget = s.settings.trials;
+      const outcome = s.outcome || {};
+      return el("tr", {},
+        el("td", {}, el("a", { class: "study-name", href: `/studies/${s.id}` }, s.name),
+          el("span", { class: "sub" }, `#${s.id} · ${s.settings.executor || ""} · ${s.settings.nnodes || 1} node(s)`)),
+        el("td", {}, s.cluster),
+        el("td", {}, s.workload),
+        el("td", {}, badge(s.state), s.error ? el("span", { class: "sub", title: s.error }, truncate(s.error, 60)) : null),
+        el("td", {}, el("div", { class: "progress-cell" }, progressBar(s.progress, s.state),
+          el("span", {}, budget ? `${s.launches_done} / ${budget}` : `${s.launches_done}`))),
+        el("td", { class: "num strong" }, num0(s.best && s.best.samples_per_s)),
+        el("td", { class: "num" }, speedupCell(outcome)),
+        el("td", { class: "num", title: when(s.created_at) }, ago(s.created_at),
+          el("span", { class: "sub" }, when(s.created_at))),
+      );
+    });
+    const body = $("studies").tBodies[0];
+    if (!rows.length) {
+      rows.push(el("tr", { class: "placeholder" }, el("td", { colspan: 8 },
+        "No studies yet. Start one with ", el("code", {}, "POST /v1/studies"), " or ",
+        el("code", {}, "autotuner tune"), ".")));
+    }
+    fill(body, ...rows);
+  }
+
+  function speedupCell(outcome) {
+    if (!isNum(outcome.speedup)) return el("span", { class: "faint" }, "—");
+    const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
+    return el("span", {},
+      el("span", { class: outcome.significant ? "gain" : "nogain" }, times(outcome.speedup)),
+      el("span", { class: "sub" }, hasCi
+        ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}${outcome.significant ? "" : " · not significant"}`
+        : "not confirmed"));
+  }
+
+  function truncate(text, n) {
+    const s = String(text);
+    return s.length > n ? `${s.slice(0, n - 1)}…` : s;
+  }
+
+  // ---------------------------------------------------------------- study page
+
+  function studyPage() {
+    const id = Number(document.body.dataset.studyId);
+    const view = {
+      sort: "id", order: "asc", state: "", offset: 0, limit: 50,
+      launchSeq: {}, insightsKey: null, study: null, trialsKey: null,
+    };
+
+    for (const th of $("trials").tHead.querySelectorAll("th[data-sort]")) {
+      th.addEventListener("click", () => {
+        const key = th.dataset.sort;
+        if (view.sort === key) view.order = view.order === "asc" ? "desc" : "asc";
+        else { view.sort = key; view.order = th.dataset.first || "asc"; }
+        view.offset = 0;
+        refreshTrials();
+      });
+    }
+    for (const button of $("trial-filter").querySelectorAll("button")) {
+      button.addEventListener("click", () => {
+        view.state = button.dataset.state;
+        view.offset = 0;
+        refreshTrials();
+      });
+    }
+    $("trials-prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - view.limit); refreshTrials(); });
+    $("trials-next").addEventListener("click", () => { view.offset += view.limit; refreshTrials(); });
+
+    async function refreshTrials() {
+      try { await loadTrials(); } catch (error) { if (!(error instanceof AuthNeeded)) showPageError(error); }
+    }
+
+    async function loadTrials() {
+      const query = new URLSearchParams({ sort: view.sort, order: view.order, limit: view.limit, offset: view.offset });
+      if (view.state) query.set("state", view.state);
+      const page = await api(`/v1/studies/${id}/trials?${query}`);
+      renderTrials(page, view);
+    }
+
+    every(async () => {
+      let study;
+      try {
+        study = await api(`/v1/studies/${id}`);
+      } catch (error) {
+        if (error instanceof HttpError && error.status === 404) {
+          setText("study-name", `Study ${id} not found`);
+          setText("study-meta", "It may have been removed, or the link is wrong.");
+          setLive(false, "not found");
+          return null;
+        }
+        throw error;
+      }
+      view.study = study;
+      const launches = await api(`/v1/studies/${id}/launches`);
+      view.launchSeq = Object.fromEntries(launches.map((l) => [l.id, l.seq]));
+      renderHead(study, launches);
+      renderOutcome(study);
+      await loadTrials();
+      renderFailed(launches);
+      const key = JSON.stringify([study.state, study.trial_counts, study.launches_done]);
+      if (key !== view.insightsKey) {
+        renderCharts(await api(`/v1/studies/${id}/insights`), study);
+        view.insightsKey = key;
+      }
+      const active = ACTIVE.has(study.state);
+      setLive(active, active ? "live · every 2 s" : `study ${study.state}`);
+      return active ? 2000 : 15000;
+    });
+  }
+
+  function renderHead(study, launches) {
+    document.title = `${study.name} · nccl-autotuner`;
+    setText("crumb", study.name);
+    setText("study-name", study.name);
+    setBadge($("study-state"), study.state);
+    const s = study.settings;
+    const meta = $("study-meta");
+    const item = (label, value) => el("span", {}, `${label} `, el("b", {}, value));
+    fill(meta, 
+      item("cluster", study.cluster), item("workload", study.workload),
+      item("executor", `${s.executor} · ${s.nnodes} × ${s.nproc_per_node}`),
+      item("sampler", `${s.sampler}, seed ${s.seed}`),
+      item("created", when(study.created_at)),
+      study.started_at ? item(study.finished_at ? "ran" : "running for", duration(study.started_at, study.finished_at)) : null,
+      s.fabric ? item("emulated fabric", s.fabric) : null,
+    );
+    const bar = $("study-progress");
+    bar.style.width = `${Math.round((study.progress || 0) * 100)}%`;
+    bar.parentElement.className = `progress large ${study.state === "done" ? "done" : study.state === "failed" ? "failed" : ""}`;
+    const counts = study.trial_counts || {};
+    const total = Object.values(counts).reduce((a, b) => a + b, 0);
+    const phase = { queued: "queued", running: "searching", confirming: "confirming best vs baseline" }[study.state];
+    setText("study-progress-text", [
+      s.trials ? `${study.launches_done} / ${s.trials} search launches` : `${study.launches_done} search launches`,
+      `${launches.length} launches in all`,
+      `${num0(total)} trials (${num0(counts.ok || 0)} ok, ${num0(counts.infeasible || 0)} infeasible, ${num0(counts.failed || 0)} failed)`,
+      phase,
+    ].filter(Boolean).join(" · "));
+    const error = $("study-error");
+    error.hidden = !study.error;
+    error.textContent = study.error || "";
+  }
+
+  const pointText = (point) => `${precision(point.fwd_precision, point.bwd_precision)} · batch ${num0(point.batch_size)}`;
+
+  function renderOutcome(study) {
+    const best = study.best;
+    const base = study.baseline;
+    const outcome = study.outcome || {};
+    setText("kpi-best", num0(best && best.samples_per_s));
+    setText("kpi-best-sub", best ? pointText(best) : "no measurement yet");
+    setText("kpi-base", num0(base && base.samples_per_s));
+    setText("kpi-base-sub", base ? pointText(base) : "measured first");
+    const bestEnv = $("best-env");
+    if (best) {
+      fill(bestEnv, el("span", { class: "k" }, "Best env"),
+        envText(best.env) ? el("code", {}, envText(best.env)) : el("span", { class: "faint" }, "defaults (no overrides)"),
+        best.sharding ? el("span", { class: "faint" }, ` · ${best.sharding}`) : null);
+    } else {
+      fill(bestEnv);
+    }
+    const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
+    if (isNum(outcome.speedup)) {
+      setText("kpi-speedup-label", hasCi ? "Confirmed speedup" : "Speedup");
+      setText("kpi-speedup-note", hasCi ? `${outcome.rounds} interleaved rounds${outcome.significant ? "" : " · not significant"}` : "");
+      setText("kpi-speedup", times(outcome.speedup));
+      setText("kpi-speedup-sub", hasCi
+        ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}×`
+        : "best / baseline, not confirmed");
+      $("kpi-speedup").className = `kpi-value ${outcome.significant ? "accent" : ""}`;
+    } else if (best && base && isNum(best.samples_per_s) && isNum(base.samples_per_s)) {
+      setText("kpi-speedup-label", "Speedup so far");
+      setText("kpi-speedup", times(best.samples_per_s / base.samples_per_s));
+      setText("kpi-speedup-sub", "provisional, until confirmed");
+      setText("kpi-speedup-note", "");
+      $("kpi-speedup").className = "kpi-value";
+    } else {
+      setText("kpi-speedup", "—");
+      setText("kpi-speedup-sub", "");
+    }
+    setText("outcome-hint", study.state === "done" ? "confirmed" : ACTIVE.has(study.state) ? "provisional" : "");
+
+    if (hasCi) {
+      // Log axis: the interval is multiplicative (a t-interval on log ratios) and may be wide.
+      const lo = Math.min(0.9, outcome.ci_low / 1.15);
+      const hi = Math.max(1.12, outcome.ci_high * 1.15);
+      const ticks = ratioTicks(lo, hi);
+      const color = outcome.significant ? COLORS.accent : "#9aa5b4";
+      plot("chart-speedup", [{
+        type: "scatter", mode: "lines", x: [outcome.ci_low, outcome.ci_high], y: [0, 0], hoverinfo: "skip",
+        line: { color, width: 8 }, opacity: 0.45,
+      }, {
+        type: "scatter", mode: "markers", x: [outcome.speedup], y: [0],
+        marker: { color: outcome.significant ? COLORS.accentStrong : COLORS.text, size: 13, symbol: "diamond",
+          line: { color: "#fff", width: 1.5 } },
+        hovertemplate: `speedup %{x:.3f}×<br>95% CI ${outcome.ci_low.toFixed(3)}–${outcome.ci_high.toFixed(3)}×<extra></extra>`,
+      }], layout({
+        margin: { l: 8, r: 8, t: 4, b: 24 }, showlegend: false,
+        xaxis: axis({ type: "log", range: [Math.log10(lo), Math.log10(hi)], tickvals: ticks,
+          ticktext: ticks.map((v) => `${v}×`), tickangle: 0, title: { text: "" }, gridcolor: "rgba(0,0,0,0)" }),
+        yaxis: { visible: false, range: [-1, 1] },
+        shapes: [{ type: "line", x0: 1, x1: 1, y0: 0, y1: 1, yref: "paper", line: { color: COLORS.faint, dash: "dot", width: 1.5 } }],
+        annotations: [{ x: 1, y: 1, yref: "paper", text: "baseline", showarrow: false, xanchor: "right", yanchor: "top", xshift: -4,
+          font: { size: 11, color: COLORS.faint } }],
+      }));
+    } else {
+      chartMessage("chart-speedup", ACTIVE.has(study.state)
+        ? "The 95% interval appears once the best is re-measured against the baseline."
+        : "No confidence interval for this study.");
+    }
+
+    const decision = $("decision");
+    const lines = [];
+    if (outcome.decision) lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Decision"), el("span", {}, outcome.decision)));
+    if (isNum(outcome.published_version)) {
+      lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Published"),
+        el("span", {}, el("span", { class: "badge version" }, `v${outcome.published_version}`), " for ",
+          el("a", { href: "/configs" }, `${study.cluster} / ${study.workload}`))));
+    } else if (study.state === "done") {
+      lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Published"), el("span", { class: "faint" }, "nothing (publish off)")));
+    }
+    fill(decision, ...lines);
+  }
+
+  function renderTrials(page, view) {
+    const study = view.study || {};
+    const bestId = study.best && study.best.id;
+    const baseId = study.baseline && study.baseline.id;
+    const rows = [];
+    for (const t of page.data) {
+      const effective = t.effective_fwd_precision && (t.effective_fwd_precision !== t.fwd_precision || t.effective_bwd_precision !== t.bwd_precision);
+      const qerr = [t.quant_error_fwd, t.quant_error_bwd].filter(isNum);
+      const env = envText(t.env);
+      const tr = el("tr", { class: [t.error ? "has-error" : "", t.id === bestId ? "row-best" : ""].join(" ").trim() || null, dataset: { trial: t.id } },
+        el("td", { class: "num" }, t.id === bestId ? el("span", { class: "tag best", title: "best trial" }, "best") : null,
+          t.id === baseId ? el("span", { class: "tag base", title: "the baseline: no overrides, fp32" }, "base") : null, " ", String(t.id)),
+        el("td", { class: "num" }, `#${view.launchSeq[t.launch_id] ?? t.launch_id}`),
+        el("td", {}, el("span", { class: "tag" }, t.kind)),
+        el("td", { class: "env", title: env || "no overrides" }, env || el("span", { class: "faint" }, "defaults")),
+        el("td", {}, precision(t.fwd_precision, t.bwd_precision),
+          effective ? el("span", { class: "ran", title: "what actually ran" }, `ran ${precision(t.effective_fwd_precision, t.effective_bwd_precision)}`) : null),
+        el("td", { class: "num" }, num0(t.batch_size)),
+        el("td", {}, t.sharding),
+        el("td", { class: "num strong" }, num0(t.samples_per_s)),
+        el("td", { class: "num" }, num2(t.a2a_ms)),
+        el("td", { class: "num", title: qerr.length ? `fwd ${t.quant_error_fwd ?? "—"}, bwd ${t.quant_error_bwd ?? "—"} (relative L2)` : null },
+          qerr.length ? pct(Math.max(...qerr)) : "—"),
+        el("td", {}, badge(t.state)),
+      );
+      rows.push(tr);
+      if (t.error) {
+        rows.push(el("tr", { class: "error-row" }, el("td", { colspan: 11 },
+          el("div", { class: `err-text ${t.state === "failed" ? "" : "warn"}` }, t.error))));
+      }
+    }
+    if (!rows.length) {
+      rows.push(el("tr", { class: "placeholder" }, el("td", { colspan: 11 },
+        view.state ? `No ${view.state} trials.` : "No trials yet: the first launch is running.")));
+    }
+    fill($("trials").tBodies[0], ...rows);
+    for (const th of $("trials").tHead.querySelectorAll("th[data-sort]")) {
+      if (th.dataset.sort === view.sort) th.setAttribute("aria-sort", view.order === "asc" ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+    }
+    for (const button of $("trial-filter").querySelectorAll("button")) {
+      button.classList.toggle("on", button.dataset.state === view.state);
+      const n = button.dataset.state ? (study.trial_counts || {})[button.dataset.state] || 0 : null;
+      button.textContent = button.dataset.state ? `${button.dataset.state} ${num0(n)}` : "All";
+    }
+    setText("trials-count", num0(page.count));
+    const first = page.count ? view.offset + 1 : 0;
+    setText("trials-range", `${num0(first)}–${num0(Math.min(view.offset + view.limit, page.count))} of ${num0(page.count)}`);
+    $("trials-prev").disabled = view.offset === 0;
+    $("trials-next").disabled = view.offset + view.limit >= page.count;
+  }
+
+  function renderFailed(launches) {
+    const failed = launches.filter((l) => ["failed", "timeout", "unknown"].includes(l.state));
+    setText("failed-count", failed.length ? num0(failed.length) : "");
+    const list = $("failed-list");
+    if (!failed.length) {
+      fill(list, el("p", { class: "empty" }, "None: every launch ran to the end."));
+      return;
+    }
+    fill(list, ...failed.map((l) => el("article", { class: "failed-launch", dataset: { launch: l.id } },
+      el("header", {}, badge(l.state), el("b", {}, `Launch #${l.seq}`),
+        el("span", { class: "tag" }, l.kind), l.attempt > 1 ? el("span", { class: "tag" }, `attempt ${l.attempt}`) : null,
+        el("span", { class: "muted mono" }, envText(l.env) || "default env"),
+        el("span", { class: "faint" }, [l.executor, l.backend_id, (l.finished_at || l.started_at) && when(l.finished_at || l.started_at)]
+          .filter(Boolean).join(" · "))),
+      el("div", { class: "reason" }, l.error || "no reason recorded"),
+      l.log_tail ? el("pre", { class: "log" }, l.log_tail) : el("p", { class: "empty", style: "padding: 0 12px" }, "No log output."),
+    )));
+  }
+
+  function renderCharts(insights, study) {
+    renderHistory(insights.history, study);
+    renderImportance(insights.importance);
+    renderMatrix(insights.matrix);
+  }
+
+  function renderHistory(points, study) {
+    const measured = points.filter((p) => isNum(p.samples_per_s));
+    if (!measured.length) {
+      chartMessage("chart-history", ACTIVE.has(study.state) ? "Waiting for the first measurement…" : "No measurements.");
+      return;
+    }
+    const hover = (p) => `trial ${p.id} · ${plain(p.kind)}<br>${plain(p.precision)} · batch ${fmtInt.format(p.batch_size)}`
+      + `<br>${plain(envText(p.env) || "default env")}`;
+    const series = (filter, name, marker) => {
+      const sel = measured.filter(filter);
+      return {
+        type: "scatter", mode: "markers", name, x: sel.map((p) => p.n), y: sel.map((p) => p.samples_per_s),
+        text: sel.map(hover), hovertemplate: "%{y:,.0f} samples/s<br>%{text}<extra></extra>", marker,
+      };
+    };
+    const failed = points.filter((p) => p.state === "failed").length;
+    setText("history-hint", `samples/s of each trial, best so far${failed ? ` · ${failed} failed not shown` : ""}`);
+    plot("chart-history", [
+      series((p) => p.kind === "baseline", "baseline", { color: COLORS.base, size: 10, symbol: "diamond" }),
+      series((p) => p.kind !== "baseline" && p.state === "ok", "trial", { color: COLORS.accent, size: 8, opacity: 0.75 }),
+      series((p) => p.kind !== "baseline" && p.state === "infeasible", "infeasible (quant. error)",
+        { color: COLORS.warn, size: 8, symbol: "circle-open", line: { width: 2 } }),
+      {
+        type: "scatter", mode: "lines", name: "best so far", line: { color: COLORS.accentStrong, width: 2, shape: "hv" },
+        x: points.filter((p) => isNum(p.best_so_far)).map((p) => p.n),
+        y: points.filter((p) => isNum(p.best_so_far)).map((p) => p.best_so_far),
+        hovertemplate: "best so far %{y:,.0f}<extra></extra>",
+      },
+    ], layout({
+      xaxis: axis({ title: { text: "trial (in order measured)" }, tickformat: "d", rangemode: "tozero" }),
+      yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
+      margin: { l: 64, r: 12, t: 26, b: 40 },
+    }));
+  }
+
+  const PARAM_LABELS = { precision: "precision fwd/bwd", batch_size: "batch size", sharding: "sharding", num_threads: "threads" };
+
+  function renderImportance(importance) {
+    const params = (importance && importance.params) || [];
+    if (!params.length) {
+      setText("importance-hint", "Optuna PED-ANOVA");
+      chartMessage("chart-importance", `Not available yet: ${(importance && importance.reason) || "no data"}.`);
+      return;
+    }
+    const sorted = [...params].sort((a, b) => a.importance - b.importance);
+    setText("importance-hint", `Optuna PED-ANOVA over ${num0(importance.trials)} completed trials`);
+    plot("chart-importance", [{
+      type: "bar", orientation: "h",
+      x: sorted.map((p) => p.importance), y: sorted.map((p) => plain(PARAM_LABELS[p.name] || p.name)),
+      marker: { color: COLORS.accent }, text: sorted.map((p) => pct(p.importance)), textposition: "outside",
+      cliponaxis: false, hovertemplate: "%{y}: %{x:.1%}<extra></extra>",
+    }], layout({
+      showlegend: false,
+      xaxis: axis({ tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...sorted.map((p) => p.importance)) * 1.2)], title: { text: "share of the variance in samples/s" } }),
+      yaxis: axis({ gridcolor: "rgba(0,0,0,0)", ticksuffix: "  " }),
+      margin: { l: 150, r: 24, t: 8, b: 40 },
+      bargap: 0.35,
+    }));
+  }
+
+  function renderMatrix(matrix) {
+    const hasData = matrix && matrix.samples_per_s.some((row) => row.some(isNum));
+    if (!hasData) {
+      chartMessage("chart-matrix", "No feasible measurement yet.");
+      return;
+    }
+    const xs = matrix.batch_sizes.map((b) => `batch ${fmtInt.format(b)}`);
+    const z = matrix.samples_per_s;
+    const text = z.map((row, i) => row.map((v, j) => (isNum(v) ? fmtInt.format(v) : matrix.trials[i][j] ? "infeasible" : "")));
+    plot("chart-matrix", [{
+      type: "heatmap", x: xs, y: matrix.precisions.map(plain), z, text, customdata: matrix.trials,
+      texttemplate: "%{text}", textfont: { size: 12 },
+      colorscale: [[0, "#eef3fd"], [0.5, "#9db6ee"], [1, "#2f62d6"]], xgap: 3, ygap: 3,
+      hovertemplate: "%{y} · %{x}<br>best %{z:,.0f} samples/s<br>%{customdata} trial(s)<extra></extra>",
+      colorbar: { thickness: 10, outlinewidth: 0, tickformat: ",.0f", tickfont: { size: 11, color: COLORS.muted } },
+    }], layout({
+      xaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", side: "bottom" }),
+      yaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", autorange: "reversed", ticksuffix: "  " }),
+      margin: { l: 84, r: 8, t: 8, b: 36 },
+    }));
+  }
+
+  // ---------------------------------------------------------------- configs page
+
+  function configsPage() {
+    let lastKey = null;
+    every(async () => {
+      const served = await api("/v1/configs");
+      const key = JSON.stringify(served);
+      if (key !== lastKey) {
+        const details = await Promise.all(served.map(async (c) => {
+          const base = `/v1/configs/${encodeURIComponent(c.cluster)}/${encodeURIComponent(c.workload)}`;
+          const [lines, history] = await Promise.all([
+            api(`${base}?format=env&nodes=${c.nodes}`, { text: true }),
+            api(`${base}/history`),
+          ]);
+          return { config: c, lines, history: history.filter((h) => h.nodes === c.nodes) };
+        }));
+        renderConfigs(details);
+        lastKey = key;
+      }
+      setLive(true, "live");
+      return 10000;
+    });
+  }
+
+  function renderConfigs(details) {
+    const root = $("configs");
+    if (!details.length) {
+      fill(root, el("p", { class: "empty" }, "Nothing published yet: a study publishes its config when it finishes."));
+      return;
+    }
+    fill(root, ...details.map(({ config: c, lines, history }) => {
+      const ev = c.evidence || {};
+      const hasCi = isNum(ev.ci_low) && isNum(ev.ci_high);
+      const pre = el("pre", {}, lines);
+      const copy = el("button", { type: "button", class: "btn copy", title: "copy the export lines" }, "Copy");
+      copy.addEventListener("click", () => copyText(lines, copy));
+      const facts = [
+        ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
+          " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds` : "not confirmed")) : "—"],
+        ["Decision", ev.decision || "—"],
+        ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "—"],
+        ["Precision", `${c.qcomms.forward_precision} fwd / ${c.qcomms.backward_precision} bwd`],
+        ["Batch · sharding", `${num0(c.batch_size)} · ${c.sharding}${c.num_threads ? ` · ${c.num_threads} threads` : ""}`],
+        ["NCCL env", Object.keys(c.env).length ? `${Object.keys(c.env).length} variable(s)` : "defaults (no overrides)"],
+        ["Evidence", c.study_id ? el("span", {}, el("a", { href: `/studies/${c.study_id}` }, `study #${c.study_id}`),
+          ev.measured_on ? ` · measured with ${ev.measured_on}` : "") : "—"],
+        ["Cluster", fingerprint(c.fingerprint)],
+      ];
+      return el("article", { class: "config-card", dataset: { key: `${c.cluster}/${c.workload}/${c.nodes}` } },
+        el("header", {},
+          el("h2", {}, `${c.cluster} / ${c.workload}`),
+          el("span", { class: "tag" }, `${c.nodes} node${c.nodes === 1 ? "" : "s"}`),
+          el("span", { class: "badge version" }, `v${c.version}`),
+          c.pinned ? el("span", { class: "badge pinned", title: "served regardless of newer versions" }, "pinned") : null,
+          el("span", { class: "when", title: when(c.created_at) }, `published ${ago(c.created_at)} · ${when(c.created_at)}`)),
+        el("div", { class: "config-body" },
+          el("div", { class: "config-facts" },
+            el("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
+            ev.emulation ? el("div", { class: "warn-note" }, ev.emulation) : null),
+          el("div", { class: "config-exports" }, el("div", { class: "pre-wrap" }, pre, copy))),
+        el("div", { class: "history" }, el("h3", {}, `Version history (${history.length})`),
+          el("table", { class: "data" },
+            el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
+              (h, i) => el("th", { class: [2, 4].includes(i) ? "num" : null }, h)))),
+            el("tbody", {}, ...history.map((h) => {
+              const hev = h.evidence || {};
+              return el("tr", {},
+                el("td", {}, `v${h.version}`),
+                el("td", {}, when(h.created_at)),
+                el("td", { class: "num" }, times(hev.speedup),
+                  isNum(hev.ci_low) ? el("span", { class: "ci" }, ` [${num2(hev.ci_low)}, ${num2(hev.ci_high)}]`) : null),
+                el("td", {}, `${h.qcomms.forward_precision}/${h.qcomms.backward_precision}`),
+                el("td", { class: "num" }, num0(h.batch_size)),
+                el("td", {}, h.study_id ? el("a", { href: `/studies/${h.study_id}` }, `#${h.study_id}`) : "—"),
+                el("td", {}, h.version === c.version ? el("span", { class: "badge s-ok" }, "serving") : null,
+                  h.pinned ? el("span", { class: "badge pinned" }, "pinned") : null));
+            })))));
+    }));
+  }
+
+  function fingerprint(fp) {
+    if (!fp || !Object.keys(fp).length) return "—";
+    const v = fp.versions || {};
+    const parts = [fp.device_name || fp.device, fp.backend, fp.world_size ? `world ${fp.world_size}` : null,
+      fp.network, fp.efa ? "EFA" : null, v.nccl ? `NCCL ${v.nccl}` : null, fp.ofi_plugin ? `aws-ofi-nccl ${fp.ofi_plugin}` : null,
+      v.torch ? `torch ${v.torch}` : null];
+    return parts.filter(Boolean).join(" · ") || "—";
+  }
+
+  async function copyText(text, button) {
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch (_) {
+      // No clipboard API outside secure contexts (plain http on a cluster host): select and copy.
+      const area = el("textarea", { readonly: true, style: "position:fixed;top:-1000px;opacity:0" });
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      try { ok = document.execCommand("copy"); } catch (__) { ok = false; }
+      area.remove();
+    }
+    button.textContent = ok ? "Copied" : "Select & copy";
+    button.classList.toggle("done", ok);
+    setTimeout(() => { button.textContent = "Copy"; button.classList.remove("done"); }, 1800);
+  }
+
+  // ---------------------------------------------------------------- start
+
+  setupTokenForm();
+  const start = { studies: studiesPage, study: studyPage, configs: configsPage }[document.body.dataset.page];
+  if (start) start();
+})();

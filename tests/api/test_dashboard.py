@@ -1,0 +1,333 @@
+"""The dashboard: HTML shells, chart data, and the pages in real headless Chromium against a real server."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.store import Store
+from tests.api.conftest import LANDSCAPE, TOKENS, make_server, replay_study_body, wait_for_state
+from tests.conftest import REPO, skip_or_fail
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+HOSTILE = '<script>window.__xss = "script"</script><img src=x onerror="window.__xss = \'img\'">'
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A real server with a finished replay study and a study whose failed launch carries markup."""
+    srv = make_server(tmp_path_factory.mktemp("dashboard"))
+    srv.start()
+    client = srv.client("write")
+    created = client.post("/v1/studies", json=replay_study_body("dash-done"))
+    assert created.status_code == 201, created.text
+    study = wait_for_state(client, created.json()["id"], ("done", "failed"))
+    assert study["state"] == "done", study
+    hostile = plant_hostile_study(srv.data_dir / "autotuner.db")
+    yield srv, study, hostile
+    srv.kill(signal.SIGTERM)
+
+
+def plant_hostile_study(db: Path) -> int:
+    """A failed study whose env value, launch error, log tail and trial error are markup: the way a
+    broken NCCL setup or a hostile job would put it into our rows."""
+    store = Store(f"sqlite:///{db}")
+    try:
+        workload = json.loads(LANDSCAPE.read_text())["workload"]
+        study = store.create_study(
+            name="hostile", cluster="cpu-box", workload_name="small", workload_spec=workload,
+            space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
+            settings={"executor": "replay", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe",
+                      "seed": 0},
+            state="failed",
+        )  # fmt: skip
+        candidate = {
+            "fwd_precision": "fp32",
+            "bwd_precision": "fp32",
+            "batch_size": 64,
+            "sharding": "table_wise",
+        }
+        launch = store.add_launch(study_id=study.id, kind="search", env={"NCCL_SOCKET_IFNAME": HOSTILE},
+                                  spec={"candidates": [candidate]}, executor="replay")  # fmt: skip
+        store.update_launch(launch.id, state="failed", error=f"exit 1: {HOSTILE}",
+                            log_tail=f"NCCL WARN bad interface\n{HOSTILE}\n<b>not bold</b>")  # fmt: skip
+        store.add_candidates([{**candidate, "study_id": study.id, "launch_id": launch.id, "index": 0,
+                               "kind": "search", "env": launch.env, "state": "failed",
+                               "error": f"launch failed: {HOSTILE}"}])  # fmt: skip
+        store.update_study(study.id, error=f"study failed: {HOSTILE}")
+        return study.id
+    finally:
+        store.dispose()
+
+
+# ---------------------------------------------------------------------------------- without a browser
+
+
+def test_pages_are_served_without_a_token_and_carry_no_data(finished):
+    srv, study, _ = finished
+    for path in ("/", f"/studies/{study['id']}", "/configs"):
+        page = httpx.get(srv.url + path)
+        assert page.status_code == 200, path
+        assert page.headers["content-type"].startswith("text/html")
+        assert "/static/app.js" in page.text
+        assert study["name"] not in page.text and "cpu-box" not in page.text  # the data comes from /v1
+        # Offline clusters: every script and stylesheet is ours.
+        assert not re.search(r'(src|href)="(https?:)?//', page.text), path
+    assert '<script src="/static/plotly.min.js?v=' in httpx.get(f"{srv.url}/studies/{study['id']}").text
+
+
+def test_assets_are_served_locally_with_the_right_types(finished):
+    srv, _, _ = finished
+    plotly = httpx.get(f"{srv.url}/static/plotly.min.js")
+    assert plotly.status_code == 200
+    assert "javascript" in plotly.headers["content-type"]
+    assert len(plotly.content) > 1_000_000 and b"plotly.js" in plotly.content[:2000]
+    app_js = httpx.get(f"{srv.url}/static/app.js")
+    assert app_js.status_code == 200 and "javascript" in app_js.headers["content-type"]
+    assert "innerHTML" not in app_js.text  # data goes into the page as text only
+    assert httpx.get(f"{srv.url}/static/app.css").headers["content-type"].startswith("text/css")
+    assert httpx.get(f"{srv.url}/static/nope.js").status_code == 404
+
+
+def test_insights_need_a_read_token(finished):
+    srv, study, _ = finished
+    path = f"/v1/studies/{study['id']}/insights"
+    assert srv.client(None).get(path).status_code == 401
+    assert srv.client("read").get(path).status_code == 200
+
+
+def test_insights_of_a_finished_study(finished):
+    srv, study, _ = finished
+    client = srv.client("read")
+    data = client.get(f"/v1/studies/{study['id']}/insights").json()
+    trials = client.get(f"/v1/studies/{study['id']}/trials", params={"limit": 1000}).json()["data"]
+    searched = [t for t in trials if t["kind"] in ("baseline", "search")]
+    history = data["history"]
+    assert [p["id"] for p in history] == [t["id"] for t in searched]
+    assert history[0]["kind"] == "baseline"
+    best = [p["best_so_far"] for p in history if p["best_so_far"] is not None]
+    assert best == sorted(best)
+    ok = [t["samples_per_s"] for t in searched if t["state"] == "ok"]
+    assert best[-1] == pytest.approx(max(ok))
+
+    importance = data["importance"]
+    assert importance["reason"] is None, importance
+    assert importance["params"] and sum(p["importance"] for p in importance["params"]) == pytest.approx(1.0)
+    assert {p["name"] for p in importance["params"]} <= {"precision", "batch_size", "NCCL_NSOCKS_PERTHREAD"}
+
+    matrix = data["matrix"]
+    assert matrix["precisions"][:4] == ["fp32/fp32", "fp16/fp16", "fp8/bf16", "int8/int8"]
+    assert matrix["batch_sizes"] == [64, 256]
+    cells = {(p, b): matrix["samples_per_s"][i][j]
+             for i, p in enumerate(matrix["precisions"]) for j, b in enumerate(matrix["batch_sizes"])}  # fmt: skip
+    for t in searched:
+        if t["state"] == "ok":
+            assert (
+                cells[(f"{t['fwd_precision']}/{t['bwd_precision']}", t["batch_size"])] >= t["samples_per_s"]
+            )
+
+
+def test_insights_of_a_missing_or_unsearched_study_are_4xx_or_empty_never_500(finished):
+    srv, _, hostile = finished
+    client = srv.client("read")
+    assert client.get("/v1/studies/999999/insights").status_code == 404
+    assert client.get("/v1/studies/0/insights").status_code == 422
+    assert client.get("/v1/studies/abc/insights").status_code == 422
+    empty = client.get(f"/v1/studies/{hostile}/insights")  # no Optuna study behind it
+    assert empty.status_code == 200
+    assert empty.json()["importance"] == {"params": [], "reason": "no search trials yet"}
+    assert empty.json()["history"][0]["state"] == "failed"
+
+
+def in_process_app(srv, **settings) -> TestClient:
+    """A second app on the server's database (no scheduler): settings and code can be varied in-process."""
+    return TestClient(create_app(Settings(data_dir=srv.data_dir, scheduler=False, **settings)))
+
+
+def test_public_read_opens_the_insights(finished):
+    srv, study, _ = finished
+    with in_process_app(srv, public_read=True) as client:
+        assert client.get(f"/v1/studies/{study['id']}/insights").status_code == 200
+    with in_process_app(srv, tokens=f"{TOKENS['read']}:read") as client:
+        assert client.get(f"/v1/studies/{study['id']}/insights").status_code == 401
+
+
+def test_importance_that_raises_is_reported_not_a_500(finished, monkeypatch):
+    import optuna
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("evaluator exploded")
+
+    monkeypatch.setattr(optuna.importance, "get_param_importances", broken)
+    srv, study, _ = finished
+    with in_process_app(srv, public_read=True) as client:
+        response = client.get(f"/v1/studies/{study['id']}/insights")
+    assert response.status_code == 200
+    assert response.json()["importance"]["params"] == []
+    assert "evaluator exploded" in response.json()["importance"]["reason"]
+    assert response.json()["history"]
+
+
+def test_templates_autoescape():
+    from api.dashboard import templates
+
+    rendered = templates.env.from_string("{{ value }}").render(value=HOSTILE)
+    assert "<script>" not in rendered and "&lt;script&gt;" in rendered
+    assert templates.env.autoescape("study.html") is True
+
+
+# ---------------------------------------------------------------------------------- real Chromium
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        skip_or_fail("browser", f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("browser", "the playwright package is not installed")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser, errors: list[str]):
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1,
+                                  permissions=["clipboard-read", "clipboard-write"])  # fmt: skip
+    page = context.new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # 401 (before the token) and 404 (a missing study) are expected answers; other console errors are bugs.
+    page.on("console", lambda msg: errors.append(msg.text)
+            if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)  # fmt: skip
+    return page
+
+
+def enter_token(page, token: str) -> None:
+    page.wait_for_selector("#token-form:not([hidden])", timeout=10_000)
+    page.fill("#token-input", token)
+    page.click("#token-form button[type=submit]")
+    page.wait_for_selector("#token-form", state="hidden", timeout=10_000)
+
+
+def trial_rows(page) -> int:
+    return page.locator("#trials tbody tr[data-trial]").count()
+
+
+@pytest.mark.browser
+def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
+    srv = make_server(tmp_path, AUTOTUNER_EXECUTOR_OPTIONS=json.dumps(
+        {"replay": {"landscape": str(LANDSCAPE), "delay_s": 1.0}}))  # fmt: skip
+    srv.start()
+    errors: list[str] = []
+    try:
+        client = srv.client("write")
+        body = replay_study_body("nsocks-fp8-sweep", trials=8, candidates_per_launch=2, confirm_rounds=2)
+        created = client.post("/v1/studies", json=body)
+        assert created.status_code == 201, created.text
+        study_id = created.json()["id"]
+
+        page = open_page(browser, errors)
+        page.goto(f"{srv.url}/studies/{study_id}")
+        # No token yet: the reads answer 401 and the page asks for one.
+        enter_token(page, TOKENS["read"])
+        page.evaluate("window.__sameDocument = true")
+        page.wait_for_function("document.querySelectorAll('#trials tbody tr[data-trial]').length > 0",
+                               timeout=30_000)  # fmt: skip
+        first = trial_rows(page)
+        assert client.get(f"/v1/studies/{study_id}").json()["state"] in ("queued", "running", "confirming")
+        page.wait_for_function(
+            f"document.querySelectorAll('#trials tbody tr[data-trial]').length > {first}", timeout=30_000
+        )
+        assert page.evaluate("window.__sameDocument") is True  # updated in place, never reloaded
+        page.wait_for_selector("#chart-history .main-svg", timeout=20_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-study-running.png"), full_page=True)
+
+        wait_for_state(client, study_id, ("done", "failed"), timeout_s=120)
+        page.wait_for_function(
+            "document.getElementById('study-state').textContent === 'done'", timeout=15_000
+        )
+        page.wait_for_selector("#chart-speedup .main-svg", timeout=15_000)
+        page.wait_for_selector("#chart-matrix .main-svg", timeout=15_000)
+        page.wait_for_selector("#chart-importance .main-svg", timeout=15_000)
+        assert page.evaluate("window.__sameDocument") is True
+        total = client.get(f"/v1/studies/{study_id}/trials").json()["count"]
+        assert trial_rows(page) == min(total, 50)
+        assert "Confirmed speedup" in page.inner_text("#panel-outcome")
+        assert re.search(r"95% CI [\d.,]+–[\d.,]+×", page.inner_text("#kpi-speedup-sub"))
+        page.screenshot(path=str(ARTIFACTS / "dashboard-study.png"), full_page=True)
+
+        # Sort by clicking a header: samples/s, highest first.
+        page.click("#trials th[data-sort=samples_per_s]")
+        page.wait_for_selector("#trials th[data-sort=samples_per_s][aria-sort=descending]")
+        values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(8)")
+                  .all_inner_texts() if v != "—"]  # fmt: skip
+        assert len(values) >= 4 and values == sorted(values, reverse=True)
+
+        # A second study, cancelled at once, so the list shows more than one state.
+        other = client.post("/v1/studies", json=replay_study_body("cancelled-probe", trials=50)).json()
+        assert client.post(f"/v1/studies/{other['id']}/cancel").status_code == 200
+        page.goto(srv.url + "/")  # same tab: the token stays in sessionStorage
+        page.wait_for_selector(f"#studies a[href='/studies/{study_id}']", timeout=10_000)
+        row = page.locator("#studies tbody tr", has_text="nsocks-fp8-sweep").inner_text()
+        best = client.get(f"/v1/studies/{study_id}").json()["best"]["samples_per_s"]
+        assert "done" in row and "8 / 8" in row and f"{best:,.0f}" in row  # thousands separators
+        assert "cancelled" in page.locator("#studies tbody tr", has_text="cancelled-probe").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-studies.png"), full_page=True)
+
+        page.goto(srv.url + "/configs")
+        page.wait_for_selector(".config-card pre", timeout=10_000)
+        exports = page.inner_text(".config-card pre")
+        assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in exports
+        assert "version history (1)" in page.inner_text(".config-card").lower()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-configs.png"), full_page=True)
+        page.click(".config-card .copy")
+        page.wait_for_function("document.querySelector('.config-card .copy').textContent !== 'Copy'")
+        assert page.inner_text(".config-card .copy") == "Copied"
+        assert page.evaluate("navigator.clipboard.readText()").strip() == exports.strip()
+        assert errors == []
+    finally:
+        srv.kill(signal.SIGTERM)
+
+
+@pytest.mark.browser
+def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
+    srv, study, hostile = finished
+    errors: list[str] = []
+    page = open_page(browser, errors)
+    page.goto(f"{srv.url}/studies/{hostile}")
+    enter_token(page, TOKENS["read"])
+    page.wait_for_selector("#failed-list .failed-launch pre.log", timeout=10_000)
+    assert HOSTILE in page.inner_text("#failed-list .reason")
+    assert HOSTILE in page.inner_text("#failed-list pre.log")
+    assert "<b>not bold</b>" in page.inner_text("#failed-list pre.log")
+    assert HOSTILE in page.inner_text("#study-error")
+    page.wait_for_selector("#trials tbody tr.error-row")
+    assert HOSTILE in page.inner_text("#trials tbody")  # the env value and the trial's error, as text
+    page.wait_for_timeout(300)  # an injected onerror would have fired by now
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("main img, main script, pre b").count() == 0
+    # Charts guard themselves when there is nothing to draw.
+    assert "Not available yet: no search trials yet" in page.inner_text("#chart-importance")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-failed.png"), full_page=True)
+
+    page.goto(f"{srv.url}/studies/{study['id']}")
+    page.wait_for_selector("#chart-importance .main-svg", timeout=15_000)
+    assert page.locator("#failed-list .failed-launch").count() == 0
+    page.goto(f"{srv.url}/studies/999999")
+    page.wait_for_function("document.getElementById('study-name').textContent.includes('not found')")
+    assert errors == []

@@ -1,0 +1,51 @@
+"""The emulated fabric: ranks in a network namespace whose loopback is rate-limited (tbf)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from tests.conftest import skip_or_fail
+
+SPEC = {
+    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64,
+                                          "pooling_factor": 2} for i in range(4)]},
+    "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}],
+    "warmup": 2,
+    "iterations": 6,
+}  # fmt: skip
+
+
+@pytest.fixture
+def netns_capable():
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        skip_or_fail("netns", "needs root, ip and tc (iproute2) to make a rate-limited network namespace")
+    probe = subprocess.run(["ip", "netns", "add", "at-probe"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        skip_or_fail("netns", f"cannot create a network namespace here: {probe.stderr.strip()}")
+    subprocess.run(["ip", "netns", "del", "at-probe"], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_a_slow_fabric_slows_the_all_to_all_and_leaves_no_namespace(netns_capable, tmp_path):
+    def run(executor: LocalExecutor, name: str) -> dict:
+        launch = LaunchRequest(name=name, spec=SPEC, env={}, workdir=tmp_path / name, python=sys.executable,
+                               timeout_s=180)  # fmt: skip
+        outcome = executor.run(launch)
+        assert outcome.state == LaunchState.SUCCEEDED, outcome.log_tail
+        return outcome.result["candidates"][0]
+
+    open_ = run(LocalExecutor(), "open")
+    slow = run(LocalExecutor(fabric=Fabric("100mbit")), "slow")
+    # ~0.5 MB of pooled embeddings per rank and iteration: a few ms on loopback, tens at 100 Mbit/s.
+    # Both ranks share the one shaped loopback, so the bus bandwidth cannot beat the rate by much.
+    assert slow["busbw_gbps"] < 0.0125 * 1.5, slow["busbw_gbps"]
+    assert slow["a2a_ms"]["median"] > 1.5 * open_["a2a_ms"]["median"]
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "at-slow" not in namespaces
