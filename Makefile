@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(BIN)/python -m autotuner.demo
+	$(BIN)/python -m autotuner.demo $(if $(KEEP),--keep)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

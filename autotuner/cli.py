@@ -81,6 +81,9 @@ def tune(
         str | None, typer.Option(help="local: emulate a fabric of this rate (e.g. 2gbit)")
     ] = None,
     landscape: Annotated[Path | None, typer.Option(help="replay: recorded landscape file")] = None,
+    executor_option: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")
+    ] = None,
     launch_timeout: Annotated[float, typer.Option(help="seconds before a launch is killed")] = 900,
     scaling_nodes: Annotated[
         str, typer.Option(help="after publishing, measure at these node counts: 1,2,4")
@@ -106,6 +109,14 @@ def tune(
             nodes_curve = [int(n) for n in scaling_nodes.split(",") if n.strip()]
         except ValueError as exc:
             raise _fail(f"--scaling-nodes {scaling_nodes!r}: comma-separated integers, e.g. 1,2,4") from exc
+        for item in executor_option or []:
+            key, sep, raw = item.partition("=")
+            if not sep or not key:
+                raise _fail(f"--executor-option {item!r}: use KEY=VALUE")
+            try:
+                options[key] = json.loads(raw)
+            except ValueError:
+                options[key] = raw  # a plain string
         if landscape is not None:
             options["landscape"] = str(landscape)
         try:

@@ -1,37 +1,144 @@
-"""`make demo`: a small tuning study on 2 local CPU ranks, then the tuned export lines.
+"""`make demo`: the service with an embedded SQLite store, a small study on 2 local CPU ranks, the
+dashboard URL while it runs, and the tuned export lines a job would get when it ends.
 
-Runs `autotuner tune` with the example workload and space in deploy/examples/, against a fresh
-SQLite store under .data/demo/, and prints what `autotuner env` hands a job.
+    python -m autotuner.demo [--port 8000] [--keep]
+
+Everything lives under .data/demo/ (fresh each run). `--keep` leaves the service up afterwards.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
+console = Console(stderr=True)
 
 
-def main() -> int:
+def _port(wanted: int) -> int:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", wanted))
+            return wanted
+        except OSError:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="autotuner.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--keep", action="store_true", help="keep the service running afterwards")
+    args = parser.parse_args(argv)
+
     data = ROOT / ".data" / "demo"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
-    db = f"sqlite:///{data / 'autotuner.db'}"
-    autotuner = [sys.executable, "-m", "autotuner"]
-    tune = [*autotuner, "tune", "--cluster", "demo-cpu", "--workload", str(EXAMPLES / "workload-demo.json"),
-            "--space", str(EXAMPLES / "space-demo.yaml"), "--nproc", "2", "--trials", "3",
-            "--candidates-per-launch", "4", "--iterations", "12", "--warmup", "2", "--confirm-rounds", "3",
-            "--workdir", str(data / "runs"), "--db", db]  # fmt: skip
-    print("$", " ".join(tune[1:]), file=sys.stderr, flush=True)
-    rc = subprocess.call(tune)
-    if rc != 0:
-        return rc
-    env = [*autotuner, "env", "--cluster", "demo-cpu", "--workload", "demo-dlrm", "--db", db]
-    print("\n$ autotuner env --cluster demo-cpu --workload demo-dlrm", file=sys.stderr, flush=True)
-    return subprocess.call(env)
+    port = _port(args.port)
+    url = f"http://127.0.0.1:{port}"
+    token = secrets.token_urlsafe(16)
+    env = {**os.environ, "AUTOTUNER_DATA_DIR": str(data), "AUTOTUNER_PORT": str(port),
+           "AUTOTUNER_TOKENS": f"{token}:admin", "AUTOTUNER_PUBLIC_READ": "1",
+           "AUTOTUNER_CACHE_DIR": str(data / "hook-cache")}  # fmt: skip
+    env.pop("AUTOTUNER_DATABASE_URL", None)
+    log = open(data / "service.log", "wb")  # noqa: SIM115 - lives as long as the service
+    service = subprocess.Popen([sys.executable, "-m", "autotuner", "serve"], env=env, stdout=log, stderr=log)
+    try:
+        return _run(url, token, env, service, data, args.keep)
+    finally:
+        if not args.keep and service.poll() is None:
+            service.send_signal(signal.SIGTERM)
+            service.wait(timeout=30)
+
+
+def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, data: Path, keep: bool) -> int:
+    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    for _ in range(300):
+        try:
+            if client.get("/readyz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if service.poll() is not None:
+            console.print(f"[red]the service did not start:[/red] see {data / 'service.log'}")
+            return 1
+        time.sleep(0.1)
+    console.print(f"service up at [bold]{url}[/bold] (store {data / 'autotuner.db'})")
+
+    body = {
+        "name": "demo",
+        "cluster": "demo-cpu",
+        "workload": json.loads((EXAMPLES / "workload-demo.json").read_text()),
+        "space": yaml.safe_load((EXAMPLES / "space-demo.yaml").read_text()),
+        "settings": {
+            "executor": "local",
+            "nproc_per_node": 2,
+            "trials": 3,
+            "candidates_per_launch": 4,
+            "iterations": 12,
+            "warmup": 2,
+            "confirm_rounds": 3,
+        },  # fmt: skip
+    }
+    created = client.post("/v1/studies", json=body)
+    if created.status_code != 201:
+        console.print(f"[red]could not create the study:[/red] {created.text}")
+        return 1
+    study = created.json()
+    console.print(
+        f"dashboard: [bold link={url}/studies/{study['id']}]{url}/studies/{study['id']}[/bold link]"
+    )
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[best]}"), console=console) as bar:  # fmt: skip
+        task = bar.add_task("queued", total=body["settings"]["trials"], best="")
+        while study["state"] not in ("done", "failed", "cancelled"):
+            time.sleep(1)
+            study = client.get(f"/v1/studies/{study['id']}").json()
+            best = study["best"]["samples_per_s"] if study["best"] else None
+            bar.update(task, description=study["state"], completed=study["launches_done"],
+                       best=f"best {best:,.0f} samples/s" if best else "")  # fmt: skip
+    if study["state"] != "done":
+        console.print(f"[red]study {study['state']}:[/red] {study['error']}")
+        return 1
+    outcome = study["outcome"] or {}
+    if "ci_low" in outcome:
+        console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
+                      f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}); {outcome['decision']}")  # fmt: skip
+    for _ in range(50):  # published configs are served within a second
+        if client.get("/v1/configs/demo-cpu/demo-dlrm").status_code == 200:
+            break
+        time.sleep(0.1)
+    console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
+    hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), "--token", token,
+            "--cluster", "demo-cpu", "--workload", "demo-dlrm"]  # fmt: skip
+    subprocess.run(hook, env=env, check=False)
+    if keep:
+        console.print(f"\nthe service keeps running at {url} (Ctrl-C to stop)")
+        try:
+            service.wait()
+        except KeyboardInterrupt:
+            pass
+    else:
+        console.print(
+            f"\nto browse the results again: AUTOTUNER_DATA_DIR={data} AUTOTUNER_PUBLIC_READ=1 autotuner serve"
+        )
+    return 0
 
 
 if __name__ == "__main__":

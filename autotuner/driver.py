@@ -512,7 +512,12 @@ class StudyDriver:
             request = self._request(launch)
             if launch.backend_id:
                 desc = self.executor.describe(launch.backend_id, request)
-                if desc.state == LaunchState.RUNNING or desc.state.is_terminal():
+                # Queued (PENDING) and unreadable-right-now (UNKNOWN) launches are followed too:
+                # retrying them would leave the original job to run later, unobserved.
+                if (
+                    desc.state in (LaunchState.RUNNING, LaunchState.PENDING, LaunchState.UNKNOWN)
+                    or desc.state.is_terminal()
+                ):
                     log.info(
                         "study %s: re-attaching launch %s (%s)", self.study_id, launch.seq, desc.state.value
                     )

@@ -105,6 +105,12 @@ def create_study(
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
+    from autotuner.executors import make_executor
+
+    try:  # bad executor options fail here, before a study row exists (constructors do no I/O)
+        make_executor(settings)
+    except (ValueError, TypeError, OSError) as exc:
+        raise ValueError(f"executor {settings.executor}: {exc}") from exc
     if name is None:
         name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
     check_name("study", name)

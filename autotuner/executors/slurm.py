@@ -1,0 +1,703 @@
+"""Slurm executor: one batch job per launch, torchrun on every node through srun.
+
+The dryrun is the whole sbatch script (golden-tested): #SBATCH lines, the launch's variables exported
+once in the batch shell (srun hands that environment to every rank unchanged), a c10d rendezvous on
+the job's first node, and the trial's exit code written to `workdir/exit_code` so that how a launch
+ended is known even after Slurm has forgotten the job. Everything `describe` needs is the job id
+(kept in the database) and the launch directory: a tuner killed with SIGKILL re-attaches with a fresh
+executor.
+
+Slurm is only ever called with argument lists (`sbatch --parsable`, `squeue --json`, `scontrol show
+job`, `sacct`, `scancel`), never through a shell.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from autotuner.executors.base import (
+    AppDryrun,
+    Description,
+    Executor,
+    LaunchRequest,
+    LaunchState,
+    Outcome,
+)
+from trials.result import ENV_PREFIXES
+
+log = logging.getLogger(__name__)
+
+# Slurm job states (22.05 and later; flags such as COMPLETING travel in the same field) -> ours.
+# Ends that are the cluster's doing (node failure, preemption) map to CANCELLED, not FAILED: the study
+# driver quarantines the env config of a failed search launch, and a flaky node says nothing about it.
+SLURM_STATES: dict[str, LaunchState] = {
+    "PENDING": LaunchState.PENDING,
+    "CONFIGURING": LaunchState.PENDING,  # nodes being booted / set up: the trial has not started
+    "REQUEUED": LaunchState.PENDING,
+    "REQUEUE_HOLD": LaunchState.PENDING,
+    "REQUEUE_FED": LaunchState.PENDING,
+    "RESV_DEL_HOLD": LaunchState.PENDING,
+    "SUSPENDED": LaunchState.PENDING,
+    "RUNNING": LaunchState.RUNNING,
+    "COMPLETING": LaunchState.RUNNING,
+    "SIGNALING": LaunchState.RUNNING,
+    "STAGE_OUT": LaunchState.RUNNING,
+    "RESIZING": LaunchState.RUNNING,
+    "STOPPED": LaunchState.RUNNING,
+    "COMPLETED": LaunchState.SUCCEEDED,
+    "FAILED": LaunchState.FAILED,
+    "OUT_OF_MEMORY": LaunchState.FAILED,
+    "SPECIAL_EXIT": LaunchState.FAILED,
+    "TIMEOUT": LaunchState.TIMEOUT,
+    "DEADLINE": LaunchState.TIMEOUT,
+    "CANCELLED": LaunchState.CANCELLED,
+    "REVOKED": LaunchState.CANCELLED,
+    "PREEMPTED": LaunchState.CANCELLED,
+    "NODE_FAIL": LaunchState.CANCELLED,
+    "BOOT_FAIL": LaunchState.CANCELLED,
+}
+_WHY = {
+    "TIMEOUT": "Slurm killed the job at its time limit",
+    "DEADLINE": "Slurm killed the job at its deadline",
+    "OUT_OF_MEMORY": "a node ran out of memory",
+    "PREEMPTED": "preempted by Slurm (not the config's fault; not retried: --no-requeue)",
+    "NODE_FAIL": "a node of the job failed (not the config's fault)",
+    "BOOT_FAIL": "a node of the job failed to boot (not the config's fault)",
+    "REVOKED": "revoked by the federation",
+    "CANCELLED": "cancelled in Slurm (scancel)",
+}
+
+# What may sit unquoted in an #SBATCH line: sbatch has its own tokenizer there, and '%' is a filename
+# pattern in --output.
+_SBATCH_PATH = re.compile(r"^/[A-Za-z0-9._/+@,:=~-]*$")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PARTITIONS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*()!:-]+$")
+_TIME_LIMIT = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
+_SBATCH_ARG = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=%*\[\]-]+)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHON = re.compile(r"^[A-Za-z0-9._/+@-]+$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+# Set by the executor from the launch: an extra sbatch argument may not fight them.
+_OWN_ARGS = {
+    "--job-name", "--nodes", "--ntasks-per-node", "--ntasks", "--output", "--error", "--open-mode", "--chdir",
+    "--time", "--exclusive", "--partition", "--account", "--qos", "--gpus-per-node", "--cpus-per-task",
+    "--constraint", "--parsable", "--wrap", "--export", "--requeue", "--no-requeue", "--array", "--wait",
+}  # fmt: skip
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused a request (sbatch rejected the job) or could not be reached."""
+
+
+class _Unreachable(SlurmError):
+    """The command did not answer (controller down, timed out, not installed): try again later."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The operator's settings for the Slurm executor (a study's `executor_options`)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    # Minutes, or a Slurm time ("HH:MM:SS", "D-HH:MM"); default: the launch timeout plus a minute, a
+    # backstop for when the tuner itself is gone (the tuner cancels at the launch timeout).
+    time_limit: str | int | None = None
+    exclusive: bool = True  # trials must own their nodes and NICs to measure anything
+    # None: nproc_per_node when the launch uses GPUs (spec device "cuda", or "auto" on a partition
+    # with GPU GRES); 0: never ask for GPUs.
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    constraint: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    python: str | None = None  # interpreter on the nodes; default: the launch's (this interpreter)
+    rdzv_port: int = 29500
+    # Fixed exports for every launch that are not tuned but the fabric needs (e.g. FI_PROVIDER=efa for
+    # aws-ofi-nccl); the launch's own variables come after them and win.
+    env: Mapping[str, str] = field(default_factory=dict)
+    # How long a launch may wait in the queue (None: as long as it takes). The launch timeout counts
+    # from the moment the job runs, not from sbatch.
+    queue_timeout_s: float | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SlurmOptions:
+        """Check operator JSON; a ValueError names the option, what was wrong and what is allowed."""
+        known = [f.name for f in fields(cls)]
+        for key in options:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"slurm executor option {key!r} is unknown{hint}; known: {', '.join(known)}")
+        o = dict(options)
+        for key, pattern, what in (
+            ("partition", _PARTITIONS, "a partition name or a comma-separated list"),
+            ("account", _SLURM_NAME, "an account name"),
+            ("qos", _SLURM_NAME, "a QOS name"),
+            ("constraint", _CONSTRAINT, "a feature expression such as 'a100&efa' (no spaces)"),
+        ):
+            _check_str(o.get(key), key, pattern, what)
+        limit = o.get("time_limit")
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int | str):
+                raise ValueError(
+                    f"slurm executor option time_limit: give minutes or a Slurm time, got {limit!r}"
+                )
+            if isinstance(limit, int) and limit < 1:
+                raise ValueError(f"slurm executor option time_limit: {limit} minutes; give at least 1")
+            if isinstance(limit, str) and not _TIME_LIMIT.match(limit):
+                raise ValueError(
+                    f"slurm executor option time_limit {limit!r}: use minutes, 'MM:SS', 'HH:MM:SS', "
+                    "'D-HH', 'D-HH:MM', 'D-HH:MM:SS' or 'UNLIMITED'"
+                )
+        if not isinstance(o.get("exclusive", True), bool):
+            raise ValueError(f"slurm executor option exclusive: true or false, got {o['exclusive']!r}")
+        _check_int(o.get("gpus_per_node"), "gpus_per_node", low=0)
+        _check_int(o.get("cpus_per_task"), "cpus_per_task", low=1)
+        _check_int(o.get("rdzv_port", 29500), "rdzv_port", low=1, high=65535)
+        args = o.get("sbatch_args", ())
+        if isinstance(args, str) or not isinstance(args, Sequence):
+            raise ValueError("slurm executor option sbatch_args: a list of '--name=value' strings")
+        for arg in args:
+            _check_sbatch_arg(arg)
+        o["sbatch_args"] = tuple(args)
+        python = o.get("python")
+        if python is not None and (not isinstance(python, str) or not _PYTHON.match(python)):
+            raise ValueError(
+                f"slurm executor option python {python!r}: the interpreter's path on the nodes "
+                "(letters, digits and ._/+@- only)"
+            )
+        env = o.get("env", {})
+        if not isinstance(env, Mapping):
+            raise ValueError("slurm executor option env: an object of NAME: value strings")
+        for name, value in env.items():
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise ValueError(f"slurm executor option env: {name!r} is not a valid variable name")
+            if not isinstance(value, str) or "\n" in value or "\0" in value:
+                raise ValueError(f"slurm executor option env: {name} must be a one-line string")
+        o["env"] = dict(env)
+        queue = o.get("queue_timeout_s")
+        if queue is not None and (
+            isinstance(queue, bool) or not isinstance(queue, int | float) or queue <= 0
+        ):
+            raise ValueError(f"slurm executor option queue_timeout_s: seconds > 0 or null, got {queue!r}")
+        return cls(**o)
+
+
+def _check_str(value: Any, key: str, pattern: re.Pattern[str], what: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ValueError(f"slurm executor option {key} {value!r}: expected {what}")
+
+
+def _check_int(value: Any, key: str, *, low: int, high: int | None = None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+        bound = f"{low}..{high}" if high else f">= {low}"
+        raise ValueError(f"slurm executor option {key}: an integer {bound}, got {value!r}")
+
+
+def _check_sbatch_arg(arg: Any) -> None:
+    if not isinstance(arg, str) or not _SBATCH_ARG.match(arg):
+        raise ValueError(
+            f"slurm executor option sbatch_args: {arg!r} is not a '--long-option' or '--long-option=value' "
+            "(no spaces, quotes or shell characters; it becomes an #SBATCH line)"
+        )
+    name = arg.split("=", 1)[0]
+    if name in _OWN_ARGS:
+        raise ValueError(
+            f"slurm executor option sbatch_args: {name} is set by the executor; use its own option "
+            "(partition, account, qos, time_limit, exclusive, gpus_per_node, cpus_per_task, constraint)"
+        )
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    script: str
+    script_path: Path
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm says about a job, from whichever source still knows it."""
+
+    state: str  # base Slurm state, e.g. "RUNNING"
+    reason: str = ""
+    exit_code: int | None = None  # of the batch script
+    signal: int | None = None
+    source: str = "squeue"
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+    # Slurm is asked at most this often per launch: in 22.05 `squeue --json` returns every job of the
+    # cluster whatever --jobs says.
+    min_poll_s: float = 1.0
+    command_timeout_s: float = 30.0
+
+    def __init__(self, **options: Any) -> None:
+        self.options = SlurmOptions.parse(options)
+        self._gpu_partition: bool | None = None
+
+    # ------------------------------------------------------------------ the request
+
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[SlurmRequest]:
+        o = self.options
+        workdir = str(launch.workdir)
+        if not _SBATCH_PATH.match(workdir):
+            raise ValueError(
+                f"launch directory {workdir!r}: the Slurm executor needs an absolute path of letters, digits "
+                "and ._/+@,:=~- (it goes into #SBATCH lines, where spaces and '%' are not safe)"
+            )
+        python = o.python or launch.python
+        gpus = self._gpus_per_node(launch)
+        q = shlex.quote
+        sbatch = [
+            f"--job-name={_job_name(launch.name)}",
+            f"--nodes={launch.nnodes}",
+            "--ntasks-per-node=1",  # one torchrun agent per node; it starts the node's ranks
+            f"--output={launch.log_path}",
+            f"--error={launch.log_path}",
+            "--open-mode=append",
+            f"--chdir={workdir}",
+            f"--time={o.time_limit if o.time_limit is not None else _minutes(launch.timeout_s)}",
+            "--no-requeue",  # a requeued trial would run again behind the tuner's back
+        ]
+        if o.exclusive:
+            sbatch.append("--exclusive")
+        for key, flag in (("partition", "--partition"), ("account", "--account"), ("qos", "--qos")):
+            if getattr(o, key):
+                sbatch.append(f"{flag}={getattr(o, key)}")
+        if gpus:
+            sbatch.append(f"--gpus-per-node={gpus}")
+        if o.cpus_per_task:
+            sbatch.append(f"--cpus-per-task={o.cpus_per_task}")
+        if o.constraint:
+            sbatch.append(f"--constraint={o.constraint}")
+        sbatch += o.sbatch_args
+        for name, value in launch.env.items():
+            if not _ENV_NAME.match(name) or "\n" in value:
+                raise ValueError(f"launch variable {name!r}: not a variable name or not a one-line value")
+
+        lines = [
+            "#!/bin/bash",
+            f"# nccl-autotuner launch {launch.name} (slurm executor): {launch.nnodes} node(s) x "
+            f"{launch.nproc_per_node} rank(s)",
+            *(f"#SBATCH {arg}" for arg in sbatch),
+            "",
+            "# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with",
+            "# exactly the variables below, the baseline with none.",
+            "export AUTOTUNER_DISABLE=1",
+        ]
+        if o.env:
+            lines.append("# Cluster-fixed fabric settings (executor option env); the launch's variables win.")
+            lines += [f"export {k}={q(v)}" for k, v in sorted(o.env.items())]
+        else:
+            lines.append(
+                "# (Fabric settings every trial needs but that are not tuned, e.g. FI_PROVIDER=efa for"
+                " aws-ofi-nccl:\n#  executor option env.)"
+            )
+        if launch.env:
+            lines.append("# The launch's variables: srun hands this environment to every rank unchanged.")
+            lines += [f"export {k}={q(v)}" for k, v in sorted(launch.env.items())]
+        torchrun = [
+            q(python), "-m", "torch.distributed.run", '--nnodes="$SLURM_JOB_NUM_NODES"',
+            f"--nproc-per-node={launch.nproc_per_node}", "--rdzv-backend=c10d",
+            f'--rdzv-endpoint="$head:{o.rdzv_port}"', '--rdzv-id="$SLURM_JOB_ID"',
+        ]  # fmt: skip
+        lines += [
+            "",
+            "# Rendezvous on the job's first node.",
+            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+            'srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \\',
+            "  " + " ".join(torchrun) + " \\",
+            "  " + " ".join(q(a) for a in launch.trial_argv()),
+            "rc=$?",
+            f"echo $rc > {q(str(launch.workdir / 'exit_code'))}",
+            "exit $rc",
+            "",
+        ]
+        script = "\n".join(lines)
+        return AppDryrun(SlurmRequest(script, launch.workdir / "launch.sbatch"), script, launch)
+
+    def _gpus_per_node(self, launch: LaunchRequest) -> int | None:
+        wanted = self.options.gpus_per_node
+        if wanted is not None:
+            return wanted or None
+        device = launch.spec.get("device", "auto")
+        if device == "cuda" or (device == "auto" and self._partition_has_gpus()):
+            return launch.nproc_per_node
+        return None
+
+    def _partition_has_gpus(self) -> bool:
+        """Whether the partition's nodes advertise GPU GRES (asked once). A cluster that cannot be
+        asked is taken to have none: the trial then reports the device it really used."""
+        if self._gpu_partition is None:
+            argv = ["sinfo", "--noheader", "--format=%G"]
+            if self.options.partition:
+                argv.append(f"--partition={self.options.partition}")
+            try:
+                proc = self._run(argv)
+            except SlurmError:
+                proc = None
+            self._gpu_partition = bool(
+                proc is not None and proc.returncode == 0 and re.search(r"(^|,)gpu[:(]", proc.stdout, re.M)
+            )
+        return self._gpu_partition
+
+    # ------------------------------------------------------------------ sending and following
+
+    def schedule(self, dryrun: AppDryrun[SlurmRequest]) -> str:
+        req, launch = dryrun.request, dryrun.launch
+        req.script_path.write_text(req.script)
+        (launch.workdir / "exit_code").unlink(missing_ok=True)
+        proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
+        if proc.returncode != 0:
+            raise SlurmError(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
+        answer = proc.stdout.strip().splitlines()[-1].strip() if proc.stdout.strip() else ""
+        try:
+            job_id = _checked_id(answer)
+        except ValueError:
+            raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id") from None
+        (launch.workdir / "job_id").write_text(job_id + "\n")
+        return job_id
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        job_id = _checked_id(backend_id)
+        exit_code = _read_int(launch.workdir / "exit_code")
+        unreachable = ""
+        try:
+            info = self.job_info(job_id)
+        except _Unreachable as exc:
+            info, unreachable = None, str(exc)
+        if info is not None:
+            return _describe(info, exit_code)
+        if exit_code is not None:
+            return _from_exit_code(exit_code)
+        if unreachable:
+            return Description(LaunchState.UNKNOWN, None, f"Slurm did not answer: {unreachable}")
+        return Description(
+            LaunchState.FAILED,
+            None,
+            f"Slurm job {job_id} is gone (ended more than MinJobAge ago, no accounting) and left no exit code",
+        )
+
+    def job_info(self, job_id: str) -> JobInfo | None:
+        """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting).
+        None: Slurm answered and does not know the job. Raises _Unreachable if nobody answered."""
+        errors, answered = [], False
+        for source in (self._squeue, self._scontrol):
+            try:
+                info = source(job_id)
+            except _Unreachable as exc:
+                errors.append(str(exc))
+                continue
+            if info is not None:
+                return info
+            answered = True
+        info = self._sacct(job_id)
+        if info is not None:
+            return info
+        if not answered:  # a controller that does not answer says nothing about the job
+            raise _Unreachable("; ".join(errors))
+        return None
+
+    def _squeue(self, job_id: str) -> JobInfo | None:
+        proc = self._run(["squeue", "--json", "--jobs", job_id])
+        if proc.returncode != 0:
+            if _invalid_job(proc):
+                return None
+            raise _Unreachable(f"squeue exit {proc.returncode}: {_text(proc)}")
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError as exc:
+            raise _Unreachable(f"squeue --json printed no JSON ({exc})") from exc
+        info = parse_squeue_json(data, job_id)
+        if info is None and data.get("errors"):
+            # 22.05 with the controller down: exit 0, no jobs, and the trouble in "errors"
+            raise _Unreachable(f"squeue: {_json_errors(data['errors'])}")
+        return info
+
+    def _scontrol(self, job_id: str) -> JobInfo | None:
+        proc = self._run(["scontrol", "show", "job", job_id])
+        if proc.returncode != 0:
+            if _invalid_job(proc):
+                return None
+            raise _Unreachable(f"scontrol exit {proc.returncode}: {_text(proc)}")
+        return parse_scontrol(proc.stdout, job_id)
+
+    def _sacct(self, job_id: str) -> JobInfo | None:
+        """Accounting, for jobs older than MinJobAge. Most test clusters have none: that is 'unknown'."""
+        try:
+            proc = self._run(["sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2",
+                              "--format=JobID,State,ExitCode"])  # fmt: skip
+        except SlurmError:
+            return None
+        if proc.returncode != 0:
+            return None
+        return parse_sacct(proc.stdout, job_id)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
+        free and nothing writes into the launch directory any more."""
+        job_id = _checked_id(backend_id)
+        try:
+            proc = self._run(["scancel", job_id])
+        except SlurmError as exc:
+            log.warning("scancel %s: %s", job_id, exc)
+            return
+        if proc.returncode != 0:  # e.g. already finished: "Job/step already completing or completed"
+            log.info("scancel %s: exit %s: %s", job_id, proc.returncode, _text(proc))
+        deadline = time.monotonic() + self.cancel_grace_s
+        while time.monotonic() < deadline:
+            try:
+                info = self.job_info(job_id)
+            except _Unreachable:
+                info = None
+            if info is None or SLURM_STATES.get(info.state, LaunchState.UNKNOWN).is_terminal():
+                return
+            time.sleep(0.5)
+        log.warning("Slurm job %s still not ended %.0f s after scancel", job_id, self.cancel_grace_s)
+
+    def wait(
+        self,
+        backend_id: str,
+        launch: LaunchRequest,
+        *,
+        started: float,
+        poll_s: float = 0.5,
+        on_poll: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """Like Executor.wait, but time in the queue is not run time: the launch timeout counts from
+        when the job was first seen running (from `started` when it was never seen queued, e.g. after
+        a re-attach), and queue_timeout_s bounds the wait before that."""
+        poll_s = max(poll_s, self.min_poll_s)
+        run_started: float | None = None
+        seen_queued = False
+        while True:
+            desc = self.describe(backend_id, launch)
+            now = time.monotonic()
+            if desc.state.is_terminal():
+                return self._collect(backend_id, launch, desc)
+            if desc.state == LaunchState.PENDING and run_started is None:
+                seen_queued = True
+                queue_limit = self.options.queue_timeout_s
+                if queue_limit is not None and now - started > queue_limit:
+                    self.cancel(backend_id, launch)
+                    return Outcome(LaunchState.CANCELLED, backend_id, None,
+                                   f"still queued after {queue_limit:.0f} s (queue_timeout_s): {desc.reason}",
+                                   self.logs(backend_id, launch))  # fmt: skip
+            elif run_started is None:
+                run_started = now if seen_queued else started
+            if run_started is not None and now - run_started > launch.timeout_s:
+                self.cancel(backend_id, launch)
+                return Outcome(
+                    LaunchState.TIMEOUT,
+                    backend_id,
+                    self.fetch_result(backend_id, launch),
+                    f"killed after the {launch.timeout_s:.0f} s timeout (scancel {backend_id})",
+                    self.logs(backend_id, launch),
+                )
+            if on_poll is not None:
+                on_poll()
+            time.sleep(poll_s)
+
+    def _run(self, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.command_timeout_s,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise _Unreachable(f"{argv[0]} is not installed here (not on PATH)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise _Unreachable(f"{argv[0]} did not answer within {self.command_timeout_s:.0f} s") from exc
+
+
+# ---------------------------------------------------------------------- reading Slurm's answers
+
+
+def parse_squeue_json(data: Mapping[str, Any], job_id: str) -> JobInfo | None:
+    """The job in `squeue --json` output. 22.05 ignores --jobs (every job comes back) and gives
+    `job_state` as a string and `exit_code` as a wait status; newer versions give lists and objects."""
+    for job in data.get("jobs") or []:
+        if str(job.get("job_id")) != job_id and _array_id(job) != job_id:
+            continue
+        raw = job.get("job_state")
+        states = [raw] if isinstance(raw, str) else [s for s in (raw or []) if isinstance(s, str)]
+        if not states:
+            return JobInfo("UNKNOWN", "no job_state in squeue output")
+        state = next((s for s in states if s in SLURM_STATES and s != "COMPLETING"), states[0])
+        exit_code, signal = _exit_status(job.get("exit_code"))
+        reason = job.get("state_reason") or ""
+        return JobInfo(state, "" if reason == "None" else str(reason), exit_code, signal, "squeue")
+    return None
+
+
+def _array_id(job: Mapping[str, Any]) -> str | None:
+    task = job.get("array_task_id")
+    if isinstance(task, dict):
+        task = task.get("number") if task.get("set") else None
+    return f"{job.get('array_job_id')}_{task}" if task is not None else None
+
+
+def _exit_status(value: Any) -> tuple[int | None, int | None]:
+    """(exit code, signal). 22.05: an int wait status (256 = exit 1, 9 = SIGKILL). Newer:
+    {"status": [...], "return_code": N or {"set", "number"}, "signal": {"id": ...}}."""
+    if isinstance(value, bool) or value is None:
+        return None, None
+    if isinstance(value, int):
+        return (value >> 8) & 0xFF, (value & 0x7F) or None
+    if isinstance(value, dict):
+        code = _number(value.get("return_code"))
+        sig = value.get("signal")
+        signal = _number(sig.get("id") if isinstance(sig, dict) else sig)
+        return code, signal or None
+    return None, None
+
+
+def _number(value: Any) -> int | None:
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set", True) and "number" in value else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
+    fields_ = dict(re.findall(r"(?:^|\s)([A-Za-z/:]+)=(\S*)", text))
+    if fields_.get("JobId") != job_id.split("_")[0] and fields_.get("ArrayJobId") is None:
+        return None
+    state = fields_.get("JobState", "UNKNOWN")
+    reason = fields_.get("Reason", "")
+    code, signal = _split_exit(fields_.get("ExitCode", ""))
+    return JobInfo(state, "" if reason == "None" else reason, code, signal, "scontrol")
+
+
+def parse_sacct(text: str, job_id: str) -> JobInfo | None:
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 3 and parts[0] == job_id:
+            state = parts[1].split()[0] if parts[1].strip() else "UNKNOWN"  # "CANCELLED by 0"
+            code, signal = _split_exit(parts[2])
+            return JobInfo(state, "", code, signal, "sacct")
+    return None
+
+
+def _split_exit(text: str) -> tuple[int | None, int | None]:
+    """Slurm's "EXIT:SIGNAL" (e.g. "1:0", "0:9")."""
+    match = re.match(r"^(\d+):(\d+)$", text.strip())
+    if not match:
+        return None, None
+    return int(match.group(1)), int(match.group(2)) or None
+
+
+def _describe(info: JobInfo, exit_code: int | None) -> Description:
+    state = SLURM_STATES.get(info.state, LaunchState.UNKNOWN)
+    if state == LaunchState.UNKNOWN:
+        return Description(state, None, f"Slurm state {info.state!r} is not one we know")
+    if not state.is_terminal():
+        if exit_code is not None:  # the trial is over; Slurm is finishing the job around it
+            return _from_exit_code(exit_code)
+        return Description(state, None, info.reason)
+    if info.state in ("COMPLETED", "FAILED"):
+        # The batch script exits with the trial's code. 1 means "some candidate failed": the launch ran
+        # (whether it wrote a result is checked on collection).
+        code = exit_code if exit_code is not None else info.exit_code
+        if info.signal and exit_code is None:
+            return Description(
+                LaunchState.FAILED, code, f"the batch script was killed by signal {info.signal}"
+            )
+        if code is not None:
+            return _from_exit_code(code)
+        return Description(state, None, info.reason)
+    why = _WHY.get(info.state, info.state)
+    return Description(
+        state, exit_code, f"{why} (Slurm {info.state}{', ' + info.reason if info.reason else ''})"
+    )
+
+
+def _from_exit_code(code: int) -> Description:
+    if code in (0, 1):
+        return Description(LaunchState.SUCCEEDED, code)
+    if code == 2:
+        return Description(LaunchState.FAILED, code, "bad trial spec (exit code 2)")
+    if code == 3:
+        return Description(LaunchState.FAILED, code, "trial launch failed (exit code 3): process group or sharding could not start")  # fmt: skip
+    if code > 128:
+        return Description(LaunchState.FAILED, code, f"killed by signal {code - 128}")
+    return Description(LaunchState.FAILED, code, f"exit code {code}")
+
+
+def _json_errors(errors: Any) -> str:
+    if not isinstance(errors, list):
+        return str(errors)[:300]
+    return "; ".join(
+        f"{e.get('source', '')}: {e.get('description') or e.get('error', '')}".strip(": ")
+        if isinstance(e, dict)
+        else str(e)
+        for e in errors
+    )[:500]
+
+
+def _invalid_job(proc: subprocess.CompletedProcess[str]) -> bool:
+    return "invalid job id" in (proc.stderr + proc.stdout).lower()
+
+
+def _text(proc: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((proc.stderr.strip() or proc.stdout.strip() or "(no output)").split())[:500]
+
+
+# ---------------------------------------------------------------------- small helpers
+
+
+def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """sbatch hands its environment to the job. Like the local executor, drop the comm variables we
+    happen to have (the baseline must mean "no overrides") and the context of any job the tuner itself
+    runs in (SLURM_*, except where the client finds its config)."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith(ENV_PREFIXES) and not (k.startswith("SLURM_") and k != "SLURM_CONF")
+    }
+
+
+def _job_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:64] or "autotuner-trial"
+
+
+def _minutes(seconds: float) -> int:
+    return math.ceil(seconds / 60) + 1
+
+
+def _checked_id(backend_id: str) -> str:
+    """The job id, checked before it reaches a command line ("ID;cluster" as sbatch prints it is fine)."""
+    match = re.match(r"^([0-9]+(?:_[0-9]+)?)(;[A-Za-z0-9_.-]+)?$", str(backend_id))
+    if not match:
+        raise ValueError(f"{backend_id!r} is not a Slurm job id")
+    return match.group(1)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else None

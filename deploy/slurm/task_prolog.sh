@@ -1,0 +1,80 @@
+#!/bin/sh
+# Slurm TaskProlog of nccl-autotuner: exports the tuned NCCL / comm variables into every task.
+#
+# slurmstepd runs this as the job's user, with the task's environment, before each task, and reads its
+# stdout: every `export NAME=value` line becomes a variable of the task (the value is taken literally,
+# up to the end of the line: no shell quoting). We print only such lines, from `autotuner env --format
+# slurm`.
+#
+# Settings, from the job's environment first, else from $AUTOTUNER_HOOK_ENV (default
+# /etc/autotuner/hook.env, KEY=value lines, see hook.env.example):
+#   AUTOTUNER_SERVER, AUTOTUNER_TOKEN (a read-scope token), AUTOTUNER_CLUSTER, AUTOTUNER_WORKLOAD,
+#   AUTOTUNER_HOOK (the autotuner executable; default: `autotuner` on PATH),
+#   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, default 5), AUTOTUNER_DISABLE=1 to opt a job out.
+#
+# It never fails the task: always exit 0, bounded time, and nothing at all is printed when unconfigured.
+# Slurm discards a TaskProlog's stderr: the hook's warnings (service down, no config published) go to
+# syslog (`logger -t autotuner-prolog`) and, with AUTOTUNER_HOOK_VERBOSE=1, to the stdout of the job's
+# first task (`print` lines).
+
+conf=${AUTOTUNER_HOOK_ENV:-/etc/autotuner/hook.env}
+
+# Defaults from the file, without running it as shell code; the job's own values win.
+if [ -r "$conf" ]; then
+  while IFS= read -r line || [ -n "$line" ]; do
+    case "$line" in ''|'#'*) continue ;; esac
+    key=${line%%=*}
+    value=${line#*=}
+    case "$key" in
+      AUTOTUNER_SERVER|AUTOTUNER_TOKEN|AUTOTUNER_CLUSTER|AUTOTUNER_WORKLOAD|AUTOTUNER_HOOK|\
+      AUTOTUNER_HOOK_TIMEOUT|AUTOTUNER_HOOK_VERBOSE|AUTOTUNER_CACHE_DIR|AUTOTUNER_DISABLE) ;;
+      *) continue ;;
+    esac
+    # one level of surrounding quotes is allowed in the file
+    case "$value" in
+      \"*\") value=${value#\"}; value=${value%\"} ;;
+      \'*\') value=${value#\'}; value=${value%\'} ;;
+    esac
+    eval "current=\${$key:-}"   # $key is one of the names above
+    [ -n "$current" ] || export "$key=$value"
+  done < "$conf"
+fi
+
+[ "${AUTOTUNER_DISABLE:-0}" = 1 ] && exit 0
+[ -n "${AUTOTUNER_SERVER:-}" ] && [ -n "${AUTOTUNER_CLUSTER:-}" ] && [ -n "${AUTOTUNER_WORKLOAD:-}" ] || exit 0
+
+warn() {
+  command -v logger >/dev/null 2>&1 && logger -t autotuner-prolog -- "job ${SLURM_JOB_ID:-?}: $1" 2>/dev/null
+  if [ "${AUTOTUNER_HOOK_VERBOSE:-0}" = 1 ] && [ "${SLURM_PROCID:-0}" = 0 ]; then
+    printf 'print %s\n' "$1" | tr -d '\r'
+  fi
+}
+
+hook=${AUTOTUNER_HOOK:-$(command -v autotuner 2>/dev/null)}
+if [ -z "$hook" ] || [ ! -x "$hook" ]; then
+  warn "autotuner task prolog: no autotuner executable (set AUTOTUNER_HOOK): no tuned config"
+  exit 0
+fi
+
+limit=${AUTOTUNER_HOOK_TIMEOUT:-5}
+case "$limit" in ''|*[!0-9]*) limit=5 ;; esac
+set -- "$hook" env --format slurm --server "$AUTOTUNER_SERVER" --cluster "$AUTOTUNER_CLUSTER" \
+  --workload "$AUTOTUNER_WORKLOAD"
+case "${SLURM_JOB_NUM_NODES:-}" in ''|*[!0-9]*) ;; *) set -- "$@" --nodes "$SLURM_JOB_NUM_NODES" ;; esac
+# The token travels in the environment (AUTOTUNER_TOKEN), not on a command line that `ps` shows.
+errors=$(mktemp 2>/dev/null) || errors=/dev/null
+if command -v timeout >/dev/null 2>&1; then
+  out=$(timeout -k 1 "$limit" "$@" </dev/null 2>"$errors")
+  rc=$?
+else
+  out=$("$@" </dev/null 2>"$errors")
+  rc=$?
+fi
+if [ "$errors" != /dev/null ]; then
+  while IFS= read -r line; do [ -n "$line" ] && warn "$line"; done < "$errors"
+  rm -f "$errors"
+fi
+[ "$rc" = 124 ] || [ "$rc" = 137 ] && warn "autotuner task prolog: the hook took over ${limit} s: no tuned config"
+# Only export lines with a plain name reach Slurm: no `unset`/`print` directives from anywhere else.
+printf '%s\n' "$out" | grep -E '^export [A-Za-z_][A-Za-z0-9_]*=' || true
+exit 0

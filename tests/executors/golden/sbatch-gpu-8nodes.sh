@@ -1,0 +1,40 @@
+#!/bin/bash
+# nccl-autotuner launch s1-l7 (slurm executor): 8 node(s) x 8 rank(s)
+#SBATCH --job-name=s1-l7
+#SBATCH --nodes=8
+#SBATCH --ntasks-per-node=1
+#SBATCH --output=/srv/autotuner/study-1/launch-0007/trial.log
+#SBATCH --error=/srv/autotuner/study-1/launch-0007/trial.log
+#SBATCH --open-mode=append
+#SBATCH --chdir=/srv/autotuner/study-1/launch-0007
+#SBATCH --time=0:20:00
+#SBATCH --no-requeue
+#SBATCH --exclusive
+#SBATCH --partition=p5
+#SBATCH --account=ml-infra
+#SBATCH --qos=high
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=96
+#SBATCH --constraint=efa&h100
+#SBATCH --mem=0
+#SBATCH --reservation=tuning
+
+# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
+# exactly the variables below, the baseline with none.
+export AUTOTUNER_DISABLE=1
+# Cluster-fixed fabric settings (executor option env); the launch's variables win.
+export FI_EFA_USE_DEVICE_RDMA=1
+export FI_PROVIDER=efa
+# The launch's variables: srun hands this environment to every rank unchanged.
+export NCCL_ALGO='Ring Tree'
+export NCCL_NSOCKS_PERTHREAD=4
+export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
+
+# Rendezvous on the job's first node.
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
+  /fsx/envs/rec/bin/python -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint="$head:29400" --rdzv-id="$SLURM_JOB_ID" \
+  -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+rc=$?
+echo $rc > /srv/autotuner/study-1/launch-0007/exit_code
+exit $rc

@@ -1,0 +1,766 @@
+"""The Kubernetes executor with no cluster: golden YAML of the whole request, every resource checked
+against the client's models, and the API calls made by the real client against an in-memory server.
+
+`UPDATE_GOLDEN=1 pytest tests/executors/test_kubernetes.py` rewrites tests/executors/golden/k8s-*.yaml;
+review the diff: the committed files are what the test holds the executor to.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+import yaml
+
+from autotuner.executors import LaunchRequest, LaunchState
+from autotuner.executors.kubernetes import (
+    INDEX_KEY,
+    LAUNCH_LABEL,
+    MAX_NAME,
+    REQUIRED_PERMISSIONS,
+    KubernetesExecutor,
+    job_description,
+    parse_result,
+    resource_name,
+)
+from trials.result import SCHEMA_VERSION
+
+kubernetes = pytest.importorskip("kubernetes")
+from kubernetes.client import ApiClient, Configuration  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+NS = "nccl-autotuner"
+IMAGE = "registry.example.com/nccl-autotuner-trial:0.1.0"
+MODELS = {"ConfigMap": "V1ConfigMap", "Service": "V1Service", "Job": "V1Job"}
+
+SPEC = {
+    "workload": {"name": "dlrm-small", "tables": [{"name": f"t{i}", "num_embeddings": 100_000, "embedding_dim": 128,
+                                                   "pooling_factor": 20} for i in range(2)]},
+    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "bf16", "batch_size": 2048},
+                   {"fwd_precision": "fp8", "bwd_precision": "bf16", "batch_size": 2048}],
+    "warmup": 3,
+    "iterations": 30,
+}  # fmt: skip
+ENV = {
+    "NCCL_NSOCKS_PERTHREAD": "4",
+    "NCCL_SOCKET_NTHREADS": "2",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "NCCL_SOCKET_IFNAME": "eth0,eth1;rm -rf /",  # a value handed on verbatim, never through a shell
+}
+
+# Three clusters: plain GPU nodes, p4d (8 A100, 4 EFA), p5 (8 H100, 32 EFA).
+EXECUTORS: dict[int, dict[str, Any]] = {
+    1: dict(namespace=NS, image=IMAGE),
+    2: dict(namespace=NS, image=IMAGE, efa_per_node=4, memory="256Gi", cpu="32", service_account="trial",
+            node_selector={"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+    8: dict(namespace=NS, image=IMAGE, efa_per_node=32, hugepages_2mi="10Gi", memory="512Gi", cpu="96",
+            shm_size="64Gi", image_pull_policy="IfNotPresent", rdzv_port=29400, ttl_seconds_after_finished=600,
+            node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                         {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}]),
+}  # fmt: skip
+
+
+def launch(nnodes: int = 2, **kw: Any) -> LaunchRequest:
+    defaults: dict[str, Any] = dict(name="s1-l7", spec=SPEC, env=ENV, workdir=Path("/srv/autotuner/study-1/launch-0007"),
+                                    nproc_per_node=8, nnodes=nnodes, timeout_s=900, python="/tuner/python")  # fmt: skip
+    defaults.update(kw)
+    return LaunchRequest(**defaults)
+
+
+def executor(nnodes: int = 2, **kw: Any) -> KubernetesExecutor:
+    return KubernetesExecutor(**{**EXECUTORS[nnodes], **kw})
+
+
+def check_model(resource: dict[str, Any]) -> None:
+    """The resource deserializes into the client's model and nothing is dropped on the way."""
+    api = ApiClient()
+    model = api._ApiClient__deserialize(copy.deepcopy(resource), MODELS[resource["kind"]])  # type: ignore[attr-defined]
+    assert api.sanitize_for_serialization(model) == resource
+
+
+# ---------------------------------------------------------------------------------------- the request
+
+
+@pytest.mark.parametrize("nnodes", [1, 2, 8])
+def test_dryrun_is_golden(nnodes):
+    rendered = executor(nnodes).dryrun(launch(nnodes)).rendered
+    path = GOLDEN / f"k8s-n{nnodes}.yaml"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(rendered)
+    assert rendered == path.read_text()
+
+
+@pytest.mark.parametrize("nnodes", [1, 2, 8])
+def test_every_resource_is_a_valid_model_and_the_rendering_is_faithful(nnodes):
+    request = executor(nnodes).dryrun(launch(nnodes)).request
+    for resource in request.resources:
+        check_model(resource)
+    dryrun = executor(nnodes).dryrun(launch(nnodes))
+    assert list(yaml.safe_load_all(dryrun.rendered)) == request.resources
+    assert [r["kind"] for r in request.resources] == ["ConfigMap", "Service", "Job"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(gpus_per_node=0), dict(gpus_per_node=0, cpu="8"), dict(memory="32Gi"), dict(hugepages_2mi=512, memory=1 << 30)],
+    ids=["cpu-only", "cpu-request", "memory", "integer-quantities"],
+)  # fmt: skip
+def test_variants_are_valid_models(options):
+    request = KubernetesExecutor(image=IMAGE, **options).dryrun(launch(4, nproc_per_node=2)).request
+    for resource in request.resources:
+        check_model(resource)
+
+
+def test_a_model_check_catches_a_dropped_field():
+    job = executor().dryrun(launch()).request.job
+    job["spec"]["template"]["spec"]["containers"][0]["enviroment"] = []
+    with pytest.raises(AssertionError):
+        check_model(job)
+
+
+@pytest.mark.parametrize("nnodes", [1, 2, 8, 64])
+def test_multi_node_job_shape(nnodes):
+    ex = KubernetesExecutor(namespace=NS, image=IMAGE, rdzv_port=29501)
+    request = ex.dryrun(launch(nnodes, nproc_per_node=4, timeout_s=299.5)).request
+    job, name = request.job, request.name
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", nnodes, nnodes)
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == math.ceil(299.5)
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "torch.distributed.run"]
+    args = container["args"]
+    assert args[:6] == [f"--nnodes={nnodes}", "--nproc-per-node=4", "--node-rank=$(JOB_COMPLETION_INDEX)",
+                        "--rdzv-backend=static", f"--master-addr={name}-0.{name}", "--master-port=29501"]  # fmt: skip
+    assert args[6:] == ["-m", "trials.bench", "--spec", "/spec/spec.json", "--out", "/tmp/result.json",
+                        "--quiet", "--print-result"]  # fmt: skip
+    # <job>-0.<service> resolves: pods take the Service as subdomain, the Service selects them, and
+    # publishes them before they are ready.
+    assert pod["subdomain"] == request.service["metadata"]["name"] == name
+    assert request.service["spec"]["clusterIP"] == "None"
+    assert request.service["spec"]["publishNotReadyAddresses"] is True
+    assert request.service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    # One template, so every pod exports the same launch env, values as strings.
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert env == ENV
+    assert [e["name"] for e in container["env"]][1:] == sorted(ENV)
+    index = container["env"][0]
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{INDEX_KEY}']"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"spec": "/spec", "dshm": "/dev/shm"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert json.loads(request.config_map["data"]["spec.json"]) == SPEC
+
+
+def test_everything_carries_the_launch_labels():
+    request = executor().dryrun(launch()).request
+    for resource in request.resources:
+        assert resource["metadata"]["labels"][LAUNCH_LABEL] == request.name
+        assert resource["metadata"]["annotations"]["nccl-autotuner/launch-name"] == "s1-l7"
+        assert resource["metadata"]["namespace"] == NS
+    assert request.job["spec"]["template"]["metadata"]["labels"][LAUNCH_LABEL] == request.name
+
+
+def test_resources_follow_the_options():
+    def resources(**kw: Any) -> dict[str, Any]:
+        job = KubernetesExecutor(image=IMAGE, **kw).dryrun(launch(2, nproc_per_node=8)).request.job
+        return job["spec"]["template"]["spec"]["containers"][0].get("resources", {})
+
+    assert resources() == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert resources(gpus_per_node=0) == {}
+    assert resources(gpus_per_node=0, cpu="4") == {"requests": {"cpu": "4"}}
+    efa = resources(efa_per_node=4, memory="64Gi")
+    assert efa["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "4", "hugepages-2Mi": "5120Mi",
+                             "memory": "64Gi"}  # fmt: skip
+    assert efa["requests"] == efa["limits"]  # extended resources and huge pages: requests == limits
+    assert "cpu" not in resources(cpu="16")["limits"]  # a CPU limit would throttle the measurement
+
+
+@pytest.mark.parametrize(
+    "launch_name", ["s1-l7", "S12_L7", "s1.l7", "--x--", "x" * 200, "s1-l7-" + "y" * 60, "ünïcode"]
+)
+def test_names_are_dns_safe(launch_name):
+    name = executor().dryrun(launch(name=launch_name)).request.name
+    assert re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])?", name) and len(name) <= MAX_NAME
+    assert len(f"{name}-4095") <= 63  # the pod hostname of the last index
+
+
+def test_names_are_readable_and_distinct():
+    assert resource_name("autotuner", "s3-l12") == "autotuner-s3-l12"
+    names = ["s1-l7", "S1-l7", "s1_l7", "x" * 100 + "a", "x" * 100 + "b"]
+    assert len({resource_name("autotuner", n) for n in names}) == len(names)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(image=None), "image"),
+        (dict(image="two words"), "image"),
+        (dict(namespace="Bad_NS"), "namespace"),
+        (dict(gpus_per_node=-1), "gpus_per_node"),
+        (dict(gpus_per_node=True), "gpus_per_node"),
+        (dict(efa_per_node="4"), "efa_per_node"),
+        (dict(efa_per_node=4), "memory: needed with huge pages"),
+        (dict(hugepages_2mi="2Gi"), "memory: needed with huge pages"),
+        (dict(memory="64GB"), "quantity"),
+        (dict(memory="lots"), "quantity"),
+        (dict(cpu=0), "quantity"),
+        (dict(node_selector={"pool": 1}), "node_selector"),
+        (dict(node_selector=["gpu"]), "node_selector"),
+        (dict(tolerations={"key": "x"}), "tolerations"),
+        (dict(tolerations=[{"key": "x", "operator": "Maybe"}]), "operator"),
+        (dict(tolerations=[{"key": "x", "efect": "NoSchedule"}]), "keys among"),
+        (dict(service_account="Not OK"), "service_account"),
+        (dict(rdzv_port=0), "rdzv_port"),
+        (dict(in_cluster="yes"), "in_cluster"),
+        (dict(in_cluster=True, kubeconfig="/k"), "in_cluster"),
+        (dict(name_prefix="1abc"), "name_prefix"),
+        (dict(image_pull_policy="Sometimes"), "image_pull_policy"),
+        (dict(ttl_seconds_after_finished=-1), "ttl_seconds_after_finished"),
+        (dict(gpu_per_node=8), "unknown kubernetes executor option.*gpu_per_node.*valid: namespace, image"),
+    ],
+)
+def test_operator_options_are_validated(options, message):
+    with pytest.raises(ValueError, match=message):
+        KubernetesExecutor(**{"image": IMAGE, **options})
+
+
+def test_options_from_operator_json_work():
+    options = json.loads('{"namespace": "ml", "image": "r/t:1", "gpus_per_node": 8, "efa_per_node": 32, '
+                         '"memory": "512Gi", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], '
+                         '"in_cluster": true}')  # fmt: skip
+    ex = KubernetesExecutor(**options)
+    assert ex.hugepages_2mi == "5120Mi" and ex.namespace == "ml"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(nproc_per_node=8, options_gpus=4), "nproc_per_node 8 > gpus_per_node 4"),
+        (dict(env={"BAD NAME": "1"}), "environment variable name"),
+        (dict(env={"JOB_COMPLETION_INDEX": "3"}), "environment variable name"),
+        (dict(env={"NCCL_NTHREADS": 64}), "must be a string"),
+        (dict(spec={"blob": "x" * 1_100_000}), "ConfigMap holds 1 MiB"),
+    ],
+)
+def test_launches_that_cannot_run_are_refused(kw, message):
+    gpus = kw.pop("options_gpus", None)
+    with pytest.raises(ValueError, match=message):
+        KubernetesExecutor(image=IMAGE, gpus_per_node=gpus).dryrun(launch(**kw))
+
+
+def test_module_imports_and_dryruns_without_the_kubernetes_package():
+    code = """
+import sys
+sys.modules["kubernetes"] = None  # any import of it now fails
+from pathlib import Path
+from autotuner.executors import LaunchRequest, make_executor
+from autotuner.executors.kubernetes import KubernetesExecutor
+from autotuner.study import StudySettings
+ex = make_executor(StudySettings(executor="kubernetes", executor_options={"image": "r/t:1"}))
+assert isinstance(ex, KubernetesExecutor)
+dryrun = ex.dryrun(LaunchRequest(name="s1-l1", spec={}, env={"NCCL_X": "1"}, workdir=Path("/x"), nnodes=2))
+assert "kind: Job" in dryrun.rendered
+try:
+    ex.schedule(dryrun)
+except RuntimeError as exc:
+    print("schedule:", exc)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "needs the kubernetes Python client" in proc.stdout
+
+
+# ----------------------------------------------------------------------- the API, against a fake server
+
+
+@dataclass
+class Sent:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    content_type: str | None
+
+
+class FakeResponse:
+    def __init__(self, status: int, payload: Any, content_type: str = "application/json") -> None:
+        self.status, self.reason = (
+            status,
+            {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(status, "Error"),
+        )
+        self.data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        self.headers = {"content-type": content_type}
+        self.response = self
+
+    def read(self) -> bytes:
+        return self.data
+
+    def getheaders(self) -> dict[str, str]:
+        return self.headers
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+
+_PATH = re.compile(
+    r"^/(api/v1|apis/(?P<group>[a-z.]+)/v1)/namespaces/(?P<ns>[^/]+)/(?P<resource>[a-z]+)"
+    r"(/(?P<name>[^/]+))?(/(?P<sub>[a-z]+))?$"
+)
+
+
+class FakeCluster(ApiClient):
+    """An API server in memory, behind the real client: CoreV1Api / BatchV1Api build, validate and
+    serialize each request as they would for a cluster; this records it and answers like the server."""
+
+    def __init__(self) -> None:
+        super().__init__(Configuration(host="https://k8s.test"))
+        self.sent: list[Sent] = []
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (namespace, resource, name)
+        self.logs: dict[str, str] = {}  # pod name -> log text
+        self.errors: dict[tuple[str, str], int | Exception] = {}  # (method, resource) -> status or raise
+        self.uids = itertools.count(1)
+
+    def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        headers = header_params or {}
+        self.sent.append(Sent(method, parts.path, query, copy.deepcopy(body), headers.get("Content-Type")))
+        match = _PATH.match(parts.path)
+        assert match, parts.path
+        ns, resource, name, sub = match["ns"], match["resource"], match["name"], match["sub"]
+        if (method, resource) in self.errors:
+            status = self.errors[(method, resource)]
+            if isinstance(status, BaseException):
+                raise status
+            return FakeResponse(status, {"kind": "Status", "code": status, "message": "injected"})
+        if method == "POST":
+            name = body["metadata"]["name"]
+            if (ns, resource, name) in self.objects:
+                return FakeResponse(
+                    409, {"kind": "Status", "code": 409, "message": f'"{name}" already exists'}
+                )
+            stored = copy.deepcopy(body)
+            stored["metadata"].update(uid=f"uid-{next(self.uids)}", creationTimestamp="2025-06-01T10:00:00Z")
+            self.objects[(ns, resource, name)] = stored
+            return FakeResponse(201, stored)
+        if method == "GET" and name is None:
+            selector = dict(s.split("=", 1) for s in query.get("labelSelector", "").split(",") if s)
+            items = [o for (n, r, _), o in self.objects.items() if n == ns and r == resource
+                     and selector.items() <= o["metadata"].get("labels", {}).items()]  # fmt: skip
+            return FakeResponse(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+        obj = self.objects.get((ns, resource, name))
+        if obj is None:
+            return FakeResponse(404, {"kind": "Status", "code": 404, "message": f'"{name}" not found'})
+        if method == "GET" and sub == "log":
+            lines = self.logs.get(name, "").splitlines(keepends=True)
+            tail = int(query["tailLines"]) if "tailLines" in query else len(lines)
+            return FakeResponse(200, "".join(lines[-tail:] if tail else []), "text/plain")
+        if method == "GET":
+            return FakeResponse(200, obj)
+        if method == "PATCH":
+            assert headers.get("Content-Type") == "application/json-patch+json"
+            for op in body:
+                assert op["op"] == "add"
+                *parents, leaf = op["path"].strip("/").split("/")
+                target = obj
+                for key in parents:
+                    target = target[key]
+                target[leaf] = op["value"]
+            return FakeResponse(200, obj)
+        if method == "DELETE":
+            del self.objects[(ns, resource, name)]
+            if resource == "services":
+                return FakeResponse(200, obj)
+            return FakeResponse(
+                200, {"apiVersion": "v1", "kind": "Status", "status": "Success", "metadata": {}}
+            )
+        raise AssertionError(f"unexpected {method} {url}")
+
+    # ---- what the Job controller and kubelet would do
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.objects[(NS, "jobs", name)]
+
+    def set_status(self, name: str, status: dict[str, Any]) -> None:
+        self.job(name)["status"] = status
+
+    def add_pod(self, job: str, index: int, log: str = "", terminated: dict[str, Any] | None = None,
+                index_label: bool = True) -> str:  # fmt: skip
+        pod = f"{job}-{index}-x7k2p"
+        labels = {LAUNCH_LABEL: job, "job-name": job, **({INDEX_KEY: str(index)} if index_label else {})}
+        self.objects[(NS, "pods", pod)] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "namespace": NS, "labels": labels, "annotations": {INDEX_KEY: str(index)},
+                         "creationTimestamp": "2025-06-01T10:00:01Z"},
+            "spec": {"containers": [{"name": "trial", "image": IMAGE}]},
+            "status": {"phase": "Failed" if terminated else "Running", "containerStatuses": [
+                {"name": "trial", "image": IMAGE, "imageID": "", "ready": not terminated, "restartCount": 0,
+                 "state": {"terminated": terminated} if terminated else {"running": {}}}]},
+        }  # fmt: skip
+        self.logs[pod] = log
+        return pod
+
+    def permissions(self) -> set[tuple[str, str, str]]:
+        """(API group, resource, verb) of every request sent, as RBAC sees it."""
+        verbs = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+        seen = set()
+        for s in self.sent:
+            m = _PATH.match(s.path)
+            assert m
+            resource = m["resource"] + (f"/{m['sub']}" if m["sub"] else "")
+            verb = verbs.get(s.method) or (
+                "get" if m["name"] else "watch" if s.query.get("watch") else "list"
+            )
+            seen.add((m["group"] or "", resource, verb))
+        return seen
+
+
+RESULT = {
+    "schema_version": SCHEMA_VERSION,
+    "status": "ok",
+    "world_size": 16,
+    "backend": "nccl",
+    "env": {"NCCL_NSOCKS_PERTHREAD": "4"},
+    "candidates": [{"status": "ok", "iter_ms": {"median": 41.2}}],
+}
+POD0_LOG = f"""\
+W0601 10:00:05.123000 1 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded
+ip-10-0-1-17:42:42 [0] NCCL INFO NCCL version 2.23.4+cuda12.6
+ip-10-0-1-17:42:42 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)
+{"AUTOTUNER_RESULT"} {json.dumps(RESULT, separators=(",", ":"))}
+ip-10-0-1-17:42:42 [0] NCCL INFO comm 0x55d0 rank 0 nranks 16 cudaDev 0 busId 101c0 - Destroy COMPLETE
+"""
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+def scheduled(cluster: FakeCluster, nnodes: int = 2) -> tuple[KubernetesExecutor, str, LaunchRequest]:
+    ex = executor(nnodes, api_client=cluster)
+    request = launch(nnodes)
+    return ex, ex.schedule(ex.dryrun(request)), request
+
+
+def test_schedule_sends_the_dryrun_bodies_whole(cluster):
+    ex = executor(8, api_client=cluster)
+    dryrun = ex.dryrun(launch(8))
+    job = ex.schedule(dryrun)
+    assert job == dryrun.request.name == "autotuner-s1-l7"
+    creates = [(s.path, s.body) for s in cluster.sent if s.method == "POST"]
+    assert creates == [
+        (f"/api/v1/namespaces/{NS}/configmaps", dryrun.request.config_map),
+        (f"/api/v1/namespaces/{NS}/services", dryrun.request.service),
+        (f"/apis/batch/v1/namespaces/{NS}/jobs", dryrun.request.job),
+    ]
+    assert all(s.query == {} for s in cluster.sent if s.method == "POST")
+    assert list(yaml.safe_load_all(dryrun.rendered)) == dryrun.request.resources  # sending changed nothing
+
+
+def test_schedule_makes_the_job_own_its_configmap_and_service(cluster):
+    _, job, _ = scheduled(cluster)
+    uid = cluster.job(job)["metadata"]["uid"]
+    for resource in ("configmaps", "services"):
+        (owner,) = cluster.objects[(NS, resource, job)]["metadata"]["ownerReferences"]
+        assert owner == {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid,
+                         "blockOwnerDeletion": False}  # fmt: skip
+        stored = copy.deepcopy(cluster.objects[(NS, resource, job)])
+        del stored["metadata"]["creationTimestamp"]  # comes back as a datetime
+        check_model(stored)
+
+
+def test_schedule_runs_even_when_adoption_is_refused(cluster, caplog):
+    cluster.errors[("PATCH", "services")] = 403
+    _, job, _ = scheduled(cluster)
+    assert (NS, "jobs", job) in cluster.objects
+    assert "could not make Job nccl-autotuner/autotuner-s1-l7 own its Service: HTTP 403" in caplog.text
+
+
+def test_schedule_conflict_is_explained_and_rolled_back(cluster):
+    ex = executor(2, api_client=cluster)
+    dryrun = ex.dryrun(launch(2))
+    cluster.objects[(NS, "services", dryrun.request.name)] = copy.deepcopy(dryrun.request.service)
+    with pytest.raises(
+        RuntimeError, match="Service nccl-autotuner/autotuner-s1-l7 already exists.*name_prefix"
+    ):
+        ex.schedule(dryrun)
+    assert (NS, "configmaps", dryrun.request.name) not in cluster.objects  # ours, removed again
+    assert (NS, "services", dryrun.request.name) in cluster.objects  # not ours: left alone
+    assert not any(s.path.endswith("/jobs") for s in cluster.sent)
+
+
+def test_schedule_api_error_is_explained_and_rolled_back(cluster):
+    cluster.errors[("POST", "jobs")] = 403
+    with pytest.raises(RuntimeError, match="could not create Job .*HTTP 403.*injected"):
+        scheduled(cluster)
+    assert not cluster.objects
+    deletes = [s.path.rsplit("/", 2)[-2] for s in cluster.sent if s.method == "DELETE"]
+    assert deletes == ["configmaps", "services", "jobs"]  # the Job too: it may exist after all
+
+
+def test_schedule_transport_error_is_explained_and_rolled_back(cluster):
+    cluster.errors[("POST", "services")] = ConnectionResetError("peer went away")
+    with pytest.raises(RuntimeError, match="could not create Service .*ConnectionResetError: peer went away"):
+        scheduled(cluster)
+    assert not cluster.objects
+
+
+# Job statuses as the API server reports them (kubectl get job -o json), k8s 1.31.
+T = "2025-06-01T10:00:00Z"
+STATUSES = {
+    "created": ({}, LaunchState.PENDING, ""),
+    "running": ({"active": 2, "ready": 1, "startTime": T, "terminating": 0, "uncountedTerminatedPods": {}},
+                LaunchState.RUNNING, ""),
+    "rank-failed-not-yet-marked": ({"active": 1, "failed": 1, "startTime": T}, LaunchState.RUNNING, ""),
+    "settling": ({"succeeded": 2, "completedIndexes": "0-1", "startTime": T}, LaunchState.RUNNING, ""),
+    "succeeded": ({"succeeded": 2, "completedIndexes": "0-1", "startTime": T, "completionTime": T, "conditions": [
+        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+         "message": "Reached expected number of succeeded pods", "lastProbeTime": T, "lastTransitionTime": T},
+        {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+         "message": "Reached expected number of succeeded pods", "lastProbeTime": T, "lastTransitionTime": T}]},
+        LaunchState.SUCCEEDED, ""),
+    "failed": ({"failed": 1, "startTime": T, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T},
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T}]},
+        LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
+    "failing": ({"active": 1, "failed": 1, "terminating": 1, "startTime": T, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T}]},
+        LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
+    "deadline-exceeded": ({"failed": 2, "startTime": T, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
+         "message": "Job was active longer than specified deadline", "lastProbeTime": T, "lastTransitionTime": T},
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+         "message": "Job was active longer than specified deadline", "lastProbeTime": T, "lastTransitionTime": T}]},
+        LaunchState.TIMEOUT, "DeadlineExceeded: Job was active longer than specified deadline"),
+    "suspended": ({"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended",
+                                   "message": "Job suspended", "lastProbeTime": T, "lastTransitionTime": T}]},
+                  LaunchState.PENDING, "JobSuspended: Job suspended"),
+    "resumed": ({"active": 2, "conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed",
+                                              "lastProbeTime": T, "lastTransitionTime": T}]},
+                LaunchState.RUNNING, ""),
+    "unknown-condition": ({"conditions": [{"type": "Stalled", "status": "True", "reason": "Mystery",
+                                           "lastProbeTime": T, "lastTransitionTime": T}]},
+                          LaunchState.UNKNOWN, "Job condition Stalled"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(STATUSES))
+def test_describe_maps_recorded_job_status(cluster, case):
+    status, state, reason = STATUSES[case]
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, status)
+    desc = ex.describe(job, request)
+    assert (desc.state, desc.reason) == (state, reason)
+
+
+def test_job_description_of_a_job_without_status():
+    assert job_description(None).state == LaunchState.PENDING
+
+
+def test_describe_adds_the_exit_of_the_index0_pod(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["failed"][0])
+    cluster.add_pod(
+        job, 0, terminated={"exitCode": 137, "reason": "OOMKilled", "startedAt": T, "finishedAt": T}
+    )
+    cluster.add_pod(job, 1, terminated={"exitCode": 1, "reason": "Error", "startedAt": T, "finishedAt": T})
+    desc = ex.describe(job, request)
+    assert desc.state == LaunchState.FAILED and desc.exit_code == 137
+    assert desc.reason.endswith(f"; pod {job}-0-x7k2p: exit code 137 (OOMKilled)")
+
+
+def test_describe_a_job_that_is_gone_or_unreachable(cluster):
+    ex, job, request = scheduled(cluster)
+    del cluster.objects[(NS, "jobs", job)]
+    desc = ex.describe(job, request)
+    assert desc.state == LaunchState.FAILED and "is gone" in desc.reason
+    cluster.errors[("GET", "jobs")] = 503
+    desc = ex.describe(job, request)
+    assert desc.state == LaunchState.UNKNOWN and "HTTP 503" in desc.reason
+
+
+def test_cancel_deletes_job_service_and_configmap(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.sent.clear()
+    ex.cancel(job, request)
+    deletes = [(s.path, s.query) for s in cluster.sent if s.method == "DELETE"]
+    assert deletes == [
+        (f"/apis/batch/v1/namespaces/{NS}/jobs/{job}", {"propagationPolicy": "Foreground"}),
+        (f"/api/v1/namespaces/{NS}/services/{job}", {}),
+        (f"/api/v1/namespaces/{NS}/configmaps/{job}", {}),
+    ]
+    assert not cluster.objects
+    ex.cancel(job, request)  # already gone: nothing to complain about
+
+
+def test_cancel_keeps_going_past_an_error(cluster, caplog):
+    ex, job, request = scheduled(cluster)
+    cluster.errors[("DELETE", "jobs")] = 500
+    ex.cancel(job, request)
+    assert [k[1] for k in cluster.objects] == ["jobs"]
+    assert "could not delete job" in caplog.text
+
+
+def test_fetch_result_parses_the_index0_pod_log(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 1, log="rank 8 done\n")
+    pod0 = cluster.add_pod(job, 0, log=POD0_LOG)
+    assert ex.fetch_result(job, request) == RESULT
+    (read,) = [s for s in cluster.sent if s.path.endswith("/log")]
+    assert read.path == f"/api/v1/namespaces/{NS}/pods/{pod0}/log"
+    assert read.query == {"container": "trial"}  # the whole log: the marker need not be in the tail
+    (listing,) = [s for s in cluster.sent if s.path.endswith("/pods")]
+    assert listing.query == {"labelSelector": f"{LAUNCH_LABEL}={job}"}
+
+
+def test_fetch_result_finds_index0_by_annotation_on_older_clusters(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 1, log="", index_label=False)
+    cluster.add_pod(job, 0, log=POD0_LOG, index_label=False)
+    assert ex.fetch_result(job, request) == RESULT
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "torchrun: worker failed\nTraceback (most recent call last):\n",
+        "AUTOTUNER_RESULT {not json\n",
+        'AUTOTUNER_RESULT {"schema_version": 999, "status": "ok"}\n',
+        "AUTOTUNER_RESULT [1, 2]\n",
+        "",
+    ],
+    ids=["no-marker", "malformed", "other-schema", "not-an-object", "empty"],
+)
+def test_fetch_result_is_none_without_a_valid_result_line(cluster, log):
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=log)
+    assert ex.fetch_result(job, request) is None
+
+
+def test_fetch_result_is_none_without_a_pod(cluster):
+    ex, job, request = scheduled(cluster)
+    assert ex.fetch_result(job, request) is None
+    assert ex.logs(job, request) == ""
+
+
+def test_parse_result_takes_the_last_marker_and_tolerates_a_prefix():
+    first = {**RESULT, "status": "partial"}
+    text = f"AUTOTUNER_RESULT {json.dumps(first)}\n[default0]:AUTOTUNER_RESULT {json.dumps(RESULT)}\n"
+    assert parse_result(text) == RESULT
+
+
+def test_logs_tail_the_index0_pod(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log="".join(f"line {i}\n" for i in range(100)))
+    tail = ex.logs(job, request, tail_lines=5)
+    assert tail.splitlines() == [f"line {i}" for i in range(95, 100)]
+    (read,) = [s for s in cluster.sent if s.path.endswith("/log")]
+    assert read.query == {"container": "trial", "tailLines": "5"}
+
+
+def test_run_end_to_end_against_the_fake_server(cluster, tmp_path):
+    ex = executor(2, api_client=cluster)
+    request = launch(2, workdir=tmp_path / "launch-0007")
+    polls = []
+
+    def controller() -> None:  # what the cluster does while the tuner polls
+        polls.append(1)
+        job = resource_name("autotuner", "s1-l7")
+        if len(polls) == 1:
+            cluster.set_status(job, STATUSES["running"][0])
+            cluster.add_pod(job, 0, log="starting\n")
+            cluster.add_pod(job, 1)
+        elif len(polls) == 2:
+            cluster.set_status(job, STATUSES["succeeded"][0])
+            cluster.logs[f"{job}-0-x7k2p"] = POD0_LOG
+
+    outcome = ex.run(request, poll_s=0.01, on_poll=controller)
+    assert outcome.state == LaunchState.SUCCEEDED
+    assert outcome.result == RESULT and outcome.backend_id == "autotuner-s1-l7"
+    assert outcome.request == ex.dryrun(request).rendered
+    assert json.loads((tmp_path / "launch-0007" / "spec.json").read_text()) == SPEC  # the tuner's record
+
+
+def test_a_failed_job_with_a_result_is_a_launch_whose_candidates_failed(cluster, tmp_path):
+    """torchrun exits 1 when a candidate failed, so Kubernetes marks the Job failed; the result decides."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["failed"][0])
+    partial = {**RESULT, "status": "partial"}
+    cluster.add_pod(job, 0, log=f"AUTOTUNER_RESULT {json.dumps(partial)}\n",
+                    terminated={"exitCode": 1, "reason": "Error", "startedAt": T, "finishedAt": T})  # fmt: skip
+    outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
+    assert outcome.state == LaunchState.SUCCEEDED and outcome.result == partial
+
+
+def test_a_job_past_its_deadline_is_recorded_with_the_reason(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["deadline-exceeded"][0])
+    outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
+    assert outcome.state == LaunchState.FAILED and outcome.result is None
+    assert outcome.reason.startswith("DeadlineExceeded: Job was active longer than specified deadline")
+
+
+def test_required_permissions_are_exactly_what_the_executor_uses(cluster):
+    """deploy/k8s's Role is checked against REQUIRED_PERMISSIONS: keep that list honest."""
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=POD0_LOG, terminated={"exitCode": 1, "startedAt": T, "finishedAt": T})
+    cluster.set_status(job, STATUSES["failed"][0])
+    ex.describe(job, request)
+    ex.logs(job, request)
+    ex.fetch_result(job, request)
+    ex.cancel(job, request)
+    assert cluster.permissions() == REQUIRED_PERMISSIONS
+
+
+@pytest.mark.slow
+def test_the_pod_command_runs_as_two_nodes_under_torchrun(tmp_path):
+    """Each pod's command, with what Kubernetes fills in (completion index, the rank-0 pod's DNS name ->
+    127.0.0.1, the spec mount), run as two local "pods" on CPU: static rendezvous joins them, and the
+    node-0 output alone carries a result that fetch_result would parse."""
+    pytest.importorskip("torchrec")
+    spec = {"workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 32,
+                                                  "pooling_factor": 2} for i in range(4)]},
+            "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}],
+            "warmup": 1, "iterations": 3}  # fmt: skip
+    ex = KubernetesExecutor(image=IMAGE, gpus_per_node=0, rdzv_port=29517, python=sys.executable)
+    request = ex.dryrun(launch(2, nproc_per_node=1, spec=spec)).request
+    (container,) = request.job["spec"]["template"]["spec"]["containers"]
+    (tmp_path / "spec.json").write_text(request.config_map["data"]["spec.json"])
+    fills = {f"{request.name}-0.{request.name}": "127.0.0.1", "/spec/spec.json": str(tmp_path / "spec.json")}
+    pods = []
+    for index in range(2):
+        args = [a.replace("$(JOB_COMPLETION_INDEX)", str(index)) for a in container["args"]]
+        for old, new in fills.items():
+            args = [a.replace(old, new) for a in args]
+        args = [a.replace("/tmp/result.json", str(tmp_path / f"result{index}.json")) for a in args]
+        env = {**os.environ, **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
+        pods.append(subprocess.Popen([*container["command"], *args], env=env, cwd=REPO, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT))  # fmt: skip
+    logs = [pod.communicate(timeout=300)[0] for pod in pods]
+    assert [pod.returncode for pod in pods] == [0, 0], logs[0][-3000:]
+    result = parse_result(logs[0])
+    assert result is not None and result["world_size"] == 2 and result["status"] == "ok"
+    assert result["env"]["NCCL_NSOCKS_PERTHREAD"] == "4"  # the pod env reached the ranks
+    assert parse_result(logs[1]) is None

@@ -1,0 +1,490 @@
+"""The Slurm executor without a cluster: the whole sbatch script (golden files), the commands it runs
+(subprocess.run patched), and how it reads Slurm's answers (squeue / scontrol output recorded from the
+real Slurm 22.05 of deploy/slurm/slurm-up.sh, in tests/executors/data/).
+
+Regenerate the golden scripts after an intended change with `UPDATE_GOLDEN=1 pytest tests/executors/test_slurm.py`
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors import LaunchRequest, LaunchState
+from autotuner.executors.slurm import (
+    SLURM_STATES,
+    SlurmError,
+    SlurmExecutor,
+    SlurmOptions,
+    parse_scontrol,
+    parse_squeue_json,
+)
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE / "golden"
+DATA = HERE / "data"
+WORKDIR = Path("/srv/autotuner/study-1/launch-0007")
+
+SPEC = {
+    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
+                                          "pooling_factor": 2} for i in range(2)]},
+    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
+    "warmup": 1,
+    "iterations": 3,
+}  # fmt: skip
+ENV = {"NCCL_SOCKET_IFNAME": "eth0,eth1;rm -rf /", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_ALGO": "Ring Tree"}
+
+
+def request(workdir: Path = WORKDIR, **kw) -> LaunchRequest:
+    defaults = dict(name="s1-l7", spec=SPEC, env=dict(ENV), workdir=workdir, python="/opt/py/bin/python",
+                    timeout_s=600)  # fmt: skip
+    defaults.update(kw)
+    return LaunchRequest(**defaults)
+
+
+# ------------------------------------------------------------------------------ golden scripts
+
+GPU_OPTIONS = {
+    "partition": "p5",
+    "account": "ml-infra",
+    "qos": "high",
+    "time_limit": "0:20:00",
+    "constraint": "efa&h100",
+    "cpus_per_task": 96,
+    "sbatch_args": ["--mem=0", "--reservation=tuning"],
+    "python": "/fsx/envs/rec/bin/python",
+    "rdzv_port": 29400,
+    "env": {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"},
+}
+CASES = {
+    "sbatch-1node.sh": ({}, {"nnodes": 1}),
+    "sbatch-2nodes.sh": ({}, {"nnodes": 2}),
+    "sbatch-8nodes.sh": ({"partition": "cpu", "exclusive": True}, {"nnodes": 8, "timeout_s": 3600}),
+    "sbatch-gpu-8nodes.sh": (GPU_OPTIONS, {"nnodes": 8, "nproc_per_node": 8, "spec": {**SPEC, "device": "cuda"}}),
+    "sbatch-shared-node.sh": ({"exclusive": False, "gpus_per_node": 0}, {"nnodes": 1, "env": {}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("golden", sorted(CASES))
+def test_sbatch_script_is_golden(slurm, golden):
+    options, launch = CASES[golden]
+    rendered = SlurmExecutor(**options).dryrun(request(**launch)).rendered
+    path = GOLDEN / golden
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(rendered)
+    assert rendered == path.read_text(), f"{golden} changed: rerun with UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_script_exports_values_quoted_and_disables_the_task_prolog(slurm):
+    script = SlurmExecutor(gpus_per_node=0).dryrun(request()).rendered
+    assert "export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'\n" in script
+    assert "export NCCL_ALGO='Ring Tree'\n" in script
+    assert "export AUTOTUNER_DISABLE=1\n" in script  # a served config must never leak into a trial
+    # every #SBATCH line comes before the first command (sbatch stops reading them there)
+    first_command = next(i for i, line in enumerate(script.splitlines()) if line and not line.startswith("#"))
+    assert all(i < first_command for i, line in enumerate(script.splitlines()) if line.startswith("#SBATCH"))
+
+
+@pytest.mark.parametrize("workdir", ["/srv/a b/launch-1", "/srv/%j/launch-1", "relative/launch-1"])
+def test_launch_directory_that_sbatch_cannot_take_is_refused(slurm, workdir):
+    with pytest.raises(ValueError, match="launch directory"):
+        SlurmExecutor().dryrun(request(Path(workdir)))
+
+
+def test_launch_variable_with_a_bad_name_is_refused():
+    with pytest.raises(ValueError, match="not a variable name"):
+        SlurmExecutor(gpus_per_node=0).dryrun(request(env={"NCCL X": "1"}))
+
+
+# ------------------------------------------------------------------------------ options
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"partiton": "gpu"}, "unknown.*did you mean 'partition'"),
+        ({"partition": "gpu; reboot"}, "partition"),
+        ({"account": "a b"}, "account"),
+        ({"qos": ""}, "qos"),
+        ({"constraint": "a100 && efa"}, "constraint"),
+        ({"time_limit": "ten minutes"}, "time_limit"),
+        ({"time_limit": 0}, "time_limit"),
+        ({"time_limit": True}, "time_limit"),
+        ({"exclusive": "yes"}, "exclusive"),
+        ({"gpus_per_node": -1}, "gpus_per_node"),
+        ({"gpus_per_node": 1.5}, "gpus_per_node"),
+        ({"cpus_per_task": 0}, "cpus_per_task"),
+        ({"rdzv_port": 70000}, "rdzv_port"),
+        ({"sbatch_args": "--mem=0"}, "a list"),
+        ({"sbatch_args": ["--mem=0 --exclusive"]}, "sbatch_args"),
+        ({"sbatch_args": ["--comment=$(reboot)"]}, "sbatch_args"),
+        ({"sbatch_args": ["-N2"]}, "sbatch_args"),
+        ({"sbatch_args": ["--nodes=4"]}, "set by the executor"),
+        ({"sbatch_args": ["--wrap=true"]}, "set by the executor"),
+        ({"python": "python3 -X dev"}, "python"),
+        ({"env": {"FI PROVIDER": "efa"}}, "env"),
+        ({"env": {"FI_PROVIDER": 1}}, "env"),
+        ({"queue_timeout_s": 0}, "queue_timeout_s"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(options, message):
+    with pytest.raises(ValueError, match=message):
+        SlurmExecutor(**options)
+
+
+def test_good_options_are_kept():
+    o = SlurmOptions.parse({**GPU_OPTIONS, "time_limit": 30, "queue_timeout_s": 3600})
+    assert (o.partition, o.time_limit, o.sbatch_args, o.queue_timeout_s) == ("p5", 30, ("--mem=0", "--reservation=tuning"), 3600)  # fmt: skip
+    assert SlurmOptions.parse({"time_limit": "1-00:00:00"}).time_limit == "1-00:00:00"
+
+
+def test_make_executor_builds_it_from_study_settings():
+    from autotuner.executors import make_executor
+    from autotuner.study import StudySettings
+
+    executor = make_executor(StudySettings(executor="slurm", executor_options={"partition": "gpu"}))
+    assert isinstance(executor, SlurmExecutor) and executor.options.partition == "gpu"
+    with pytest.raises(ValueError, match="did you mean"):
+        make_executor(StudySettings(executor="slurm", executor_options={"acount": "x"}))
+
+
+# ------------------------------------------------------------------------------ a fake Slurm
+
+
+class FakeSlurm:
+    """Stands in for subprocess.run: records every call, answers from recorded Slurm output."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], dict]] = []
+        self.squeue = (DATA / "squeue-22.05-running.json").read_text()
+        self.squeue_next: list[str] = []  # answers for the next squeue calls, then `squeue` again
+        self.scontrol: dict[str, str] = {}
+        self.sacct = (1, "", (DATA / "sacct-disabled.err").read_text())
+        self.sbatch = (0, "4242;local\n", "")
+        self.sinfo = (0, "(null)\n", "")
+        self.down = False  # the controller does not answer
+        self.scontrol_down = False
+
+    def __call__(self, argv, **kwargs):
+        assert isinstance(argv, list), "Slurm is called with an argument list, never a shell string"
+        assert not kwargs.get("shell")
+        self.calls.append((list(argv), kwargs))
+        if self.down:
+            return self._done(
+                argv, 1, "", f"{argv[0]}: error: Unable to contact slurm controller (connect failure)"
+            )
+        if argv[0] == "sbatch":
+            return self._done(argv, *self.sbatch)
+        if argv[0] == "squeue":
+            return self._done(argv, 0, self.squeue_next.pop(0) if self.squeue_next else self.squeue, "")
+        if argv[0] == "scontrol":
+            job = argv[-1]
+            if self.scontrol_down:
+                return self._done(argv, 1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")  # fmt: skip
+            if job in self.scontrol:
+                return self._done(argv, 0, self.scontrol[job], "")
+            return self._done(argv, 1, "", (DATA / "scontrol-invalid.err").read_text())
+        if argv[0] == "sacct":
+            return self._done(argv, *self.sacct)
+        if argv[0] == "scancel":
+            return self._done(argv, 0, "", "")
+        if argv[0] == "sinfo":
+            return self._done(argv, *self.sinfo)
+        raise AssertionError(f"unexpected command {argv}")
+
+    @staticmethod
+    def _done(argv, rc, out, err):
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+    def commands(self, name: str) -> list[list[str]]:
+        return [argv for argv, _ in self.calls if argv[0] == name]
+
+
+@pytest.fixture
+def slurm(monkeypatch):
+    fake = FakeSlurm()
+    monkeypatch.setattr("autotuner.executors.slurm.subprocess.run", fake)
+    return fake
+
+
+# ------------------------------------------------------------------------------ schedule
+
+
+def test_schedule_runs_sbatch_parsable_and_returns_the_job_id(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # the tuner's own comm variables must not reach the trial
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # nor the job the tuner may itself run in
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")  # but where the client finds Slurm stays
+    executor = SlurmExecutor(gpus_per_node=0)
+    launch = request(tmp_path)
+    (tmp_path / "exit_code").write_text("0\n")  # from an earlier try in the same directory
+    job_id, dryrun = executor.submit(launch)
+    assert job_id == "4242"  # "4242;local": the cluster name is dropped
+    [(argv, kwargs)] = slurm.calls
+    assert argv == ["sbatch", "--parsable", str(tmp_path / "launch.sbatch")]
+    assert (tmp_path / "launch.sbatch").read_text() == dryrun.rendered
+    assert json.loads(launch.spec_path.read_text()) == SPEC
+    assert not (tmp_path / "exit_code").exists()
+    assert (tmp_path / "job_id").read_text().strip() == "4242"
+    env = kwargs["env"]
+    assert "NCCL_DEBUG" not in env and "SLURM_JOB_ID" not in env
+    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["PATH"] == os.environ["PATH"]
+
+
+def test_sbatch_refusal_is_an_error_naming_slurms_reason(slurm, tmp_path):
+    slurm.sbatch = (1, "", "sbatch: error: invalid partition specified: nope\n")
+    executor = SlurmExecutor(partition="nope", gpus_per_node=0)
+    with pytest.raises(SlurmError, match="invalid partition specified: nope"):
+        executor.submit(request(tmp_path))
+
+
+def test_sbatch_missing_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SlurmError, match="sbatch is not installed"):
+        SlurmExecutor(gpus_per_node=0).submit(request(tmp_path))
+
+
+# ------------------------------------------------------------------------------ GPUs
+
+
+def test_gpus_follow_the_spec_and_the_partition(slurm):
+    assert "--gpus-per-node=4" in SlurmExecutor().dryrun(request(nproc_per_node=4, spec={**SPEC, "device": "cuda"})).rendered  # fmt: skip
+    assert "--gpus" not in SlurmExecutor().dryrun(request(spec={**SPEC, "device": "cpu"})).rendered
+    assert "--gpus" not in SlurmExecutor(gpus_per_node=0).dryrun(request(spec={**SPEC, "device": "cuda"})).rendered  # fmt: skip
+    assert slurm.commands("sinfo") == []
+    # device "auto": asked once whether the partition's nodes have GPU GRES
+    assert "--gpus" not in SlurmExecutor().dryrun(request()).rendered  # this box: "(null)"
+    slurm.sinfo = (0, "gpu:8(S:0-1)\n(null)\n", "")
+    executor = SlurmExecutor(partition="p5")
+    assert "--gpus-per-node=2" in executor.dryrun(request()).rendered
+    executor.dryrun(request())
+    assert slurm.commands("sinfo")[-1] == ["sinfo", "--noheader", "--format=%G", "--partition=p5"]
+    assert len(slurm.commands("sinfo")) == 2  # cached per executor
+
+
+# ------------------------------------------------------------------------------ describe
+
+
+def _workdir(tmp_path: Path, exit_code: int | None = None) -> LaunchRequest:
+    if exit_code is not None:
+        (tmp_path / "exit_code").write_text(f"{exit_code}\n")
+    return request(tmp_path)
+
+
+def test_describe_reads_recorded_squeue_json_for_running_and_pending(slurm, tmp_path):
+    executor = SlurmExecutor()
+    assert executor.describe("2", _workdir(tmp_path)).state == LaunchState.RUNNING
+    pending = executor.describe("3", _workdir(tmp_path))
+    assert (pending.state, pending.reason) == (LaunchState.PENDING, "Resources")
+    assert slurm.commands("squeue")[0] == ["squeue", "--json", "--jobs", "2"]
+    assert slurm.commands("scontrol") == []  # squeue knew
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "exit_code", "reason"),
+    [
+        ("4", LaunchState.SUCCEEDED, 0, ""),
+        ("5", LaunchState.SUCCEEDED, 1, ""),  # exit 1: some candidate failed, the launch itself ran
+        ("6", LaunchState.FAILED, 3, "process group or sharding could not start"),
+        ("7", LaunchState.FAILED, 0, "signal 9"),
+        ("8", LaunchState.TIMEOUT, None, "time limit"),
+        ("2", LaunchState.CANCELLED, None, "scancel"),
+    ],
+)
+def test_describe_ended_jobs_from_recorded_squeue_json(slurm, tmp_path, job, state, exit_code, reason):
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()
+    desc = SlurmExecutor().describe(job, _workdir(tmp_path))
+    assert (desc.state, desc.exit_code) == (state, exit_code)
+    assert reason in desc.reason
+
+
+def test_the_trials_exit_code_file_decides_between_completed_and_failed(slurm, tmp_path):
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()
+    # Slurm says FAILED (exit 3) but the trial wrote 1: a candidate failed, the launch ran
+    desc = SlurmExecutor().describe("6", _workdir(tmp_path, exit_code=1))
+    assert (desc.state, desc.exit_code) == (LaunchState.SUCCEEDED, 1)
+    # still RUNNING in Slurm (the batch shell is exiting) but the trial is over
+    slurm.squeue = (DATA / "squeue-22.05-running.json").read_text()
+    assert SlurmExecutor().describe("2", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
+
+
+def test_squeue_json_of_22_05_ignores_jobs_filter_and_is_filtered_here():
+    data = json.loads((DATA / "squeue-22.05-running.json").read_text())
+    assert len(data["jobs"]) == 3  # recorded with `squeue --json --jobs 2`
+    assert parse_squeue_json(data, "2").state == "RUNNING"
+    assert parse_squeue_json(data, "999") is None
+
+
+def test_squeue_json_of_newer_slurm_state_lists_and_exit_objects():
+    """Slurm >= 23.02: job_state is a list (base state first, then flags), exit_code an object."""
+    jobs = {"jobs": [
+        {"job_id": 41, "job_state": ["RUNNING", "COMPLETING"], "state_reason": "None",
+         "exit_code": {"status": ["PENDING"], "return_code": {"set": False, "infinite": False, "number": 0}}},
+        {"job_id": 42, "job_state": ["FAILED"], "state_reason": "NonZeroExitCode",
+         "exit_code": {"status": ["ERROR"], "return_code": {"set": True, "infinite": False, "number": 1},
+                       "signal": {"id": {"set": False, "number": 0}, "name": ""}}},
+        {"job_id": 43, "job_state": ["CANCELLED"], "exit_code": {"status": ["SIGNALED"], "return_code": 0,
+                                                                  "signal": {"id": 15, "name": "TERM"}}},
+        {"job_id": 44, "job_state": ["WEIRD_NEW_STATE"]},
+    ]}  # fmt: skip
+    assert parse_squeue_json(jobs, "41").state == "RUNNING"
+    info = parse_squeue_json(jobs, "42")
+    assert (info.state, info.exit_code, info.signal) == ("FAILED", 1, None)
+    assert parse_squeue_json(jobs, "43").signal == 15
+    from autotuner.executors.slurm import _describe
+
+    assert _describe(parse_squeue_json(jobs, "42"), None).state == LaunchState.SUCCEEDED
+    assert _describe(parse_squeue_json(jobs, "44"), None).state == LaunchState.UNKNOWN
+
+
+def test_state_map_covers_slurms_states_with_unknown_fallback():
+    for state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
+                  "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"):  # fmt: skip
+        assert state in SLURM_STATES
+    assert SLURM_STATES["OUT_OF_MEMORY"] == LaunchState.FAILED
+    # the cluster's failures are not the config's: no quarantine of the env (the driver skips CANCELLED)
+    assert SLURM_STATES["NODE_FAIL"] == SLURM_STATES["PREEMPTED"] == LaunchState.CANCELLED
+    assert SLURM_STATES.get("SOMETHING_NEW", LaunchState.UNKNOWN) == LaunchState.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("recorded", "state", "code"),
+    [
+        ("scontrol-running.txt", "RUNNING", 0),
+        ("scontrol-completed.txt", "COMPLETED", 0),
+        ("scontrol-failed-exit1.txt", "FAILED", 1),
+        ("scontrol-timeout.txt", "TIMEOUT", 0),
+        ("scontrol-cancelled.txt", "CANCELLED", 0),
+    ],
+)
+def test_scontrol_show_job_is_parsed(recorded, state, code):
+    text = (DATA / recorded).read_text()
+    job_id = text.split()[0].split("=")[1]
+    info = parse_scontrol(text, job_id)
+    assert (info.state, info.exit_code) == (state, code)
+    assert parse_scontrol(text, "123456") is None
+
+
+def test_describe_falls_back_to_scontrol_then_to_the_exit_code_file(slurm, tmp_path):
+    executor = SlurmExecutor()
+    # squeue no longer lists job 5; scontrol still does (MinJobAge)
+    slurm.scontrol["5"] = (DATA / "scontrol-failed-exit1.txt").read_text()
+    desc = executor.describe("5", _workdir(tmp_path))
+    assert (desc.state, desc.exit_code) == (LaunchState.SUCCEEDED, 1)
+    # nobody remembers job 9 (no accounting either): the trial's own exit code
+    assert executor.describe("9", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
+    assert [a[0] for a, _ in slurm.calls[-3:]] == ["squeue", "scontrol", "sacct"]
+    (tmp_path / "exit_code").unlink()
+    gone = executor.describe("9", _workdir(tmp_path))
+    assert gone.state == LaunchState.FAILED and "MinJobAge" in gone.reason
+
+
+def test_describe_uses_accounting_for_old_jobs(slurm, tmp_path):
+    slurm.sacct = (0, "9|CANCELLED by 0|0:15\n", "")
+    desc = SlurmExecutor().describe("9", _workdir(tmp_path))
+    assert desc.state == LaunchState.CANCELLED
+
+
+def test_a_controller_that_does_not_answer_is_unknown_not_failed(slurm, tmp_path):
+    slurm.down = True
+    desc = SlurmExecutor().describe("2", _workdir(tmp_path))
+    assert desc.state == LaunchState.UNKNOWN and "Unable to contact" in desc.reason
+    # squeue --json of 22.05 with slurmctld stopped (recorded): exit 0, no jobs, an "errors" entry
+    slurm.down = False
+    slurm.squeue = (DATA / "squeue-22.05-controller-down.json").read_text()
+    slurm.scontrol_down = True
+    desc = SlurmExecutor().describe("2", _workdir(tmp_path))
+    assert desc.state == LaunchState.UNKNOWN and "Failed while looking for jobs" in desc.reason
+    assert not desc.state.is_terminal()  # the tuner keeps following the job
+    assert SlurmExecutor().describe("2", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
+
+
+def test_a_fresh_executor_reattaches_from_the_job_id_alone(slurm, tmp_path):
+    """What a tuner restarted after SIGKILL has: the job id from the database and the launch directory."""
+    first = SlurmExecutor(gpus_per_node=0)
+    launch = request(tmp_path)
+    slurm.sbatch = (0, "2\n", "")
+    job_id, _ = first.submit(launch)
+    del first
+    again = SlurmExecutor(gpus_per_node=0)
+    assert again.describe(job_id, launch).state == LaunchState.RUNNING
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()  # later: job 2 ended (cancelled)
+    assert again.describe(job_id, launch).state == LaunchState.CANCELLED
+
+
+@pytest.mark.parametrize("bad", ["", "12; rm -rf /", "abc", "--all"])
+def test_job_ids_are_checked_before_reaching_a_command(slurm, tmp_path, bad):
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        SlurmExecutor().describe(bad, _workdir(tmp_path))
+    assert slurm.calls == []
+
+
+# ------------------------------------------------------------------------------ cancel and wait
+
+
+def test_cancel_runs_scancel_and_waits_for_the_end(slurm, tmp_path):
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 5
+    slurm.squeue_next = [slurm.squeue] * 2  # still running twice after scancel, then cancelled
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()
+    started = time.monotonic()
+    executor.cancel("2", _workdir(tmp_path))
+    assert slurm.commands("scancel") == [["scancel", "2"]]
+    assert len(slurm.commands("squeue")) == 3  # running, running, cancelled
+    assert time.monotonic() - started < 4
+
+
+def test_wait_does_not_count_queue_time_and_cancels_at_the_timeout(slurm, tmp_path, monkeypatch):
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0
+    states = iter(["3"] * 4)  # job 3 is PENDING in the recording, job 2 RUNNING
+
+    def describe(backend_id, launch):
+        return SlurmExecutor.describe(executor, next(states, "2"), launch)
+
+    monkeypatch.setattr(executor, "describe", describe)
+    launch = request(tmp_path, timeout_s=0.3)
+    started = time.monotonic()
+    outcome = executor.wait("2", launch, started=started, poll_s=0.1)
+    elapsed = time.monotonic() - started
+    assert outcome.state == LaunchState.TIMEOUT and "0 s timeout" in outcome.reason
+    assert elapsed >= 0.3 + 0.3  # ~0.4 s queued, then 0.3 s running
+    assert slurm.commands("scancel") == [["scancel", "2"]]
+
+
+def test_wait_gives_up_on_a_job_stuck_in_the_queue(slurm, tmp_path, monkeypatch):
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    executor = SlurmExecutor(queue_timeout_s=0.2)
+    executor.cancel_grace_s = 0
+    outcome = executor.wait("3", request(tmp_path, timeout_s=60), started=time.monotonic(), poll_s=0.05)
+    assert (
+        outcome.state == LaunchState.CANCELLED
+        and "queued" in outcome.reason
+        and "Resources" in outcome.reason
+    )
+    assert slurm.commands("scancel") == [["scancel", "3"]]
+
+
+def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()
+    launch = _workdir(tmp_path, exit_code=1)
+    launch.log_path.write_text("trials.bench: candidate 0 failed\n")
+    outcome = SlurmExecutor().wait("5", launch, started=time.monotonic())
+    # exit 1 but no result: the launch failed, with the log's tail
+    assert outcome.state == LaunchState.FAILED and "no result written" in outcome.reason
+    assert "candidate 0 failed" in outcome.log_tail
+    assert SlurmExecutor().logs("5", launch) == "trials.bench: candidate 0 failed"
+
+
+def test_module_imports_without_slurm_installed(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}
+    code = "import autotuner.executors.slurm as s; s.SlurmExecutor(partition='gpu')"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
