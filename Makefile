@@ -16,7 +16,7 @@ FBGEMM_cpu  := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 FBGEMM_cuda := fbgemm-gpu==$(FBGEMM_VERSION)
 STAMP := $(VENV)/.installed-$(FLAVOR)
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench landscape clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,12 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+# Re-record the grid the search benchmark replays (real launches, ~5 min; the result is committed).
+landscape: setup
+	$(BIN)/python -m bench.record_landscape --workload deploy/examples/workload-demo.json \
+		--space bench/data/space-landscape.yaml --repeats 2 --iterations 15 --warmup 3 \
+		--out bench/data/landscape-cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -276,40 +276,35 @@ def configs_history(cluster: str, workload: str, db: DbOption = None) -> None:
     _config_table(_store(db).config_history(cluster, workload), f"history of {cluster}/{workload}")
 
 
-@configs_app.command("pin")
-def configs_pin(cluster: str, workload: str, version: int, nodes: int = 1, db: DbOption = None) -> None:
-    """Serve VERSION regardless of newer publishes."""
+def _serve_change(change: Any, what: str) -> None:
+    """Run a pin/unpin/rollback and say which version is served now."""
     from autotuner.store import NotFound
 
     try:
-        row = _store(db).pin_config(cluster, workload, nodes, version)
+        row = change()
     except NotFound as exc:
         raise _fail(str(exc)) from exc
-    err.print(f"serving {cluster}/{workload} ({nodes} nodes) version {row.version if row else '-'} (pinned)")
+    err.print(
+        f"serving {row.cluster.name}/{row.workload.name} ({row.nodes} nodes) version {row.version} ({what})"
+    )
+
+
+@configs_app.command("pin")
+def configs_pin(cluster: str, workload: str, version: int, nodes: int = 1, db: DbOption = None) -> None:
+    """Serve VERSION regardless of newer publishes."""
+    _serve_change(lambda: _store(db).pin_config(cluster, workload, nodes, version), "pinned")
 
 
 @configs_app.command("unpin")
 def configs_unpin(cluster: str, workload: str, nodes: int = 1, db: DbOption = None) -> None:
     """Serve the latest version again."""
-    from autotuner.store import NotFound
-
-    try:
-        row = _store(db).pin_config(cluster, workload, nodes, None)
-    except NotFound as exc:
-        raise _fail(str(exc)) from exc
-    err.print(f"serving {cluster}/{workload} ({nodes} nodes) version {row.version if row else '-'} (latest)")
+    _serve_change(lambda: _store(db).pin_config(cluster, workload, nodes, None), "latest")
 
 
 @configs_app.command("rollback")
 def configs_rollback(cluster: str, workload: str, nodes: int = 1, db: DbOption = None) -> None:
     """Pin the version before the one served now."""
-    from autotuner.store import NotFound
-
-    try:
-        row = _store(db).rollback_config(cluster, workload, nodes)
-    except NotFound as exc:
-        raise _fail(str(exc)) from exc
-    err.print(f"rolled back: serving {cluster}/{workload} ({nodes} nodes) version {row.version} (pinned)")
+    _serve_change(lambda: _store(db).rollback_config(cluster, workload, nodes), "rolled back, pinned")
 
 
 @configs_app.command("show")

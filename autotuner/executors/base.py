@@ -115,6 +115,10 @@ class Executor(ABC):
     name: ClassVar[str]
     # How long a cancelled launch gets between SIGTERM (or scancel) and giving up on it.
     cancel_grace_s: ClassVar[float] = 10.0
+    # Backends whose describe() costs a scheduler round trip poll no faster than this.
+    min_poll_s: ClassVar[float] = 0.0
+    # How long a launch may wait in a queue before it is given up (None: as long as it takes).
+    queue_timeout_s: float | None = None
 
     # ---- what each backend implements
 
@@ -168,12 +172,34 @@ class Executor(ABC):
         poll_s: float = 0.5,
         on_poll: Callable[[], None] | None = None,
     ) -> Outcome:
-        """Poll until the launch ends or its timeout passes (then cancel it: the whole tree)."""
+        """Poll until the launch ends or its timeout passes (then cancel it: the whole tree).
+
+        Time in a queue is not run time: the timeout counts from when the launch was first seen
+        running (from `started` if it was never seen queued, e.g. after a re-attach), and
+        `queue_timeout_s` bounds the wait before that. A busy cluster must not turn every launch
+        into a timeout and every env config into a quarantined one.
+        """
+        poll_s = max(poll_s, self.min_poll_s)
+        run_started: float | None = None
+        seen_queued = False
         while True:
             desc = self.describe(backend_id, launch)
+            now = time.monotonic()
             if desc.state.is_terminal():
                 return self._collect(backend_id, launch, desc)
-            if time.monotonic() - started > launch.timeout_s:
+            if desc.state == LaunchState.PENDING and run_started is None:
+                seen_queued = True
+                if self.queue_timeout_s is not None and now - started > self.queue_timeout_s:
+                    self.cancel(backend_id, launch)
+                    reason = (
+                        f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+                    )
+                    return Outcome(
+                        LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch)
+                    )
+            elif run_started is None:
+                run_started = now if seen_queued else started
+            if run_started is not None and now - run_started > launch.timeout_s:
                 self.cancel(backend_id, launch)
                 return Outcome(
                     LaunchState.TIMEOUT,

@@ -22,7 +22,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ from autotuner.executors.base import (
     Executor,
     LaunchRequest,
     LaunchState,
-    Outcome,
 )
 from trials.result import ENV_PREFIXES
 
@@ -246,11 +245,12 @@ class SlurmExecutor(Executor):
     name = "slurm"
     # Slurm is asked at most this often per launch: in 22.05 `squeue --json` returns every job of the
     # cluster whatever --jobs says.
-    min_poll_s: float = 1.0
+    min_poll_s = 1.0
     command_timeout_s: float = 30.0
 
     def __init__(self, **options: Any) -> None:
         self.options = SlurmOptions.parse(options)
+        self.queue_timeout_s = self.options.queue_timeout_s
         self._gpu_partition: bool | None = None
 
     # ------------------------------------------------------------------ the request
@@ -472,49 +472,6 @@ class SlurmExecutor(Executor):
                 return
             time.sleep(0.5)
         log.warning("Slurm job %s still not ended %.0f s after scancel", job_id, self.cancel_grace_s)
-
-    def wait(
-        self,
-        backend_id: str,
-        launch: LaunchRequest,
-        *,
-        started: float,
-        poll_s: float = 0.5,
-        on_poll: Callable[[], None] | None = None,
-    ) -> Outcome:
-        """Like Executor.wait, but time in the queue is not run time: the launch timeout counts from
-        when the job was first seen running (from `started` when it was never seen queued, e.g. after
-        a re-attach), and queue_timeout_s bounds the wait before that."""
-        poll_s = max(poll_s, self.min_poll_s)
-        run_started: float | None = None
-        seen_queued = False
-        while True:
-            desc = self.describe(backend_id, launch)
-            now = time.monotonic()
-            if desc.state.is_terminal():
-                return self._collect(backend_id, launch, desc)
-            if desc.state == LaunchState.PENDING and run_started is None:
-                seen_queued = True
-                queue_limit = self.options.queue_timeout_s
-                if queue_limit is not None and now - started > queue_limit:
-                    self.cancel(backend_id, launch)
-                    return Outcome(LaunchState.CANCELLED, backend_id, None,
-                                   f"still queued after {queue_limit:.0f} s (queue_timeout_s): {desc.reason}",
-                                   self.logs(backend_id, launch))  # fmt: skip
-            elif run_started is None:
-                run_started = now if seen_queued else started
-            if run_started is not None and now - run_started > launch.timeout_s:
-                self.cancel(backend_id, launch)
-                return Outcome(
-                    LaunchState.TIMEOUT,
-                    backend_id,
-                    self.fetch_result(backend_id, launch),
-                    f"killed after the {launch.timeout_s:.0f} s timeout (scancel {backend_id})",
-                    self.logs(backend_id, launch),
-                )
-            if on_poll is not None:
-                on_poll()
-            time.sleep(poll_s)
 
     def _run(self, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         try:

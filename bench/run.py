@@ -1,0 +1,127 @@
+"""`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
+
+    python -m bench.run [--only trial,noise,fidelity,search,tuned,serving,scaling]
+
+Every figure is a ratio against a baseline measured in the same run (this machine is shared and
+noisy); absolute numbers are context. With --only, the other sections keep their last results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_JSON = ROOT / "bench" / "results.json"
+RESULTS_MD = ROOT / "bench" / "RESULTS.md"
+console = Console(stderr=True)
+
+
+def _trial() -> dict[str, Any]:
+    from bench import trials
+
+    return trials.efficiency()
+
+
+def _noise() -> dict[str, Any]:
+    from bench import trials
+
+    return trials.noise()
+
+
+def _fidelity() -> dict[str, Any]:
+    from bench import trials
+
+    out = {"unshaped": trials.fidelity(None)}
+    if os.geteuid() == 0:
+        out["1gbit"] = trials.fidelity("1gbit")
+    return out
+
+
+def _search() -> dict[str, Any]:
+    from bench import search
+
+    return search.run()
+
+
+def _tuned() -> dict[str, Any]:
+    from bench import tuned
+
+    fabrics = (None, "2gbit", "1gbit") if os.geteuid() == 0 else (None,)
+    return tuned.run(fabrics)
+
+
+def _serving() -> dict[str, Any]:
+    from bench import serving
+
+    return {"10": serving.run(10, 64, 9, 20), "10000": serving.run(10, 64, 9999, 10)}
+
+
+def _scaling() -> dict[str, Any]:
+    from bench import trials
+
+    return trials.cost_scaling()
+
+
+SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "search": _search, "tuned": _tuned,
+            "serving": _serving, "scaling": _scaling}  # fmt: skip
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))  # fmt: skip
+    except (OSError, StopIteration):
+        pass
+    versions = {}
+    for dist in ("torch", "torchrec", "fbgemm-gpu-cpu", "optuna", "fastapi", "SQLAlchemy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "versions": versions, "load_at_start": os.getloadavg()}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    args = p.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in SECTIONS]
+    if unknown:
+        p.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {"sections": {}}
+    started = time.monotonic()
+    for name in wanted:
+        t0 = time.monotonic()
+        console.print(f"[bold]{name}[/bold] ...")
+        results["sections"][name] = {**SECTIONS[name](), "seconds": time.monotonic() - t0,
+                                     "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip
+        console.print(f"  {name}: {time.monotonic() - t0:.0f} s")
+        RESULTS_JSON.write_text(
+            json.dumps(results, indent=2) + "\n"
+        )  # keep what is done if a later one fails
+    results["machine"] = machine()
+    results["total_seconds"] = time.monotonic() - started
+    RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    from bench.report import render
+
+    RESULTS_MD.write_text(render(results))
+    console.print(f"wrote {RESULTS_MD.relative_to(ROOT)} and {RESULTS_JSON.relative_to(ROOT)} "
+                  f"in {results['total_seconds'] / 60:.1f} min")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Trial benchmarks: efficiency (amortised start-up), measurement noise, fidelity, and cost scaling.
+
+Each launch is a real `torchrun` of `trials.bench` on this machine; wall time is measured from outside.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TEN = json.loads((ROOT / "trials" / "examples" / "ten-candidates.json").read_text())
+DEMO_WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
+
+
+def launch(
+    spec: dict[str, Any], nproc: int = 2, netns_rate: str | None = None
+) -> tuple[dict[str, Any], float]:
+    """Run one trial launch; returns (result, wall seconds measured from outside, torchrun included)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-trial-"))
+    (work / "spec.json").write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "trials.bench", "--spec", str(work / "spec.json"), "--out", str(work / "r.json"), "--quiet"]  # fmt: skip
+    ns = None
+    if netns_rate:
+        ns = f"atb-{os.getpid() % 100000}"
+        for step in (["ip", "netns", "add", ns], ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
+                     ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
+                      netns_rate, "burst", "256kb", "latency", "50ms"]):  # fmt: skip
+            subprocess.run(step, check=True, capture_output=True)
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    try:
+        started = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        wall = time.perf_counter() - started
+    finally:
+        if ns:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+    if not (work / "r.json").exists():
+        raise RuntimeError(f"trial failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads((work / "r.json").read_text())
+    shutil.rmtree(work, ignore_errors=True)
+    return result, wall
+
+
+def efficiency() -> dict[str, Any]:
+    """Share of a launch's wall time spent in measured iterations: 1 candidate vs 10 in one launch."""
+    single = copy.deepcopy(TEN)
+    single["candidates"] = single["candidates"][:1]
+    one, one_wall = launch(single)
+    ten, ten_wall = launch(TEN)
+    share_one = sum(c["measured_s"] for c in one["candidates"]) / one_wall
+    share_ten = sum(c["measured_s"] for c in ten["candidates"] if c["status"] == "ok") / ten_wall
+    return {
+        "spec": "trials/examples/ten-candidates.json (8 tables x dim 128, 30 iterations each, 2 CPU ranks)",
+        "single_candidate": {
+            "wall_s": one_wall,
+            "measured_s": one["candidates"][0]["measured_s"],
+            "setup_s": one["setup_s"],
+            "share": share_one,
+        },  # fmt: skip
+        "ten_candidates": {
+            "wall_s": ten_wall,
+            "measured_s": share_ten * ten_wall,
+            "setup_s": ten["setup_s"],
+            "share": share_ten,
+            "all_ok": all(c["status"] == "ok" for c in ten["candidates"]),
+            "quant_error_fwd": {
+                f"{c['fwd_precision']}/{c['bwd_precision']}": c["quant_error"]["fwd_rel_l2"]
+                for c in ten["candidates"][:5]
+            },
+        },  # fmt: skip
+        "ratio": share_ten / share_one,
+    }
+
+
+def noise(launches: int = 5) -> dict[str, Any]:
+    """The same candidate in separate launches: CV of samples/s across launches."""
+    spec = {"workload": DEMO_WORKLOAD, "warmup": 20, "iterations": 200,
+            "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 512}]}  # fmt: skip
+    medians, means = [], []
+    for _ in range(launches):
+        result, _ = launch(spec)
+        cand = result["candidates"][0]
+        medians.append(cand["samples_per_s"])
+        means.append(512 * result["world_size"] / (cand["iter_ms"]["mean"] / 1000))
+    cv = statistics.stdev(medians) / statistics.mean(medians)
+    cv_mean = statistics.stdev(means) / statistics.mean(means)
+    return {
+        "setup": "demo workload (4 tables x dim 64), fp16/fp16, batch 512, 2 CPU ranks; warmup 20, "
+        "200 measured iterations; statistic: median iteration time -> samples/s",
+        "launches": launches,
+        "samples_per_s": medians,
+        "cv_median_statistic": cv,
+        "cv_mean_statistic": cv_mean,
+    }
+
+
+def fidelity(rate: str | None) -> dict[str, Any]:
+    """Trial all-to-all bandwidth vs a plain all_to_all_single loop of the same calls, same launch."""
+    spec = {"workload": DEMO_WORKLOAD, "warmup": 3, "iterations": 30, "extra": {"fidelity": True},
+            "candidates": [{"fwd_precision": p, "bwd_precision": p, "batch_size": 512}
+                           for p in ("fp32", "fp16", "int8")]}  # fmt: skip
+    result, _ = launch(spec, netns_rate=rate)
+    rows = [{"candidate": f"{result['candidates'][f['candidate']]['fwd_precision']} b512",
+             "trial_algbw_gbps": f["trial_algbw_gbps"], "raw_algbw_gbps": f["raw_algbw_gbps"],
+             "ratio": f["ratio"]} for f in result["fidelity"]]  # fmt: skip
+    return {
+        "fabric": f"emulated: loopback limited to {rate} (tbf, network namespace)"
+        if rate
+        else "unshaped loopback",
+        "rows": rows,
+        "median_ratio": statistics.median(r["ratio"] for r in rows),
+    }
+
+
+def cost_scaling() -> dict[str, Any]:
+    """What a launch costs as the model and the job grow: tables 4 -> 16, ranks 1 -> 2."""
+
+    def spec(tables: int) -> dict[str, Any]:
+        return {"workload": {"name": f"t{tables}", "tables": [
+                    {"name": f"t{i}", "num_embeddings": 20000, "embedding_dim": 64, "pooling_factor": 4}
+                    for i in range(tables)]},
+                "warmup": 3, "iterations": 20,
+                "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 512}]}  # fmt: skip
+
+    rows = []
+    for tables, nproc in ((4, 2), (16, 2), (4, 1)):
+        result, wall = launch(spec(tables), nproc=nproc)
+        cand = result["candidates"][0]
+        rows.append({"tables": tables, "ranks": nproc, "wall_s": wall, "setup_s": result["setup_s"],
+                     "iter_ms": cand["iter_ms"]["median"], "a2a_ms": cand["a2a_ms"]["median"],
+                     "a2a_bytes_per_iter": cand["a2a_bytes_per_iter"]})  # fmt: skip
+    return {"rows": rows,
+            "setup_ratio_16_vs_4_tables": rows[1]["setup_s"] / rows[0]["setup_s"],
+            "iter_ratio_16_vs_4_tables": rows[1]["iter_ms"] / rows[0]["iter_ms"],
+            "iter_ratio_2_vs_1_ranks": rows[0]["iter_ms"] / rows[2]["iter_ms"]}  # fmt: skip
