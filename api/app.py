@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.cache import ConfigCache
+from api.fastpath import ConfigFastPath
 from api.metrics import Metrics
 from api.routes import configs, studies, system
 from api.scheduler import SchedulerProcess
@@ -113,6 +114,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     if dashboard is not None:
         dashboard.mount(app)
 
+    app.add_middleware(ConfigFastPath)  # inner: runs after the Guard below
     app.add_middleware(Guard, max_bytes=settings.max_body_bytes)
 
     return app

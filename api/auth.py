@@ -15,8 +15,9 @@ def scope_of(request: Request) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         return None
+    given = token.strip().encode("latin-1", "replace")
     for secret, scope in request.app.state.tokens.items():
-        if hmac.compare_digest(secret.encode(), token.strip().encode()):
+        if hmac.compare_digest(secret.encode(), given):
             return scope
     return None
 

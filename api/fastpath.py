@@ -1,0 +1,87 @@
+"""The config fetch, served before FastAPI's router: thousands of jobs start at once.
+
+`GET /v1/configs/{cluster}/{workload}` is the one route on every job's start-up path. Routing,
+dependency injection and parameter validation cost more than the answer itself (a dict lookup of a
+pre-rendered body), and with 64 connections a p99 of 20 ms needs well over 3,000 answers a second on
+two cores. This middleware answers the plain, valid, authorised, cached case itself and hands
+everything else (bad names, odd parameters, missing token, not published) to the FastAPI route,
+which validates, documents and produces the errors. Both read the same cache.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import parse_qsl
+
+from api.auth import RANK
+from autotuner.study import NAME_RE
+
+PREFIX = "/v1/configs/"
+ROUTE_PATH = "/v1/configs/{cluster}/{workload}"
+MEDIA = {
+    "json": b"application/json",
+    "env": b"text/plain; charset=utf-8",
+    "slurm": b"text/plain; charset=utf-8",
+}
+MAX_NODES = 1_000_000
+
+_ROUTE = SimpleNamespace(path=ROUTE_PATH)
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ConfigFastPath:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(PREFIX):
+            return await self.app(scope, receive, send)
+        state = scope["app"].state
+        request = self._parse(scope, state)
+        if request is None:
+            return await self.app(scope, receive, send)
+        cluster, workload, nodes, fmt = request
+        served = state.cache.get(cluster, workload, nodes)
+        if served is None:  # the route answers the 404 (and counts the miss)
+            return await self.app(scope, receive, send)
+        state.metrics.config_fetches.labels(fmt, "hit").inc()
+        scope["route"] = _ROUTE  # the latency metric is labelled by route, as for routed requests
+        body = served.body[fmt]
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", MEDIA[fmt]), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _parse(scope: dict[str, Any], state: Any) -> tuple[str, str, int | None, str] | None:
+        """(cluster, workload, nodes, format) of a plain, valid, authorised request; else None."""
+        parts = scope["path"][len(PREFIX) :].split("/")
+        if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts):
+            return None
+        nodes: int | None = None
+        fmt = "json"
+        for key, value in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True):
+            if key == "nodes" and value.isdigit() and 1 <= int(value) <= MAX_NODES:
+                nodes = int(value)
+            elif key == "format" and value in MEDIA:
+                fmt = value
+            else:
+                return None
+        if not state.settings.public_read and not _may_read(scope, state.tokens):
+            return None
+        return parts[0], parts[1], nodes, fmt
+
+
+def _may_read(scope: dict[str, Any], tokens: dict[str, str]) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer":
+                return False
+            given = token.strip().encode("latin-1")
+            return any(hmac.compare_digest(secret.encode(), given) and RANK[held] >= RANK["read"]
+                       for secret, held in tokens.items())  # fmt: skip
+    return False
