@@ -80,18 +80,24 @@ def run(
                                      workdir=str(tmp / "runs"), executor_options={"landscape": str(landscape)})  # fmt: skip
             study = create_study(store, cluster="bench", workload=data["workload"], space=space,
                                  settings=settings, name=f"{sampler}-{seed}")  # fmt: skip
-            StudyDriver(store, study.id, ReplayExecutor(Landscape(data), seed=seed), poll_s=0).run()
+            final = StudyDriver(store, study.id, ReplayExecutor(Landscape(data), seed=seed), poll_s=0).run()
+            if final.state != "done":
+                raise RuntimeError(f"{sampler} seed {seed}: study {final.state}: {final.error}")
             found[sampler].append(measurements_to_find(store, study.id, truth, target))
     budget = budget_launches * k + 1
 
     def summary(values: list[int | None]) -> dict[str, Any]:
         censored = [v if v is not None else budget + 1 for v in values]  # not found within the budget
-        q1, med, q3 = statistics.quantiles(censored, n=4) if len(censored) > 1 else (censored[0],) * 3
+        q1, med, q3 = (
+            statistics.quantiles(censored, n=4, method="inclusive")
+            if len(censored) > 1
+            else (censored[0],) * 3
+        )
         return {"median": med, "iqr": [q1, q3], "found_within_budget": sum(v is not None for v in values),
                 "runs": len(values), "median_fraction_of_grid": med / grid}  # fmt: skip
 
     return {
-        "landscape": str(landscape.relative_to(Path(__file__).resolve().parent.parent)),
+        "landscape": str(landscape.resolve().relative_to(Path(__file__).resolve().parent.parent)),
         "landscape_note": data.get("fabric", ""),
         "grid_points": grid,
         "grid_best_samples_per_s": best,

@@ -93,7 +93,9 @@ class LocalExecutor(Executor):
             ]
         else:
             lines.append(command)
-        lines += ["rc=$?", f"echo $rc > {q(str(launch.workdir / 'exit_code'))}", "exit $rc", ""]
+        exit_file = launch.workdir / "exit_code"  # written whole (rename), so never read half-written
+        lines += ["rc=$?", f"echo $rc > {q(str(exit_file))}.tmp && mv {q(str(exit_file))}.tmp {q(str(exit_file))}",
+                  "exit $rc", ""]  # fmt: skip
         script = "\n".join(lines)
         return AppDryrun(
             LocalRequest(script, launch.workdir / "launch.sh", dict(launch.env), tag), script, launch
@@ -127,13 +129,16 @@ class LocalExecutor(Executor):
         child = self._children.get(pid)
         if child is not None:
             child.poll()  # reap, so the pid does not linger as a zombie
+        # Liveness first: the script writes exit_code just before it exits, so a launch seen dead
+        # here has its exit code on disk below, unless it was killed.
+        alive = _alive(pid, launch.workdir / "launch.sh")
         exit_code = _read_int(launch.workdir / "exit_code")
         if exit_code is not None:
             self._children.pop(pid, None)
             if exit_code in (0, 1):  # 1: some candidate failed, the launch still ran
                 return Description(LaunchState.SUCCEEDED, exit_code)
             return Description(LaunchState.FAILED, exit_code, _exit_reason(exit_code))
-        if _alive(pid, launch.workdir / "launch.sh"):
+        if alive:
             return Description(LaunchState.RUNNING)
         if child is not None and child.returncode is not None and child.returncode < 0:
             return Description(
