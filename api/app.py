@@ -15,7 +15,7 @@ from api.cache import ConfigCache
 from api.fastpath import ConfigFastPath
 from api.metrics import Metrics
 from api.routes import configs, studies, system
-from api.scheduler import SchedulerProcess
+from api.scheduler import RunningScheduler, SchedulerProcess, die_with_parent, scheduler_env
 from api.settings import Settings
 from autotuner import __version__
 from autotuner.store import Store
@@ -84,12 +84,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.metrics = Metrics(app.state.store)
         app.state.scheduler = None
         if settings.scheduler:
-            env = {
-                **os.environ,
-                "AUTOTUNER_DATABASE_URL": settings.url,
-                "AUTOTUNER_DATA_DIR": str(settings.data_dir),
-            }
-            app.state.scheduler = SchedulerProcess(env)
+            # `autotuner serve` starts one scheduler beside its workers and names it; an app run on its
+            # own (`uvicorn --factory api.app:app_from_env`) starts its own.
+            pid = os.environ.get("AUTOTUNER_SCHEDULER_PID")
+            app.state.scheduler = (
+                RunningScheduler(int(pid)) if pid else SchedulerProcess(scheduler_env(settings))
+            )
             app.state.scheduler.start()
         yield
         if app.state.scheduler is not None:
@@ -118,3 +118,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     app.add_middleware(Guard, max_bytes=settings.max_body_bytes)
 
     return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for uvicorn workers: settings from the AUTOTUNER_* environment `autotuner serve` set."""
+    if os.environ.get("AUTOTUNER_DIE_WITH_PARENT") == "1":
+        die_with_parent()  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
+    return create_app(Settings())

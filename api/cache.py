@@ -33,6 +33,7 @@ class ConfigCache:
         self.store = store
         self.refresh_s = refresh_s
         self._served: dict[tuple[str, str], list[Served]] = {}
+        self._rendered: dict[tuple[int, bool], Served] = {}
         self._stamp: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -50,22 +51,28 @@ class ConfigCache:
         return tuple(row)
 
     def refresh(self, force: bool = False) -> None:
+        """Reload what changed. Configs are immutable but for their pin, so a (id, pinned) already
+        rendered is reused: a publish among 10,000 configs renders one, not 10,000."""
         stamp = self._current_stamp()
         if not force and stamp == self._stamp:
             return
+        heads = self.store.served_heads()
+        known = self._rendered
+        fresh = {s.id: s for s in (self._render(row) for row in
+                                   self.store.configs_by_id([i for i, p in heads if (i, p) not in known]))}  # fmt: skip
+        rendered = {(i, p): known.get((i, p)) or fresh[i] for i, p in heads}
         served: dict[tuple[str, str], list[Served]] = {}
-        for row in self.store.served_configs():
-            config = config_to_dict(row)
-            body = {
-                "json": json.dumps(config).encode(),
-                "env": render(config, "sh").encode(),
-                "slurm": render(config, "slurm").encode(),
-            }
-            served.setdefault((row.cluster.name, row.workload.name), []).append(
-                Served(row.nodes, row.created_at, row.id, config, body)
-            )
+        for entry in rendered.values():
+            served.setdefault((entry.config["cluster"], entry.config["workload"]), []).append(entry)
         with self._lock:
-            self._served, self._stamp = served, stamp
+            self._served, self._rendered, self._stamp = served, rendered, stamp
+
+    @staticmethod
+    def _render(row: Config) -> Served:
+        config = config_to_dict(row)
+        body = {"json": json.dumps(config).encode(), "env": render(config, "sh").encode(),
+                "slurm": render(config, "slurm").encode()}  # fmt: skip
+        return Served(row.nodes, row.created_at, row.id, config, body)
 
     def get(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
         return pick_served(self._served.get((cluster, workload), []), nodes)  # type: ignore[arg-type, return-value]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
@@ -32,8 +33,8 @@ class StoreCollector(Collector):
 
 class Metrics:
     def __init__(self, store: Store) -> None:
+        self.store = store
         self.registry = CollectorRegistry()
-        self.registry.register(StoreCollector(store))
         self.config_fetches = Counter(
             "autotuner_config_fetches", "Config fetches by format and result", ["format", "result"],
             registry=self.registry,
@@ -42,3 +43,14 @@ class Metrics:
             "autotuner_request_seconds", "Request latency by route", ["route"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
+
+    def exposition(self) -> bytes:
+        """Prometheus text: this process's metrics, or every worker's when they share a multiprocess dir."""
+        registry = CollectorRegistry()
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            for collector in (self.config_fetches, self.latency):
+                registry.register(collector)
+        registry.register(StoreCollector(self.store))
+        return generate_latest(registry)

@@ -102,9 +102,13 @@ class SchedulerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
-                                     preexec_fn=_die_with_parent)  # fmt: skip
+                                     preexec_fn=lambda: die_with_parent(nice=10))  # fmt: skip
 
     def stop(self, timeout_s: float = 10) -> None:
         if self.alive:
@@ -116,12 +120,48 @@ class SchedulerProcess:
                 self.proc.kill()
 
 
-def _die_with_parent() -> None:
+class RunningScheduler:
+    """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    @property
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def scheduler_env(settings: Any) -> dict[str, str]:
+    """The scheduler reads the same settings as the service; make the resolved store explicit."""
+    return {
+        **os.environ,
+        "AUTOTUNER_DATABASE_URL": settings.url,
+        "AUTOTUNER_DATA_DIR": str(settings.data_dir),
+    }
+
+
+def die_with_parent(nice: int = 0) -> None:
+    """Linux: get SIGTERM when the parent dies (PR_SET_PDEATHSIG); optionally lower our priority.
+    Studies are background work: the processes that answer job starts come first."""
+    if nice:
+        os.nice(nice)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
-        pass  # not Linux: the child outlives a SIGKILLed parent, and its lease still protects studies
+        pass  # not Linux: a child outlives a SIGKILLed parent; the study lease still protects studies
 
 
 def main() -> None:

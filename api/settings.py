@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     public_read: bool = False  # 1: reads and the dashboard need no token
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = Field(2, ge=1, le=64)  # API processes; config fetches scale with them
     scheduler: bool = True  # run queued studies in this process
     executors: str = "local,replay"  # which executors studies may ask for
     executor_options: str = "{}"  # JSON: {"slurm": {"partition": "gpu"}, "replay": {"landscape": "..."}}

@@ -382,24 +382,50 @@ def exec_cmd(ctx: typer.Context) -> None:
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (AUTOTUNER_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (AUTOTUNER_PORT)")] = None,
+    workers: Annotated[int | None, typer.Option(help="API processes (AUTOTUNER_WORKERS)")] = None,
     db: DbOption = None,
-    scheduler: Annotated[bool | None, typer.Option(help="run queued studies in this process")] = None,
+    scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
 ) -> None:
-    """Run the service: REST API, dashboard, and the background study scheduler."""
+    """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
     import logging
+    import os
+    import shutil
 
     import uvicorn
 
-    from api.app import create_app
+    from api.scheduler import SchedulerProcess, scheduler_env
     from api.settings import Settings
 
-    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "database_url": db,
-                                                   "scheduler": scheduler}.items() if v is not None}  # fmt: skip
+    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
+                                                   "database_url": db, "scheduler": scheduler}.items()
+                                 if v is not None}  # fmt: skip
     try:
         settings = Settings(**overrides)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} (store {settings.url})")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                access_log=False)  # fmt: skip
+    # Workers are separate processes that read their settings from the environment.
+    os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
+    if settings.workers > 1:
+        os.environ["AUTOTUNER_DIE_WITH_PARENT"] = "1"
+        # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
+        metrics_dir = settings.data_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    from autotuner.store import Store
+
+    Store(settings.url).dispose()  # migrate once, before workers race to
+    runner = None
+    if settings.scheduler:
+        runner = SchedulerProcess(scheduler_env(settings))
+        runner.start()
+        os.environ["AUTOTUNER_SCHEDULER_PID"] = str(runner.pid)
+    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
+              f"({settings.workers} workers, store {settings.url})")  # fmt: skip
+    try:
+        uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
+    finally:
+        if runner is not None:
+            runner.stop()

@@ -46,7 +46,7 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
             rows.append([f"tuned vs default, {row['fabric']}", _f(row["tuned_samples_per_s"]) + " samples/s",
                          _f(row["baseline_samples_per_s"]) + " samples/s", f"{row['speedup']:.2f}x{ci}",
                          "95% CI", "confirmed" if row.get("ci_low") and row["ci_low"] > 1 else "not significant"])  # fmt: skip
-    if v := s.get("serving"):
+    if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
         for n, run in v.items():
             fetch = run["fetch"]
             ok = fetch["requests_per_s"] >= 2000 and fetch["p99_ms"] <= 20 and fetch["non_2xx"] == 0
@@ -98,9 +98,13 @@ def render(results: dict[str, Any]) -> str:
                   + ", ".join(f"{k} {v:.2e}" for k, v in t["ten_candidates"]["quant_error_fwd"].items()) + ".", ""]  # fmt: skip
     if n := s.get("noise"):
         lines += ["## Measurement noise", "", f"`{CMD.format('noise')}` — {n['setup']}.", "",
-                  "samples/s per launch: " + ", ".join(f"{x:,.0f}" for x in n["samples_per_s"]) +
-                  f". CV {n['cv_median_statistic']:.1%} with the median statistic the trial reports "
-                  f"({n['cv_mean_statistic']:.1%} had it used the mean).", ""]  # fmt: skip
+                  "samples/s per launch (median iteration): " + ", ".join(f"{x:,.0f}" for x in n["samples_per_s"]) +
+                  f". Within a launch the iteration times vary with a CV of {n.get('cv_within_launch', 0):.0%}; "
+                  "across launches:", "",
+                  table(["statistic of the iteration times", "CV of samples/s across launches"], [
+                      ["median (what the trial reports and the search optimises)", _pct(n["cv_median_statistic"])],
+                      ["10th percentile", _pct(n.get("cv_p10_statistic"))],
+                      ["mean", _pct(n["cv_mean_statistic"])]]), ""]  # fmt: skip
     if f := s.get("fidelity"):
         lines += ["## Fidelity", "", f"`{CMD.format('fidelity')}` — the trial's all-to-all bandwidth against a plain "
                   "`all_to_all_single` loop replaying the same calls (dtype, sizes, splits) in the same launch, "
@@ -132,7 +136,7 @@ def render(results: dict[str, Any]) -> str:
                       [r["fabric"], r["baseline"], r["best"],
                        f"{r['speedup']:.2f}x" + (f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r.get("ci_low") else ""),
                        r["decision"]] for r in u["rows"]]), ""]  # fmt: skip
-    if v := s.get("serving"):
+    if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
         lines += ["## Serving", "", f"`{CMD.format('serving')}` — `wrk` (a separate process) against a real "
                   "`autotuner serve`, 64 connections for 10 s, while a study (replay executor) writes launches and "
                   "trials; then the hook (`autotuner env --server`) end to end, up, down (cached config), and "

@@ -2,9 +2,9 @@
 
     python -m bench.serving [--duration 10] [--connections 64] [--configs 10] [--out bench/out/serving.json]
 
-Load comes from a separate process (wrk, from Debian) against a real `autotuner serve`. The study that
-writes meanwhile runs on the replay executor (recorded measurements), so trial processes do not take
-the machine's cores from the server.
+Load comes from a separate process (wrk, from Debian, one thread) against a real `autotuner serve`
+(default 2 API workers), after a 3 s warm-up. The study that writes meanwhile runs on the replay
+executor (recorded measurements), so trial processes do not take the machine's cores from the server.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def parse_wrk(output: str) -> dict[str, Any]:
     return out
 
 
-def wrk(url: str, token: str, connections: int, duration_s: int, threads: int = 2) -> dict[str, Any]:
+def wrk(url: str, token: str, connections: int, duration_s: int, threads: int = 1) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s}s", "--latency",
@@ -108,11 +108,15 @@ def run(duration_s: int, connections: int, extra_configs: int, hook_runs: int) -
         wait_for_config(client)
         if extra_configs:
             seed_configs(server.data_dir, db_url, extra_configs)
-            time.sleep(2)  # the cache picks them up within its refresh interval
+            last = f"bulk-{extra_configs - 1:05d}"
+            assert (
+                wait_for_config(client, workload=last, timeout_s=60).status_code == 200
+            )  # cached before load
         # A long study keeps writing trials and launches while the load runs.
         writer = client.post("/v1/studies", json=replay_study_body("writer", trials=500)).json()
         time.sleep(1)
         url = f"{server.url}/v1/configs/cpu-box/small"
+        wrk(url, TOKENS["read"], connections, 3)  # warm-up: connections, worker code paths, caches
         load = wrk(url, TOKENS["read"], connections, duration_s)
         trials_written = client.get(f"/v1/studies/{writer['id']}/trials", params={"limit": 1}).json()["count"]
         client.post(f"/v1/studies/{writer['id']}/cancel")

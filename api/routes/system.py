@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from api.auth import ReadAccess
@@ -41,7 +41,7 @@ def readyz(request: Request, store: StoreDep, response: Response) -> dict[str, o
 @router.get("/metrics", response_class=Response)
 def metrics(metrics: MetricsDep) -> Response:
     """Prometheus text format."""
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/v1/lint", response_model=LintPublic, tags=["lint"], responses=ERRORS)

@@ -364,21 +364,42 @@ class Store:
             query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
             return list(s.scalars(query).unique())
 
-    def served_configs(self) -> list[Config]:
+    @staticmethod
+    def _head_ids(*filters: Any) -> Any:
+        """Ids of the served version of each (cluster, workload, nodes): pinned, else the latest."""
+        rank = (
+            func.row_number()
+            .over(
+                partition_by=(Config.cluster_id, Config.workload_id, Config.nodes),
+                order_by=(Config.pinned.desc(), Config.version.desc()),
+            )  # fmt: skip
+            .label("rank")
+        )
+        ranked = select(Config.id, rank).join(Config.cluster).join(Config.workload).where(*filters).subquery()
+        return select(ranked.c.id).where(ranked.c.rank == 1)
+
+    def served_configs(self, cluster: str | None = None, workload: str | None = None) -> list[Config]:
         """The config each (cluster, workload, nodes) serves: its pinned version, else its latest."""
-        heads: dict[tuple[int, int, int], Config] = {}
-        for row in self.config_history():
-            key = (row.cluster_id, row.workload_id, row.nodes)
-            current = heads.get(key)
-            if current is None or (row.pinned and not current.pinned):
-                heads[key] = row
-        return list(heads.values())
+        filters = []
+        if cluster is not None:
+            filters.append(Cluster.name == cluster)
+        if workload is not None:
+            filters.append(Workload.name == workload)
+        with self.session() as s:
+            return list(s.scalars(select(Config).where(Config.id.in_(self._head_ids(*filters)))).unique())
+
+    def served_heads(self) -> list[tuple[int, bool]]:
+        """(id, pinned) of every served config, without loading rows: what a cache diffs against."""
+        with self.session() as s:
+            query = select(Config.id, Config.pinned).where(Config.id.in_(self._head_ids()))
+            return [(i, bool(p)) for i, p in s.execute(query)]
+
+    def configs_by_id(self, ids: Sequence[int]) -> list[Config]:
+        with self.session() as s:
+            return list(s.scalars(select(Config).where(Config.id.in_(list(ids)))).unique())
 
     def served_config(self, cluster: str, workload: str, nodes: int | None = None) -> Config | None:
-        return pick_served(
-            [c for c in self.served_configs() if c.cluster.name == cluster and c.workload.name == workload],
-            nodes,
-        )
+        return pick_served(self.served_configs(cluster, workload), nodes)
 
     def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
         """Serve `version` regardless of newer publishes (None: unpin, serve the latest again)."""
