@@ -24,6 +24,7 @@ import httpx
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -116,6 +117,7 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
     if study["state"] != "done":
         console.print(f"[red]study {study['state']}:[/red] {study['error']}")
         return 1
+    _print_trials(client, study["id"])
     outcome = study["outcome"] or {}
     if "ci_low" in outcome:
         console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
@@ -139,6 +141,24 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
             f"\nto browse the results again: AUTOTUNER_DATA_DIR={data} AUTOTUNER_PUBLIC_READ=1 autotuner serve"
         )
     return 0
+
+
+def _print_trials(client: httpx.Client, study_id: int) -> None:
+    """The measured candidates, fastest first: what the study saw."""
+    rows = client.get(f"/v1/studies/{study_id}/trials", params={"sort": "samples_per_s", "order": "desc",
+                                                                "limit": 12}).json()["data"]  # fmt: skip
+    table = Table(title="fastest candidates", title_justify="left")
+    for col in ("kind", "env", "precision", "ran as", "batch", "samples/s", "a2a ms", "q-err", "state"):
+        table.add_column(col, justify="right" if col in ("batch", "samples/s", "a2a ms", "q-err") else "left")
+    for t in rows:
+        env = " ".join(f"{k}={v}" for k, v in sorted(t["env"].items()) if k != "NCCL_NET") or "-"
+        qerr = max((v for v in (t["quant_error_fwd"], t["quant_error_bwd"]) if v is not None), default=None)
+        table.add_row(t["kind"], env, f"{t['fwd_precision']}/{t['bwd_precision']}",
+                      f"{t['effective_fwd_precision']}/{t['effective_bwd_precision']}", str(t["batch_size"]),
+                      f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else "-",
+                      f"{t['a2a_ms']:.2f}" if t["a2a_ms"] is not None else "-",
+                      f"{qerr:.1e}" if qerr is not None else "-", t["state"])  # fmt: skip
+    console.print(table)
 
 
 if __name__ == "__main__":

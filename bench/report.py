@@ -118,8 +118,8 @@ def render(results: dict[str, Any]) -> str:
         lines += ["## Search efficiency", "", f"`{CMD.format('search')}` — replay of `{q['landscape']}` "
                   f"({q['grid_points']} points recorded from real launches; {q['landscape_note']}), "
                   f"{q['seeds']} seeds, cap k = {q['candidates_per_launch']} candidates per launch, budget "
-                  f"{q['budget_measurements']} measurements. {q['points_within_3pct']} points are within 3% of the "
-                  f"best ({q['grid_best_samples_per_s']:,.0f} samples/s). A study has found it when its pick (best "
+                  f"{q['budget_measurements']} measurements. Points within 3% of the best "
+                  f"({q['grid_best_samples_per_s']:,.0f} samples/s): {q['points_within_3pct']}. A study has found it when its pick (best "
                   "observed so far) is truly within 3%; runs that never get there count as budget + 1.", "",
                   table(["search", "median measurements", "IQR", "found within budget"], [
                       ["TPE (ours)", f"{q['tpe']['median']:.0f}", f"{q['tpe']['iqr'][0]:.0f}-{q['tpe']['iqr'][1]:.0f}",
