@@ -13,13 +13,13 @@ import shlex
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from trials.result import SCHEMA_VERSION
+from trials.result import ENV_PREFIXES, SCHEMA_VERSION
 
 T = TypeVar("T")
 
@@ -109,6 +109,21 @@ class Outcome:
 
 def quote_env(env: dict[str, str]) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
+def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The tuner's environment minus its own NCCL / OFI / FI / TORCH_NCCL variables: a launch gets
+    exactly the overrides it asks for, so the baseline means "no overrides", not "what we inherited"."""
+    return {k: v for k, v in environ.items() if not k.startswith(ENV_PREFIXES)}
+
+
+def read_exit_code(workdir: Path) -> int | None:
+    """The trial's exit code, as the launch script leaves it in `workdir/exit_code` (None: not yet)."""
+    try:
+        text = (workdir / "exit_code").read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 class Executor(ABC):

@@ -17,8 +17,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from trials.result import ENV_PREFIXES
+from autotuner.executors.base import (
+    AppDryrun,
+    Description,
+    Executor,
+    LaunchRequest,
+    LaunchState,
+    read_exit_code,
+    without_comm_env,
+)
 
 LAUNCH_TAG = "AUTOTUNER_LAUNCH"
 _RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
@@ -106,9 +113,7 @@ class LocalExecutor(Executor):
         launch = dryrun.launch
         req.script_path.write_text(req.script)
         (launch.workdir / "exit_code").unlink(missing_ok=True)
-        # The launch environment is the script's exports on top of ours minus any comm variables we
-        # happen to have: the baseline must mean "no overrides", not "whatever the tuner inherited".
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES)}
+        env = without_comm_env(os.environ)
         env[LAUNCH_TAG] = req.tag
         (launch.workdir / "tag").write_text(req.tag)
         with open(launch.log_path, "ab") as log:
@@ -132,7 +137,7 @@ class LocalExecutor(Executor):
         # Liveness first: the script writes exit_code just before it exits, so a launch seen dead
         # here has its exit code on disk below, unless it was killed.
         alive = _alive(pid, launch.workdir / "launch.sh")
-        exit_code = _read_int(launch.workdir / "exit_code")
+        exit_code = read_exit_code(launch.workdir)
         if exit_code is not None:
             self._children.pop(pid, None)
             if exit_code in (0, 1):  # 1: some candidate failed, the launch still ran
@@ -189,11 +194,6 @@ def _read_text(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-def _read_int(path: Path) -> int | None:
-    text = _read_text(path)
-    return int(text) if text and text.lstrip("-").isdigit() else None
 
 
 def _exists(pid: int) -> bool:

@@ -33,8 +33,9 @@ from autotuner.executors.base import (
     Executor,
     LaunchRequest,
     LaunchState,
+    read_exit_code,
+    without_comm_env,
 )
-from trials.result import ENV_PREFIXES
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ class SlurmExecutor(Executor):
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         job_id = _checked_id(backend_id)
-        exit_code = _read_int(launch.workdir / "exit_code")
+        exit_code = read_exit_code(launch.workdir)
         unreachable = ""
         try:
             info = self.job_info(job_id)
@@ -630,9 +631,7 @@ def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     happen to have (the baseline must mean "no overrides") and the context of any job the tuner itself
     runs in (SLURM_*, except where the client finds its config)."""
     return {
-        k: v
-        for k, v in environ.items()
-        if not k.startswith(ENV_PREFIXES) and not (k.startswith("SLURM_") and k != "SLURM_CONF")
+        k: v for k, v in without_comm_env(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
     }
 
 
@@ -650,11 +649,3 @@ def _checked_id(backend_id: str) -> str:
     if not match:
         raise ValueError(f"{backend_id!r} is not a Slurm job id")
     return match.group(1)
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.lstrip("-").isdigit() else None

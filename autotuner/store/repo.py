@@ -73,18 +73,23 @@ class Store:
 
     # ------------------------------------------------------------------ clusters and workloads
 
+    @staticmethod
+    def _named(s: Session, model: type[Any], name: str, create: dict[str, Any] | None) -> Any:
+        """The row called `name`; created from `create` if missing (and not created meanwhile by a
+        concurrent process: the unique name decides, the loser reads the winner's row)."""
+        row = s.scalar(select(model).where(model.name == name))
+        if row is None and create is not None:
+            row = model(name=name, **create)
+            try:
+                with s.begin_nested():
+                    s.add(row)
+            except IntegrityError:
+                row = s.scalars(select(model).where(model.name == name)).one()
+        return row
+
     def cluster(self, name: str, *, create: bool = False) -> Cluster | None:
         with self.session() as s:
-            row = s.scalar(select(Cluster).where(Cluster.name == name))
-            if row is None and create:
-                row = Cluster(name=name, fingerprint={})
-                s.add(row)
-                try:
-                    s.flush()
-                except IntegrityError:  # created concurrently by another process
-                    s.rollback()
-                    row = s.scalars(select(Cluster).where(Cluster.name == name)).one()
-            return row
+            return self._named(s, Cluster, name, {"fingerprint": {}} if create else None)
 
     def update_fingerprint(self, cluster_id: int, fingerprint: dict[str, Any]) -> None:
         with self.session() as s:
@@ -102,15 +107,7 @@ class Store:
 
     def upsert_workload(self, name: str, spec: dict[str, Any]) -> Workload:
         with self.session() as s:
-            row = s.scalar(select(Workload).where(Workload.name == name))
-            if row is None:
-                row = Workload(name=name, spec=spec)
-                s.add(row)
-                try:
-                    s.flush()
-                except IntegrityError:
-                    s.rollback()
-                    row = s.scalars(select(Workload).where(Workload.name == name)).one()
+            row = self._named(s, Workload, name, {"spec": spec})
             if row.spec != spec:
                 row.spec = spec
             return row
