@@ -220,12 +220,16 @@ class Executor(ABC):
                     LaunchState.TIMEOUT,
                     backend_id,
                     self.fetch_result(backend_id, launch),
-                    f"killed after the {launch.timeout_s:.0f} s timeout",
+                    f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
                     self.logs(backend_id, launch),
                 )
             if on_poll is not None:
                 on_poll()
             time.sleep(poll_s)
+
+    def how_cancelled(self, backend_id: str) -> str:
+        """How `cancel` stops a launch, in the words an operator would search their logs for."""
+        return f"cancelled {backend_id}"
 
     def run(self, launch: LaunchRequest, **kwargs: Any) -> Outcome:
         started = time.monotonic()

@@ -468,6 +468,9 @@ class KubernetesExecutor(Executor):
                 desc.reason = f"{desc.reason}; {detail}" if desc.reason else detail
         return desc
 
+    def how_cancelled(self, backend_id: str) -> str:
+        return f"deleted Job {self.namespace}/{backend_id}"
+
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         """Delete the Job (Foreground: its pods go first), Service and ConfigMap. Errors are logged, not
         raised: the Job's activeDeadlineSeconds stops it anyway, and a study must not die of a clean-up."""

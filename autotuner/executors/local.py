@@ -151,6 +151,9 @@ class LocalExecutor(Executor):
             )
         return Description(LaunchState.FAILED, None, "launch process is gone without an exit code")
 
+    def how_cancelled(self, backend_id: str) -> str:
+        return f"SIGTERM then SIGKILL to process tree {backend_id}"
+
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         tag = _read_text(launch.workdir / "tag")
         pids = set(_descendants(int(backend_id))) | ({int(backend_id)} if _exists(int(backend_id)) else set())

@@ -452,6 +452,9 @@ class SlurmExecutor(Executor):
             return None
         return parse_sacct(proc.stdout, job_id)
 
+    def how_cancelled(self, backend_id: str) -> str:
+        return f"scancel {backend_id}"
+
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
         free and nothing writes into the launch directory any more."""

@@ -52,9 +52,20 @@ class Server:
         raise RuntimeError(f"server not ready in {timeout_s} s: {self.log.read_text()[-2000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the supervisor, then wait for its workers to let go of the port (after a SIGKILL they
+        follow it through PDEATHSIG, a moment later): a restart must not find the old ones answering."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
+        host, port = self.url.removeprefix("http://").split(":")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+            except OSError:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"port {port} still answers 15 s after the server was stopped")
 
     def client(self, scope: str | None = "admin") -> httpx.Client:
         headers = {"Authorization": f"Bearer {TOKENS[scope]}"} if scope else {}

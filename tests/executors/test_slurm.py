@@ -454,7 +454,7 @@ def test_wait_does_not_count_queue_time_and_cancels_at_the_timeout(slurm, tmp_pa
     started = time.monotonic()
     outcome = executor.wait("2", launch, started=started, poll_s=0.1)
     elapsed = time.monotonic() - started
-    assert outcome.state == LaunchState.TIMEOUT and "0 s timeout" in outcome.reason
+    assert outcome.state == LaunchState.TIMEOUT and "0 s timeout (scancel 2)" in outcome.reason
     assert elapsed >= 0.3 + 0.3  # ~0.4 s queued, then 0.3 s running
     assert slurm.commands("scancel") == [["scancel", "2"]]
 
