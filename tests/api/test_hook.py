@@ -14,7 +14,6 @@ import pytest
 
 from tests.api.conftest import TOKENS, free_port, replay_study_body, wait_for_config, wait_for_state
 
-
 # Tests of what the hook prints give a live service more than the default 1.5 s: a loaded CI machine
 # must not turn them into tests of the deadline (that one has its own test, with a hanging server).
 PATIENT = ("--timeout", "10")
