@@ -2,8 +2,10 @@
 
 TorchRec calls `torch.distributed.<collective>` through the module attribute, so wrapping those
 attributes sees every all-to-all of the sparse input dist and the pooled-embedding output dist,
-forward and backward. A call is timed from issue to the return of its `wait()` (the span the
-training step actually waits on); on CUDA with events on the current stream, on CPU with the clock.
+forward and backward. A call is timed from issue to completion. On CPU, completion is when the
+backend finishes the work (its future's callback, on gloo's own thread), not when `wait()` returns:
+TorchRec issues an all-to-all, runs other work, and waits later, and that work is not time on the
+wire. On CUDA, with events on the current stream, the end is recorded when `wait()` returns.
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ class _TimedWork(dist.Work):
         self._work = work
         self._probe = probe
         self._event = event
+        if not probe.cuda:
+            self._stamp_completion()
+
+    def _stamp_completion(self) -> None:
+        def done(_: Any) -> None:
+            if self._event.end is None:
+                self._event.end = time.perf_counter()
+
+        try:
+            self._work.get_future().add_done_callback(done)
+        except RuntimeError:  # a backend without futures: fall back to the return of wait()
+            pass
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         out = self._work.wait(*args, **kwargs)

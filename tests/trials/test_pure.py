@@ -65,3 +65,32 @@ def test_parse_nccl_info_extracts_what_took_effect():
     assert found["p2p_chunksize"] == 131072
     assert found["ofi_provider"] == "efa"
     assert parse_nccl_info(["no nccl here"]) == {}
+
+
+class _LateWork:
+    """A collective whose backend finishes it before the step gets around to waiting on it."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.future = torch.futures.Future()
+
+    def get_future(self):
+        return self.future
+
+    def wait(self, *args, **kwargs):
+        return True
+
+
+def test_cpu_collective_ends_when_the_backend_finishes_it_not_when_the_step_waits():
+    import time
+
+    from trials.probe import CommEvent, CommProbe, _TimedWork
+
+    work, event = _LateWork(), CommEvent(op="all_to_all_single", nbytes=8, start=time.perf_counter())
+    timed = _TimedWork(work, CommProbe(cuda=False), event)
+    work.future.set_result(None)  # the backend is done here ...
+    finished = time.perf_counter()
+    time.sleep(0.05)  # ... while the step computes something else
+    timed.wait()
+    assert event.start <= event.end <= finished
