@@ -1,7 +1,8 @@
 """A plain `torch.distributed.all_to_all_single` loop: the reference for the trial's bandwidth.
 
 It replays exactly the all-to-all calls one trial iteration issued (dtype, element counts, splits),
-timed the same way (issue to completion: it waits at once; per call the last rank to arrive), with no TorchRec around them.
+timed the same way (issue to completion, as the last rank to arrive sees it), with no TorchRec around
+them. It waits on each call at once, so there issue to wait is issue to completion.
 """
 
 from __future__ import annotations
