@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotuner.executors.local import Fabric
+
 ROOT = Path(__file__).resolve().parent.parent
 TEN = json.loads((ROOT / "trials" / "examples" / "ten-candidates.json").read_text())
 DEMO_WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
@@ -35,7 +37,7 @@ def launch(
         ns = f"atb-{os.getpid() % 100000}"
         for step in (["ip", "netns", "add", ns], ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
                      ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-                      netns_rate, "burst", "256kb", "latency", "50ms"]):  # fmt: skip
+                      netns_rate, "burst", Fabric.burst, "latency", Fabric.latency]):  # fmt: skip
             subprocess.run(step, check=True, capture_output=True)
         cmd = ["ip", "netns", "exec", ns, *cmd]
     try:
@@ -119,7 +121,7 @@ def fidelity(rate: str | None) -> dict[str, Any]:
              "trial_algbw_gbps": f["trial_algbw_gbps"], "raw_algbw_gbps": f["raw_algbw_gbps"],
              "ratio": f["ratio"]} for f in result["fidelity"]]  # fmt: skip
     return {
-        "fabric": f"emulated: loopback limited to {rate} (tbf, network namespace)"
+        "fabric": f"emulated: loopback limited to {rate} (tbf, burst {Fabric.burst}, network namespace)"
         if rate
         else "unshaped loopback",
         "rows": rows,

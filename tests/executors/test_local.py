@@ -38,7 +38,7 @@ cd /srv/autotuner/study-1/launch-0007
 ip netns add at-s1-l7 || exit 97
 trap 'ip netns del at-s1-l7' EXIT
 ip netns exec at-s1-l7 ip link set lo up
-ip netns exec at-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 256kb latency 50ms
+ip netns exec at-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 128kb latency 50ms
 ip netns exec at-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code.tmp && mv /srv/autotuner/study-1/launch-0007/exit_code.tmp /srv/autotuner/study-1/launch-0007/exit_code
