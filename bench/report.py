@@ -68,6 +68,21 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+HEADLINE_START, HEADLINE_END = "<!-- bench:headline -->", "<!-- /bench:headline -->"
+
+
+def headline_table(results: dict[str, Any]) -> str:
+    return table(["figure", "ours", "baseline", "ratio", "target", ""], headline(results["sections"]))
+
+
+def splice_headline(readme: str, results: dict[str, Any]) -> str:
+    """README.md with the text between the headline markers replaced by this run's table."""
+    start, end = readme.find(HEADLINE_START), readme.find(HEADLINE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {HEADLINE_START} ... {HEADLINE_END} block for the headline table")
+    return readme[: start + len(HEADLINE_START)] + "\n" + headline_table(results) + "\n" + readme[end:]
+
+
 def render(results: dict[str, Any]) -> str:
     s = results["sections"]
     m = results.get("machine", {})
@@ -83,7 +98,7 @@ def render(results: dict[str, Any]) -> str:
         "here, so shapes come from what is real on CPU (precision, batch size, sharding, threads) and from",
         "emulated fabrics (a rate-limited loopback in a network namespace), which are labelled as emulation.",
         "",
-        table(["figure", "ours", "baseline", "ratio", "target", ""], headline(s)),
+        headline_table(results),
         "",
     ]
     if t := s.get("trial"):

@@ -1,0 +1,32 @@
+"""The benchmark report: the README's headline is the committed run's, and splicing keeps the rest."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.report import HEADLINE_END, HEADLINE_START, headline_table, render, splice_headline
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = json.loads((ROOT / "bench" / "results.json").read_text())
+
+
+def test_readme_headline_is_the_committed_run():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(HEADLINE_START, 1)[1].split(HEADLINE_END, 1)[0]
+    assert block.strip() == headline_table(RESULTS)
+    assert headline_table(RESULTS) in (ROOT / "bench" / "RESULTS.md").read_text()
+    assert render(RESULTS) == (ROOT / "bench" / "RESULTS.md").read_text()
+
+
+def test_splice_replaces_only_the_block():
+    readme = f"# Title\n\nbefore\n{HEADLINE_START}\nold table\n{HEADLINE_END}\n\nafter\n"
+    spliced = splice_headline(readme, RESULTS)
+    assert spliced.startswith("# Title\n\nbefore\n") and spliced.endswith(f"{HEADLINE_END}\n\nafter\n")
+    assert "old table" not in spliced and headline_table(RESULTS) in spliced
+    assert splice_headline(spliced, RESULTS) == spliced
+
+
+def test_a_readme_without_the_block_is_named():
+    with pytest.raises(ValueError, match="bench:headline"):
+        splice_headline("# no markers\n", RESULTS)
