@@ -39,8 +39,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not slurm and not postgres and not browser" $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check autotuner api trials tests
-	$(BIN)/ruff format --check autotuner api trials tests
+	$(BIN)/ruff check autotuner api trials bench tests
+	$(BIN)/ruff format --check autotuner api trials bench tests
 
 bench: setup
 	$(BIN)/python -m bench.run
