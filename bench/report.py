@@ -171,5 +171,9 @@ def render(results: dict[str, Any]) -> str:
                       for r in c["rows"]]), "",
                   f"16 vs 4 tables: setup x{c['setup_ratio_16_vs_4_tables']:.2f}, iteration x"
                   f"{c['iter_ratio_16_vs_4_tables']:.2f}; 2 vs 1 ranks: iteration x{c['iter_ratio_2_vs_1_ranks']:.2f}.", ""]  # fmt: skip
-    lines += [f"Total bench time: {results.get('total_seconds', 0) / 60:.1f} min.", ""]
+    # Sections can be re-run alone (--only): the whole bench costs the sum of their last runs.
+    total = sum(sec.get("seconds", 0) for sec in s.values())
+    when = sorted(sec["measured_at"] for sec in s.values() if "measured_at" in sec)
+    span = f" (sections measured {when[0]} to {when[-1]})" if when else ""
+    lines += [f"Total bench time: {total / 60:.1f} min, the sum of each section's last run{span}.", ""]
     return "\n".join(lines)
