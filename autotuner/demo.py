@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -147,18 +148,40 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
     """The measured candidates, fastest first: what the study saw."""
     rows = client.get(f"/v1/studies/{study_id}/trials", params={"sort": "samples_per_s", "order": "desc",
                                                                 "limit": 12}).json()["data"]  # fmt: skip
-    table = Table(title="fastest candidates", title_justify="left")
-    for col in ("kind", "env", "precision", "ran as", "batch", "samples/s", "a2a ms", "q-err", "state"):
-        table.add_column(col, justify="right" if col in ("batch", "samples/s", "a2a ms", "q-err") else "left")
+    if not rows:
+        console.print("no candidate was measured")
+        return
+    # Variables every row shares are said once, above. Fits 80 columns (a CI log, a narrow
+    # terminal): numbers never wrap, the env column folds last.
+    shared = {k: v for k, v in rows[0]["env"].items() if all(t["env"].get(k) == v for t in rows)}
+    console.print("[bold]fastest candidates[/bold] (env without its NCCL_ prefix)")
+    if shared:
+        console.print(f"in every row: {_env_text(shared, ' ')}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for col in ("kind", "precision", "batch", "samples/s", "a2a ms", "q-err"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "precision") else "right")
+    table.add_column("env", overflow="fold")
     for t in rows:
-        env = " ".join(f"{k}={v}" for k, v in sorted(t["env"].items()) if k != "NCCL_NET") or "-"
+        env = _env_text({k: v for k, v in t["env"].items() if k not in shared}, "\n")
         qerr = max((v for v in (t["quant_error_fwd"], t["quant_error_bwd"]) if v is not None), default=None)
-        table.add_row(t["kind"], env, f"{t['fwd_precision']}/{t['bwd_precision']}",
-                      f"{t['effective_fwd_precision']}/{t['effective_bwd_precision']}", str(t["batch_size"]),
-                      f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else "-",
+        precision = _pair(t["fwd_precision"], t["bwd_precision"])
+        ran_as = _pair(t["effective_fwd_precision"], t["effective_bwd_precision"])
+        if ran_as != precision:  # e.g. bf16 runs as fp16 on gloo
+            precision += f"→{ran_as}"
+        speed = f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else t["state"]
+        table.add_row(t["kind"], precision, str(t["batch_size"]), speed,
                       f"{t['a2a_ms']:.2f}" if t["a2a_ms"] is not None else "-",
-                      f"{qerr:.1e}" if qerr is not None else "-", t["state"])  # fmt: skip
+                      f"{qerr:.1e}" if qerr is not None else "-", env)  # fmt: skip
     console.print(table)
+
+
+def _env_text(env: dict[str, str], sep: str) -> str:
+    return sep.join(f"{k.removeprefix('NCCL_')}={v}" for k, v in sorted(env.items())) or "-"
+
+
+def _pair(fwd: str, bwd: str) -> str:
+    """Forward/backward comm precision, once when they agree: "int8", "fp8/bf16"."""
+    return fwd if fwd == bwd else f"{fwd}/{bwd}"
 
 
 if __name__ == "__main__":
