@@ -161,18 +161,24 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
     for col in ("kind", "precision", "batch", "samples/s", "a2a ms", "q-err"):
         table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "precision") else "right")
     table.add_column("env", overflow="fold")
+    ran_as_other: dict[str, str] = {}
     for t in rows:
         env = _env_text({k: v for k, v in t["env"].items() if k not in shared}, "\n")
         qerr = max((v for v in (t["quant_error_fwd"], t["quant_error_bwd"]) if v is not None), default=None)
         precision = _pair(t["fwd_precision"], t["bwd_precision"])
         ran_as = _pair(t["effective_fwd_precision"], t["effective_bwd_precision"])
-        if ran_as != precision:  # e.g. bf16 runs as fp16 on gloo
-            precision += f"→{ran_as}"
+        if ran_as != precision:  # e.g. bf16 runs as fp16 on gloo: footnoted, the column stays narrow
+            ran_as_other[precision] = ran_as
+            precision += "*"
         speed = f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else t["state"]
         table.add_row(t["kind"], precision, str(t["batch_size"]), speed,
                       f"{t['a2a_ms']:.2f}" if t["a2a_ms"] is not None else "-",
                       f"{qerr:.1e}" if qerr is not None else "-", env)  # fmt: skip
     console.print(table)
+    if ran_as_other:
+        console.print(
+            "* ran as " + ", ".join(f"{ran} (asked {asked})" for asked, ran in ran_as_other.items())
+        )
 
 
 def _env_text(env: dict[str, str], sep: str) -> str:

@@ -9,7 +9,8 @@ import autotuner.demo as demo
 
 
 def _trial(kind, fwd, bwd, ran_fwd, ran_bwd, batch, samples_per_s, state="ok", threads="2"):
-    return {"kind": kind, "env": {"NCCL_NET": "Socket", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": threads},
+    env = {"NCCL_NET": "Socket", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": threads}
+    return {"kind": kind, "env": env,
             "fwd_precision": fwd, "bwd_precision": bwd, "effective_fwd_precision": ran_fwd,
             "effective_bwd_precision": ran_bwd, "batch_size": batch, "samples_per_s": samples_per_s,
             "a2a_ms": 4.56, "quant_error_fwd": 4.6e-3, "quant_error_bwd": None, "state": state}  # fmt: skip
@@ -43,8 +44,9 @@ def test_fastest_candidates_fit_80_columns(monkeypatch):
     assert client.params["sort"] == "samples_per_s" and client.params["order"] == "desc"
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
-    for expected in ("106,012", "bf16→fp16", "fp8/bf16", "failed", "SOCKET_NTHREADS=2", "SOCKET_NTHREADS=4"):
+    for expected in ("106,012", "bf16*", "fp8/bf16 ", "failed", "SOCKET_NTHREADS=2", "SOCKET_NTHREADS=4"):
         assert expected in text
+    assert text.splitlines()[-1] == "* ran as fp16 (asked bf16)"
     # What every row shares is said once, above the table
     assert text.splitlines()[1] == "in every row: NET=Socket NSOCKS_PERTHREAD=4"
     assert text.count("NSOCKS_PERTHREAD") == 1 and "NCCL_" not in text.replace("NCCL_ prefix", "")
