@@ -17,10 +17,17 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from trials.report import format_table  # noqa: E402
-from trials.result import SCHEMA_VERSION, collect_env, write_json_atomic  # noqa: E402
+from trials.result import (  # noqa: E402
+    EXIT_BAD_INPUT,
+    EXIT_CANDIDATE_FAILED,
+    EXIT_LAUNCH_FAILED,
+    EXIT_OK,
+    SCHEMA_VERSION,
+    collect_env,
+    write_json_atomic,
+)
 from trials.spec import SpecError, load_spec  # noqa: E402
 
-EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
 RESULT_MARKER = "AUTOTUNER_RESULT"
 
 

@@ -10,6 +10,9 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+# How `trials.bench` exits; the executors read these to say how a launch ended.
+EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
+
 # Variables that change how NCCL / aws-ofi-nccl / libfabric / ProcessGroupNCCL behave.
 ENV_PREFIXES = ("NCCL_", "OFI_NCCL_", "FI_", "TORCH_NCCL_")
 

@@ -19,7 +19,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from trials.result import ENV_PREFIXES, SCHEMA_VERSION
+from trials.result import (
+    ENV_PREFIXES,
+    EXIT_BAD_INPUT,
+    EXIT_CANDIDATE_FAILED,
+    EXIT_LAUNCH_FAILED,
+    EXIT_OK,
+    SCHEMA_VERSION,
+)
 
 T = TypeVar("T")
 
@@ -124,6 +131,26 @@ def read_exit_code(workdir: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.lstrip("-").isdigit() else None
+
+
+# Exit codes of a launch script itself, before or around the trial.
+EXIT_NO_NETNS = 97  # the local executor could not create the emulated fabric's network namespace
+_EXIT_REASONS = {
+    EXIT_BAD_INPUT: "bad trial spec (exit code 2)",
+    EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): process group or sharding could not start",
+    EXIT_NO_NETNS: "could not create the network namespace for the emulated fabric (needs root and iproute2)",
+}
+
+
+def describe_exit(code: int) -> Description:
+    """How a launch ended, from the trial's exit code (trials.bench) or the launch script's."""
+    if code in (EXIT_OK, EXIT_CANDIDATE_FAILED):  # some candidates failing is a result: the launch ran
+        return Description(LaunchState.SUCCEEDED, code)
+    if code in _EXIT_REASONS:
+        return Description(LaunchState.FAILED, code, _EXIT_REASONS[code])
+    return Description(
+        LaunchState.FAILED, code, f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
+    )
 
 
 class Executor(ABC):

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import (
+    EXIT_NO_NETNS,
     AppDryrun,
     Description,
     Executor,
     LaunchRequest,
     LaunchState,
+    describe_exit,
     read_exit_code,
     without_comm_env,
 )
@@ -93,7 +95,7 @@ class LocalExecutor(Executor):
             netns = _netns_name(launch.name)
             lines += [
                 f"# {self.fabric.label()}",
-                f"ip netns add {netns} || exit 97",
+                f"ip netns add {netns} || exit {EXIT_NO_NETNS}",
                 f"trap 'ip netns del {netns}' EXIT",
                 f"ip netns exec {netns} ip link set lo up",
                 f"ip netns exec {netns} tc qdisc add dev lo root tbf rate {q(self.fabric.rate)} "
@@ -142,9 +144,7 @@ class LocalExecutor(Executor):
         exit_code = read_exit_code(launch.workdir)
         if exit_code is not None:
             self._children.pop(pid, None)
-            if exit_code in (0, 1):  # 1: some candidate failed, the launch still ran
-                return Description(LaunchState.SUCCEEDED, exit_code)
-            return Description(LaunchState.FAILED, exit_code, _exit_reason(exit_code))
+            return describe_exit(exit_code)
         if alive:
             return Description(LaunchState.RUNNING)
         if child is not None and child.returncode is not None and child.returncode < 0:
@@ -180,18 +180,6 @@ def _netns_name(launch_name: str) -> str:
     name = "at-" + re.sub(r"[^a-z0-9-]", "-", launch_name.lower())[:12]
     assert _NETNS.match(name), name
     return name
-
-
-def _exit_reason(code: int) -> str:
-    if code == 2:
-        return "bad trial spec (exit code 2)"
-    if code == 3:
-        return "trial launch failed (exit code 3): process group or sharding could not start"
-    if code == 97:
-        return "could not create the network namespace for the emulated fabric (needs root and iproute2)"
-    if code > 128:
-        return f"killed by signal {code - 128}"
-    return f"exit code {code}"
 
 
 def _read_text(path: Path) -> str | None:

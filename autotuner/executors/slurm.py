@@ -33,6 +33,7 @@ from autotuner.executors.base import (
     Executor,
     LaunchRequest,
     LaunchState,
+    describe_exit,
     read_exit_code,
     without_comm_env,
 )
@@ -388,7 +389,7 @@ class SlurmExecutor(Executor):
         if info is not None:
             return _describe(info, exit_code)
         if exit_code is not None:
-            return _from_exit_code(exit_code)
+            return describe_exit(exit_code)
         if unreachable:
             return Description(LaunchState.UNKNOWN, None, f"Slurm did not answer: {unreachable}")
         return Description(
@@ -576,7 +577,7 @@ def _describe(info: JobInfo, exit_code: int | None) -> Description:
         return Description(state, None, f"Slurm state {info.state!r} is not one we know")
     if not state.is_terminal():
         if exit_code is not None:  # the trial is over; Slurm is finishing the job around it
-            return _from_exit_code(exit_code)
+            return describe_exit(exit_code)
         return Description(state, None, info.reason)
     if info.state in ("COMPLETED", "FAILED"):
         # The batch script exits with the trial's code. 1 means "some candidate failed": the launch ran
@@ -587,24 +588,12 @@ def _describe(info: JobInfo, exit_code: int | None) -> Description:
                 LaunchState.FAILED, code, f"the batch script was killed by signal {info.signal}"
             )
         if code is not None:
-            return _from_exit_code(code)
+            return describe_exit(code)
         return Description(state, None, info.reason)
     why = _WHY.get(info.state, info.state)
     return Description(
         state, exit_code, f"{why} (Slurm {info.state}{', ' + info.reason if info.reason else ''})"
     )
-
-
-def _from_exit_code(code: int) -> Description:
-    if code in (0, 1):
-        return Description(LaunchState.SUCCEEDED, code)
-    if code == 2:
-        return Description(LaunchState.FAILED, code, "bad trial spec (exit code 2)")
-    if code == 3:
-        return Description(LaunchState.FAILED, code, "trial launch failed (exit code 3): process group or sharding could not start")  # fmt: skip
-    if code > 128:
-        return Description(LaunchState.FAILED, code, f"killed by signal {code - 128}")
-    return Description(LaunchState.FAILED, code, f"exit code {code}")
 
 
 def _json_errors(errors: Any) -> str:
