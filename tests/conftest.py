@@ -14,6 +14,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The smallest trial spec that runs for real on 2 CPU ranks in a few seconds.
+TINY_SPEC = {
+    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
+                                          "pooling_factor": 2} for i in range(2)]},
+    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
+    "warmup": 1,
+    "iterations": 3,
+}  # fmt: skip
+
 
 def required(kind: str) -> bool:
     wanted = {w.strip() for w in os.environ.get("AUTOTUNER_REQUIRE", "").split(",") if w.strip()}

@@ -9,14 +9,7 @@ import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
 from autotuner.executors.local import _tagged
-
-SPEC = {
-    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
-                                          "pooling_factor": 2} for i in range(2)]},
-    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
-    "warmup": 1,
-    "iterations": 3,
-}  # fmt: skip
+from tests.conftest import TINY_SPEC as SPEC
 
 GOLDEN = """\
 #!/bin/sh

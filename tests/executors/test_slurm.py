@@ -26,19 +26,13 @@ from autotuner.executors.slurm import (
     parse_scontrol,
     parse_squeue_json,
 )
+from tests.conftest import TINY_SPEC as SPEC
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
 DATA = HERE / "data"
 WORKDIR = Path("/srv/autotuner/study-1/launch-0007")
 
-SPEC = {
-    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
-                                          "pooling_factor": 2} for i in range(2)]},
-    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
-    "warmup": 1,
-    "iterations": 3,
-}  # fmt: skip
 ENV = {"NCCL_SOCKET_IFNAME": "eth0,eth1;rm -rf /", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_ALGO": "Ring Tree"}
 
 
