@@ -9,7 +9,6 @@ dryrun, schedule, describe, cancel and logs; `run` (submit, wait with a timeout,
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -112,10 +111,6 @@ class Outcome:
     reason: str = ""
     log_tail: str = ""
     request: str = ""
-
-
-def quote_env(env: dict[str, str]) -> str:
-    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
 
 
 def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
