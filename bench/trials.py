@@ -35,9 +35,7 @@ def launch(
     ns = None
     if netns_rate:
         ns = f"atb-{os.getpid() % 100000}"
-        for step in (["ip", "netns", "add", ns], ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
-                     ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-                      netns_rate, "burst", Fabric.burst, "latency", Fabric.latency]):  # fmt: skip
+        for step in Fabric(netns_rate).setup(ns):
             subprocess.run(step, check=True, capture_output=True)
         cmd = ["ip", "netns", "exec", ns, *cmd]
     try:

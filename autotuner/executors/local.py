@@ -52,6 +52,15 @@ class Fabric:
     def label(self) -> str:
         return f"emulated fabric: loopback limited to {self.rate} (tbf) in a network namespace"
 
+    def setup(self, netns: str) -> list[list[str]]:
+        """The commands that make the namespace: create it, bring up its loopback, limit the rate."""
+        return [
+            ["ip", "netns", "add", netns],
+            ["ip", "netns", "exec", netns, "ip", "link", "set", "lo", "up"],
+            ["ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", "lo", "root", "tbf",
+             "rate", self.rate, "burst", self.burst, "latency", self.latency],
+        ]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class LocalRequest:
@@ -93,13 +102,12 @@ class LocalExecutor(Executor):
         command = " ".join(q(a) for a in torchrun)
         if self.fabric is not None:
             netns = _netns_name(launch.name)
+            create, *configure = (" ".join(q(a) for a in argv) for argv in self.fabric.setup(netns))
             lines += [
                 f"# {self.fabric.label()}",
-                f"ip netns add {netns} || exit {EXIT_NO_NETNS}",
+                f"{create} || exit {EXIT_NO_NETNS}",
                 f"trap 'ip netns del {netns}' EXIT",
-                f"ip netns exec {netns} ip link set lo up",
-                f"ip netns exec {netns} tc qdisc add dev lo root tbf rate {q(self.fabric.rate)} "
-                f"burst {q(self.fabric.burst)} latency {q(self.fabric.latency)}",
+                *configure,
                 f"ip netns exec {netns} {command}",
             ]
         else:
