@@ -123,6 +123,7 @@ class TrialPublic(BaseModel):
     batch_size: int
     sharding: str
     num_threads: int | None
+    pipeline: str | None
     state: str
     samples_per_s: float | None
     iter_ms: float | None
@@ -171,6 +172,7 @@ class ConfigPublic(BaseModel):
     batch_size: int
     sharding: str
     num_threads: int | None
+    pipeline: str | None = None
     exports: dict[str, str]
     evidence: dict[str, Any]
     fingerprint: dict[str, Any]

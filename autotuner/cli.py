@@ -186,6 +186,7 @@ def _print_outcome(store: Any, study: Any) -> None:
     line("precision fwd/bwd", lambda c: f"{c.fwd_precision}/{c.bwd_precision}")
     line("batch per rank", lambda c: str(c.batch_size))
     line("sharding", lambda c: c.sharding)
+    line("pipeline", lambda c: c.pipeline or "-")
     line("samples/s", lambda c: f"{c.samples_per_s:,.0f}" if c.samples_per_s else "-")
     line("all-to-all ms/iter", lambda c: f"{c.a2a_ms:.2f}" if c.a2a_ms is not None else "-")
     line(
@@ -246,18 +247,10 @@ def configs(
 
 def _config_table(rows: list[Any], title: str) -> None:
     table = Table(title=title, title_justify="left")
-    for col in (
-        "cluster",
-        "workload",
-        "nodes",
-        "version",
-        "env",
-        "precision",
-        "batch",
-        "speedup",
-        "published",
-    ):
-        table.add_column(col)
+    for col in ("cluster", "workload", "nodes", "version"):
+        table.add_column(col, no_wrap=True)  # what a reader looks a config up by: never cut
+    for col in ("env", "precision", "batch", "speedup", "published"):
+        table.add_column(col, overflow="fold")
     for c in rows:
         ev = c.evidence or {}
         speed = f"{ev['speedup']:.2f}x" if ev.get("speedup") else "-"

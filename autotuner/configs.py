@@ -18,6 +18,7 @@ AUTOTUNER_KEYS = {
     "batch_size": "AUTOTUNER_BATCH_SIZE",
     "sharding": "AUTOTUNER_SHARDING",
     "num_threads": "AUTOTUNER_NUM_THREADS",
+    "pipeline": "AUTOTUNER_PIPELINE",
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,6 +43,7 @@ def config_to_dict(row: Any) -> dict[str, Any]:
         "batch_size": row.batch_size,
         "sharding": row.sharding,
         "num_threads": row.num_threads,
+        "pipeline": row.pipeline,
         "exports": exports,
         "evidence": row.evidence,
         "fingerprint": row.fingerprint,

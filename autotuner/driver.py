@@ -39,7 +39,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 LEASE_S = float(os.environ.get("AUTOTUNER_LEASE_S", "60"))
 HEARTBEAT_EVERY_S = min(5.0, LEASE_S / 4)
 PRECISION = "precision"  # Optuna param holding "fwd/bwd"
-INPROC_PARAMS = (PRECISION, "batch_size", "sharding", "num_threads")
+INPROC_PARAMS = (PRECISION, "batch_size", "sharding", "num_threads", "pipeline")
 
 
 class StudyBusy(RuntimeError):
@@ -103,7 +103,12 @@ def owner_is_dead(owner: str | None) -> bool:
 def point_of(candidate: Candidate | dict[str, Any]) -> InProcPoint:
     get = candidate.get if isinstance(candidate, dict) else lambda k: getattr(candidate, k)
     return InProcPoint(
-        get("fwd_precision"), get("bwd_precision"), get("batch_size"), get("sharding"), get("num_threads")
+        get("fwd_precision"),
+        get("bwd_precision"),
+        get("batch_size"),
+        get("sharding"),
+        get("num_threads"),
+        get("pipeline"),
     )
 
 
@@ -135,8 +140,15 @@ class StudyDriver:
         self.cluster_name = study.cluster.name
         self.workload_name = study.workload.name
         self.baseline_point = InProcPoint(
-            "fp32", "fp32", baseline_batch(self.workload, self.space), self.workload.sharding, None
+            "fp32",
+            "fp32",
+            baseline_batch(self.workload, self.space),
+            self.workload.sharding,
+            None,
+            self.workload.default_pipeline,
         )
+        # Every in-process point, a null pipeline resolved to the job's own: rows store what ran.
+        self.points = self.space.inproc_points(self.workload.default_pipeline)
         self.workdir = Path(self.settings.workdir or default_data_dir() / "runs") / f"study-{study.id}"
         self._last_beat = 0.0
         self._rng = random.Random(self.settings.seed)
@@ -154,6 +166,9 @@ class StudyDriver:
         dists["batch_size"] = CategoricalDistribution(list(self.space.batch_sizes))
         dists["sharding"] = CategoricalDistribution(list(self.space.sharding))
         dists["num_threads"] = CategoricalDistribution(list(self.space.num_threads))
+        pipelines = list(dict.fromkeys(p.pipeline for p in self.points))
+        if len(pipelines) > 1:  # a dimension only where there is a choice (keeps older studies' draws)
+            dists["pipeline"] = CategoricalDistribution(pipelines)
         return dists
 
     def _optuna(self) -> optuna.Study:
@@ -164,7 +179,7 @@ class StudyDriver:
             sampler = optuna.samplers.TPESampler(
                 seed=self.settings.seed,
                 multivariate=True,
-                n_startup_trials=max(4, len(self.space.inproc_points()) // 8),
+                n_startup_trials=max(4, len(self.points) // 8),
             )
         return optuna.create_study(
             storage=optuna_storage(self.store.url),
@@ -178,10 +193,12 @@ class StudyDriver:
         env = to_env_strings({k: v for k, v in params.items() if k not in INPROC_PARAMS})
         return {**self.space.fixed_env, **env}
 
-    @staticmethod
-    def _point_of(params: dict[str, Any]) -> InProcPoint:
+    def _point_of(self, params: dict[str, Any]) -> InProcPoint:
         fwd, bwd = params[PRECISION].split("/")
-        return InProcPoint(fwd, bwd, params["batch_size"], params["sharding"], params["num_threads"])
+        pipeline = params.get("pipeline", self.baseline_point.pipeline)
+        return InProcPoint(
+            fwd, bwd, params["batch_size"], params["sharding"], params["num_threads"], pipeline
+        )
 
     # ------------------------------------------------------------------ lease and heartbeat
 
@@ -275,7 +292,7 @@ class StudyDriver:
         """Ask Optuna for the next launch: one env point, and up to k in-process points at it."""
         dists = self._distributions()
         quarantined = self.store.quarantined(self.cluster_id)
-        all_points = self.space.inproc_points()
+        all_points = self.points
         k = min(self.settings.candidates_per_launch or len(all_points), len(all_points))
         for _ in range(50):
             first = ostudy.ask(dists)
@@ -478,6 +495,7 @@ class StudyDriver:
             "batch_size": cand["batch_size"],
             "sharding": sharding,
             "num_threads": cand.get("num_threads"),
+            "pipeline": cand.get("pipeline") or self.workload.default_pipeline,
         }
         if measured is None or measured.get("status") != "ok":
             error = (measured or {}).get("error") or f"launch {outcome.state.value}: {outcome.reason}"
@@ -683,6 +701,7 @@ class StudyDriver:
             batch_size=chosen.batch_size,
             sharding=chosen.sharding,
             num_threads=chosen.num_threads,
+            pipeline=chosen.pipeline,
             evidence=evidence,
             study_id=self.study_id,
         )

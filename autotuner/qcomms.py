@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
+PIPELINES = ("none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Tuned:
     batch_size: int | None = None
     sharding: str | None = None
     num_threads: int | None = None
+    # TorchRec train pipeline the config was measured with ("none": a plain loop); None: unsaid.
+    pipeline: str | None = None
     config: str | None = None  # e.g. "cluster/workload/2n/v3", for logs
 
     @property
@@ -54,12 +57,16 @@ def tuned(environ: Mapping[str, str] | None = None) -> Tuned:
             raise ValueError(f"{name}={value!r}: expected a positive integer")
         return int(value)
 
+    pipeline = env.get("AUTOTUNER_PIPELINE") or None
+    if pipeline is not None and pipeline not in PIPELINES:
+        raise ValueError(f"AUTOTUNER_PIPELINE={pipeline!r}: expected one of {', '.join(PIPELINES)}")
     return Tuned(
         fwd_precision=precision("AUTOTUNER_FWD_PRECISION"),
         bwd_precision=precision("AUTOTUNER_BWD_PRECISION"),
         batch_size=positive("AUTOTUNER_BATCH_SIZE"),
         sharding=env.get("AUTOTUNER_SHARDING") or None,
         num_threads=positive("AUTOTUNER_NUM_THREADS"),
+        pipeline=pipeline,
         config=env.get("AUTOTUNER_CONFIG") or None,
     )
 

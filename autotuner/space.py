@@ -47,6 +47,7 @@ from autotuner.registry import EnvVar, Safety
 
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 Sharding = Literal["table_wise", "row_wise", "table_row_wise", "column_wise"]
+Pipeline = Literal["none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist"]
 MAX_BATCH = 1 << 20  # as trials.spec: a typo must not allocate a terabyte
 MAX_THREADS = 1024
 MAX_GRID = 10_000  # env_grid() enumerates up to this many points; beyond, sample instead
@@ -60,6 +61,7 @@ FIELDS = (
     "batch_sizes",
     "sharding",
     "num_threads",
+    "pipelines",
     "max_quant_error",
     "allow_risky",
 )
@@ -97,10 +99,12 @@ class InProcPoint:
     batch_size: int
     sharding: str
     num_threads: int | None = None
+    pipeline: str | None = None  # None: the workload's own (trials.spec.WorkloadSpec.default_pipeline)
 
     def key(self) -> str:
         threads = "-" if self.num_threads is None else str(self.num_threads)
-        return f"{self.fwd_precision}/{self.bwd_precision}|{self.batch_size}|{self.sharding}|t{threads}"
+        key = f"{self.fwd_precision}/{self.bwd_precision}|{self.batch_size}|{self.sharding}|t{threads}"
+        return key if self.pipeline is None else f"{key}|{self.pipeline}"
 
     def to_candidate(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -111,6 +115,8 @@ class InProcPoint:
         }
         if self.num_threads is not None:
             out["num_threads"] = self.num_threads
+        if self.pipeline is not None:
+            out["pipeline"] = self.pipeline
         return out
 
 
@@ -133,6 +139,7 @@ class SearchSpace(BaseModel):
     batch_sizes: list[BatchSize] = [512]
     sharding: list[Sharding] = ["table_wise"]
     num_threads: list[Threads | None] = [None]  # null = torch's default
+    pipelines: list[Pipeline | None] = [None]  # null = the workload's own (sparse_dist with a dense part)
     max_quant_error: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
     allow_risky: list[str] = Field(default_factory=list)
 
@@ -159,12 +166,14 @@ class SearchSpace(BaseModel):
         """What validation found worth saying but not worth refusing (no-effect, not-pow2, ...)."""
         return list(self._warnings)
 
-    def inproc_points(self) -> list[InProcPoint]:
-        """precisions x batch_sizes x sharding x num_threads, in declaration order."""
+    def inproc_points(self, default_pipeline: str | None = None) -> list[InProcPoint]:
+        """precisions x batch_sizes x sharding x num_threads x pipelines, in declaration order; a null
+        pipeline becomes `default_pipeline` (the workload's)."""
+        pipelines = list(dict.fromkeys(p or default_pipeline for p in self.pipelines))
         return [
-            InProcPoint(fwd, bwd, batch, sharding, threads)
-            for (fwd, bwd), batch, sharding, threads in itertools.product(
-                self.precisions, self.batch_sizes, self.sharding, self.num_threads
+            InProcPoint(fwd, bwd, batch, sharding, threads, pipeline)
+            for (fwd, bwd), batch, sharding, threads, pipeline in itertools.product(
+                self.precisions, self.batch_sizes, self.sharding, self.num_threads, pipelines
             )
         ]
 
@@ -342,7 +351,7 @@ def _check(data: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
                 fixed[name] = checked_value
         clean["fixed_env"] = fixed
 
-    for key in ("precisions", "batch_sizes", "sharding", "num_threads"):
+    for key in ("precisions", "batch_sizes", "sharding", "num_threads", "pipelines"):
         values = data.get(key)
         if not isinstance(values, list):
             continue

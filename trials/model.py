@@ -1,4 +1,10 @@
-"""The sharded model a trial drives: an EmbeddingBagCollection under DistributedModelParallel.
+"""The model a trial trains: the job's own, sharded as the job shards it.
+
+With a `dense` section the workload is a DLRM (`DLRM` or `DLRM_DCN` inside `DLRMTrain`): the dense
+arches under DDP (as DistributedModelParallel wraps them), the embedding tables on the FUSED kernel
+with the declared optimizer running inside their backward, the dense optimizer beside it in one
+`CombinedOptimizer`. Without it, the sparse part alone: pooled embeddings into a random linear loss.
+Either way a step is what the job's step is: forward, loss, backward, optimizer.
 
 One table per feature, sharded with an explicit plan (not the planner: a plan is deterministic,
 instant, and exactly the sharding type being measured). Comm codecs are SwitchableCodecs so a
@@ -8,10 +14,16 @@ launch can change precision between candidates without re-sharding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+from torchrec.datasets.utils import Batch
+from torchrec.distributed.batched_embedding_kernel import BatchedDenseEmbeddingBag, BatchedFusedEmbeddingBag
+from torchrec.distributed.embedding_types import EmbeddingComputeKernel
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.sharding_plan import (
@@ -22,23 +34,52 @@ from torchrec.distributed.sharding_plan import (
     table_wise,
 )
 from torchrec.distributed.types import CommOp, QuantizedCommCodecs, ShardingEnv, ShardingPlan
+from torchrec.models.dlrm import DLRM, DLRM_DCN, DLRMTrain
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from trials.codecs import ROW_DIM, Effective, SwitchableCodec, effective_precisions, make_codec
-from trials.spec import WorkloadSpec
+from trials.spec import DenseSpec, OptimizerSpec, WorkloadSpec
 
-LEARNING_RATE = 0.01
+# DLRM_DCN's cross net, as torchrec's DLRM example configures it.
+DCN_LAYERS, DCN_LOW_RANK = 3, 512
+
+_FUSED_OPTIMIZER = {
+    "exact_sgd": EmbOptimType.EXACT_SGD,
+    "exact_adagrad": EmbOptimType.EXACT_ADAGRAD,
+    "exact_rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+}
+# The same update, outside the backward: for embeddings on the DENSE kernel (row-wise: fused only).
+_EMBEDDING_TORCH_OPTIMIZER: dict[str, Any] = {
+    "exact_sgd": torch.optim.SGD,
+    "exact_adagrad": torch.optim.Adagrad,
+}
+_DENSE_OPTIMIZER: dict[str, Any] = {
+    "sgd": torch.optim.SGD,
+    "adagrad": torch.optim.Adagrad,
+    "adam": torch.optim.Adam,
+}
 
 
-class SparseArch(torch.nn.Module):
+class SparseTrain(torch.nn.Module):
+    """The sparse part alone as a trainable job: pooled embeddings into a random linear loss.
+
+    The loss weights ride in `batch.dense_features` (batch x sum of embedding dims), so the backward
+    all-to-all carries a realistic, non-constant gradient. Returns (loss, output) as DLRMTrain does,
+    which is what TorchRec's train pipelines expect of a model.
+    """
+
     def __init__(self, ebc: EmbeddingBagCollection) -> None:
         super().__init__()
         self.ebc = ebc
 
-    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
-        return self.ebc(features).values()
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled = self.ebc(batch.sparse_features).values()
+        loss = (pooled * batch.dense_features).sum()
+        return loss, loss.detach()
 
 
 @dataclass
@@ -64,8 +105,38 @@ def _parameter_sharding(sharding: str, index: int, world_size: int, local_size: 
     raise ValueError(f"unknown sharding type {sharding!r}")
 
 
+def _train_module(workload: WorkloadSpec, ebc: EmbeddingBagCollection, device: torch.device):
+    """(the module a step calls, the path of its EmbeddingBagCollection inside it)."""
+    dense = workload.dense
+    if dense is None:
+        return SparseTrain(ebc), "ebc"
+    return DLRMTrain(_dlrm(dense, ebc, device)), "model.sparse_arch.embedding_bag_collection"
+
+
+def _dlrm(dense: DenseSpec, ebc: EmbeddingBagCollection, device: torch.device) -> DLRM:
+    args = (ebc, dense.in_features, list(dense.arch), list(dense.over_arch))
+    if dense.interaction == "dcn":
+        return DLRM_DCN(*args, dcn_num_layers=DCN_LAYERS, dcn_low_rank_dim=DCN_LOW_RANK, dense_device=device)
+    return DLRM(*args, dense_device=device)
+
+
+def _optimizer(dmp: DistributedModelParallel, spec: OptimizerSpec, embedding_path: str) -> CombinedOptimizer:
+    """The fused embedding optimizer (inside the backward) and the dense one, stepped as one."""
+    rest = dict(in_backward_optimizer_filter(dmp.named_parameters()))
+    embedding = {k: v for k, v in rest.items() if embedding_path in k}  # DENSE kernel only
+    dense = {k: v for k, v in rest.items() if k not in embedding}
+    parts: list[KeyedOptimizer] = [dmp.fused_optimizer]
+    if embedding:
+        emb_cls = _EMBEDDING_TORCH_OPTIMIZER[spec.embedding]
+        parts.append(KeyedOptimizerWrapper(embedding, lambda p: emb_cls(p, lr=spec.embedding_lr)))
+    if dense:
+        dense_cls = _DENSE_OPTIMIZER[spec.dense]
+        parts.append(KeyedOptimizerWrapper(dense, lambda p: dense_cls(p, lr=spec.dense_lr)))
+    return CombinedOptimizer(parts)
+
+
 class ShardedWorkload:
-    """A workload sharded one way, with codecs that switch per candidate."""
+    """The job's model sharded one way, with its optimizer and codecs that switch per candidate."""
 
     def __init__(
         self,
@@ -74,6 +145,7 @@ class ShardedWorkload:
         device: torch.device,
         pg: dist.ProcessGroup,
         local_size: int,
+        seed: int = 0,
     ) -> None:
         self.workload = workload
         self.sharding = sharding
@@ -86,6 +158,7 @@ class ShardedWorkload:
             CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL.name: self.a2a.codecs(),
             CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER.name: self.reduce_scatter.codecs(),
         }
+        torch.manual_seed(seed)  # the dense init; DDP then broadcasts rank 0's to every rank
         ebc = EmbeddingBagCollection(
             tables=[
                 EmbeddingBagConfig(
@@ -99,8 +172,9 @@ class ShardedWorkload:
             ],
             device=torch.device("meta"),  # DMP materialises only the local shards
         )
+        opt = workload.optimizer
         sharder = EmbeddingBagCollectionSharder(
-            fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": LEARNING_RATE},
+            fused_params={"optimizer": _FUSED_OPTIMIZER[opt.embedding], "learning_rate": opt.embedding_lr},
             qcomm_codecs_registry=registry,
         )
         world_size = dist.get_world_size(pg)
@@ -116,16 +190,26 @@ class ShardedWorkload:
             world_size=world_size,
             device_type=device.type,
         )
-        self.plan = ShardingPlan({"ebc": module_plan})
+        # The plan builders default to the DENSE kernel; jobs run FUSED (optimizer in the backward).
+        kernel = (
+            EmbeddingComputeKernel.FUSED
+            if workload.compute_kernel == "fused"
+            else EmbeddingComputeKernel.DENSE
+        )
+        for parameter_sharding in module_plan.values():
+            parameter_sharding.compute_kernel = kernel.value
+        module, path = _train_module(workload, ebc, device)
+        self.plan = ShardingPlan({path: module_plan})
         self.dim_sum_per_rank = _dim_sum_per_rank(module_plan, world_size)
         self.model = DistributedModelParallel(
-            SparseArch(ebc),
-            env=ShardingEnv.from_process_group(pg),
-            device=device,
-            plan=self.plan,
-            sharders=[sharder],
-            init_data_parallel=False,  # no dense parameters to wrap in DDP
+            module, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=[sharder]
         )
+        self.kernels = _kernels_in_use(self.model)
+        self.ddp = _ddp_of(self.model)
+        if self.ddp is not None:
+            # DDP's own all-reduce, issued from Python so the probe sees it (same op, same averaging).
+            self.ddp.register_comm_hook(pg, allreduce_hook)
+        self.optimizer = _optimizer(self.model, opt, path)
 
     @property
     def output_is_reduce_scatter(self) -> bool:
@@ -142,6 +226,12 @@ class ShardedWorkload:
     def output_slots(self) -> CodecSlots:
         """Codecs of the comm op that carries pooled embeddings out for this sharding type."""
         return self.reduce_scatter if self.output_is_reduce_scatter else self.a2a
+
+    def dense_parameter_bytes(self) -> int:
+        """Bytes of the gradients DDP all-reduces every step (0 for a sparse-only job)."""
+        if self.ddp is None:
+            return 0
+        return sum(p.numel() * p.element_size() for p in self.ddp.parameters() if p.requires_grad)
 
     def set_precision(self, fwd: str, bwd: str) -> Effective:
         """Point every comm op at the codecs of (fwd, bwd); returns what actually runs."""
@@ -168,6 +258,25 @@ class ShardedWorkload:
                 )
 
 
+def _kernels_in_use(model: torch.nn.Module) -> list[str]:
+    """The embedding kernels the sharded model really runs (not what the plan asked for).
+
+    A sharded collection keeps its lookups in a plain list (`_lookups`), outside `modules()`.
+    """
+    lookups = [lookup for m in model.modules() for lookup in getattr(m, "_lookups", [])]
+    names = {type(m).__name__ for lookup in lookups for m in lookup.modules()}
+    return sorted(
+        kernel
+        for kernel, cls in (("fused", BatchedFusedEmbeddingBag), ("dense", BatchedDenseEmbeddingBag))
+        if cls.__name__ in names
+    )
+
+
+def _ddp_of(model: torch.nn.Module) -> DistributedDataParallel | None:
+    """The DDP wrapper DMP put around the dense part (None when there is no dense part)."""
+    return next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
+
+
 def _dim_sum_per_rank(module_plan, world_size: int) -> list[int]:
     """Sum of embedding columns each rank sends out in the pooled all-to-all."""
     dims = [0] * world_size
@@ -184,14 +293,16 @@ def make_batches(
     count: int,
     seed: int,
     device: torch.device,
-) -> list[KeyedJaggedTensor]:
-    """`count` input batches with exactly `pooling_factor` ids per sample per feature.
+) -> list[Batch]:
+    """`count` training batches with exactly `pooling_factor` ids per sample per feature.
 
     A fixed pooling factor keeps the work identical from iteration to iteration, which is what a
-    low-noise measurement of comms needs; ids are uniform over each table.
+    low-noise measurement needs; ids are uniform over each table. With a dense part: that many dense
+    features and 0/1 labels; without: the weights of SparseTrain's linear loss.
     """
     gen = torch.Generator().manual_seed(seed)
     keys = [f"f_{t.name}" for t in workload.tables]
+    dense_width = workload.dense.in_features if workload.dense else workload.dim_sum
     batches = []
     for _ in range(count):
         lengths = []
@@ -202,5 +313,10 @@ def make_batches(
         kjt = KeyedJaggedTensor.from_lengths_sync(
             keys=keys, values=torch.cat(values), lengths=torch.cat(lengths)
         )
-        batches.append(kjt.to(device))
+        batch = Batch(
+            dense_features=torch.randn(batch_size, dense_width, generator=gen),
+            sparse_features=kjt,
+            labels=torch.randint(0, 2, (batch_size,), generator=gen),
+        )
+        batches.append(batch.to(device))
     return batches

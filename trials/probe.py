@@ -1,8 +1,9 @@
-"""Time and size every collective TorchRec issues, without changing what it issues.
+"""Time and size every collective a training step issues, without changing what it issues.
 
 TorchRec calls `torch.distributed.<collective>` through the module attribute, so wrapping those
 attributes sees every all-to-all of the sparse input dist and the pooled-embedding output dist,
-forward and backward. A call is timed from issue to completion. On CPU, completion is when the
+forward and backward, and DDP's gradient all-reduce (issued from Python by the standard
+`allreduce_hook` the trial registers). A call is timed from issue to completion. On CPU, completion is when the
 backend finishes the work (its future's callback, on gloo's own thread), not when `wait()` returns:
 TorchRec issues an all-to-all, runs other work, and waits later, and that work is not time on the
 wire. On CUDA, with events on the current stream, the end is recorded when `wait()` returns.
@@ -18,14 +19,35 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# Collectives TorchRec uses for embedding comms -> the send buffer's keyword (all are positional 1).
+# Collectives a step uses -> the send buffer's keyword; positional 1, but where _SEND_POS says.
 _SEND_ARG = {
     "all_to_all_single": "input",
     "reduce_scatter_tensor": "input",
     "reduce_scatter": "input_list",
     "all_gather_into_tensor": "input_tensor",
     "all_gather": "tensor",
+    "all_reduce": "tensor",
 }
+_SEND_POS = {"all_reduce": 0}
+# Where a call's time goes in a step's breakdown. The input dist moves ids and lengths (integers);
+# the pooled embeddings move floats, or the bytes of a quantized codec; DDP all-reduces gradients.
+INPUT_DIST, SPARSE_COMM, DENSE_COMM = "input_dist", "sparse_comm", "dense_comm"
+COMM_KINDS = (INPUT_DIST, SPARSE_COMM, DENSE_COMM)
+_INTEGER_DTYPES = ("int32", "int64")
+
+
+def comm_kind(op: str, dtype: str) -> str:
+    if op == "all_reduce":
+        return DENSE_COMM
+    if op == "all_to_all_single" and dtype in _INTEGER_DTYPES:
+        return INPUT_DIST
+    return SPARSE_COMM
+
+
+def _dtype(obj: Any) -> str:
+    if isinstance(obj, (list, tuple)):
+        return _dtype(obj[0]) if obj else ""
+    return str(obj.dtype).removeprefix("torch.") if isinstance(obj, torch.Tensor) else ""
 
 
 def _nbytes(obj: Any) -> int:
@@ -107,7 +129,18 @@ class _TimedWork(dist.Work):
         return self._work.is_completed()
 
     def get_future(self) -> Any:
-        return self._work.get_future()
+        future = self._work.get_future()
+        if not self._probe.cuda:
+            return future
+
+        # DDP waits on the future, never on the work: on CUDA the callback runs on a stream that
+        # waits for the collective, so an event recorded there marks its completion.
+        def stamp(done: Any) -> Any:
+            if self._event.end is None:
+                self._event.end = self._probe.now()
+            return done.value()
+
+        return future.then(stamp)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
@@ -163,8 +196,9 @@ class CommProbe:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if not self.recording:
                 return original(*args, **kwargs)
-            send = kwargs.get(send_arg, args[1] if len(args) > 1 else None)
-            event = CommEvent(op=name, nbytes=_nbytes(send), start=None)
+            pos = _SEND_POS.get(name, 1)
+            send = kwargs.get(send_arg, args[pos] if len(args) > pos else None)
+            event = CommEvent(op=name, nbytes=_nbytes(send), start=None, dtype=_dtype(send))
             if name == "all_to_all_single":
                 _describe_a2a(event, args, kwargs)
             event.start = self.now()
@@ -177,8 +211,8 @@ class CommProbe:
 
         return timed
 
-    def per_iteration(self) -> list[list[tuple[str, int, float]]]:
-        """Per iteration, the calls in issue order as (op, bytes sent, seconds on the wire).
+    def per_iteration(self) -> list[list[tuple[str, int, float, str]]]:
+        """Per iteration, the calls in issue order as (op, bytes sent, seconds on the wire, kind).
 
         Synchronize CUDA before calling. A call never waited on counts 0 seconds.
         """
@@ -189,7 +223,7 @@ class CommProbe:
             durations = iter(serialized(waited))
             out.append(
                 [
-                    (e.op, e.nbytes, next(durations) if iv is not None else 0.0)
+                    (e.op, e.nbytes, next(durations) if iv is not None else 0.0, comm_kind(e.op, e.dtype))
                     for e, iv in zip(events, spans, strict=True)
                 ]
             )
@@ -216,9 +250,8 @@ def _describe_a2a(event: CommEvent, args: tuple[Any, ...], kwargs: dict[str, Any
     def arg(name: str, pos: int) -> Any:
         return kwargs.get(name, args[pos] if len(args) > pos else None)
 
-    output, send = arg("output", 0), arg("input", 1)
+    output = arg("output", 0)
     out_splits, in_splits = arg("output_split_sizes", 2), arg("input_split_sizes", 3)
-    event.dtype = str(send.dtype).removeprefix("torch.")
     event.out_numel = output.numel()
     event.out_splits = None if out_splits is None else [int(x) for x in out_splits]
     event.in_splits = None if in_splits is None else [int(x) for x in in_splits]

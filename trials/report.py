@@ -16,9 +16,12 @@ def format_table(result: dict[str, Any]) -> str:
         "ran as",
         "batch",
         "sharding",
+        "pipeline",
         "samples/s",
         "iter ms",
         "cv",
+        "compute",
+        "exposed",
         "a2a ms",
         "a2a MB/it",
         "busbw GB/s",
@@ -38,9 +41,12 @@ def format_table(result: dict[str, Any]) -> str:
                 ran,
                 str(c["batch_size"]),
                 c["sharding"] + (f" t{c['num_threads']}" if c.get("num_threads") else ""),
+                c.get("pipeline") or "-",
                 _fmt(c.get("samples_per_s"), ",.0f"),
                 _fmt((c.get("iter_ms") or {}).get("median"), ".2f"),
                 _fmt((c.get("iter_ms") or {}).get("cv"), ".1%"),
+                _fmt((c.get("breakdown_ms") or {}).get("compute"), ".2f"),
+                _fmt((c.get("breakdown_ms") or {}).get("exposed_comm"), ".2f"),
                 _fmt((c.get("a2a_ms") or {}).get("median"), ".2f"),
                 _fmt(c["a2a_bytes_per_iter"] / 1e6 if ok else None, ".2f"),
                 _fmt(c.get("busbw_gbps"), ".3f"),
@@ -50,7 +56,7 @@ def format_table(result: dict[str, Any]) -> str:
             ]
         )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    numeric = {0, 3, 5, 6, 7, 8, 9, 10, 11, 12}
+    numeric = {0, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 
     def line(cells: list[str]) -> str:
         return "  ".join(

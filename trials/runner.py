@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import sys
@@ -20,7 +21,8 @@ from trials import replay
 from trials.codecs import relative_l2_error
 from trials.model import ShardedWorkload, make_batches
 from trials.nccl_log import parse_nccl_info
-from trials.probe import CommProbe
+from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
+from trials.probe import COMM_KINDS, CommProbe
 from trials.result import SCHEMA_VERSION, read_nccl_conf_files
 from trials.spec import CandidateSpec, TrialSpec
 from trials.stats import summarize
@@ -56,7 +58,7 @@ class TrialRunner:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(self.world_size)))
         self.nccl_log: Path | None = None
-        self._batches: dict[int, tuple[list[Any], list[torch.Tensor]]] = {}
+        self._batches: dict[int, list[Any]] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -106,67 +108,71 @@ class TrialRunner:
             return end - start
         return start.elapsed_time(end) / 1000.0
 
-    def _inputs(self, sw: ShardedWorkload, batch_size: int) -> tuple[list[Any], list[torch.Tensor]]:
-        """Input batches and loss weights for a batch size: made once per launch, reused."""
+    def _inputs(self, batch_size: int) -> list[Any]:
+        """Training batches for a batch size: made once per launch, reused."""
         if batch_size not in self._batches:
             seed = self.spec.seed * 1000 + self.rank
-            batches = make_batches(self.spec.workload, batch_size, self.spec.input_batches, seed, self.device)
-            gen = torch.Generator().manual_seed(seed + 1)
-            # A random linear loss makes the backward payload a realistic non-constant gradient.
-            weights = [
-                torch.randn(batch_size, sw.workload.dim_sum, generator=gen).to(self.device) for _ in batches
-            ]
-            self._batches[batch_size] = (batches, weights)
+            self._batches[batch_size] = make_batches(
+                self.spec.workload, batch_size, self.spec.input_batches, seed, self.device
+            )
         return self._batches[batch_size]
-
-    def _step(self, sw: ShardedWorkload, features: Any, weight: torch.Tensor) -> None:
-        pooled = sw.model(features)
-        (pooled * weight).sum().backward()
 
     def _measure(self, sw: ShardedWorkload, cand: CandidateSpec) -> dict[str, Any]:
         sw.check_row_alignment(cand.fwd_precision, cand.bwd_precision, cand.batch_size)
         effective = sw.set_precision(cand.fwd_precision, cand.bwd_precision)
         torch.set_num_threads(cand.num_threads or self.default_threads)
-        batches, weights = self._inputs(sw, cand.batch_size)
-        n = len(batches)
-
-        # Warmup; its first step also captures real payloads for the quantization error.
-        slots = sw.output_slots
-        slots.fwd.capture = slots.bwd.capture = True
-        slots.fwd.captured = slots.bwd.captured = None
-        for i in range(max(1, self.spec.warmup)):
-            self._step(sw, batches[i % n], weights[i % n])
-            slots.fwd.capture = slots.bwd.capture = False
-        quant_error = {
-            "fwd_rel_l2": _error_of(slots.fwd),
-            "bwd_rel_l2": _error_of(slots.bwd),
-        }
-        slots.fwd.captured = slots.bwd.captured = None
-
-        self._sync()
-        dist.barrier()
-        self.probe.reset()
-        marks = []
-        loop_start = time.perf_counter()
-        for i in range(self.spec.iterations):
-            start = self.probe.begin_iteration()
-            self._step(sw, batches[i % n], weights[i % n])
-            marks.append((start, self.probe.now()))
-        self._sync()
-        measured_s = time.perf_counter() - loop_start
-        self.probe.stop()
-
-        comm = self.probe.per_iteration()
+        batches = itertools.cycle(self._inputs(cand.batch_size))
+        pipeline_name = self.spec.pipeline_of(cand)
+        pipeline = make_pipeline(pipeline_name, sw.model, sw.optimizer, self.device)
+        try:
+            try:
+                quant_error = self._warm_up(sw, pipeline, batches)
+            except Exception as exc:  # the pipeline's first steps: name it, as what failed
+                if pipeline_name == "none":
+                    raise
+                raise pipeline_error(pipeline_name, self.device, exc) from exc
+            self._sync()
+            dist.barrier()
+            self.probe.reset()
+            marks, cpu_s = [], []
+            loop_start = time.perf_counter()
+            for _ in range(self.spec.iterations):
+                start, cpu_start = self.probe.begin_iteration(), time.thread_time()
+                pipeline.progress(batches)
+                marks.append((start, self.probe.now()))
+                cpu_s.append(time.thread_time() - cpu_start)
+            self._sync()
+            measured_s = time.perf_counter() - loop_start
+            self.probe.stop()
+        finally:
+            release(pipeline)
         return {
             "effective_fwd_precision": effective.fwd,
             "effective_bwd_precision": effective.bwd,
             "precision_note": effective.note,
+            "effective_pipeline": pipeline_name,
+            "compute_kernels": sw.kernels,
+            "pipeline_note": CPU_NOTE if pipeline_name != "none" and self.device.type != "cuda" else "",
             "iter_s": [self._elapsed(a, b) for a, b in marks],
-            "comm": comm,
+            "cpu_s": cpu_s,
+            "cuda": self.device.type == "cuda",
+            "comm": self.probe.per_iteration(),
             "a2a_calls": self.probe.a2a_calls(0),
             "quant_error": quant_error,
             "measured_s": measured_s,
         }
+
+    def _warm_up(self, sw: ShardedWorkload, pipeline: Any, batches: Any) -> dict[str, float | None]:
+        """Warmup steps; the first also captures real payloads for the quantization error."""
+        slots = sw.output_slots
+        slots.fwd.capture = slots.bwd.capture = True
+        slots.fwd.captured = slots.bwd.captured = None
+        for _ in range(max(1, self.spec.warmup)):
+            pipeline.progress(batches)
+            slots.fwd.capture = slots.bwd.capture = False
+        quant_error = {"fwd_rel_l2": _error_of(slots.fwd), "bwd_rel_l2": _error_of(slots.bwd)}
+        slots.fwd.captured = slots.bwd.captured = None
+        return quant_error
 
     def _candidate(self, sw: ShardedWorkload, index: int, cand: CandidateSpec) -> dict[str, Any]:
         """Measure one candidate on every rank and merge the ranks' views on rank 0's side."""
@@ -248,7 +254,9 @@ class TrialRunner:
 
     def _shard(self, sharding: str, indices: list[int], results: list[Any]) -> ShardedWorkload | None:
         try:
-            return ShardedWorkload(self.spec.workload, sharding, self.device, self.pg, self.local_size)
+            return ShardedWorkload(
+                self.spec.workload, sharding, self.device, self.pg, self.local_size, self.spec.seed
+            )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             for i in indices:
@@ -322,6 +330,7 @@ def failed_candidate(index: int, cand: CandidateSpec, spec: TrialSpec, error: st
         "batch_size": cand.batch_size,
         "sharding": spec.sharding_of(cand),
         "num_threads": cand.num_threads,
+        "pipeline": spec.pipeline_of(cand),
         "status": "failed",
         "error": error,
     }
@@ -340,7 +349,8 @@ def merge_rank_views(
         return failed_candidate(index, cand, spec, errors[0])
     iterations = len(views[0]["iter_s"])
     iter_s = [max(v["iter_s"][i] for v in views) for i in range(iterations)]
-    comm = comm_per_iteration([v["comm"] for v in views])
+    calls = merged_calls([v["comm"] for v in views])
+    comm = comm_per_iteration(calls)
     a2a_s = [it.get("all_to_all_single", {}).get("seconds", 0.0) for it in comm]
     a2a_bytes = sum(it.get("all_to_all_single", {}).get("bytes", 0) for it in comm) / iterations
     collectives = {
@@ -357,6 +367,7 @@ def merge_rank_views(
     quant = {
         key: _mean_or_none([v["quant_error"][key] for v in views]) for key in ("fwd_rel_l2", "bwd_rel_l2")
     }
+    cpu_s = [max(v["cpu_s"][i] for v in views) for i in range(iterations)]
     return {
         **failed_candidate(index, cand, spec, ""),
         "status": "ok",
@@ -364,40 +375,88 @@ def merge_rank_views(
         "effective_fwd_precision": views[0]["effective_fwd_precision"],
         "effective_bwd_precision": views[0]["effective_bwd_precision"],
         "precision_note": views[0]["precision_note"],
+        "effective_pipeline": views[0]["effective_pipeline"],
+        "compute_kernels": views[0]["compute_kernels"],
+        "pipeline_note": views[0]["pipeline_note"],
         "iterations": iterations,
         "iter_ms": _ms(iter_stats),
         "samples_per_s": cand.batch_size * world_size / iter_stats["median"],
         "a2a_ms": _ms(a2a_stats),
         "a2a_bytes_per_iter": a2a_bytes,
+        "dense_allreduce_bytes": collectives.get("all_reduce", {}).get("bytes_per_iter", 0.0),
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * (world_size - 1) / world_size,
         "collectives": collectives,
+        "breakdown_ms": breakdown(iter_s, cpu_s, kind_seconds(calls), cuda=views[0].get("cuda", False)),
         "quant_error": quant,
         "measured_s": max(v["measured_s"] for v in views),
         "a2a_calls_by_rank": [v["a2a_calls"] for v in views],
     }
 
 
-def comm_per_iteration(
-    ranks: list[list[list[tuple[str, int, float]]]],
-) -> list[dict[str, dict[str, float]]]:
-    """Merge the ranks' call lists into {op: bytes, calls, seconds} per iteration.
+Call = tuple[str, int, float, str]  # (op, bytes sent, seconds on the wire, kind), as the probe gives
+
+
+def merged_calls(ranks: list[list[list[Call]]]) -> list[list[Call]]:
+    """The ranks' call lists as one: per iteration, per call, mean bytes and min seconds.
 
     Every rank issues the same collectives in the same order, so call j of an iteration is the same
     collective everywhere. Its wire time is best seen by the last rank to reach it (the others also
     wait for that rank to arrive): take the min over ranks per call. Bytes: mean over ranks.
     """
+    return [
+        [
+            (same[0][0], sum(c[1] for c in same) / len(same), min(c[2] for c in same), same[0][3])
+            for same in zip(*calls_by_rank, strict=True)
+        ]
+        for calls_by_rank in zip(*ranks, strict=True)
+    ]
+
+
+def comm_per_iteration(calls: list[list[Call]]) -> list[dict[str, dict[str, float]]]:
+    """Per iteration {op: bytes, calls, seconds} of merged calls."""
     merged = []
-    for calls_by_rank in zip(*ranks, strict=True):
+    for iteration in calls:
         per_op: dict[str, dict[str, float]] = {}
-        for same_call in zip(*calls_by_rank, strict=True):
-            op = same_call[0][0]
+        for op, nbytes, seconds, _ in iteration:
             row = per_op.setdefault(op, {"bytes": 0.0, "calls": 0, "seconds": 0.0})
-            row["bytes"] += sum(c[1] for c in same_call) / len(same_call)
+            row["bytes"] += nbytes
             row["calls"] += 1
-            row["seconds"] += min(c[2] for c in same_call)
+            row["seconds"] += seconds
         merged.append(per_op)
     return merged
+
+
+def kind_seconds(calls: list[list[Call]]) -> list[dict[str, float]]:
+    """Per iteration, seconds on the wire of each kind of comm (input dist, sparse, dense)."""
+    out = []
+    for iteration in calls:
+        seconds = dict.fromkeys(COMM_KINDS, 0.0)
+        for _, _, wire_s, kind in iteration:
+            seconds[kind] += wire_s
+        out.append(seconds)
+    return out
+
+
+def breakdown(
+    step_s: list[float], compute_s: list[float], comm_s: list[dict[str, float]], *, cuda: bool
+) -> dict[str, float]:
+    """Where a step's time goes (median per step, ms): each kind of comm, compute, exposed comm.
+
+    On CPU, compute is the training thread's CPU time (the slowest rank's): the rest of the step it
+    spent waiting, on comm or on the cores the comm threads held. That rest is `exposed_comm`. On
+    CUDA the thread only launches kernels: comm is taken as exposed (an upper bound) and compute is
+    what is left of the step.
+    """
+    compute, exposed = [], []
+    for step, cpu, comm in zip(step_s, compute_s, comm_s, strict=True):
+        busy = max(0.0, step - sum(comm.values())) if cuda else min(cpu, step)
+        compute.append(busy)
+        exposed.append(step - busy)
+    out = {kind: summarize([c[kind] for c in comm_s])["median"] * 1000 for kind in COMM_KINDS}
+    out["compute"] = summarize(compute)["median"] * 1000
+    out["exposed_comm"] = summarize(exposed)["median"] * 1000
+    return out
 
 
 def _mean_or_none(values: list[float | None]) -> float | None:

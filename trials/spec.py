@@ -15,6 +15,13 @@ from typing import Any
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
 SHARDING_TYPES = ("table_wise", "row_wise", "table_row_wise", "column_wise")
 DEVICES = ("auto", "cpu", "cuda")
+# How the job drives a step: a plain loop, or one of TorchRec's train pipelines (which overlap stages
+# on CUDA side streams; fused_sparse_dist only where the installed torchrec has it).
+PIPELINES = ("none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist")
+COMPUTE_KERNELS = ("fused", "dense")  # fused: the optimizer runs inside the embedding backward
+INTERACTIONS = ("dot", "dcn")
+EMBEDDING_OPTIMIZERS = ("exact_sgd", "exact_adagrad", "exact_rowwise_adagrad")
+DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
 # Embedding rows are materialised on every launch: keep a typo from allocating a terabyte.
 MAX_TABLE_BYTES = 8 * 1024**3
@@ -38,12 +45,39 @@ class TableSpec:
 
 
 @dataclass(frozen=True)
+class DenseSpec:
+    """The dense part of a DLRM job: bottom MLP over the dense features, interaction, top MLP."""
+
+    in_features: int
+    arch: tuple[int, ...]  # the last layer is the embedding dim (DLRM projects dense into it)
+    over_arch: tuple[int, ...]  # the last layer is 1 (the logit)
+    interaction: str = "dot"  # dot: DLRM; dcn: DLRM_DCN (low-rank cross net)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    embedding: str = "exact_adagrad"
+    embedding_lr: float = 0.01
+    dense: str = "adagrad"
+    dense_lr: float = 0.01
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     name: str
     tables: tuple[TableSpec, ...]
     sharding: str = "table_wise"
     # The batch size per rank the training job runs today: what tuning compares against.
     batch_size: int | None = None
+    # Without `dense`, the trial is the sparse part alone (pooled embeddings into a linear loss).
+    dense: DenseSpec | None = None
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    compute_kernel: str = "fused"
+
+    @property
+    def default_pipeline(self) -> str:
+        """What a job of this shape runs unless told: TorchRec's sparse-dist pipeline for DLRM."""
+        return "sparse_dist" if self.dense is not None else "none"
 
     @property
     def feature_names(self) -> list[str]:
@@ -63,6 +97,7 @@ class CandidateSpec:
     batch_size: int = 512
     sharding: str | None = None
     num_threads: int | None = None
+    pipeline: str | None = None
 
     def label(self) -> str:
         parts = [f"{self.fwd_precision}/{self.bwd_precision}", f"b{self.batch_size}"]
@@ -70,6 +105,8 @@ class CandidateSpec:
             parts.append(self.sharding)
         if self.num_threads:
             parts.append(f"t{self.num_threads}")
+        if self.pipeline:
+            parts.append(self.pipeline)
         return " ".join(parts)
 
 
@@ -88,11 +125,12 @@ class TrialSpec:
     def sharding_of(self, candidate: CandidateSpec) -> str:
         return candidate.sharding or self.workload.sharding
 
+    def pipeline_of(self, candidate: CandidateSpec) -> str:
+        return candidate.pipeline or self.workload.default_pipeline
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["workload"]["tables"] = list(data["workload"]["tables"])
-        if data["workload"]["batch_size"] is None:
-            del data["workload"]["batch_size"]
+        data["workload"] = workload_to_dict(self.workload)
         data["candidates"] = [{k: v for k, v in c.items() if v is not None} for c in data["candidates"]]
         if not data["extra"]:
             data.pop("extra")
@@ -159,9 +197,74 @@ def parse_table(obj: Any, where: str) -> TableSpec:
     return table
 
 
+def workload_to_dict(workload: WorkloadSpec) -> dict[str, Any]:
+    """The workload as a spec declares it (optional sections left out when not given)."""
+    data = asdict(workload)
+    data["tables"] = list(data["tables"])
+    if data["batch_size"] is None:
+        del data["batch_size"]
+    if data["dense"] is None:
+        del data["dense"]
+    else:
+        data["dense"] = {k: list(v) if isinstance(v, tuple) else v for k, v in data["dense"].items()}
+    return data
+
+
+def _float(value: Any, where: str, *, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
+        raise SpecError(where, f"must be a number > 0 and <= {high:g}, got {json.dumps(value)}")
+    return float(value)
+
+
+def _layers(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(where, f"must be a non-empty list of layer sizes, got {json.dumps(value)}")
+    return tuple(_int(v, f"{where}[{i}]", high=65536) for i, v in enumerate(value))
+
+
+def parse_dense(obj: Any, tables: tuple[TableSpec, ...], where: str) -> DenseSpec:
+    """DLRM's shape rules, checked here so a bad one fails before torch is imported."""
+    if isinstance(obj, dict):
+        _unknown_keys(obj, {"in_features", "arch", "over_arch", "interaction"}, where)
+    dense = DenseSpec(
+        in_features=_int(_require(obj, "in_features", where), f"{where}.in_features", high=1 << 20),
+        arch=_layers(_require(obj, "arch", where), f"{where}.arch"),
+        over_arch=_layers(_require(obj, "over_arch", where), f"{where}.over_arch"),
+        interaction=_choice(obj.get("interaction", "dot"), f"{where}.interaction", INTERACTIONS),
+    )
+    dims = sorted({t.embedding_dim for t in tables})
+    if len(dims) > 1:
+        raise SpecError(f"{where}", f"DLRM needs one embedding_dim for every table, got {dims}")
+    if dense.arch[-1] != dims[0]:
+        raise SpecError(
+            f"{where}.arch", f"the last layer must be the embedding dim {dims[0]}, got {dense.arch[-1]}"
+        )
+    if dense.over_arch[-1] != 1:
+        raise SpecError(
+            f"{where}.over_arch", f"the last layer must be 1 (the logit), got {dense.over_arch[-1]}"
+        )
+    return dense
+
+
+def parse_optimizer(obj: Any, where: str) -> OptimizerSpec:
+    if not isinstance(obj, dict):
+        raise SpecError(where, f"must be an object, got {type(obj).__name__}")
+    _unknown_keys(obj, {"embedding", "embedding_lr", "dense", "dense_lr"}, where)
+    default = OptimizerSpec()
+    return OptimizerSpec(
+        embedding=_choice(
+            obj.get("embedding", default.embedding), f"{where}.embedding", EMBEDDING_OPTIMIZERS
+        ),
+        embedding_lr=_float(obj.get("embedding_lr", default.embedding_lr), f"{where}.embedding_lr", high=100),
+        dense=_choice(obj.get("dense", default.dense), f"{where}.dense", DENSE_OPTIMIZERS),
+        dense_lr=_float(obj.get("dense_lr", default.dense_lr), f"{where}.dense_lr", high=100),
+    )
+
+
 def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     if isinstance(obj, dict):
-        _unknown_keys(obj, {"name", "tables", "sharding", "batch_size"}, where)
+        fields = {"name", "tables", "sharding", "batch_size", "dense", "optimizer", "compute_kernel"}
+        _unknown_keys(obj, fields, where)
     name = _str(_require(obj, "name", where), f"{where}.name")
     raw_tables = _require(obj, "tables", where)
     if not isinstance(raw_tables, list) or not raw_tables:
@@ -174,22 +277,39 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     sharding = _choice(obj.get("sharding", "table_wise"), f"{where}.sharding", SHARDING_TYPES)
     batch = obj.get("batch_size")
     batch = None if batch is None else _int(batch, f"{where}.batch_size", high=1 << 20)
-    return WorkloadSpec(name=name, tables=tables, sharding=sharding, batch_size=batch)
+    dense = obj.get("dense")
+    optimizer = parse_optimizer(obj.get("optimizer", {}), f"{where}.optimizer")
+    kernel = _choice(obj.get("compute_kernel", "fused"), f"{where}.compute_kernel", COMPUTE_KERNELS)
+    if kernel == "dense" and optimizer.embedding == "exact_rowwise_adagrad":
+        raise SpecError(
+            f"{where}.optimizer.embedding", "exact_rowwise_adagrad runs fused only (compute_kernel fused)"
+        )
+    return WorkloadSpec(
+        name=name,
+        tables=tables,
+        sharding=sharding,
+        batch_size=batch,
+        dense=None if dense is None else parse_dense(dense, tables, f"{where}.dense"),
+        optimizer=optimizer,
+        compute_kernel=kernel,
+    )
 
 
 def parse_candidate(obj: Any, where: str) -> CandidateSpec:
-    fields = {"fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads"}
+    fields = {"fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads", "pipeline"}
     if not isinstance(obj, dict):
         raise SpecError(where, f"must be an object, got {type(obj).__name__}")
     _unknown_keys(obj, fields, where)
     sharding = obj.get("sharding")
     threads = obj.get("num_threads")
+    pipeline = obj.get("pipeline")
     return CandidateSpec(
         fwd_precision=_choice(_require(obj, "fwd_precision", where), f"{where}.fwd_precision", PRECISIONS),
         bwd_precision=_choice(_require(obj, "bwd_precision", where), f"{where}.bwd_precision", PRECISIONS),
         batch_size=_int(_require(obj, "batch_size", where), f"{where}.batch_size", high=1 << 20),
         sharding=None if sharding is None else _choice(sharding, f"{where}.sharding", SHARDING_TYPES),
         num_threads=None if threads is None else _int(threads, f"{where}.num_threads", high=1024),
+        pipeline=None if pipeline is None else _choice(pipeline, f"{where}.pipeline", PIPELINES),
     )
 
 

@@ -16,13 +16,17 @@ from typing import Any
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from trials.result import SCHEMA_VERSION, write_json_atomic
+from trials.spec import parse_workload
 
-IN_PROCESS_KEYS = ("fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads")
+IN_PROCESS_KEYS = ("fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads", "pipeline")
 
 
-def candidate_key(candidate: dict[str, Any], default_sharding: str = "table_wise") -> str:
+def candidate_key(
+    candidate: dict[str, Any], default_sharding: str = "table_wise", default_pipeline: str = "none"
+) -> str:
     c = {k: candidate.get(k) for k in IN_PROCESS_KEYS}
     c["sharding"] = c["sharding"] or default_sharding
+    c["pipeline"] = c["pipeline"] or default_pipeline
     return json.dumps(c, sort_keys=True)
 
 
@@ -44,8 +48,10 @@ class Landscape:
     def load(cls, path: str | Path) -> Landscape:
         return cls(json.loads(Path(path).read_text()))
 
-    def lookup(self, env: dict[str, str], candidate: dict[str, Any], sharding: str) -> list[dict[str, Any]]:
-        return self.points.get((env_key(env), candidate_key(candidate, sharding)), [])
+    def lookup(
+        self, env: dict[str, str], candidate: dict[str, Any], sharding: str, pipeline: str = "none"
+    ) -> list[dict[str, Any]]:
+        return self.points.get((env_key(env), candidate_key(candidate, sharding, pipeline)), [])
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,18 @@ class ReplayExecutor(Executor):
         self._started: dict[str, float] = {}
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
-        sharding = launch.spec["workload"].get("sharding", "table_wise")
+        workload = parse_workload(launch.spec["workload"])
+        sharding, pipeline = workload.sharding, workload.default_pipeline
         candidates = []
         for index, cand in enumerate(launch.spec["candidates"]):
-            recorded = self.landscape.lookup(launch.env, cand, sharding)
+            recorded = self.landscape.lookup(launch.env, cand, sharding, pipeline)
             if not recorded:
                 candidates.append(
                     {
                         **cand,
                         "index": index,
                         "sharding": cand.get("sharding") or sharding,
+                        "pipeline": cand.get("pipeline") or pipeline,
                         "status": "failed",
                         "error": "point not in the recorded landscape",
                     }
@@ -82,7 +90,7 @@ class ReplayExecutor(Executor):
                 continue
             # Which repeat answers depends only on the seed, the point and how often it was asked before:
             # the same study asks the same questions, so it gets the same answers.
-            point = f"{env_key(launch.env)}|{candidate_key(cand, sharding)}"
+            point = f"{env_key(launch.env)}|{candidate_key(cand, sharding, pipeline)}"
             asked = self._asked[point] = self._asked.get(point, -1) + 1
             digest = hashlib.sha256(f"{self.seed}|{point}|{asked}".encode()).digest()
             pick = recorded[int.from_bytes(digest[:4], "big") % len(recorded)]

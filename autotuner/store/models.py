@@ -138,6 +138,7 @@ class Candidate(Base):
     batch_size: Mapped[int]
     sharding: Mapped[str] = mapped_column(String(32))
     num_threads: Mapped[int | None] = mapped_column(Integer)
+    pipeline: Mapped[str | None] = mapped_column(String(32))  # what drove the step (None: before 0003)
     state: Mapped[str] = mapped_column(String(16), index=True)  # ok | failed | infeasible
     samples_per_s: Mapped[float | None] = mapped_column(Float, index=True)
     iter_ms: Mapped[float | None] = mapped_column(Float)
@@ -169,6 +170,7 @@ class Config(Base):
     batch_size: Mapped[int]
     sharding: Mapped[str] = mapped_column(String(32))
     num_threads: Mapped[int | None] = mapped_column(Integer)
+    pipeline: Mapped[str | None] = mapped_column(String(32))
     evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
     fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
     study_id: Mapped[int | None] = mapped_column(ForeignKey("at_studies.id"))

@@ -57,8 +57,9 @@ def test_study_runs_baseline_search_confirm_and_publishes(store, tmp_path):
     assert [launch.kind for launch in launches[:4]] == ["baseline", "search", "search", "search"]
     assert all(launch.kind == "confirm" for launch in launches[4:])
     assert launches[0].env == {} and launches[0].spec["candidates"] == [
-        {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64, "sharding": "table_wise"}
-    ]
+        {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64, "sharding": "table_wise",
+         "pipeline": "none"}  # the job's own: a sparse-only workload runs a plain loop
+    ]  # fmt: skip
     assert all(1 <= len(launch.spec["candidates"]) <= 3 for launch in launches[1:4])
     # every searched candidate is an Optuna trial with the measured value
     ostudy = optuna.load_study(study_name=f"autotuner-study-{study.id}", storage=optuna_storage(store.url))

@@ -34,6 +34,7 @@ BASE = {
     "batch_sizes": [512, 1024, 2048],
     "sharding": ["table_wise"],
     "num_threads": [None],
+    "pipelines": [None],
     "max_quant_error": 0.05,
     "allow_risky": [],
 }

@@ -174,8 +174,37 @@ def test_raw_a2a_cli_replays_a_result(launch, tmp_path):
             ),
             "candidates[0].fwd_precision",
         ),
+        (
+            json.dumps(
+                {
+                    "workload": {"name": "w", "tables": TABLES, "dense": {"in_features": 4, "arch": [8, 7],
+                                                                          "over_arch": [1]}},
+                    "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 8}],
+                }
+            ),
+            "workload.dense.arch",
+        ),
+        (
+            json.dumps(
+                {
+                    "workload": {"name": "w", "tables": TABLES, "optimizer": {"dense": "lbfgs"}},
+                    "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 8}],
+                }
+            ),
+            "workload.optimizer.dense",
+        ),
+        (
+            json.dumps(
+                {
+                    "workload": {"name": "w", "tables": TABLES},
+                    "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 8,
+                                    "pipeline": "overlap"}],
+                }
+            ),
+            "candidates[0].pipeline",
+        ),
     ],
-)
+)  # fmt: skip
 def test_bad_spec_fails_fast_with_one_line(tmp_path, content, expected):
     spec = tmp_path / "spec.json"
     spec.write_text(content)

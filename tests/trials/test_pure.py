@@ -3,8 +3,8 @@
 import pytest
 
 from trials.nccl_log import parse_nccl_info
-from trials.probe import serialized
-from trials.runner import comm_per_iteration, env_report
+from trials.probe import comm_kind, serialized
+from trials.runner import breakdown, comm_per_iteration, env_report, kind_seconds, merged_calls
 from trials.stats import percentile, summarize
 
 
@@ -26,10 +26,39 @@ def test_overlapping_collectives_are_not_double_counted():
 
 
 def test_merge_takes_min_wire_time_per_call_and_mean_bytes():
-    rank0 = [[("all_to_all_single", 100, 0.010), ("all_to_all_single", 400, 0.002)]]
-    rank1 = [[("all_to_all_single", 300, 0.001), ("all_to_all_single", 400, 0.030)]]
-    merged = comm_per_iteration([rank0, rank1])
+    rank0 = [
+        [("all_to_all_single", 100, 0.010, "input_dist"), ("all_to_all_single", 400, 0.002, "sparse_comm")]
+    ]
+    rank1 = [
+        [("all_to_all_single", 300, 0.001, "input_dist"), ("all_to_all_single", 400, 0.030, "sparse_comm")]
+    ]
+    calls = merged_calls([rank0, rank1])
+    merged = comm_per_iteration(calls)
     assert merged == [{"all_to_all_single": {"bytes": 600.0, "calls": 2, "seconds": pytest.approx(0.003)}}]
+    assert kind_seconds(calls) == [
+        {"input_dist": pytest.approx(0.001), "sparse_comm": pytest.approx(0.002), "dense_comm": 0.0}
+    ]
+
+
+def test_comm_kinds_follow_what_a_call_moves():
+    assert comm_kind("all_to_all_single", "int64") == "input_dist"  # ids and lengths of the input dist
+    assert comm_kind("all_to_all_single", "int32") == "input_dist"
+    assert comm_kind("all_to_all_single", "float32") == "sparse_comm"  # pooled embeddings
+    assert comm_kind("all_to_all_single", "uint8") == "sparse_comm"  # ... through an int8 / fp8 codec
+    assert comm_kind("reduce_scatter_tensor", "float16") == "sparse_comm"
+    assert comm_kind("all_reduce", "float32") == "dense_comm"  # DDP's gradients
+
+
+def test_breakdown_splits_each_step_into_compute_and_exposed_comm():
+    steps = [0.010, 0.012, 0.011]
+    cpu = [0.007, 0.008, 0.020]  # a thread cannot compute longer than its step: capped
+    comm = [{"input_dist": 0.001, "sparse_comm": 0.002, "dense_comm": 0.001}] * 3
+    cpu_view = breakdown(steps, cpu, comm, cuda=False)
+    assert cpu_view["compute"] == pytest.approx(8.0) and cpu_view["exposed_comm"] == pytest.approx(3.0)
+    assert cpu_view["sparse_comm"] == pytest.approx(2.0) and cpu_view["dense_comm"] == pytest.approx(1.0)
+    # On CUDA the launching thread says nothing of the GPU's compute: comm counts as exposed.
+    cuda_view = breakdown(steps, cpu, comm, cuda=True)
+    assert cuda_view["exposed_comm"] == pytest.approx(4.0) and cuda_view["compute"] == pytest.approx(7.0)
 
 
 def test_env_report_flags_ranks_that_disagree():

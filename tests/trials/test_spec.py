@@ -97,3 +97,81 @@ def test_non_json_and_nan_are_rejected(tmp_path):
         load_spec(path)
     with pytest.raises(SpecError, match="cannot read"):
         load_spec(tmp_path / "missing.json")
+
+
+DENSE = {"in_features": 13, "arch": [64, 32], "over_arch": [16, 1]}
+
+
+def dense_spec(**workload):
+    base = spec()
+    base["workload"].update({"dense": copy.deepcopy(DENSE), **workload})
+    return base
+
+
+def test_dense_and_optimizer_sections_round_trip_with_their_defaults():
+    parsed = parse_spec(dense_spec(optimizer={"dense": "adam", "dense_lr": 0.001}))
+    workload = parsed.workload
+    assert workload.dense.arch == (64, 32) and workload.dense.interaction == "dot"
+    assert (workload.optimizer.embedding, workload.optimizer.dense) == ("exact_adagrad", "adam")
+    assert workload.compute_kernel == "fused"  # what jobs run: the optimizer inside the backward
+    assert parse_spec(json.loads(parsed.to_json())) == parsed
+
+
+def test_the_default_pipeline_is_the_jobs_own():
+    dense = parse_spec(dense_spec())
+    assert dense.pipeline_of(dense.candidates[0]) == "sparse_dist"  # a DLRM job runs TorchRec's pipeline
+    sparse = parse_spec(spec())
+    assert sparse.pipeline_of(sparse.candidates[0]) == "none"  # the sparse part alone: a plain loop
+    chosen = parse_spec(spec(candidates=[{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 8,
+                                          "pipeline": "semi_sync"}]))  # fmt: skip
+    assert chosen.pipeline_of(chosen.candidates[0]) == "semi_sync"
+    assert chosen.candidates[0].label().endswith("semi_sync")
+
+
+@pytest.mark.parametrize(
+    ("workload", "where", "words"),
+    [
+        ({"dense": {**DENSE, "arch": [64, 16]}}, "workload.dense.arch", "embedding dim 32"),
+        ({"dense": {**DENSE, "over_arch": [16, 2]}}, "workload.dense.over_arch", "must be 1"),
+        ({"dense": {**DENSE, "interaction": "cross"}}, "workload.dense.interaction", "one of dot, dcn"),
+        ({"dense": {**DENSE, "arch": []}}, "workload.dense.arch", "non-empty list"),
+        ({"dense": {**DENSE, "arch": [64, 32.0]}}, "workload.dense.arch[1]", "integer"),
+        ({"dense": {"arch": [32], "over_arch": [1]}}, "workload.dense.in_features", "is required"),
+        ({"dense": {**DENSE, "width": 3}}, "workload.dense.width", "unknown field"),
+        ({"optimizer": {"embedding": "adam"}}, "workload.optimizer.embedding", "exact_sgd"),
+        ({"optimizer": {"dense": "lamb"}}, "workload.optimizer.dense", "sgd, adagrad, adam"),
+        ({"optimizer": {"dense_lr": 0}}, "workload.optimizer.dense_lr", "> 0"),
+        ({"optimizer": {"embedding_lr": "0.1"}}, "workload.optimizer.embedding_lr", "number"),
+        ({"optimizer": []}, "workload.optimizer", "must be an object"),
+        ({"compute_kernel": "quantized"}, "workload.compute_kernel", "fused, dense"),
+        (
+            {"compute_kernel": "dense", "optimizer": {"embedding": "exact_rowwise_adagrad"}},
+            "workload.optimizer.embedding",
+            "fused only",
+        ),
+    ],
+)
+def test_bad_dense_optimizer_and_kernel_name_the_field(workload, where, words):
+    bad = spec()
+    bad["workload"].update(workload)
+    with pytest.raises(SpecError) as err:
+        parse_spec(bad)
+    assert err.value.where == where
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dlrm_needs_one_embedding_dim():
+    bad = dense_spec()
+    bad["workload"]["tables"].append({**TABLE, "name": "t1", "embedding_dim": 16})
+    with pytest.raises(SpecError, match="one embedding_dim") as err:
+        parse_spec(bad)
+    assert err.value.where == "workload.dense"
+
+
+def test_a_bad_pipeline_names_the_candidate():
+    bad = spec(
+        candidates=[{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 8, "pipeline": "async"}]
+    )
+    with pytest.raises(SpecError, match="none, base, sparse_dist, semi_sync, fused_sparse_dist") as err:
+        parse_spec(bad)
+    assert err.value.where == "candidates[0].pipeline"
