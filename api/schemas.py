@@ -133,6 +133,10 @@ class TrialPublic(BaseModel):
     busbw_gbps: float | None
     quant_error_fwd: float | None
     quant_error_bwd: float | None
+    breakdown_ms: dict[str, float] | None = Field(
+        None, description="median per step: input_dist, sparse_comm, dense_comm (wire), compute, exposed_comm"
+    )
+    dense_allreduce_bytes: float | None = None
     error: str | None
     created_at: datetime
 
@@ -221,7 +225,11 @@ def brief(row: Candidate | None) -> CandidateBrief | None:
 
 
 def trial_public(row: Candidate) -> TrialPublic:
-    return TrialPublic.model_validate(row, from_attributes=True)
+    trial = TrialPublic.model_validate(row, from_attributes=True)
+    metrics = row.metrics or {}
+    trial.breakdown_ms = metrics.get("breakdown_ms")
+    trial.dense_allreduce_bytes = metrics.get("dense_allreduce_bytes")
+    return trial
 
 
 def launch_public(row: Launch) -> LaunchPublic:

@@ -26,6 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -145,7 +146,7 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
 
 
 def _print_trials(client: httpx.Client, study_id: int) -> None:
-    """The measured candidates, fastest first: what the study saw."""
+    """The measured candidates, fastest first: what the study saw, and where each step's time goes."""
     rows = client.get(f"/v1/studies/{study_id}/trials", params={"sort": "samples_per_s", "order": "desc",
                                                                 "limit": 12}).json()["data"]  # fmt: skip
     if not rows:
@@ -154,13 +155,22 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
     # Variables every row shares are said once, above. Fits 80 columns (a CI log, a narrow
     # terminal): numbers never wrap, the env column folds last.
     shared = {k: v for k, v in rows[0]["env"].items() if all(t["env"].get(k) == v for t in rows)}
+    pipelines = {t.get("pipeline") for t in rows}
     console.print("[bold]fastest candidates[/bold] (env without its NCCL_ prefix)")
-    if shared:
-        console.print(f"in every row: {_env_text(shared, ' ')}")
+    said = [_env_text(shared, " ")] if shared else []
+    if len(pipelines) == 1 and None not in pipelines:
+        said.append(f"pipeline {pipelines.pop()}")
+    if said:
+        console.print(f"in every row: {', '.join(said)}")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
-    for col in ("kind", "precision", "batch", "samples/s", "a2a ms", "q-err"):
-        table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "precision") else "right")
+    columns = ["kind", "precision", "batch", *(["pipeline"] if pipelines else []), "samples/s", "step ms",
+               "q-err"]  # fmt: skip
+    for col in columns:
+        table.add_column(
+            col, no_wrap=True, justify="left" if col in ("kind", "precision", "pipeline") else "right"
+        )
     table.add_column("env", overflow="fold")
+    longest = max((t.get("iter_ms") or 0.0 for t in rows), default=0.0)
     ran_as_other: dict[str, str] = {}
     for t in rows:
         env = _env_text({k: v for k, v in t["env"].items() if k not in shared}, "\n")
@@ -171,14 +181,40 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
             ran_as_other[precision] = ran_as
             precision += "*"
         speed = f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else t["state"]
-        table.add_row(t["kind"], precision, str(t["batch_size"]), speed,
-                      f"{t['a2a_ms']:.2f}" if t["a2a_ms"] is not None else "-",
-                      f"{qerr:.1e}" if qerr is not None else "-", env)  # fmt: skip
+        step = (
+            Text(f"{t['iter_ms']:.1f} ") + _step_bar(t.get("breakdown_ms"), longest)
+            if t.get("iter_ms")
+            else "-"
+        )
+        cells = [t["kind"], precision, str(t["batch_size"]), *([t.get("pipeline") or "-"] if pipelines else []),
+                 speed, step, f"{qerr:.1e}" if qerr is not None else "-"]  # fmt: skip
+        table.add_row(*cells, env)
     console.print(table)
+    console.print(
+        f"step ms, bars to scale: [green]{BAR_COMPUTE}[/green] compute, [red]{BAR_EXPOSED}[/red] exposed comm"
+    )
     if ran_as_other:
         console.print(
             "* ran as " + ", ".join(f"{ran} (asked {asked})" for asked, ran in ran_as_other.items())
         )
+
+
+BAR_WIDTH, BAR_COMPUTE, BAR_EXPOSED = 10, "█", "▒"
+
+
+def _step_bar(parts: dict[str, float] | None, longest_ms: float) -> Text:
+    """A step as a stacked bar to the scale of the slowest row: compute, then exposed comm."""
+    if not parts or longest_ms <= 0:
+        return Text("")
+    compute = round(BAR_WIDTH * parts["compute"] / longest_ms)
+    exposed = max(
+        0,
+        min(
+            BAR_WIDTH - compute,
+            round(BAR_WIDTH * (parts["compute"] + parts["exposed_comm"]) / longest_ms) - compute,
+        ),
+    )
+    return Text.assemble((BAR_COMPUTE * compute, "green"), (BAR_EXPOSED * exposed, "red"))
 
 
 def _env_text(env: dict[str, str], sep: str) -> str:

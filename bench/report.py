@@ -33,6 +33,12 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                 rows.append([f"fidelity, {row['fabric']}", "trial algbw", "plain all_to_all_single",
                              f"{row['median_ratio']:.2f}x", ">= 0.9x",
                              "met" if row["median_ratio"] >= 0.9 else "missed"])  # fmt: skip
+    for row in s.get("training-fidelity", {}).values():
+        if isinstance(row, dict) and "rows" in row:
+            rows.append([f"training fidelity, {row['fabric']}", "trial speedups", "training-loop speedups",
+                         f"worst {row['worst_ratio_error']:.0%} off, Spearman {row['spearman']:.2f}",
+                         "within 10%, Spearman >= 0.9",
+                         "met" if row["worst_ratio_error"] <= 0.1 and row["spearman"] >= 0.9 else "missed"])  # fmt: skip
     if q := s.get("search"):
         tpe, rnd = q["tpe"], q["random"]
         rows.append([f"search: measurements to within 3% of grid best (k={q['candidates_per_launch']})",
@@ -129,6 +135,20 @@ def render(results: dict[str, Any]) -> str:
                 lines += [f"{row['fabric']}:", "", table(["candidate", "trial algbw GB/s", "plain GB/s", "ratio"], [
                     [r["candidate"], f"{r['trial_algbw_gbps']:.3f}", f"{r['raw_algbw_gbps']:.3f}", f"{r['ratio']:.2f}"]
                     for r in row["rows"]]), ""]  # fmt: skip
+    if tf := s.get("training-fidelity"):
+        lines += ["## Training fidelity", "", f"`{CMD.format('training-fidelity')}` — the trial's predicted speedup "
+                  "over fp32 at the job's batch (512) against the speedup of a reference TorchRec training loop "
+                  "(`bench/training_loop.py`: DLRM, FUSED embeddings with Adagrad, dense Adagrad under DDP, "
+                  "`TrainPipelineSparseDist`, torchrec's public API only) on the demo job, 2 CPU ranks. Interleaved "
+                  "rounds: one trial launch of the five candidates, then one training launch per candidate in a "
+                  "shuffled order; speedups against each round's own baseline, medians over rounds.", ""]  # fmt: skip
+        for row in tf.values():
+            if isinstance(row, dict) and "rows" in row:
+                lines += [f"{row['fabric']} ({row['rounds']} rounds; Spearman {row['spearman']:.2f}, worst ratio "
+                          f"{row['worst_ratio_error']:.0%} off 1):", "",
+                          table(["candidate", "trial (predicted)", "training loop (actual)", "predicted / actual"], [
+                              [r["candidate"], f"{r['trial_speedup']:.2f}x", f"{r['training_speedup']:.2f}x",
+                               f"{r['ratio']:.2f}"] for r in row["rows"]]), ""]  # fmt: skip
     if q := s.get("search"):
         lines += ["## Search efficiency", "", f"`{CMD.format('search')}` — replay of `{q['landscape']}` "
                   f"({q['grid_points']} points recorded from real launches; {q['landscape_note']}), "

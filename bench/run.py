@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,search,tuned,serving,scaling]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,tuned,serving,scaling]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -48,6 +48,15 @@ def _fidelity() -> dict[str, Any]:
     return out
 
 
+def _training_fidelity() -> dict[str, Any]:
+    from bench import training
+
+    out = {"unshaped": training.fidelity(None)}
+    if os.geteuid() == 0:
+        out["1gbit"] = training.fidelity("1gbit")
+    return out
+
+
 def _search() -> dict[str, Any]:
     from bench import search
 
@@ -73,8 +82,8 @@ def _scaling() -> dict[str, Any]:
     return trials.cost_scaling()
 
 
-SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "search": _search, "tuned": _tuned,
-            "serving": _serving, "scaling": _scaling}  # fmt: skip
+SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
+            "search": _search, "tuned": _tuned, "serving": _serving, "scaling": _scaling}  # fmt: skip
 
 
 def machine() -> dict[str, Any]:

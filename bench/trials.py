@@ -22,6 +22,25 @@ from autotuner.executors.local import Fabric
 ROOT = Path(__file__).resolve().parent.parent
 TEN = json.loads((ROOT / "trials" / "examples" / "ten-candidates.json").read_text())
 DEMO_WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
+# The all-to-all fidelity compares comm calls with a plain loop of the same calls: the sparse part alone.
+SPARSE_WORKLOAD = {k: v for k, v in DEMO_WORKLOAD.items() if k != "dense"}
+
+
+def torchrun(args: list[str], nproc: int = 2, netns_rate: str | None = None) -> subprocess.CompletedProcess:
+    """`torchrun --standalone` of `args` (a module's or a script's) on this machine; with `netns_rate`,
+    inside a fresh network namespace whose loopback is limited to that rate (an emulated fabric)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    ns = None
+    if netns_rate:
+        ns = f"atb-{os.getpid() % 100000}"
+        for step in Fabric(netns_rate).setup(ns):
+            subprocess.run(step, check=True, capture_output=True)
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    finally:
+        if ns:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 def launch(
@@ -30,21 +49,10 @@ def launch(
     """Run one trial launch; returns (result, wall seconds measured from outside, torchrun included)."""
     work = Path(tempfile.mkdtemp(prefix="bench-trial-"))
     (work / "spec.json").write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "trials.bench", "--spec", str(work / "spec.json"), "--out", str(work / "r.json"), "--quiet"]  # fmt: skip
-    ns = None
-    if netns_rate:
-        ns = f"atb-{os.getpid() % 100000}"
-        for step in Fabric(netns_rate).setup(ns):
-            subprocess.run(step, check=True, capture_output=True)
-        cmd = ["ip", "netns", "exec", ns, *cmd]
-    try:
-        started = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        wall = time.perf_counter() - started
-    finally:
-        if ns:
-            subprocess.run(["ip", "netns", "del", ns], check=False)
+    args = ["-m", "trials.bench", "--spec", str(work / "spec.json"), "--out", str(work / "r.json"), "--quiet"]
+    started = time.perf_counter()
+    proc = torchrun(args, nproc, netns_rate)
+    wall = time.perf_counter() - started
     if not (work / "r.json").exists():
         raise RuntimeError(f"trial failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads((work / "r.json").read_text())
@@ -111,7 +119,7 @@ def noise(launches: int = 5) -> dict[str, Any]:
 
 def fidelity(rate: str | None) -> dict[str, Any]:
     """Trial all-to-all bandwidth vs a plain all_to_all_single loop of the same calls, same launch."""
-    spec = {"workload": DEMO_WORKLOAD, "warmup": 3, "iterations": 30, "extra": {"fidelity": True},
+    spec = {"workload": SPARSE_WORKLOAD, "warmup": 3, "iterations": 30, "extra": {"fidelity": True},
             "candidates": [{"fwd_precision": p, "bwd_precision": p, "batch_size": 512}
                            for p in ("fp32", "fp16", "int8")]}  # fmt: skip
     result, _ = launch(spec, netns_rate=rate)

@@ -13,7 +13,7 @@ launch can change precision between candidates without re-sharding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -146,7 +146,12 @@ class ShardedWorkload:
         pg: dist.ProcessGroup,
         local_size: int,
         seed: int = 0,
+        learn: bool = False,
     ) -> None:
+        """`learn=False` (timing): every optimizer runs its full update at learning rate 0. The step
+        costs what the job's costs, while the model stays at its initialization, so each candidate
+        sees the same gradients: a handful of cycled batches would otherwise be memorized within
+        dozens of steps, and the vanishing gradients would read as quantization error."""
         self.workload = workload
         self.sharding = sharding
         self.device = device
@@ -172,7 +177,7 @@ class ShardedWorkload:
             ],
             device=torch.device("meta"),  # DMP materialises only the local shards
         )
-        opt = workload.optimizer
+        opt = workload.optimizer if learn else replace(workload.optimizer, embedding_lr=0.0, dense_lr=0.0)
         sharder = EmbeddingBagCollectionSharder(
             fused_params={"optimizer": _FUSED_OPTIMIZER[opt.embedding], "learning_rate": opt.embedding_lr},
             qcomm_codecs_registry=registry,

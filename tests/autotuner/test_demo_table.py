@@ -13,7 +13,10 @@ def _trial(kind, fwd, bwd, ran_fwd, ran_bwd, batch, samples_per_s, state="ok", t
     return {"kind": kind, "env": env,
             "fwd_precision": fwd, "bwd_precision": bwd, "effective_fwd_precision": ran_fwd,
             "effective_bwd_precision": ran_bwd, "batch_size": batch, "samples_per_s": samples_per_s,
-            "a2a_ms": 4.56, "quant_error_fwd": 4.6e-3, "quant_error_bwd": None, "state": state}  # fmt: skip
+            "a2a_ms": 4.56, "quant_error_fwd": 4.6e-3, "quant_error_bwd": None, "state": state,
+            "pipeline": "sparse_dist", "iter_ms": 9.66 if samples_per_s else None,
+            "breakdown_ms": {"compute": 7.2, "exposed_comm": 2.4, "input_dist": 0.5, "sparse_comm": 1.5,
+                             "dense_comm": 1.0} if samples_per_s else None}  # fmt: skip
 
 
 class _Client:
@@ -47,8 +50,11 @@ def test_fastest_candidates_fit_80_columns(monkeypatch):
     for expected in ("106,012", "bf16*", "fp8/bf16 ", "failed", "SOCKET_NTHREADS=2", "SOCKET_NTHREADS=4"):
         assert expected in text
     assert text.splitlines()[-1] == "* ran as fp16 (asked bf16)"
+    assert "exposed comm" in text.splitlines()[-2]
     # What every row shares is said once, above the table
-    assert text.splitlines()[1] == "in every row: NET=Socket NSOCKS_PERTHREAD=4"
+    assert text.splitlines()[1] == "in every row: NET=Socket NSOCKS_PERTHREAD=4, pipeline sparse_dist"
+    # Each step as a bar to the same scale: 7.2 ms of 9.66 compute (7 of 10 cells), the rest exposed comm
+    assert "9.7 " + "█" * 7 + "▒" * 3 in text
     assert text.count("NSOCKS_PERTHREAD") == 1 and "NCCL_" not in text.replace("NCCL_ prefix", "")
 
 
