@@ -85,8 +85,8 @@ insights = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 
 @insights.get("/{study_id}/insights")
 def study_insights(study_id: StudyId, request: Request, store: StoreDep, _: ReadAccess) -> dict[str, Any]:
-    """Chart data for the dashboard: optimization history, parameter importance (Optuna), and the
-    best throughput of each precision x batch size."""
+    """Chart data for the dashboard: optimization history, parameter importance (Optuna), the
+    best throughput of each precision x batch size, and where the step's time goes."""
     study = store.study(study_id)
     if study is None:
         raise HTTPException(404, f"study {study_id} not found")
@@ -97,7 +97,26 @@ def study_insights(study_id: StudyId, request: Request, store: StoreDep, _: Read
         "history": history(rows),
         "importance": _importance_cached(request.app, store, study_id),
         "matrix": precision_batch_matrix(rows, study.space),
+        "breakdown": step_breakdown(rows),
     }
+
+
+def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any]]:
+    """Where the step's time goes, for the baseline and the fastest feasible candidates."""
+    timed = [r for r in rows if r.state == "ok" and (r.metrics or {}).get("breakdown_ms")]
+    baseline = [r for r in timed if r.kind == "baseline"][:1]
+    fastest = sorted((r for r in timed if r.kind != "baseline"), key=lambda r: -(r.samples_per_s or 0))
+    return [
+        {
+            "id": r.id,
+            "kind": r.kind,
+            "label": f"#{r.id} {r.fwd_precision}/{r.bwd_precision} b{r.batch_size} {r.pipeline or ''}".strip(),
+            "samples_per_s": r.samples_per_s,
+            "step_ms": r.iter_ms,
+            **r.metrics["breakdown_ms"],
+        }
+        for r in baseline + fastest[: limit - len(baseline)]
+    ]
 
 
 def history(rows: list[Candidate]) -> list[dict[str, Any]]:

@@ -514,6 +514,7 @@
           effective ? el("span", { class: "ran", title: "what actually ran" }, `ran ${precision(t.effective_fwd_precision, t.effective_bwd_precision)}`) : null),
         el("td", { class: "num" }, num0(t.batch_size)),
         el("td", {}, t.sharding),
+        el("td", {}, t.pipeline || "—"),
         el("td", { class: "num strong" }, num0(t.samples_per_s)),
         el("td", { class: "num" }, num2(t.a2a_ms)),
         el("td", { class: "num", title: qerr.length ? `fwd ${t.quant_error_fwd ?? "—"}, bwd ${t.quant_error_bwd ?? "—"} (relative L2)` : null },
@@ -522,12 +523,12 @@
       );
       rows.push(tr);
       if (t.error) {
-        rows.push(el("tr", { class: "error-row" }, el("td", { colspan: 11 },
+        rows.push(el("tr", { class: "error-row" }, el("td", { colspan: 12 },
           el("div", { class: `err-text ${t.state === "failed" ? "" : "warn"}` }, t.error))));
       }
     }
     if (!rows.length) {
-      rows.push(el("tr", { class: "placeholder" }, el("td", { colspan: 11 },
+      rows.push(el("tr", { class: "placeholder" }, el("td", { colspan: 12 },
         view.state ? `No ${view.state} trials.` : "No trials yet: the first launch is running.")));
     }
     fill($("trials").tBodies[0], ...rows);
@@ -570,6 +571,36 @@
     renderHistory(insights.history, study);
     renderImportance(insights.importance);
     renderMatrix(insights.matrix);
+    renderBreakdown(insights.breakdown || []);
+  }
+
+  // The step as a stacked bar per candidate: compute, then the comm it did not hide (together the
+  // step). The wire time of each kind of comm overlaps them, so it is said on hover, not stacked.
+  function renderBreakdown(rows) {
+    if (!rows.length) {
+      chartMessage("chart-breakdown", "No step measured yet.");
+      return;
+    }
+    const ordered = [...rows].reverse();
+    const labels = ordered.map((r) => plain(r.kind === "baseline" ? `${r.label} (baseline)` : r.label));
+    const wire = ordered.map((r) => `on the wire: input dist ${num2(r.input_dist)} ms, sparse ${num2(r.sparse_comm)} ms, `
+      + `dense all-reduce ${num2(r.dense_comm)} ms<br>step ${num2(r.step_ms)} ms · ${num0(r.samples_per_s)} samples/s`);
+    const part = (key, name, color) => ({
+      type: "bar", orientation: "h", name, y: labels, x: ordered.map((r) => r[key]), customdata: wire,
+      marker: { color }, hovertemplate: `${name} %{x:.2f} ms<br>%{customdata}<extra></extra>`,
+    });
+    plot("chart-breakdown", [
+      part("compute", "compute", COLORS.accent),
+      part("exposed_comm", "exposed comm", COLORS.warn),
+    ], layout({
+      barmode: "stack",
+      legend: { ...layout({}).legend, traceorder: "normal" },
+      xaxis: axis({ title: { text: "ms per step (median)" }, rangemode: "tozero" }),
+      yaxis: axis({ gridcolor: "rgba(0,0,0,0)", ticksuffix: "  ", automargin: true }),
+      margin: { l: 200, r: 16, t: 26, b: 40 },
+      bargap: 0.3,
+      height: Math.max(220, 40 + 28 * rows.length),
+    }));
   }
 
   function renderHistory(points, study) {
@@ -607,7 +638,7 @@
     }));
   }
 
-  const PARAM_LABELS = { precision: "precision fwd/bwd", batch_size: "batch size", sharding: "sharding", num_threads: "threads" };
+  const PARAM_LABELS = { precision: "precision fwd/bwd", batch_size: "batch size", sharding: "sharding", num_threads: "threads", pipeline: "pipeline" };
 
   function renderImportance(importance) {
     const params = (importance && importance.params) || [];

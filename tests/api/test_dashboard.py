@@ -33,8 +33,39 @@ def finished(tmp_path_factory):
     study = wait_for_state(client, created.json()["id"], ("done", "failed"))
     assert study["state"] == "done", study
     hostile = plant_hostile_study(srv.data_dir / "autotuner.db")
-    yield srv, study, hostile
+    timed = plant_timed_study(srv.data_dir / "autotuner.db")
+    yield srv, study, hostile, timed
     srv.kill(signal.SIGTERM)
+
+
+TIMED_RESULT = json.loads((REPO / "tests" / "data" / "trial-result-dlrm.json").read_text())
+
+
+def plant_timed_study(db: Path) -> int:
+    """A finished study whose candidates are those of a real trial result of a DLRM (recorded from
+    a real 2-rank launch): each carries the breakdown of its training step."""
+    store = Store(f"sqlite:///{db}")
+    try:
+        study = store.create_study(
+            name="timed", cluster="cpu-box", workload_name="dlrm-small", workload_spec=TIMED_RESULT["workload"],
+            space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
+            settings={"executor": "replay", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe",
+                      "seed": 0},
+            state="done",
+        )  # fmt: skip
+        launch = store.add_launch(
+            study_id=study.id, kind="search", env={}, spec={"candidates": []}, executor="local"
+        )
+        rows = []
+        for i, c in enumerate(TIMED_RESULT["candidates"]):
+            rows.append({"study_id": study.id, "launch_id": launch.id, "index": i, "kind": "baseline" if i == 0 else "search",
+                         "env": {}, "state": "ok", "fwd_precision": c["fwd_precision"], "bwd_precision": c["bwd_precision"],
+                         "batch_size": c["batch_size"], "sharding": c["sharding"], "pipeline": c["pipeline"],
+                         "samples_per_s": c["samples_per_s"], "iter_ms": c["iter_ms"]["median"], "metrics": c})  # fmt: skip
+        store.add_candidates(rows)
+        return study.id
+    finally:
+        store.dispose()
 
 
 def plant_hostile_study(db: Path) -> int:
@@ -73,7 +104,7 @@ def plant_hostile_study(db: Path) -> int:
 
 
 def test_pages_are_served_without_a_token_and_carry_no_data(finished):
-    srv, study, _ = finished
+    srv, study, _, _ = finished
     for path in ("/", f"/studies/{study['id']}", "/configs"):
         page = httpx.get(srv.url + path)
         assert page.status_code == 200, path
@@ -86,7 +117,7 @@ def test_pages_are_served_without_a_token_and_carry_no_data(finished):
 
 
 def test_assets_are_served_locally_with_the_right_types(finished):
-    srv, _, _ = finished
+    srv, _, _, _ = finished
     plotly = httpx.get(f"{srv.url}/static/plotly.min.js")
     assert plotly.status_code == 200
     assert "javascript" in plotly.headers["content-type"]
@@ -99,14 +130,14 @@ def test_assets_are_served_locally_with_the_right_types(finished):
 
 
 def test_insights_need_a_read_token(finished):
-    srv, study, _ = finished
+    srv, study, _, _ = finished
     path = f"/v1/studies/{study['id']}/insights"
     assert srv.client(None).get(path).status_code == 401
     assert srv.client("read").get(path).status_code == 200
 
 
 def test_insights_of_a_finished_study(finished):
-    srv, study, _ = finished
+    srv, study, _, _ = finished
     client = srv.client("read")
     data = client.get(f"/v1/studies/{study['id']}/insights").json()
     trials = client.get(f"/v1/studies/{study['id']}/trials", params={"limit": 1000}).json()["data"]
@@ -137,7 +168,7 @@ def test_insights_of_a_finished_study(finished):
 
 
 def test_insights_of_a_missing_or_unsearched_study_are_4xx_or_empty_never_500(finished):
-    srv, _, hostile = finished
+    srv, _, hostile, _ = finished
     client = srv.client("read")
     assert client.get("/v1/studies/999999/insights").status_code == 404
     assert client.get("/v1/studies/0/insights").status_code == 422
@@ -154,7 +185,7 @@ def in_process_app(srv, **settings) -> TestClient:
 
 
 def test_public_read_opens_the_insights(finished):
-    srv, study, _ = finished
+    srv, study, _, _ = finished
     with in_process_app(srv, public_read=True) as client:
         assert client.get(f"/v1/studies/{study['id']}/insights").status_code == 200
     with in_process_app(srv, tokens=f"{TOKENS['read']}:read") as client:
@@ -168,7 +199,7 @@ def test_importance_that_raises_is_reported_not_a_500(finished, monkeypatch):
         raise RuntimeError("evaluator exploded")
 
     monkeypatch.setattr(optuna.importance, "get_param_importances", broken)
-    srv, study, _ = finished
+    srv, study, _, _ = finished
     with in_process_app(srv, public_read=True) as client:
         response = client.get(f"/v1/studies/{study['id']}/insights")
     assert response.status_code == 200
@@ -273,7 +304,7 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
         # Sort by clicking a header: samples/s, highest first.
         page.click("#trials th[data-sort=samples_per_s]")
         page.wait_for_selector("#trials th[data-sort=samples_per_s][aria-sort=descending]")
-        values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(8)")
+        values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(9)")
                   .all_inner_texts() if v != "—"]  # fmt: skip
         assert len(values) >= 4 and values == sorted(values, reverse=True)
 
@@ -305,7 +336,7 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
 
 @pytest.mark.browser
 def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
-    srv, study, hostile = finished
+    srv, study, hostile, _ = finished
     errors: list[str] = []
     page = open_page(browser, errors)
     page.goto(f"{srv.url}/studies/{hostile}")
@@ -330,4 +361,35 @@ def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     assert page.locator("#failed-list .failed-launch").count() == 0
     page.goto(f"{srv.url}/studies/999999")
     page.wait_for_function("document.getElementById('study-name').textContent.includes('not found')")
+    assert errors == []
+
+
+def test_insights_say_where_each_step_goes(finished):
+    srv, _, _, timed = finished
+    rows = srv.client("read").get(f"/v1/studies/{timed}/insights").json()["breakdown"]
+    recorded = TIMED_RESULT["candidates"]
+    assert rows[0]["kind"] == "baseline" and rows[0]["compute"] == pytest.approx(
+        recorded[0]["breakdown_ms"]["compute"]
+    )
+    fastest = sorted(recorded[1:], key=lambda c: -c["samples_per_s"])
+    assert [r["samples_per_s"] for r in rows[1:]] == pytest.approx([c["samples_per_s"] for c in fastest])
+    assert all({"input_dist", "sparse_comm", "dense_comm", "exposed_comm", "step_ms"} <= set(r) for r in rows)
+
+
+@pytest.mark.browser
+def test_the_step_breakdown_is_drawn_as_stacked_bars(browser, finished):
+    srv, _, _, timed = finished
+    errors: list[str] = []
+    page = open_page(browser, errors)
+    page.goto(f"{srv.url}/studies/{timed}")
+    enter_token(page, TOKENS["read"])
+    page.wait_for_selector("#chart-breakdown .main-svg", timeout=15_000)
+    # one bar per candidate and part: compute and exposed comm, three candidates
+    assert page.locator("#chart-breakdown .barlayer .point").count() == 2 * len(TIMED_RESULT["candidates"])
+    legend = page.text_content("#chart-breakdown .legend")  # SVG: text_content, not inner_text
+    assert "compute" in legend and "exposed comm" in legend
+    assert "(baseline)" in page.text_content("#chart-breakdown .yaxislayer-above")
+    assert "sparse_dist" in page.inner_text("#trials tbody")  # the pipeline column
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-breakdown.png"), full_page=True)
     assert errors == []

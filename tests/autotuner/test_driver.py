@@ -215,3 +215,16 @@ def test_scaling_curve_measures_each_node_count_and_reports_factors(store, tmp_p
     StudyDriver(store, study.id, replay(), poll_s=0.01).run()
     assert len(store.config_history("cpu-box", "small")) == versions
     assert len([x for x in store.launches(study.id) if x.kind == "scaling"]) == len(scaling)
+
+
+def test_pipelines_are_searched_in_process_like_precisions(store, tmp_path):
+    space = {**SPACE, "pipelines": [None, "base"]}  # null: the job's own (a plain loop for this workload)
+    study = study_with(store, tmp_path, space=space, candidates_per_launch=32)
+    driver = StudyDriver(store, study.id, replay(), poll_s=0.01)
+    assert {p.pipeline for p in driver.points} == {"none", "base"} and len(driver.points) == 4 * 2 * 2
+    assert driver.baseline_point.pipeline == "none"
+    plan = driver._plan(driver._optuna())
+    assert plan is not None and {p.pipeline for p in plan.points} == {"none", "base"}
+    assert len({p.key() for p in plan.points}) == len(plan.points)  # one launch, each point once
+    candidates = driver._spec(plan.points)["candidates"]
+    assert {c["pipeline"] for c in candidates} == {"none", "base"}
