@@ -16,7 +16,7 @@ FBGEMM_cpu  := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 FBGEMM_cuda := fbgemm-gpu==$(FBGEMM_VERSION)
 STAMP := $(VENV)/.installed-$(FLAVOR)
 
-.PHONY: setup demo test test-fast lint bench landscape clean
+.PHONY: setup demo test test-fast lint bench gpu-check landscape clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+# On a GPU node (after `make setup FLAVOR=cuda`): the dense trial on CUDA + NCCL, every precision,
+# the sparse_dist and semi_sync pipelines; writes bench/out/gpu-check.json (< 5 min).
+gpu-check:
+	$(BIN)/python -m bench.gpu_check
 
 # Re-record the grid the search benchmark replays (real launches, ~5 min; the result is committed).
 landscape: setup
