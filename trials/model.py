@@ -135,6 +135,53 @@ def _optimizer(dmp: DistributedModelParallel, spec: OptimizerSpec, embedding_pat
     return CombinedOptimizer(parts)
 
 
+def _embedding_bags(workload: WorkloadSpec) -> EmbeddingBagCollection:
+    """One table per feature, on the meta device: DMP materialises only the local shards."""
+    return EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(
+                name=t.name,
+                embedding_dim=t.embedding_dim,
+                num_embeddings=t.num_embeddings,
+                feature_names=[f"f_{t.name}"],
+                pooling=PoolingType.SUM,
+            )
+            for t in workload.tables
+        ],
+        device=torch.device("meta"),
+    )
+
+
+def _module_plan(
+    ebc: EmbeddingBagCollection,
+    sharder: EmbeddingBagCollectionSharder,
+    workload: WorkloadSpec,
+    sharding: str,
+    world_size: int,
+    local_size: int,
+    device: torch.device,
+):
+    """Every table sharded `sharding`, on the workload's compute kernel."""
+    module_plan = construct_module_sharding_plan(
+        ebc,
+        {
+            t.name: _parameter_sharding(sharding, i, world_size, local_size)
+            for i, t in enumerate(workload.tables)
+        },
+        sharder=sharder,
+        local_size=local_size,
+        world_size=world_size,
+        device_type=device.type,
+    )
+    # The plan builders default to the DENSE kernel; jobs run FUSED (optimizer in the backward).
+    kernel = (
+        EmbeddingComputeKernel.FUSED if workload.compute_kernel == "fused" else EmbeddingComputeKernel.DENSE
+    )
+    for parameter_sharding in module_plan.values():
+        parameter_sharding.compute_kernel = kernel.value
+    return module_plan
+
+
 class ShardedWorkload:
     """The job's model sharded one way, with its optimizer and codecs that switch per candidate."""
 
@@ -164,19 +211,7 @@ class ShardedWorkload:
             CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER.name: self.reduce_scatter.codecs(),
         }
         torch.manual_seed(seed)  # the dense init; DDP then broadcasts rank 0's to every rank
-        ebc = EmbeddingBagCollection(
-            tables=[
-                EmbeddingBagConfig(
-                    name=t.name,
-                    embedding_dim=t.embedding_dim,
-                    num_embeddings=t.num_embeddings,
-                    feature_names=[f"f_{t.name}"],
-                    pooling=PoolingType.SUM,
-                )
-                for t in workload.tables
-            ],
-            device=torch.device("meta"),  # DMP materialises only the local shards
-        )
+        ebc = _embedding_bags(workload)
         opt = workload.optimizer if learn else replace(workload.optimizer, embedding_lr=0.0, dense_lr=0.0)
         sharder = EmbeddingBagCollectionSharder(
             fused_params={"optimizer": _FUSED_OPTIMIZER[opt.embedding], "learning_rate": opt.embedding_lr},
@@ -184,25 +219,7 @@ class ShardedWorkload:
         )
         world_size = dist.get_world_size(pg)
         self.single_host = world_size <= local_size
-        module_plan = construct_module_sharding_plan(
-            ebc,
-            {
-                t.name: _parameter_sharding(sharding, i, world_size, local_size)
-                for i, t in enumerate(workload.tables)
-            },
-            sharder=sharder,
-            local_size=local_size,
-            world_size=world_size,
-            device_type=device.type,
-        )
-        # The plan builders default to the DENSE kernel; jobs run FUSED (optimizer in the backward).
-        kernel = (
-            EmbeddingComputeKernel.FUSED
-            if workload.compute_kernel == "fused"
-            else EmbeddingComputeKernel.DENSE
-        )
-        for parameter_sharding in module_plan.values():
-            parameter_sharding.compute_kernel = kernel.value
+        module_plan = _module_plan(ebc, sharder, workload, sharding, world_size, local_size, device)
         module, path = _train_module(workload, ebc, device)
         self.plan = ShardingPlan({path: module_plan})
         self.dim_sum_per_rank = _dim_sum_per_rank(module_plan, world_size)
