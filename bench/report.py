@@ -89,6 +89,118 @@ def splice_headline(readme: str, results: dict[str, Any]) -> str:
     return readme[: start + len(HEADLINE_START)] + "\n" + headline_table(results) + "\n" + readme[end:]
 
 
+def _md_trial(t: dict[str, Any]) -> list[str]:
+    return ["## Trial efficiency", "", f"`{CMD.format('trial')}` — {t['spec']}. Wall time from outside "
+              "(`torchrun` included).", "",
+              table(["launch", "wall s", "setup s", "measured s", "measured share"], [
+                  ["1 candidate", _f(t["single_candidate"]["wall_s"], ".1f"), _f(t["single_candidate"]["setup_s"], ".1f"),
+                   _f(t["single_candidate"]["measured_s"], ".1f"), _pct(t["single_candidate"]["share"])],
+                  ["10 candidates", _f(t["ten_candidates"]["wall_s"], ".1f"), _f(t["ten_candidates"]["setup_s"], ".1f"),
+                   _f(t["ten_candidates"]["measured_s"], ".1f"), _pct(t["ten_candidates"]["share"])]]),
+              "", f"All ten candidates ok: {t['ten_candidates']['all_ok']}; forward quantization error "
+              + ", ".join(f"{k} {v:.2e}" for k, v in t["ten_candidates"]["quant_error_fwd"].items()) + ".", ""]  # fmt: skip
+
+
+def _md_noise(n: dict[str, Any]) -> list[str]:
+    return ["## Measurement noise", "", f"`{CMD.format('noise')}` — {n['setup']}.", "",
+              "samples/s per launch (median iteration): " + ", ".join(f"{x:,.0f}" for x in n["samples_per_s"]) +
+              f". Within a launch the iteration times vary with a CV of {n.get('cv_within_launch', 0):.0%}; "
+              "across launches:", "",
+              table(["statistic of the iteration times", "CV of samples/s across launches"], [
+                  ["median (what the trial reports and the search optimises)", _pct(n["cv_median_statistic"])],
+                  ["10th percentile", _pct(n.get("cv_p10_statistic"))],
+                  ["mean", _pct(n["cv_mean_statistic"])]]), ""]  # fmt: skip
+
+
+def _md_fidelity(f: dict[str, Any]) -> list[str]:
+    lines = ["## Fidelity", "", f"`{CMD.format('fidelity')}` — the trial's all-to-all bandwidth against a plain "
+              "`all_to_all_single` loop replaying the same calls (dtype, sizes, splits) in the same launch, "
+              "right after each candidate.", ""]  # fmt: skip
+    for row in f.values():
+        if isinstance(row, dict) and "rows" in row:
+            lines += [f"{row['fabric']}:", "", table(["candidate", "trial algbw GB/s", "plain GB/s", "ratio"], [
+                [r["candidate"], f"{r['trial_algbw_gbps']:.3f}", f"{r['raw_algbw_gbps']:.3f}", f"{r['ratio']:.2f}"]
+                for r in row["rows"]]), ""]  # fmt: skip
+    return lines
+
+
+def _md_training_fidelity(tf: dict[str, Any]) -> list[str]:
+    lines = ["## Training fidelity", "", f"`{CMD.format('training-fidelity')}` — the trial's predicted speedup "
+              "over fp32 at the job's batch (512) against the speedup of a reference TorchRec training loop "
+              "(`bench/training_loop.py`: DLRM, FUSED embeddings with Adagrad, dense Adagrad under DDP, "
+              "`TrainPipelineSparseDist`, torchrec's public API only) on the demo job, 2 CPU ranks. Interleaved "
+              "rounds: one trial launch of the five candidates, then one training launch per candidate in a "
+              "shuffled order; speedups against each round's own baseline, medians over rounds.", ""]  # fmt: skip
+    for row in tf.values():
+        if isinstance(row, dict) and "rows" in row:
+            lines += [f"{row['fabric']} ({row['rounds']} rounds; Spearman {row['spearman']:.2f}, worst ratio "
+                      f"{row['worst_ratio_error']:.0%} off 1):", "",
+                      table(["candidate", "trial (predicted)", "training loop (actual)", "predicted / actual"], [
+                          [r["candidate"], f"{r['trial_speedup']:.2f}x", f"{r['training_speedup']:.2f}x",
+                           f"{r['ratio']:.2f}"] for r in row["rows"]]), ""]  # fmt: skip
+    return lines
+
+
+def _md_search(q: dict[str, Any]) -> list[str]:
+    return ["## Search efficiency", "", f"`{CMD.format('search')}` — replay of `{q['landscape']}` "
+              f"({q['grid_points']} points recorded from real launches; {q['landscape_note']}), "
+              f"{q['seeds']} seeds, cap k = {q['candidates_per_launch']} candidates per launch, budget "
+              f"{q['budget_measurements']} measurements. Points within 3% of the best "
+              f"({q['grid_best_samples_per_s']:,.0f} samples/s): {q['points_within_3pct']}. A study has found it when its pick (best "
+              "observed so far) is truly within 3%; runs that never get there count as budget + 1.", "",
+              table(["search", "median measurements", "IQR", "found within budget"], [
+                  ["TPE (ours)", f"{q['tpe']['median']:.0f}", f"{q['tpe']['iqr'][0]:.0f}-{q['tpe']['iqr'][1]:.0f}",
+                   f"{q['tpe']['found_within_budget']}/{q['tpe']['runs']}"],
+                  ["random", f"{q['random']['median']:.0f}", f"{q['random']['iqr'][0]:.0f}-{q['random']['iqr'][1]:.0f}",
+                   f"{q['random']['found_within_budget']}/{q['random']['runs']}"],
+                  ["grid (exhaustive)", str(q["grid"]["exhaustive"]), "-", "-"],
+                  ["grid (shuffled, expected)", f"{q['grid']['expected_shuffled']:.1f}", "-", "-"]]), ""]  # fmt: skip
+
+
+def _md_tuned(u: dict[str, Any]) -> list[str]:
+    return ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
+              "2 CPU ranks, `deploy/examples/`: 3 search launches x 4 candidates, 3 interleaved confirmation "
+              "rounds); speedup of the finalist over the baseline with its 95% confidence interval.", "",
+              table(["fabric", "baseline", "best", "speedup [95% CI]", "decision"], [
+                  [r["fabric"], r["baseline"], r["best"],
+                   f"{r['speedup']:.2f}x" + (f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r.get("ci_low") else ""),
+                   r["decision"]] for r in u["rows"]]), ""]  # fmt: skip
+
+
+def _md_serving(section: dict[str, Any]) -> list[str]:
+    v = {k: r for k, r in section.items() if isinstance(r, dict)}
+    if not v:
+        return []
+    return ["## Serving", "", f"`{CMD.format('serving')}` — `wrk` (a separate process) against a real "
+              "`autotuner serve`, 64 connections for 10 s, while a study (replay executor) writes launches and "
+              "trials; then the hook (`autotuner env --server`) end to end, up, down (cached config), and "
+              "against a service that accepts connections but never answers.", "",
+              table(["stored configs", "req/s", "p50 ms", "p99 ms", "errors", "trials written meanwhile",
+                     "hook up ms", "hook down ms", "hook hanging ms"], [
+                  [str(r["stored_configs"]), f"{r['fetch']['requests_per_s']:,.0f}", f"{r['fetch']['p50_ms']:.1f}",
+                   f"{r['fetch']['p99_ms']:.1f}", str(r["fetch"]["non_2xx"] + r["fetch"]["socket_errors"]),
+                   str(r["trials_written_during_load"]), f"{r['hook_up']['median_ms']:.0f}",
+                   f"{r['hook_down_cached']['median_ms']:.0f}", f"{r['hook_hanging_cached']['max_ms']:.0f}"]
+                  for r in v.values()]), ""]  # fmt: skip
+
+
+def _md_scaling(c: dict[str, Any]) -> list[str]:
+    lines = ["## How cost scales", "", f"`{CMD.format('scaling')}` — one fp16 candidate, batch 512.", "",
+              table(["tables", "ranks", "wall s", "setup s", "iteration ms", "all-to-all ms", "a2a MB/iter"], [
+                  [str(r["tables"]), str(r["ranks"]), f"{r['wall_s']:.1f}", f"{r['setup_s']:.1f}",
+                   f"{r['iter_ms']:.1f}", f"{r['a2a_ms']:.2f}", f"{r['a2a_bytes_per_iter'] / 1e6:.2f}"]
+                  for r in c["rows"]]), "",
+              f"16 vs 4 tables: setup x{c['setup_ratio_16_vs_4_tables']:.2f}, iteration x"
+              f"{c['iter_ratio_16_vs_4_tables']:.2f}; 2 vs 1 ranks: iteration x{c['iter_ratio_2_vs_1_ranks']:.2f}.", ""]  # fmt: skip
+    return lines
+
+
+# Each section's Markdown, in the order RESULTS.md shows them.
+SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
+              "training-fidelity": _md_training_fidelity, "search": _md_search, "tuned": _md_tuned,
+              "serving": _md_serving, "scaling": _md_scaling}  # fmt: skip
+
+
 def render(results: dict[str, Any]) -> str:
     s = results["sections"]
     m = results.get("machine", {})
@@ -107,90 +219,9 @@ def render(results: dict[str, Any]) -> str:
         headline_table(results),
         "",
     ]
-    if t := s.get("trial"):
-        lines += ["## Trial efficiency", "", f"`{CMD.format('trial')}` — {t['spec']}. Wall time from outside "
-                  "(`torchrun` included).", "",
-                  table(["launch", "wall s", "setup s", "measured s", "measured share"], [
-                      ["1 candidate", _f(t["single_candidate"]["wall_s"], ".1f"), _f(t["single_candidate"]["setup_s"], ".1f"),
-                       _f(t["single_candidate"]["measured_s"], ".1f"), _pct(t["single_candidate"]["share"])],
-                      ["10 candidates", _f(t["ten_candidates"]["wall_s"], ".1f"), _f(t["ten_candidates"]["setup_s"], ".1f"),
-                       _f(t["ten_candidates"]["measured_s"], ".1f"), _pct(t["ten_candidates"]["share"])]]),
-                  "", f"All ten candidates ok: {t['ten_candidates']['all_ok']}; forward quantization error "
-                  + ", ".join(f"{k} {v:.2e}" for k, v in t["ten_candidates"]["quant_error_fwd"].items()) + ".", ""]  # fmt: skip
-    if n := s.get("noise"):
-        lines += ["## Measurement noise", "", f"`{CMD.format('noise')}` — {n['setup']}.", "",
-                  "samples/s per launch (median iteration): " + ", ".join(f"{x:,.0f}" for x in n["samples_per_s"]) +
-                  f". Within a launch the iteration times vary with a CV of {n.get('cv_within_launch', 0):.0%}; "
-                  "across launches:", "",
-                  table(["statistic of the iteration times", "CV of samples/s across launches"], [
-                      ["median (what the trial reports and the search optimises)", _pct(n["cv_median_statistic"])],
-                      ["10th percentile", _pct(n.get("cv_p10_statistic"))],
-                      ["mean", _pct(n["cv_mean_statistic"])]]), ""]  # fmt: skip
-    if f := s.get("fidelity"):
-        lines += ["## Fidelity", "", f"`{CMD.format('fidelity')}` — the trial's all-to-all bandwidth against a plain "
-                  "`all_to_all_single` loop replaying the same calls (dtype, sizes, splits) in the same launch, "
-                  "right after each candidate.", ""]  # fmt: skip
-        for row in f.values():
-            if isinstance(row, dict) and "rows" in row:
-                lines += [f"{row['fabric']}:", "", table(["candidate", "trial algbw GB/s", "plain GB/s", "ratio"], [
-                    [r["candidate"], f"{r['trial_algbw_gbps']:.3f}", f"{r['raw_algbw_gbps']:.3f}", f"{r['ratio']:.2f}"]
-                    for r in row["rows"]]), ""]  # fmt: skip
-    if tf := s.get("training-fidelity"):
-        lines += ["## Training fidelity", "", f"`{CMD.format('training-fidelity')}` — the trial's predicted speedup "
-                  "over fp32 at the job's batch (512) against the speedup of a reference TorchRec training loop "
-                  "(`bench/training_loop.py`: DLRM, FUSED embeddings with Adagrad, dense Adagrad under DDP, "
-                  "`TrainPipelineSparseDist`, torchrec's public API only) on the demo job, 2 CPU ranks. Interleaved "
-                  "rounds: one trial launch of the five candidates, then one training launch per candidate in a "
-                  "shuffled order; speedups against each round's own baseline, medians over rounds.", ""]  # fmt: skip
-        for row in tf.values():
-            if isinstance(row, dict) and "rows" in row:
-                lines += [f"{row['fabric']} ({row['rounds']} rounds; Spearman {row['spearman']:.2f}, worst ratio "
-                          f"{row['worst_ratio_error']:.0%} off 1):", "",
-                          table(["candidate", "trial (predicted)", "training loop (actual)", "predicted / actual"], [
-                              [r["candidate"], f"{r['trial_speedup']:.2f}x", f"{r['training_speedup']:.2f}x",
-                               f"{r['ratio']:.2f}"] for r in row["rows"]]), ""]  # fmt: skip
-    if q := s.get("search"):
-        lines += ["## Search efficiency", "", f"`{CMD.format('search')}` — replay of `{q['landscape']}` "
-                  f"({q['grid_points']} points recorded from real launches; {q['landscape_note']}), "
-                  f"{q['seeds']} seeds, cap k = {q['candidates_per_launch']} candidates per launch, budget "
-                  f"{q['budget_measurements']} measurements. Points within 3% of the best "
-                  f"({q['grid_best_samples_per_s']:,.0f} samples/s): {q['points_within_3pct']}. A study has found it when its pick (best "
-                  "observed so far) is truly within 3%; runs that never get there count as budget + 1.", "",
-                  table(["search", "median measurements", "IQR", "found within budget"], [
-                      ["TPE (ours)", f"{q['tpe']['median']:.0f}", f"{q['tpe']['iqr'][0]:.0f}-{q['tpe']['iqr'][1]:.0f}",
-                       f"{q['tpe']['found_within_budget']}/{q['tpe']['runs']}"],
-                      ["random", f"{q['random']['median']:.0f}", f"{q['random']['iqr'][0]:.0f}-{q['random']['iqr'][1]:.0f}",
-                       f"{q['random']['found_within_budget']}/{q['random']['runs']}"],
-                      ["grid (exhaustive)", str(q["grid"]["exhaustive"]), "-", "-"],
-                      ["grid (shuffled, expected)", f"{q['grid']['expected_shuffled']:.1f}", "-", "-"]]), ""]  # fmt: skip
-    if u := s.get("tuned"):
-        lines += ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
-                  "2 CPU ranks, `deploy/examples/`: 3 search launches x 4 candidates, 3 interleaved confirmation "
-                  "rounds); speedup of the finalist over the baseline with its 95% confidence interval.", "",
-                  table(["fabric", "baseline", "best", "speedup [95% CI]", "decision"], [
-                      [r["fabric"], r["baseline"], r["best"],
-                       f"{r['speedup']:.2f}x" + (f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r.get("ci_low") else ""),
-                       r["decision"]] for r in u["rows"]]), ""]  # fmt: skip
-    if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
-        lines += ["## Serving", "", f"`{CMD.format('serving')}` — `wrk` (a separate process) against a real "
-                  "`autotuner serve`, 64 connections for 10 s, while a study (replay executor) writes launches and "
-                  "trials; then the hook (`autotuner env --server`) end to end, up, down (cached config), and "
-                  "against a service that accepts connections but never answers.", "",
-                  table(["stored configs", "req/s", "p50 ms", "p99 ms", "errors", "trials written meanwhile",
-                         "hook up ms", "hook down ms", "hook hanging ms"], [
-                      [str(r["stored_configs"]), f"{r['fetch']['requests_per_s']:,.0f}", f"{r['fetch']['p50_ms']:.1f}",
-                       f"{r['fetch']['p99_ms']:.1f}", str(r["fetch"]["non_2xx"] + r["fetch"]["socket_errors"]),
-                       str(r["trials_written_during_load"]), f"{r['hook_up']['median_ms']:.0f}",
-                       f"{r['hook_down_cached']['median_ms']:.0f}", f"{r['hook_hanging_cached']['max_ms']:.0f}"]
-                      for r in v.values()]), ""]  # fmt: skip
-    if c := s.get("scaling"):
-        lines += ["## How cost scales", "", f"`{CMD.format('scaling')}` — one fp16 candidate, batch 512.", "",
-                  table(["tables", "ranks", "wall s", "setup s", "iteration ms", "all-to-all ms", "a2a MB/iter"], [
-                      [str(r["tables"]), str(r["ranks"]), f"{r['wall_s']:.1f}", f"{r['setup_s']:.1f}",
-                       f"{r['iter_ms']:.1f}", f"{r['a2a_ms']:.2f}", f"{r['a2a_bytes_per_iter'] / 1e6:.2f}"]
-                      for r in c["rows"]]), "",
-                  f"16 vs 4 tables: setup x{c['setup_ratio_16_vs_4_tables']:.2f}, iteration x"
-                  f"{c['iter_ratio_16_vs_4_tables']:.2f}; 2 vs 1 ranks: iteration x{c['iter_ratio_2_vs_1_ranks']:.2f}.", ""]  # fmt: skip
+    for key, section_md in SECTION_MD.items():
+        if s.get(key):
+            lines += section_md(s[key])
     # Sections can be re-run alone (--only): the whole bench costs the sum of their last runs.
     total = sum(sec.get("seconds", 0) for sec in s.values())
     when = sorted(sec["measured_at"] for sec in s.values() if "measured_at" in sec)
