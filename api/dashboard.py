@@ -24,8 +24,8 @@ from api.auth import ReadAccess
 from api.deps import StoreDep
 from api.schemas import ERRORS
 from autotuner import __version__
-from autotuner.driver import optuna_storage
 from autotuner.store import Candidate, Store
+from autotuner.tuning import optuna_storage, record_name
 
 log = logging.getLogger("autotuner.dashboard")
 HERE = Path(__file__).resolve().parent
@@ -196,7 +196,7 @@ def importance(cache: _OptunaCache, study_id: int) -> dict[str, Any]:
     """`optuna.importance.get_param_importances` on the study's Optuna trials, when they can say
     anything: at least two completed trials whose values differ."""
     try:
-        ostudy = optuna.load_study(study_name=f"autotuner-study-{study_id}", storage=cache.storage())
+        ostudy = optuna.load_study(study_name=record_name(study_id), storage=cache.storage())
     except KeyError:
         return {"params": [], "reason": "no search trials yet"}
     trials = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

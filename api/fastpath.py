@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from api.auth import RANK
-from autotuner.study import NAME_RE
+from autotuner.tuning import NAME_RE
 
 PREFIX = "/v1/configs/"
 ROUTE_PATH = "/v1/configs/{cluster}/{workload}"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotuner.store import Candidate, Launch, Study
-from autotuner.study import NAME_RE, NAME_RULE
+from autotuner.tuning import NAME_RE, NAME_RULE
 
 
 class ErrorPublic(BaseModel):

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from autotuner.study import default_data_dir
+from autotuner.paths import default_data_dir
 
 SCOPES = ("read", "write", "admin")
 

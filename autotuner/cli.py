@@ -4,18 +4,28 @@ JSON) alone to stdout. The entry point is autotuner.__main__, which sends the pr
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+import types
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotuner.configs import config_to_dict, render
-from autotuner.study import StudySettings, create_study, default_database_url
+from autotuner.paths import default_database_url
+from autotuner.store.states import CandidateState, LaunchKind, StudyState
+from autotuner.tuning.settings import RequestSettings, StudySettings
+from autotuner.tuning.study import create_study
 
 app = typer.Typer(
     name="autotuner",
@@ -32,6 +42,7 @@ out = Console()
 DbOption = Annotated[
     str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help="SQLAlchemy URL of the store")
 ]
+KW = inspect.Parameter.KEYWORD_ONLY
 
 
 def _store(db: str | None):  # noqa: ANN202
@@ -57,87 +68,122 @@ def _load_json(path: Path, what: str) -> Any:
         raise _fail(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
-@app.command()
-def tune(
-    cluster: Annotated[str | None, typer.Option(help="cluster name: configs are keyed by it")] = None,
-    workload: Annotated[
-        Path | None, typer.Option(help="JSON file with the trial spec's `workload` object")
-    ] = None,
-    space: Annotated[
-        str | None, typer.Option(help="search space file (YAML/JSON) or preset: socket, efa")
-    ] = None,
-    executor: Annotated[str, typer.Option(help="local | replay | slurm | kubernetes")] = "local",
-    nproc: Annotated[int, typer.Option(help="ranks per node")] = 2,
-    nnodes: Annotated[int, typer.Option(help="nodes per launch")] = 1,
-    trials: Annotated[int, typer.Option(help="search launches (each measures several candidates)")] = 6,
-    time_budget: Annotated[float | None, typer.Option(help="seconds; no new launch after")] = None,
-    candidates_per_launch: Annotated[int | None, typer.Option(help="cap k of candidates per launch")] = None,
-    iterations: Annotated[int, typer.Option(help="measured iterations per candidate")] = 30,
-    warmup: Annotated[int, typer.Option(help="warmup iterations per candidate")] = 3,
-    confirm_rounds: Annotated[int, typer.Option(help="interleaved best/baseline rounds")] = 3,
-    sampler: Annotated[str, typer.Option(help="tpe | random")] = "tpe",
-    seed: int = 0,
-    fabric: Annotated[
-        str | None, typer.Option(help="local: emulate a fabric of this rate (e.g. 2gbit)")
-    ] = None,
-    landscape: Annotated[Path | None, typer.Option(help="replay: recorded landscape file")] = None,
-    executor_option: Annotated[
-        list[str] | None, typer.Option(help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")
-    ] = None,
-    launch_timeout: Annotated[float, typer.Option(help="seconds before a launch is killed")] = 900,
-    scaling_nodes: Annotated[
-        str, typer.Option(help="after publishing, measure at these node counts: 1,2,4")
-    ] = "",
-    workdir: Annotated[Path | None, typer.Option(help="launch directories (shared with the nodes)")] = None,
-    study: Annotated[
-        str | None, typer.Option(help="study name; an existing unfinished one is resumed")
-    ] = None,
-    db: DbOption = None,
-) -> None:
-    """Run (or resume) a tuning study, then publish the confirmed best config."""
-    from autotuner.driver import Progress as DriverProgress
-    from autotuner.driver import StudyBusy, StudyDriver
-    from autotuner.executors import make_executor
+TUNE_OPTIONS = [
+    inspect.Parameter("cluster", KW, annotation=Annotated[str | None, typer.Option(help="cluster name: configs are keyed by it")], default=None),
+    inspect.Parameter("workload", KW, annotation=Annotated[Path | None, typer.Option(help="JSON file with the trial spec's `workload` object")], default=None),
+    inspect.Parameter("space", KW, annotation=Annotated[str | None, typer.Option(help="search space file (YAML/JSON) or preset: socket, efa")], default=None),
+    inspect.Parameter("study", KW, annotation=Annotated[str | None, typer.Option(help="study name; an existing unfinished one is resumed")], default=None),
+    inspect.Parameter("landscape", KW, annotation=Annotated[Path | None, typer.Option(help="replay: recorded landscape file")], default=None),
+    inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")], default=None),
+    inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(help="launch directories (shared with the nodes)")], default=None),
+    inspect.Parameter("db", KW, annotation=DbOption, default=None),
+]  # fmt: skip
 
-    store = _store(db)
-    existing = store.study(study) if study else None
-    if existing is None:
-        if cluster is None or workload is None or space is None:
-            raise _fail("--cluster, --workload and --space are required for a new study")
-        options: dict[str, Any] = {}
+
+def _settings_options() -> list[inspect.Parameter]:
+    """One option per field of RequestSettings: the defaults, bounds and help of the REST body."""
+    params = []
+    for name, field in RequestSettings.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = "--" + str(extra.get("cli") or name.replace("_", "-"))
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, bool):
+            option, kind = typer.Option(f"{flag}/--no-{flag[2:]}", help=field.description), bool
+        else:
+            option, kind = typer.Option(flag, help=field.description), _cli_type(field.annotation)
+        if isinstance(default, list):
+            default = ",".join(map(str, default))
+        params.append(inspect.Parameter(name, KW, annotation=Annotated[kind, option], default=default))
+    return params
+
+
+def _cli_type(annotation: Any) -> Any:
+    """What typer parses a field as: numbers as numbers, choices and lists as text (pydantic checks them)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) else annotation
+    return base if base in (int, float) else str
+
+
+def settings_from_options(options: dict[str, Any]) -> RequestSettings:
+    """The command line's values as the REST body's settings; bad ones name their option."""
+    values = dict(options)
+    nodes = values.get("scaling_nodes")
+    if isinstance(nodes, str):
         try:
-            nodes_curve = [int(n) for n in scaling_nodes.split(",") if n.strip()]
+            values["scaling_nodes"] = [int(n) for n in nodes.split(",") if n.strip()]
         except ValueError as exc:
-            raise _fail(f"--scaling-nodes {scaling_nodes!r}: comma-separated integers, e.g. 1,2,4") from exc
-        for item in executor_option or []:
-            key, sep, raw = item.partition("=")
-            if not sep or not key:
-                raise _fail(f"--executor-option {item!r}: use KEY=VALUE")
-            try:
-                options[key] = json.loads(raw)
-            except ValueError:
-                options[key] = raw  # a plain string
-        if landscape is not None:
-            options["landscape"] = str(landscape)
+            raise _fail(f"--scaling-nodes {nodes!r}: comma-separated integers, e.g. 1,2,4") from exc
+    try:
+        return RequestSettings(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = first["loc"][0] if first["loc"] else ""
+        flag = {p.name: p.annotation.__metadata__[0].param_decls[0] for p in _settings_options()}.get(
+            str(where), ""
+        )
+        raise _fail(f"{flag.split('/')[0] or 'settings'}: {first['msg']}") from exc
+
+
+def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise _fail(f"--executor-option {item!r}: use KEY=VALUE")
         try:
-            settings = StudySettings(
-                executor=executor, nproc_per_node=nproc, nnodes=nnodes, trials=trials, time_budget_s=time_budget,
-                candidates_per_launch=candidates_per_launch, iterations=iterations, warmup=warmup,
-                confirm_rounds=confirm_rounds, sampler=sampler, seed=seed, fabric=fabric,
-                launch_timeout_s=launch_timeout, workdir=str(workdir) if workdir else None, executor_options=options,
-                scaling_nodes=nodes_curve,
-            )  # fmt: skip
-            row = create_study(store, cluster=cluster, workload=_load_json(workload, "workload"), space=space,
-                               settings=settings, name=study)  # fmt: skip
-        except ValueError as exc:
-            raise _fail(str(exc)) from exc
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw  # a plain string
+    if landscape is not None:
+        options["landscape"] = str(landscape)
+    return options
+
+
+def tune(**options: Any) -> None:
+    """Run (or resume) a tuning study, then publish the confirmed best config."""
+    from autotuner.tuning import StudyBusy, StudyDriver, executor_of
+
+    store = _store(options["db"])
+    row = store.study(options["study"]) if options["study"] else None
+    if row is None:
+        row = _new_study(store, options)
         err.print(f"study [bold]{row.name}[/bold] (id {row.id}) created")
     else:
-        row = existing
-        settings = StudySettings.model_validate(row.settings)
         err.print(f"resuming study [bold]{row.name}[/bold] (id {row.id}, {row.state})")
+    settings = StudySettings.model_validate(row.settings)
+    with _progress_bar((settings.trials or 0) + 1) as progress:
+        try:
+            final = StudyDriver(store, row.id, executor_of(settings), progress=progress).run()
+        except StudyBusy as exc:
+            raise _fail(str(exc), 3) from exc
+    _print_outcome(store, final)
+    if final.state != StudyState.DONE:
+        raise typer.Exit(1)
 
-    total = (settings.trials or 0) + 1
+
+tune.__signature__ = inspect.Signature([*TUNE_OPTIONS, *_settings_options()])  # type: ignore[attr-defined]
+app.command()(tune)
+
+
+def _new_study(store: Any, options: dict[str, Any]) -> Any:
+    if options["cluster"] is None or options["workload"] is None or options["space"] is None:
+        raise _fail("--cluster, --workload and --space are required for a new study")
+    request = settings_from_options({k: options[k] for k in RequestSettings.model_fields})
+    executor_options = _executor_options(options["executor_option"], options["landscape"])
+    workdir = str(options["workdir"]) if options["workdir"] else None
+    try:
+        settings = StudySettings(**request.model_dump(), workdir=workdir, executor_options=executor_options)
+        return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
+                            space=options["space"], settings=settings, name=options["study"])  # fmt: skip
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+
+
+@contextmanager
+def _progress_bar(total: int) -> Iterator[Any]:
+    """A bar over the baseline and search launches; its status line says how each launch went."""
+    from autotuner.tuning import Progress as DriverProgress
+
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=err, transient=False,
@@ -145,31 +191,21 @@ def tune(
         task = bar.add_task("baseline", total=total, status="")
 
         def ended(launch: Any, rows: list[Any]) -> None:
-            ok = [r for r in rows if r.state == "ok"]
+            ok = [r for r in rows if r.state == CandidateState.OK]
             best = max((r.samples_per_s for r in ok), default=None)
             status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
                 f", best {best:,.0f} samples/s" if best else ""
             )
-            if launch.kind in ("baseline", "search"):
+            if launch.kind in (LaunchKind.BASELINE, LaunchKind.SEARCH):
                 bar.advance(task)
             bar.update(task, status=status)
 
-        progress = DriverProgress(
-            on_launch_end=ended,
-            on_phase=lambda phase: bar.update(task, description=phase),
-        )
-        try:
-            final = StudyDriver(store, row.id, make_executor(settings), progress=progress).run()
-        except StudyBusy as exc:
-            raise _fail(str(exc), 3) from exc
-    _print_outcome(store, final)
-    if final.state != "done":
-        raise typer.Exit(1)
+        yield DriverProgress(on_launch_end=ended, on_phase=lambda phase: bar.update(task, description=phase))
 
 
 def _print_outcome(store: Any, study: Any) -> None:
     outcome = study.outcome or {}
-    if study.state == "failed":
+    if study.state == StudyState.FAILED:
         err.print(f"[red]study {study.name} failed:[/red] {study.error}")
         return
     rows = {label: store.candidate(cid) for label, cid in
@@ -368,57 +404,22 @@ def exec_cmd(ctx: typer.Context) -> None:
     raise typer.Exit(exec_main(list(ctx.args)))
 
 
-# ---------------------------------------------------------------------------------------- serve
+# ---------------------------------------------------------------------------------------- plugins
 
 
-@app.command()
-def serve(
-    host: Annotated[str | None, typer.Option(help="bind address (AUTOTUNER_HOST)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (AUTOTUNER_PORT)")] = None,
-    workers: Annotated[int | None, typer.Option(help="API processes (AUTOTUNER_WORKERS)")] = None,
-    db: DbOption = None,
-    scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
-) -> None:
-    """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
-    import logging
-    import os
-    import shutil
+def _add_plugins() -> None:
+    """Commands other packages register (group `autotuner.commands`, e.g. `serve` from api): listed
+    here by name, imported only when run, so the engine's CLI knows nothing of them."""
+    for entry in entry_points(group="autotuner.commands"):
+        app.command(entry.name, help=f"{entry.name} (from {entry.module}; `autotuner {entry.name} --help`)",
+                    **_HOOK)(_plugin(entry))  # fmt: skip
 
-    import uvicorn
 
-    from api.scheduler import SchedulerProcess, scheduler_env
-    from api.settings import Settings
+def _plugin(entry: Any) -> Any:
+    def run(ctx: typer.Context) -> None:
+        raise typer.Exit(entry.load()(list(ctx.args)))
 
-    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
-                                                   "database_url": db, "scheduler": scheduler}.items()
-                                 if v is not None}  # fmt: skip
-    try:
-        settings = Settings(**overrides)
-    except ValueError as exc:
-        raise _fail(str(exc)) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Workers are separate processes that read their settings from the environment.
-    os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
-    if settings.workers > 1:
-        os.environ["AUTOTUNER_DIE_WITH_PARENT"] = "1"
-        # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
-        metrics_dir = settings.data_dir / "prometheus"
-        shutil.rmtree(metrics_dir, ignore_errors=True)
-        metrics_dir.mkdir(parents=True)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    from autotuner.store import Store
+    return run
 
-    Store(settings.url).dispose()  # migrate once, before workers race to
-    runner = None
-    if settings.scheduler:
-        runner = SchedulerProcess(scheduler_env(settings))
-        runner.start()
-        os.environ["AUTOTUNER_SCHEDULER_PID"] = str(runner.pid)
-    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
-              f"({settings.workers} workers, store {settings.url})")  # fmt: skip
-    try:
-        uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                    workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
-    finally:
-        if runner is not None:
-            runner.stop()
+
+_add_plugins()

@@ -106,7 +106,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any] | None:
     """The config for this job, fail-open. Never raises for service trouble."""
     if not args.server:
         if not args.db:
-            from autotuner.study import default_database_url
+            from autotuner.paths import default_database_url
 
             args.db = default_database_url()
         return fetch_from_db(args.db, args.cluster, args.workload, args.nodes)

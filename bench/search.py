@@ -16,12 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotuner.driver import StudyDriver
 from autotuner.executors import Landscape, ReplayExecutor
 from autotuner.executors.replay import candidate_key, env_key
 from autotuner.space import load_space
 from autotuner.store import Store
-from autotuner.study import StudySettings, create_study
+from autotuner.tuning import StudyDriver, StudySettings, create_study
 
 LANDSCAPE = Path(__file__).resolve().parent / "data" / "landscape-cpu.json"
 WITHIN = 0.03

@@ -10,10 +10,9 @@ from typing import Any
 
 import yaml
 
-from autotuner.driver import StudyDriver
 from autotuner.executors import Fabric, LocalExecutor
 from autotuner.store import Store
-from autotuner.study import StudySettings, create_study
+from autotuner.tuning import StudyDriver, StudySettings, create_study
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())

@@ -11,7 +11,7 @@ from api.deps import CacheDep, StoreDep
 from api.schemas import ERRORS, ConfigPublic, PinRequest, RollbackRequest
 from autotuner.configs import config_to_dict
 from autotuner.store import NotFound
-from autotuner.study import NAME_RE, NAME_RULE
+from autotuner.tuning import NAME_RE, NAME_RULE
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
 NameParam = Path(min_length=1, max_length=128, pattern=NAME_RE.pattern, description=NAME_RULE)

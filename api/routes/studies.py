@@ -21,8 +21,8 @@ from api.schemas import (
     trial_public,
 )
 from autotuner.space import SpaceError
-from autotuner.store import CANDIDATE_SORT_KEYS, STUDY_STATES, Store, Study
-from autotuner.study import StudySettings, create_study
+from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, Store, Study, StudyState
+from autotuner.tuning import StudySettings, create_study
 from trials.spec import SpecError
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
@@ -84,7 +84,7 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
 def list_studies(
     store: StoreDep,
     _: ReadAccess,
-    state: Annotated[Literal[STUDY_STATES] | None, Query()] = None,  # type: ignore[valid-type]
+    state: Annotated[StudyState | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> StudiesPublic:
@@ -102,9 +102,9 @@ def show(study_id: StudyId, store: StoreDep, _: ReadAccess) -> StudyPublic:
 def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
     """Stop a queued or running study; its running launch is killed at the next heartbeat."""
     study = get_study(store, study_id)
-    if study.state in ("done", "failed", "cancelled"):
+    if study.state in TERMINAL:
         raise HTTPException(409, f"study {study_id} is already {study.state}")
-    return to_public(store, store.update_study(study_id, state="cancelled"))
+    return to_public(store, store.update_study(study_id, state=StudyState.CANCELLED))
 
 
 @router.get("/{study_id}/trials", response_model=TrialsPublic)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any
 
 from autotuner.executors.base import (
     AppDryrun,
@@ -15,28 +16,37 @@ from autotuner.executors.base import (
 from autotuner.executors.local import Fabric, LocalExecutor
 from autotuner.executors.replay import Landscape, ReplayExecutor
 
-if TYPE_CHECKING:
-    from autotuner.study import StudySettings
 
-
-def make_executor(settings: StudySettings) -> Executor:
-    """The executor a study's settings ask for (cluster backends imported only when used)."""
-    if settings.executor == "local":
-        return LocalExecutor(
-            fabric=Fabric(settings.fabric) if settings.fabric else None,
-            emulate_nodes=bool(settings.executor_options.get("emulate_nodes", False)),
-        )
-    if settings.executor == "replay":
-        options = settings.executor_options
-        return ReplayExecutor(Landscape.load(options["landscape"]), seed=settings.seed,
-                              delay_s=float(options.get("delay_s", 0.0)))  # fmt: skip
-    if settings.executor == "slurm":
+def executor_for(name: str, options: Mapping[str, Any]) -> Executor:
+    """The executor of that name with its options (cluster backends imported only when used)."""
+    opts = dict(options)
+    if name == "local":
+        fabric = opts.get("fabric")
+        return LocalExecutor(fabric=Fabric(fabric) if fabric else None,
+                             emulate_nodes=bool(opts.get("emulate_nodes", False)))  # fmt: skip
+    if name == "replay":
+        return ReplayExecutor(Landscape.load(opts["landscape"]), seed=int(opts.get("seed", 0)),
+                              delay_s=float(opts.get("delay_s", 0.0)))  # fmt: skip
+    if name == "slurm":
         from autotuner.executors.slurm import SlurmExecutor
 
-        return SlurmExecutor(**settings.executor_options)
+        return SlurmExecutor(**opts)
     from autotuner.executors.kubernetes import KubernetesExecutor
 
-    return KubernetesExecutor(**settings.executor_options)
+    return KubernetesExecutor(**opts)
+
+
+def validate_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ValueError / TypeError naming what is wrong with an executor's options (no I/O)."""
+    opts = {k: v for k, v in options.items() if not (name == "replay" and k == "seed")}
+    if name == "local":
+        unknown = sorted(set(opts) - {"fabric", "emulate_nodes"})
+        if unknown:
+            raise TypeError(f"unknown option {unknown[0]!r}")
+        return
+    if name == "replay":
+        return
+    executor_for(name, options)
 
 
 __all__ = [
@@ -50,5 +60,6 @@ __all__ = [
     "LocalExecutor",
     "Outcome",
     "ReplayExecutor",
-    "make_executor",
+    "executor_for",
+    "validate_options",
 ]

@@ -2,19 +2,29 @@
 
 from autotuner.store.models import Candidate, Cluster, Config, Launch, Quarantine, Study, Workload, utcnow
 from autotuner.store.repo import (
-    ACTIVE_STUDY_STATES,
     CANDIDATE_SORT_KEYS,
-    STUDY_STATES,
     NotFound,
     Store,
     env_hash,
     pick_served,
 )
+from autotuner.store.states import (
+    ACTIVE,
+    MEASURED,
+    TERMINAL,
+    CandidateState,
+    LaunchKind,
+    StudyState,
+)
 
 __all__ = [
-    "ACTIVE_STUDY_STATES",
+    "ACTIVE",
     "CANDIDATE_SORT_KEYS",
-    "STUDY_STATES",
+    "MEASURED",
+    "TERMINAL",
+    "CandidateState",
+    "LaunchKind",
+    "StudyState",
     "Candidate",
     "Cluster",
     "Config",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
@@ -30,6 +31,17 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+class Label(TypeDecorator[str]):
+    """A state or kind: written as its plain string value, whatever enum carries it (a driver may
+    dump an enum by its name otherwise)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return value.value if isinstance(value, Enum) else value
 
 
 class Base(DeclarativeBase):
@@ -64,7 +76,7 @@ class Study(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("at_workloads.id"), index=True)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[str] = mapped_column(Label, index=True)
     space: Mapped[dict[str, Any]]
     settings: Mapped[dict[str, Any]]
     launches_done: Mapped[int] = mapped_column(default=0)
@@ -94,7 +106,7 @@ class Launch(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("at_studies.id"), index=True)
     seq: Mapped[int]
-    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm | scaling
+    kind: Mapped[str] = mapped_column(Label)  # store.states.LaunchKind
     attempt: Mapped[int] = mapped_column(default=1)
     nnodes: Mapped[int | None] = mapped_column(Integer)  # None: the study's node count
     env: Mapped[dict[str, Any]]
@@ -102,7 +114,7 @@ class Launch(Base):
     spec: Mapped[dict[str, Any]]
     # Optuna trial numbers that this launch's candidates answer (None where not an Optuna trial).
     optuna_trials: Mapped[list[Any]] = mapped_column(default=list)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[str] = mapped_column(Label, index=True)  # executors.LaunchState
     executor: Mapped[str] = mapped_column(String(32))
     backend_id: Mapped[str | None] = mapped_column(String(200))
     request: Mapped[str | None] = mapped_column(Text)  # the dryrun: command line / sbatch script / manifest
@@ -128,7 +140,7 @@ class Candidate(Base):
     study_id: Mapped[int] = mapped_column(ForeignKey("at_studies.id"), index=True)
     launch_id: Mapped[int] = mapped_column(ForeignKey("at_launches.id"), index=True)
     index: Mapped[int]
-    kind: Mapped[str] = mapped_column(String(16))  # baseline | search | confirm
+    kind: Mapped[str] = mapped_column(Label)  # store.states.LaunchKind
     optuna_number: Mapped[int | None] = mapped_column(Integer)
     env: Mapped[dict[str, Any]]
     fwd_precision: Mapped[str] = mapped_column(String(8))
@@ -139,7 +151,7 @@ class Candidate(Base):
     sharding: Mapped[str] = mapped_column(String(32))
     num_threads: Mapped[int | None] = mapped_column(Integer)
     pipeline: Mapped[str | None] = mapped_column(String(32))  # what drove the step (None: before 0003)
-    state: Mapped[str] = mapped_column(String(16), index=True)  # ok | failed | infeasible
+    state: Mapped[str] = mapped_column(Label, index=True)  # store.states.CandidateState
     samples_per_s: Mapped[float | None] = mapped_column(Float, index=True)
     iter_ms: Mapped[float | None] = mapped_column(Float)
     iter_cv: Mapped[float | None] = mapped_column(Float)

@@ -24,9 +24,8 @@ from autotuner.store.models import (
     Workload,
     utcnow,
 )
+from autotuner.store.states import ACTIVE, StudyState
 
-STUDY_STATES = ("queued", "running", "confirming", "done", "failed", "cancelled")
-ACTIVE_STUDY_STATES = ("queued", "running", "confirming")
 CANDIDATE_SORT_KEYS = {
     "id": Candidate.id,
     "samples_per_s": Candidate.samples_per_s,
@@ -45,6 +44,16 @@ def env_hash(env: dict[str, Any]) -> str:
 
 class NotFound(LookupError):
     pass
+
+
+def _assign(row: Any, fields: dict[str, Any]) -> None:
+    """Set columns of a row by name; a name that is not a column is an error, not a silent no-op."""
+    columns = set(row.__table__.columns.keys())
+    unknown = sorted(set(fields) - columns)
+    if unknown:
+        raise TypeError(f"{type(row).__name__} has no column {unknown[0]!r}")
+    for key, value in fields.items():
+        setattr(row, key, value)
 
 
 class Store:
@@ -123,7 +132,7 @@ class Store:
         workload_spec: dict[str, Any],
         space: dict[str, Any],
         settings: dict[str, Any],
-        state: str = "queued",
+        state: str = StudyState.QUEUED,
     ) -> Study:
         cluster_row = self.cluster(cluster, create=True)
         workload_row = self.upsert_workload(workload_name, workload_spec)
@@ -167,8 +176,7 @@ class Store:
             study = s.get(Study, study_id)
             if study is None:
                 raise NotFound(f"study {study_id}")
-            for key, value in fields.items():
-                setattr(study, key, value)
+            _assign(study, fields)
             return study
 
     def acquire_study(self, study_id: int, owner: str, lease_s: float) -> bool:
@@ -209,7 +217,7 @@ class Store:
         with self.session() as s:
             query = (
                 select(Study)
-                .where(Study.state.in_(ACTIVE_STUDY_STATES))
+                .where(Study.state.in_(ACTIVE))
                 .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
                 .order_by(Study.id)
             )
@@ -253,8 +261,7 @@ class Store:
             launch = s.get(Launch, launch_id)
             if launch is None:
                 raise NotFound(f"launch {launch_id}")
-            for key, value in fields.items():
-                setattr(launch, key, value)
+            _assign(launch, fields)
             return launch
 
     def launch(self, launch_id: int) -> Launch | None:

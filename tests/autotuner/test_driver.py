@@ -9,11 +9,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotuner.driver import StudyDriver, optuna_storage
 from autotuner.executors import Landscape, LaunchState, ReplayExecutor
 from autotuner.executors.base import Description
 from autotuner.store import Store, env_hash
-from autotuner.study import StudySettings, create_study
+from autotuner.tuning import StudyDriver, StudySettings, create_study, optuna_storage
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LANDSCAPE = DATA / "landscape-small.json"
@@ -142,7 +141,7 @@ def test_cancel_from_another_process_stops_the_study(store, tmp_path):
 
 
 def test_a_second_driver_cannot_run_a_leased_study(store, tmp_path):
-    from autotuner.driver import StudyBusy
+    from autotuner.tuning import StudyBusy
 
     study = study_with(store, tmp_path)
     assert store.acquire_study(study.id, "someone-else", lease_s=60)
@@ -163,7 +162,7 @@ def test_settings_reject_inconsistent_budgets():
 
 def test_lease_runs_concurrently_only_once(store, tmp_path):
     """Two drivers started at once on one study: exactly one runs it."""
-    from autotuner.driver import StudyBusy
+    from autotuner.tuning import StudyBusy
 
     study = study_with(store, tmp_path)
     outcomes = []
@@ -218,13 +217,18 @@ def test_scaling_curve_measures_each_node_count_and_reports_factors(store, tmp_p
 
 
 def test_pipelines_are_searched_in_process_like_precisions(store, tmp_path):
+    import random
+
+    from autotuner.tuning.launch import spec_of
+    from autotuner.tuning.plan import plan_launch
+    from autotuner.tuning.search import Search
+
     space = {**SPACE, "pipelines": [None, "base"]}  # null: the job's own (a plain loop for this workload)
     study = study_with(store, tmp_path, space=space, candidates_per_launch=32)
-    driver = StudyDriver(store, study.id, replay(), poll_s=0.01)
-    assert {p.pipeline for p in driver.points} == {"none", "base"} and len(driver.points) == 4 * 2 * 2
-    assert driver.baseline_point.pipeline == "none"
-    plan = driver._plan(driver._optuna())
+    ctx = StudyDriver(store, study.id, replay(), poll_s=0.01).ctx
+    assert {p.pipeline for p in ctx.points} == {"none", "base"} and len(ctx.points) == 4 * 2 * 2
+    assert ctx.baseline_point.pipeline == "none"
+    plan = plan_launch(ctx, Search(ctx), random.Random(0))
     assert plan is not None and {p.pipeline for p in plan.points} == {"none", "base"}
     assert len({p.key() for p in plan.points}) == len(plan.points)  # one launch, each point once
-    candidates = driver._spec(plan.points)["candidates"]
-    assert {c["pipeline"] for c in candidates} == {"none", "base"}
+    assert {c["pipeline"] for c in spec_of(ctx, plan)["candidates"]} == {"none", "base"}

@@ -270,9 +270,10 @@ def test_module_imports_and_dryruns_without_the_kubernetes_package():
 import sys
 sys.modules["kubernetes"] = None  # any import of it now fails
 from pathlib import Path
-from autotuner.executors import LaunchRequest, make_executor
+from autotuner.executors import LaunchRequest
+from autotuner.tuning import executor_of as make_executor
 from autotuner.executors.kubernetes import KubernetesExecutor
-from autotuner.study import StudySettings
+from autotuner.tuning import StudySettings
 ex = make_executor(StudySettings(executor="kubernetes", executor_options={"image": "r/t:1"}))
 assert isinstance(ex, KubernetesExecutor)
 dryrun = ex.dryrun(LaunchRequest(name="s1-l1", spec={}, env={"NCCL_X": "1"}, workdir=Path("/x"), nnodes=2))

@@ -140,8 +140,8 @@ def test_good_options_are_kept():
 
 
 def test_make_executor_builds_it_from_study_settings():
-    from autotuner.executors import make_executor
-    from autotuner.study import StudySettings
+    from autotuner.tuning import StudySettings
+    from autotuner.tuning import executor_of as make_executor
 
     executor = make_executor(StudySettings(executor="slurm", executor_options={"partition": "gpu"}))
     assert isinstance(executor, SlurmExecutor) and executor.options.partition == "gpu"

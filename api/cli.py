@@ -1,0 +1,84 @@
+"""`autotuner serve`: the service's command, registered with the engine's CLI as a plugin
+(entry point group `autotuner.commands`), so the engine never imports the service."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+err = Console(stderr=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (AUTOTUNER_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (AUTOTUNER_PORT)")] = None,
+    workers: Annotated[int | None, typer.Option(help="API processes (AUTOTUNER_WORKERS)")] = None,
+    db: Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help="SQLAlchemy URL of the store")] = None,
+    scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
+) -> None:  # fmt: skip
+    """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
+    import uvicorn
+
+    from api.scheduler import SchedulerProcess, scheduler_env
+    from api.settings import Settings
+    from autotuner.store import Store
+
+    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
+                                                   "database_url": db, "scheduler": scheduler}.items()
+                                 if v is not None}  # fmt: skip
+    try:
+        settings = Settings(**overrides)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _export_for_workers(settings)
+    Store(settings.url).dispose()  # migrate once, before workers race to
+    runner = None
+    if settings.scheduler:
+        runner = SchedulerProcess(scheduler_env(settings))
+        runner.start()
+        os.environ["AUTOTUNER_SCHEDULER_PID"] = str(runner.pid)
+    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
+              f"({settings.workers} workers, store {settings.url})")  # fmt: skip
+    try:
+        uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
+    finally:
+        if runner is not None:
+            runner.stop()
+
+
+def _export_for_workers(settings: Any) -> None:
+    """Workers are separate processes that read their settings from the environment."""
+    os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
+    if settings.workers > 1:
+        os.environ["AUTOTUNER_DIE_WITH_PARENT"] = "1"
+        # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
+        metrics_dir = settings.data_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+
+
+def main(argv: list[str]) -> int:
+    """The plugin's entry: `autotuner serve ARGS`."""
+    try:
+        app(args=argv, prog_name="autotuner serve", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:  # click's usage errors, printed as click would
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0

@@ -1,0 +1,44 @@
+"""Tuning studies: one settings schema, the driver as a loop over phases, the study queue.
+
+create_study(store, ...) -> a queued study        StudyDriver(store, id, executor).run()
+StudyQueue(store).start()  runs queued studies     executor_of(settings) -> its executor
+"""
+
+from autotuner.tuning.context import Progress, point_of
+from autotuner.tuning.driver import StudyDriver
+from autotuner.tuning.ingest import fingerprint
+from autotuner.tuning.lease import LEASE_S, StudyBusy, StudyCancelled, owner_id, owner_is_dead
+from autotuner.tuning.queue import StudyQueue, executor_of
+from autotuner.tuning.search import optuna_storage, record_name
+from autotuner.tuning.settings import EXECUTORS, RequestSettings, StudySettings
+from autotuner.tuning.study import (
+    NAME_RE,
+    NAME_RULE,
+    baseline_batch,
+    check_name,
+    create_study,
+)
+
+__all__ = [
+    "EXECUTORS",
+    "LEASE_S",
+    "NAME_RE",
+    "NAME_RULE",
+    "Progress",
+    "RequestSettings",
+    "StudyBusy",
+    "StudyCancelled",
+    "StudyDriver",
+    "StudyQueue",
+    "StudySettings",
+    "baseline_batch",
+    "check_name",
+    "create_study",
+    "executor_of",
+    "fingerprint",
+    "optuna_storage",
+    "owner_id",
+    "owner_is_dead",
+    "point_of",
+    "record_name",
+]

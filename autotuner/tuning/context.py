@@ -1,0 +1,96 @@
+"""What every phase of a study reads: the study's facts, loaded once, and where its launches run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from autotuner.executors import Executor
+from autotuner.paths import default_data_dir
+from autotuner.space import InProcPoint, SearchSpace, load_space
+from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, Store
+from autotuner.tuning.lease import Lease
+from autotuner.tuning.settings import StudySettings
+from autotuner.tuning.study import baseline_batch
+from trials.spec import WorkloadSpec, parse_workload
+
+
+@dataclass
+class Progress:
+    """Callbacks a front end (CLI progress bar, service log) may hook; all optional."""
+
+    on_launch_start: Callable[[Launch], None] = lambda launch: None
+    on_launch_end: Callable[[Launch, list[Candidate]], None] = lambda launch, rows: None
+    on_phase: Callable[[str], None] = lambda phase: None
+
+
+def point_of(candidate: Candidate | dict[str, Any]) -> InProcPoint:
+    """The in-process point a stored row (or a spec's candidate) measured."""
+    get = candidate.get if isinstance(candidate, dict) else lambda k: getattr(candidate, k)
+    return InProcPoint(
+        get("fwd_precision"),
+        get("bwd_precision"),
+        get("batch_size"),
+        get("sharding"),
+        get("num_threads"),
+        get("pipeline"),
+    )
+
+
+@dataclass
+class StudyContext:
+    store: Store
+    executor: Executor
+    lease: Lease
+    study_id: int
+    settings: StudySettings
+    space: SearchSpace
+    workload_obj: dict[str, Any]
+    workload: WorkloadSpec
+    cluster_id: int
+    cluster_name: str
+    workload_name: str
+    workdir: Path
+    progress: Progress = field(default_factory=Progress)
+    poll_s: float = 0.5
+
+    @classmethod
+    def load(
+        cls, store: Store, study_id: int, executor: Executor, lease: Lease, **kwargs: Any
+    ) -> StudyContext:
+        study = store.study(study_id)
+        if study is None:
+            raise LookupError(f"study {study_id} not found")
+        settings = StudySettings.model_validate(study.settings)
+        return cls(
+            store=store, executor=executor, lease=lease, study_id=study.id, settings=settings,
+            space=load_space(study.space), workload_obj=study.workload.spec,
+            workload=parse_workload(study.workload.spec), cluster_id=study.cluster_id,
+            cluster_name=study.cluster.name, workload_name=study.workload.name,
+            workdir=Path(settings.workdir or default_data_dir() / "runs") / f"study-{study.id}", **kwargs,
+        )  # fmt: skip
+
+    @cached_property
+    def baseline_point(self) -> InProcPoint:
+        """What the job runs today: fp32 both ways, its batch, its sharding, its pipeline."""
+        return InProcPoint("fp32", "fp32", baseline_batch(self.workload, self.space), self.workload.sharding,
+                           None, self.workload.default_pipeline)  # fmt: skip
+
+    @cached_property
+    def points(self) -> list[InProcPoint]:
+        """Every in-process point, a null pipeline resolved to the job's own: rows store what ran."""
+        return self.space.inproc_points(self.workload.default_pipeline)
+
+    def baseline(self) -> Candidate | None:
+        rows = self.store.candidates(self.study_id, kinds=[LaunchKind.BASELINE], states=[CandidateState.OK])
+        return rows[0] if rows else None
+
+    def finalist(self) -> Candidate | None:
+        """The fastest feasible candidate measured by the search (or the baseline)."""
+        rows = self.store.candidates(self.study_id, kinds=[LaunchKind.SEARCH, LaunchKind.BASELINE],
+                                     states=[CandidateState.OK], order_by="samples_per_s", descending=True,
+                                     limit=1)  # fmt: skip
+        return rows[0] if rows else None

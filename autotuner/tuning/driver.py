@@ -1,0 +1,134 @@
+"""The study driver: a short loop over phases, every step persisted so a killed driver resumes.
+
+Order of a study: recover what a previous runner left -> baseline (no overrides, fp32, the job's
+batch and pipeline) -> search launches until the budget -> the finalist confirmed against the
+baseline in interleaved launches -> a published config -> optionally the scaling curve. Each phase
+is a module of its own (plan, launch, ingest, recover, confirm, publish, scaling).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from autotuner.executors import Executor
+from autotuner.store import TERMINAL, LaunchKind, Store, Study, StudyState, utcnow
+from autotuner.tuning.confirm import decide
+from autotuner.tuning.context import Progress, StudyContext
+from autotuner.tuning.launch import run_launch
+from autotuner.tuning.lease import Lease, StudyBusy, StudyCancelled
+from autotuner.tuning.plan import PlannedLaunch, plan_launch
+from autotuner.tuning.publish import publish
+from autotuner.tuning.recover import recover
+from autotuner.tuning.scaling import scaling_curve
+from autotuner.tuning.search import Search
+
+log = logging.getLogger("autotuner.tuning")
+
+
+class StudyDriver:
+    def __init__(
+        self,
+        store: Store,
+        study_id: int,
+        executor: Executor,
+        *,
+        owner: str | None = None,
+        progress: Progress | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.lease = Lease(store, study_id, owner)
+        self.ctx = StudyContext.load(store, study_id, executor, self.lease, progress=progress or Progress(),
+                                     poll_s=poll_s)  # fmt: skip
+        self.store = store
+        self.study_id = self.ctx.study_id
+        self._rng = random.Random(self.ctx.settings.seed)
+
+    def run(self) -> Study:
+        self.lease.acquire()
+        try:
+            study = self.store.study(self.study_id)
+            assert study is not None
+            if study.state in TERMINAL:
+                return study
+            if study.state == StudyState.QUEUED:
+                self.store.update_study(self.study_id, state=StudyState.RUNNING, started_at=utcnow())
+            search = Search(self.ctx)
+            recover(self.ctx, search)
+            if not self._baseline():
+                return self._fail("the baseline (no overrides, fp32) did not run: see its launch log")
+            self._search(search)
+            return self._conclude()
+        except StudyCancelled:
+            return self.store.update_study(self.study_id, finished_at=utcnow())
+        except StudyBusy:
+            raise
+        except Exception as exc:
+            log.exception("study %s failed", self.study_id)
+            return self._fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.lease.release()
+
+    def _baseline(self) -> bool:
+        if self.ctx.baseline() is None:
+            self.ctx.progress.on_phase("baseline")
+            plan = PlannedLaunch.of(self.ctx.space.fixed_env, [self.ctx.baseline_point], LaunchKind.BASELINE)
+            run_launch(self.ctx, plan, None)
+        return self.ctx.baseline() is not None
+
+    def _search(self, search: Search) -> None:
+        self.ctx.progress.on_phase("search")
+        while self._budget_left():
+            plan = plan_launch(self.ctx, search, self._rng)
+            if plan is None:
+                break
+            run_launch(self.ctx, plan, search)
+            self.store.update_study(self.study_id, launches_done=self._search_launches_done())
+
+    def _conclude(self) -> Study:
+        """Confirm, publish (once: a resumed study does neither twice), then the scaling curve."""
+        self.ctx.progress.on_phase("confirm")
+        self.store.update_study(self.study_id, state=StudyState.CONFIRMING)
+        baseline = self.ctx.baseline()
+        assert baseline is not None
+        best = self.ctx.finalist() or baseline
+        study = self.store.update_study(
+            self.study_id, best_candidate_id=best.id, baseline_candidate_id=baseline.id
+        )
+        outcome: dict[str, Any] = dict(study.outcome or {})
+        if "decision" not in outcome:
+            outcome.update(decide(self.ctx, best, baseline))
+            if self.ctx.settings.publish:
+                outcome["published_version"] = publish(self.ctx, self._chosen(outcome), outcome).version
+            self.store.update_study(self.study_id, outcome=outcome)
+        if self.ctx.settings.scaling_nodes:
+            outcome["scaling"] = scaling_curve(self.ctx, self._chosen(outcome), baseline)
+        return self.store.update_study(
+            self.study_id, state=StudyState.DONE, outcome=outcome, finished_at=utcnow()
+        )
+
+    def _chosen(self, outcome: dict[str, Any]) -> Any:
+        chosen = self.store.candidate(outcome["chosen_candidate"])
+        assert chosen is not None
+        return chosen
+
+    def _fail(self, error: str) -> Study:
+        return self.store.update_study(
+            self.study_id, state=StudyState.FAILED, error=error, finished_at=utcnow()
+        )
+
+    def _search_launches_done(self) -> int:
+        return sum(1 for launch in self.store.launches(self.study_id)
+                   if launch.kind == LaunchKind.SEARCH and launch.attempt == 1)  # fmt: skip
+
+    def _budget_left(self) -> bool:
+        settings = self.ctx.settings
+        if settings.trials is not None and self._search_launches_done() >= settings.trials:
+            return False
+        if settings.time_budget_s is not None:
+            study = self.store.study(self.study_id)
+            assert study is not None and study.started_at is not None
+            if (utcnow() - study.started_at).total_seconds() >= settings.time_budget_s:
+                return False
+        return True

@@ -1,0 +1,108 @@
+"""Recording a finished launch: every candidate in our store, the sampler told, the cluster's
+fingerprint updated, and an env config that crashed quarantined on that cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.executors import Outcome
+from autotuner.executors.base import LaunchState
+from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, utcnow
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.search import Search
+
+
+def ingest(
+    ctx: StudyContext, launch: Launch, outcome: Outcome, plan: PlannedLaunch | None, search: Search | None
+) -> list[Candidate]:
+    result = outcome.result if outcome.state == LaunchState.SUCCEEDED else None
+    rows = []
+    for index, cand in enumerate(launch.spec["candidates"]):
+        measured = result["candidates"][index] if result else None
+        rows.append(candidate_row(ctx, launch, index, cand, measured, outcome))
+    if search is not None:
+        for row in rows:
+            if row["kind"] == LaunchKind.SEARCH:
+                row["optuna_number"] = search.claim_number()
+    saved = ctx.store.add_candidates(rows)
+    summary = {k: v for k, v in (outcome.result or {}).items() if k != "candidates"} or None
+    ctx.store.update_launch(launch.id, state=outcome.state.value, finished_at=utcnow(), summary=summary,
+                            error=outcome.reason or None, log_tail=outcome.log_tail or None)  # fmt: skip
+    if result is not None:
+        ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))
+    elif launch.kind == LaunchKind.SEARCH and outcome.state != LaunchState.CANCELLED:
+        # Crashed, hung or failed to init: never launch this env config on this cluster again.
+        ctx.store.quarantine(
+            ctx.cluster_id, launch.env, f"{outcome.state.value}: {outcome.reason}", launch.id
+        )
+    if search is not None:
+        asked = plan.trials if plan is not None else [None] * len(saved)
+        search.learn(saved, asked)
+        for number, slot in (plan.echoes if plan is not None else {}).items():
+            search.answer(number, saved[slot])
+    ctx.progress.on_launch_end(launch, saved)
+    return saved
+
+
+def candidate_row(
+    ctx: StudyContext, launch: Launch, index: int, cand: dict[str, Any], measured: dict[str, Any] | None,
+    outcome: Outcome,
+) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {
+        "study_id": ctx.study_id,
+        "launch_id": launch.id,
+        "index": index,
+        "kind": launch.kind,
+        "env": launch.env,
+        "fwd_precision": cand["fwd_precision"],
+        "bwd_precision": cand["bwd_precision"],
+        "batch_size": cand["batch_size"],
+        "sharding": cand.get("sharding") or ctx.workload.sharding,
+        "num_threads": cand.get("num_threads"),
+        "pipeline": cand.get("pipeline") or ctx.workload.default_pipeline,
+    }
+    if measured is None or measured.get("status") != "ok":
+        error = (measured or {}).get("error") or f"launch {outcome.state.value}: {outcome.reason}"
+        return {**row, "state": CandidateState.FAILED, "error": error, "metrics": measured or {}}
+    return {**row, **_measurement(ctx, measured)}
+
+
+def _measurement(ctx: StudyContext, measured: dict[str, Any]) -> dict[str, Any]:
+    quant = measured.get("quant_error") or {}
+    worst = max(v for v in (quant.get("fwd_rel_l2"), quant.get("bwd_rel_l2"), 0.0) if v is not None)
+    feasible = worst <= ctx.space.max_quant_error
+    return {
+        "state": CandidateState.OK if feasible else CandidateState.INFEASIBLE,
+        "error": None
+        if feasible
+        else f"quantization error {worst:.3g} > tolerance {ctx.space.max_quant_error}",
+        "effective_fwd_precision": measured.get("effective_fwd_precision"),
+        "effective_bwd_precision": measured.get("effective_bwd_precision"),
+        "samples_per_s": measured["samples_per_s"],
+        "iter_ms": measured["iter_ms"]["median"],
+        "iter_cv": measured["iter_ms"]["cv"],
+        "a2a_ms": measured["a2a_ms"]["median"],
+        "a2a_bytes": measured["a2a_bytes_per_iter"],
+        "busbw_gbps": measured["busbw_gbps"],
+        "quant_error_fwd": quant.get("fwd_rel_l2"),
+        "quant_error_bwd": quant.get("bwd_rel_l2"),
+        "metrics": {k: v for k, v in measured.items() if k != "a2a_calls_by_rank"},
+    }
+
+
+def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a cluster's comm stack: a config tuned on one may not hold on another."""
+    effective = result.get("nccl_effective") or {}
+    env = result.get("env") or {}
+    return {
+        "device": result.get("device"),
+        "device_name": result.get("device_name"),
+        "backend": result.get("backend"),
+        "nnodes": result.get("nnodes"),
+        "world_size": result.get("world_size"),
+        "versions": result.get("versions"),
+        "network": effective.get("network"),
+        "ofi_plugin": effective.get("ofi_plugin_version"),
+        "efa": effective.get("ofi_provider") == "efa" or env.get("FI_PROVIDER") == "efa",
+    }

@@ -1,0 +1,82 @@
+"""Running a planned launch: recorded before it starts, submitted, followed to its end with the lease
+renewed meanwhile, then ingested. A cancel seen while waiting stops the launch on the cluster."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from autotuner.executors import LaunchRequest, Outcome
+from autotuner.executors.base import LaunchState
+from autotuner.store import Candidate, Launch, utcnow
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.ingest import ingest
+from autotuner.tuning.lease import StudyCancelled
+from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.search import Search
+from trials.spec import parse_spec
+
+
+def spec_of(ctx: StudyContext, plan: PlannedLaunch) -> dict[str, Any]:
+    spec = {
+        "workload": ctx.workload_obj,
+        "candidates": [p.to_candidate() for p in plan.points],
+        "warmup": ctx.settings.warmup,
+        "iterations": ctx.settings.iterations,
+        "seed": ctx.settings.seed,
+    }
+    parse_spec(spec)  # the engine never launches a spec the trial would reject
+    return spec
+
+
+def request_of(ctx: StudyContext, launch: Launch) -> LaunchRequest:
+    return LaunchRequest(
+        name=f"s{ctx.study_id}-l{launch.seq}",
+        spec=launch.spec,
+        env=launch.env,
+        workdir=ctx.workdir / f"launch-{launch.seq:04d}",
+        nproc_per_node=ctx.settings.nproc_per_node,
+        nnodes=launch.nnodes or ctx.settings.nnodes,
+        timeout_s=ctx.settings.launch_timeout_s,
+        options=ctx.settings.executor_options,
+    )
+
+
+def run_launch(
+    ctx: StudyContext, plan: PlannedLaunch, search: Search | None, attempt: int = 1
+) -> list[Candidate]:
+    """Record, run and ingest one launch; returns its candidates as stored."""
+    ctx.lease.beat(force=True)
+    launch = ctx.store.add_launch(study_id=ctx.study_id, kind=plan.kind, env=plan.env, spec=spec_of(ctx, plan),
+                                  executor=ctx.executor.name, attempt=attempt, nnodes=plan.nnodes)  # fmt: skip
+    return execute(ctx, launch, plan, search)
+
+
+def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Search | None) -> list[Candidate]:
+    request = request_of(ctx, launch)
+    ctx.store.update_launch(launch.id, state=LaunchState.RUNNING, started_at=utcnow(), heartbeat_at=utcnow(),
+                            workdir=str(request.workdir), log_path=str(request.log_path),
+                            result_path=str(request.result_path))  # fmt: skip
+    ctx.progress.on_launch_start(launch)
+    started = time.monotonic()
+    backend_id, dryrun = ctx.executor.submit(request)
+    ctx.store.update_launch(launch.id, backend_id=backend_id, request=dryrun.rendered)
+    outcome = wait(ctx, backend_id, request, launch, started)
+    outcome.request = dryrun.rendered
+    return ingest(ctx, launch, outcome, plan, search)
+
+
+def wait(
+    ctx: StudyContext, backend_id: str, request: LaunchRequest, launch: Launch, started: float
+) -> Outcome:
+    def on_poll() -> None:
+        if ctx.lease.due():
+            ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
+        try:
+            ctx.lease.beat()
+        except StudyCancelled:
+            ctx.executor.cancel(backend_id, request)
+            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
+            raise
+
+    return ctx.executor.wait(backend_id, request, started=started, poll_s=ctx.poll_s, on_poll=on_poll)

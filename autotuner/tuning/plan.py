@@ -1,0 +1,89 @@
+"""Planning a search launch: one env point from the sampler, and up to k in-process points at it.
+
+NCCL reads its environment once per process, so the env point is the launch; the in-process points
+(precision, batch, sharding, threads, pipeline) are proposed by the same sampler at that env. A
+proposal of a point measured already is answered from memory (an echo); when the sampler keeps
+echoing, the launch is filled with unmeasured points, so every launch measures something new.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from autotuner.space import InProcPoint
+from autotuner.store import Candidate, LaunchKind, env_hash
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.search import INPROC_PARAMS, Search
+
+log = logging.getLogger("autotuner.tuning")
+MAX_PROPOSALS = 50  # env proposals in a row that may be invalid, quarantined or exhausted
+
+
+@dataclass
+class PlannedLaunch:
+    env: dict[str, str]
+    points: list[InProcPoint]
+    trials: list[int | None]  # the proposal (in-memory trial number) asking for each point
+    kind: LaunchKind = LaunchKind.SEARCH
+    echoes: dict[int, int] = field(default_factory=dict)  # proposal -> the slot that measures it too
+    nnodes: int | None = None  # None: the study's
+
+    @classmethod
+    def of(
+        cls, env: dict[str, str], points: list[InProcPoint], kind: LaunchKind, **kw: object
+    ) -> PlannedLaunch:
+        """A launch of given points, none of them asked for by the sampler."""
+        return cls(dict(env), list(points), [None] * len(points), kind, **kw)  # type: ignore[arg-type]
+
+
+def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> PlannedLaunch | None:
+    quarantined = ctx.store.quarantined(ctx.cluster_id)
+    k = min(ctx.settings.candidates_per_launch or len(ctx.points), len(ctx.points))
+    for _ in range(MAX_PROPOSALS):
+        first = search.ask()
+        env = search.env_of(first.params)
+        problems = [p.message for p in ctx.space.check_env(env) if p.severity == "error"]
+        reason = "; ".join(problems) or quarantined.get(env_hash(env))
+        if reason:  # breaks a constraint, or crashed before on this cluster: never launched
+            search.skip(first, reason)
+            continue
+        measured = search.measured_at(env)
+        plan = PlannedLaunch(env, [], [])
+        _add(plan, search, first.number, search.point_of(first.params), measured)
+        env_params = {n: v for n, v in first.params.items() if n not in INPROC_PARAMS}
+        for _ in range(4 * k):  # more in-process points at the same env, from the same sampler
+            if len(plan.points) >= k:
+                break
+            trial = search.ask(env_params)
+            _add(plan, search, trial.number, search.point_of(trial.params), measured)
+        _fill(plan, ctx.points, measured, k, rng)
+        if plan.points:
+            return plan
+    log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
+                MAX_PROPOSALS)  # fmt: skip
+    return None
+
+
+def _add(
+    plan: PlannedLaunch, search: Search, number: int, point: InProcPoint, measured: dict[str, Candidate]
+) -> None:
+    if point.key() in measured:
+        search.answer(number, measured[point.key()])
+    elif point in plan.points:
+        plan.echoes[number] = plan.points.index(point)
+    else:
+        plan.points.append(point)
+        plan.trials.append(number)
+
+
+def _fill(
+    plan: PlannedLaunch, points: list[InProcPoint], measured: dict[str, Candidate], k: int, rng: random.Random
+) -> None:
+    """When the sampler keeps proposing what this env already has, fill up with unmeasured points."""
+    unmeasured = [p for p in points if p.key() not in measured and p not in plan.points]
+    rng.shuffle(unmeasured)
+    for point in unmeasured[: k - len(plan.points)]:
+        plan.points.append(point)
+        plan.trials.append(None)

@@ -1,0 +1,32 @@
+"""Publishing: the chosen candidate as a versioned config for (cluster, workload, nodes), with the
+evidence a user banks on (confirmed speedup and interval, quantization error, what ran where)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.store import Candidate, Config
+from autotuner.tuning.context import StudyContext
+
+EVIDENCE_KEYS = ("speedup", "ci_low", "ci_high", "confidence", "rounds", "tuned_samples_per_s",
+                 "baseline_samples_per_s", "significant")  # fmt: skip
+
+
+def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Config:
+    evidence = {
+        **{k: outcome[k] for k in EVIDENCE_KEYS if k in outcome},
+        "study_id": ctx.study_id,
+        "candidate_id": chosen.id,
+        "decision": outcome["decision"],
+        "quant_error": {"fwd": chosen.quant_error_fwd, "bwd": chosen.quant_error_bwd},
+        "effective_precision": [chosen.effective_fwd_precision, chosen.effective_bwd_precision],
+        "measured_on": ctx.executor.name,
+    }
+    if ctx.settings.fabric:
+        evidence["emulation"] = f"emulated fabric at {ctx.settings.fabric}: not a real cluster measurement"
+    return ctx.store.publish_config(
+        cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes, env=chosen.env,
+        fwd_precision=chosen.fwd_precision, bwd_precision=chosen.bwd_precision, batch_size=chosen.batch_size,
+        sharding=chosen.sharding, num_threads=chosen.num_threads, pipeline=chosen.pipeline,
+        evidence=evidence, study_id=ctx.study_id,
+    )  # fmt: skip

@@ -1,0 +1,94 @@
+"""The study queue: runs queued studies (and resumes interrupted ones), one at a time.
+
+The service's scheduler process and `autotuner tune` both go through it. Studies are taken through
+the store's lease, so several replicas on one PostgreSQL never run the same study twice, and a
+runner that dies (SIGKILL) loses its lease: another one, or itself restarted, resumes the study.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from autotuner.executors import Executor, executor_for
+from autotuner.store import ACTIVE, Store
+from autotuner.tuning.driver import StudyDriver
+from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
+from autotuner.tuning.settings import StudySettings
+
+log = logging.getLogger("autotuner.queue")
+
+
+def executor_of(settings: StudySettings) -> Executor:
+    """The executor a study's settings ask for (cluster backends imported only when used)."""
+    return executor_for(settings.executor, settings.executor_arguments())
+
+
+class StudyQueue:
+    def __init__(
+        self,
+        store: Store,
+        make_executor: Callable[[StudySettings], Executor] = executor_of,
+        *,
+        poll_s: float = 1.0,
+        on_study_end: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.make_executor = make_executor
+        self.poll_s = poll_s
+        self.on_study_end = on_study_end
+        self.owner = owner_id()
+        self.current: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.loop, name="study-queue", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def runnable(self) -> list[Any]:
+        """Studies nobody live is running: free or expired lease, or a holder that died on this host."""
+        claimable = {s.id: s for s in self.store.claimable_studies()}
+        for study in self.store.studies(states=ACTIVE, limit=1000):
+            if study.id not in claimable and owner_is_dead(study.owner):
+                claimable[study.id] = study
+        return sorted(claimable.values(), key=lambda s: s.id)
+
+    def run_once(self) -> bool:
+        for study in self.runnable():
+            settings = StudySettings.model_validate(study.settings)
+            self.current = study.id
+            try:
+                StudyDriver(self.store, study.id, self.make_executor(settings), owner=self.owner).run()
+            except StudyBusy:
+                continue
+            except Exception:  # a broken study must not stop the queue
+                log.exception("study %s crashed the driver", study.id)
+            finally:
+                self.current = None
+                self.on_study_end()
+            return True
+        return False
+
+    def loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:
+                log.exception("queue tick failed")
+                worked = False
+            if not worked:
+                self._stop.wait(self.poll_s)

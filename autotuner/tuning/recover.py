@@ -1,0 +1,54 @@
+"""Resuming: launches a previous runner left pending or running are re-attached and collected,
+or recorded as interrupted and retried (up to `max_attempts`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from autotuner.executors import Outcome
+from autotuner.executors.base import LaunchState
+from autotuner.store import Launch, LaunchKind, utcnow
+from autotuner.tuning.context import StudyContext, point_of
+from autotuner.tuning.ingest import ingest
+from autotuner.tuning.launch import execute, request_of, wait
+from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.search import Search
+
+log = logging.getLogger("autotuner.tuning")
+INTERRUPTED = "interrupted: the process running the study stopped before this launch finished"
+# Queued (PENDING) and unreadable-right-now (UNKNOWN) launches are followed too: retrying them would
+# leave the original job to run later, unobserved.
+FOLLOWED = (LaunchState.RUNNING, LaunchState.PENDING, LaunchState.UNKNOWN)
+
+
+def recover(ctx: StudyContext, search: Search) -> None:
+    for launch in ctx.store.launches(
+        ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value]
+    ):
+        if launch.backend_id and _reattach(ctx, search, launch):
+            continue
+        last_try = launch.attempt >= ctx.settings.max_attempts
+        outcome = Outcome(LaunchState.FAILED, launch.backend_id, None, INTERRUPTED)
+        ingest(ctx, launch, outcome, None, search if last_try else None)
+        if not last_try and launch.kind != LaunchKind.CONFIRM:
+            _retry(ctx, search, launch)
+
+
+def _reattach(ctx: StudyContext, search: Search, launch: Launch) -> bool:
+    request = request_of(ctx, launch)
+    desc = ctx.executor.describe(launch.backend_id, request)  # type: ignore[arg-type]
+    if desc.state not in FOLLOWED and not desc.state.is_terminal():
+        return False
+    log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
+    started = time.monotonic() - (utcnow() - (launch.started_at or utcnow())).total_seconds()
+    outcome = wait(ctx, launch.backend_id, request, launch, started)  # type: ignore[arg-type]
+    ingest(ctx, launch, outcome, None, search)
+    return True
+
+
+def _retry(ctx: StudyContext, search: Search, launch: Launch) -> None:
+    points = [point_of(c) for c in launch.spec["candidates"]]
+    retry = ctx.store.add_launch(study_id=ctx.study_id, kind=launch.kind, env=launch.env, spec=launch.spec,
+                                 executor=ctx.executor.name, attempt=launch.attempt + 1, nnodes=launch.nnodes)  # fmt: skip
+    execute(ctx, retry, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), search)

@@ -1,0 +1,106 @@
+"""How a study runs: one schema, with every default and bound in one place.
+
+`RequestSettings` is what a user may set, the same from the REST body (`POST /v1/studies`) and the
+command line (`autotuner tune`, whose options are derived from these fields). `StudySettings` adds
+what only the operator decides (where launches run, the executor's options, retries) and is stored
+with the study, so a resumed study runs the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+EXECUTORS = ("local", "replay", "slurm", "kubernetes")
+FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
+
+
+def _cli(name: str) -> dict[str, Any]:
+    """The command-line option of a field whose name there differs (`--nproc`, not `--nproc-per-node`)."""
+    return {"json_schema_extra": {"cli": name}}
+
+
+class RequestSettings(BaseModel):
+    """What a study request may set (REST body, `autotuner tune` options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: Literal["local", "replay", "slurm", "kubernetes"] = Field(
+        "local", description="where launches run: local | replay | slurm | kubernetes"
+    )
+    nproc_per_node: int = Field(2, ge=1, le=64, description="ranks per node", **_cli("nproc"))
+    nnodes: int = Field(1, ge=1, le=4096, description="nodes per launch")
+    trials: int | None = Field(
+        6, ge=0, le=10_000, description="search launches (each measures several candidates)"
+    )
+    time_budget_s: float | None = Field(
+        None, gt=0, le=7 * 86400, description="seconds; no new search launch after", **_cli("time-budget")
+    )
+    candidates_per_launch: int | None = Field(
+        None, ge=1, le=1000, description="cap k of candidates per launch (default: every in-process point)"
+    )
+    warmup: int = Field(3, ge=0, le=10_000, description="warmup iterations per candidate")
+    iterations: int = Field(30, ge=1, le=100_000, description="measured iterations per candidate")
+    sampler: Literal["tpe", "random"] = Field("tpe", description="tpe | random")
+    seed: int = Field(0, ge=0, le=2**31, description="seed of the sampler and of the replay executor")
+    confirm_rounds: int = Field(
+        3, ge=0, le=20, description="interleaved best/baseline rounds (0 skips, else >= 2)"
+    )
+    launch_timeout_s: float = Field(
+        900, gt=0, le=86400, description="seconds before a launch is killed", **_cli("launch-timeout")
+    )
+    fabric: str | None = Field(
+        None,
+        max_length=16,
+        pattern=FABRIC_PATTERN,
+        description="local only: emulate a fabric of this rate, e.g. 2gbit",
+    )
+    publish: bool = Field(True, description="publish the confirmed config")
+    scaling_nodes: list[int] = Field(
+        default_factory=list,
+        max_length=16,
+        description="after publishing, measure tuned and baseline at these node counts, e.g. 1,2,4",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RequestSettings:
+        if any(n < 1 or n > 4096 for n in self.scaling_nodes) or len(set(self.scaling_nodes)) != len(
+            self.scaling_nodes
+        ):
+            raise ValueError("scaling_nodes: distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
+        if self.confirm_rounds == 1:
+            raise ValueError(
+                "confirm_rounds must be 0 (skip) or at least 2: one round gives no confidence interval"
+            )
+        if self.trials is None and self.time_budget_s is None:
+            raise ValueError("give a budget: trials, time_budget_s, or both")
+        if self.fabric is not None and self.executor != "local":
+            raise ValueError("fabric emulation is only available with the local executor")
+        return self
+
+
+class StudySettings(RequestSettings):
+    """A study's settings as stored: the request's, and the operator's."""
+
+    max_attempts: int = Field(2, ge=1, le=5, description="tries of a launch interrupted by a tuner crash")
+    workdir: str | None = Field(None, description="where launch directories go (shared with the nodes)")
+    executor_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _replay_has_a_landscape(self) -> StudySettings:
+        if self.executor == "replay" and "landscape" not in self.executor_options:
+            raise ValueError(
+                "the replay executor needs executor_options.landscape (a recorded landscape file)"
+            )
+        return self
+
+    def executor_arguments(self) -> dict[str, Any]:
+        """The options the study's executor is built with: the operator's, and the study's own
+        settings that belong to it (the local fabric, the replay seed)."""
+        options = dict(self.executor_options)
+        if self.executor == "local" and self.fabric:
+            options["fabric"] = self.fabric
+        if self.executor == "replay":
+            options.setdefault("seed", self.seed)
+        return options
