@@ -46,6 +46,11 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      f"random {rnd['median']:.0f}, grid {q['grid']['exhaustive']}",
                      f"{rnd['median'] / tpe['median']:.2f}x fewer than random", "<= 30% of grid, < random",
                      "met" if tpe["median_fraction_of_grid"] <= 0.3 and tpe["median"] < rnd["median"] else "missed"])  # fmt: skip
+    if pl := s.get("planning"):
+        rows.append(["planning a launch (CPU, launch 1..50 of a replay study)", f"max {pl['max_ms']:.0f} ms",
+                     f"first tenth {pl['first_tenth_ms']:.0f} ms, last {pl['last_tenth_ms']:.0f} ms",
+                     f"{pl['trials_per_candidate']:.2f} Optuna trials per candidate", "<= 1 s, <= 1.5 trials",
+                     "met" if pl["max_ms"] <= 1000 and pl["trials_per_candidate"] <= 1.5 else "missed"])  # fmt: skip
     if u := s.get("tuned"):
         for row in u["rows"]:
             ci = f" [{row['ci_low']:.2f}-{row['ci_high']:.2f}]" if row.get("ci_low") else ""
@@ -157,6 +162,17 @@ def _md_search(q: dict[str, Any]) -> list[str]:
                   ["grid (shuffled, expected)", f"{q['grid']['expected_shuffled']:.1f}", "-", "-"]]), ""]  # fmt: skip
 
 
+def _md_planning(pl: dict[str, Any]) -> list[str]:
+    per = pl["cpu_ms_per_launch"]
+    tenth = max(1, len(per) // 10)
+    groups = [(f"{i + 1}-{min(i + tenth, len(per))}", per[i : i + tenth]) for i in range(0, len(per), tenth)]
+    return ["## Planning cost", "", f"`{CMD.format('planning')}` — {pl['setup']}. CPU time of planning each "
+            "launch (asking the sampler, answering proposals of measured points from memory, filling up); "
+            f"the study left {pl['optuna_trials']} Optuna trials for {pl['measured_candidates']} measured "
+            f"candidates ({pl['trials_per_candidate']:.2f} per candidate).", "",
+            table(["launches", "mean CPU ms to plan one"], [[g, f"{sum(v) / len(v):.1f}"] for g, v in groups]), ""]  # fmt: skip
+
+
 def _md_tuned(u: dict[str, Any]) -> list[str]:
     return ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
               "2 CPU ranks, `deploy/examples/`: 3 search launches x 4 candidates, 3 interleaved confirmation "
@@ -197,7 +213,8 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 
 # Each section's Markdown, in the order RESULTS.md shows them.
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
-              "training-fidelity": _md_training_fidelity, "search": _md_search, "tuned": _md_tuned,
+              "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
+              "tuned": _md_tuned,
               "serving": _md_serving, "scaling": _md_scaling}  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,tuned,serving,scaling]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,serving,scaling]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -63,6 +63,12 @@ def _search() -> dict[str, Any]:
     return search.run()
 
 
+def _planning() -> dict[str, Any]:
+    from bench import planning
+
+    return planning.run()
+
+
 def _tuned() -> dict[str, Any]:
     from bench import tuned
 
@@ -83,7 +89,8 @@ def _scaling() -> dict[str, Any]:
 
 
 SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
-            "search": _search, "tuned": _tuned, "serving": _serving, "scaling": _scaling}  # fmt: skip
+            "search": _search, "planning": _planning, "tuned": _tuned, "serving": _serving,
+            "scaling": _scaling}  # fmt: skip
 
 
 def machine() -> dict[str, Any]:

@@ -52,18 +52,28 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
         measured = search.measured_at(env)
         plan = PlannedLaunch(env, [], [])
         _add(plan, search, first.number, search.point_of(first.params), measured)
-        env_params = {n: v for n, v in first.params.items() if n not in INPROC_PARAMS}
-        for _ in range(4 * k):  # more in-process points at the same env, from the same sampler
-            if len(plan.points) >= k:
-                break
-            trial = search.ask(env_params)
-            _add(plan, search, trial.number, search.point_of(trial.params), measured)
-        _fill(plan, ctx.points, measured, k, rng)
+        if len(measured) < len(ctx.points):  # else this env is exhausted: propose another
+            _ask_at(plan, search, first.params, measured, k)
+            _fill(plan, ctx.points, measured, k, rng)
         if plan.points:
             return plan
     log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
                 MAX_PROPOSALS)  # fmt: skip
     return None
+
+
+def _ask_at(
+    plan: PlannedLaunch, search: Search, params: dict, measured: dict[str, Candidate], k: int
+) -> None:
+    """More in-process points at the same env, from the same sampler, until k are planned or it
+    proposed k in a row that this launch or an earlier one has (then unmeasured ones fill up)."""
+    env_params = {n: v for n, v in params.items() if n not in INPROC_PARAMS}
+    echoes = 0
+    while len(plan.points) < k and echoes < k:
+        before = len(plan.points)
+        trial = search.ask(env_params)
+        _add(plan, search, trial.number, search.point_of(trial.params), measured)
+        echoes = 0 if len(plan.points) > before else echoes + 1
 
 
 def _add(
