@@ -413,9 +413,14 @@ def serve(
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    from api.cache import SharedGeneration
     from autotuner.store import Store
 
     Store(settings.url).dispose()  # migrate once, before workers race to
+    # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    SharedGeneration.create(settings.data_dir / "config-generation")
+    os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")
     runner = None
     if settings.scheduler:
         runner = SchedulerProcess(scheduler_env(settings))
