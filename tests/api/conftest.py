@@ -67,9 +67,43 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError(f"port {port} still answers 15 s after the server was stopped")
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def connection_owners(self, client_ports: set[int]) -> dict[int, int]:
+        """client port -> pid of the server process (a uvicorn worker) holding the accepted end of
+        that connection, from /proc (Linux): which worker answers which connection."""
+        inodes = {}
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            local, remote, inode = (line.split()[i] for i in (1, 2, 9))
+            peer = int(remote.rsplit(":", 1)[1], 16)
+            if int(local.rsplit(":", 1)[1], 16) == self.port and peer in client_ports:
+                inodes[f"socket:[{inode}]"] = peer
+        owners = {}
+        for pid in _children(self.proc.pid if self.proc else -1):
+            try:
+                links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:  # exited meanwhile
+                continue
+            owners.update({inodes[link]: pid for link in links if link in inodes})
+        return owners
+
     def client(self, scope: str | None = "admin") -> httpx.Client:
         headers = {"Authorization": f"Bearer {TOKENS[scope]}"} if scope else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def _children(parent: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            pids.append(int(entry))
+    return pids
 
 
 def make_server(tmp_path: Path, **env_overrides: str) -> Server:
