@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from tests.api.conftest import make_server, replay_study_body, wait_for_config, wait_for_state
+import pytest
+
+from tests.api.conftest import make_server, replay_study_body, served_config, wait_for_state
 
 
 def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
@@ -18,6 +20,8 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
         if trials["count"] >= 3:
             break
         time.sleep(0.1)
+    else:
+        pytest.fail(f"fewer than 3 trials recorded in 60 s: {trials['count']}")
     before = {t["id"]: t["samples_per_s"] for t in trials["data"]}
     assert client.get(f"/v1/studies/{study['id']}").json()["state"] == "running"
     server.kill()  # SIGKILL: no shutdown hooks, lease not released
@@ -31,5 +35,5 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
     assert {k: after[k] for k in before} == before  # every finished trial survived unchanged
     launches = client.get(f"/v1/studies/{study['id']}/launches").json()
     assert sum(1 for x in launches if x["kind"] == "search" and x["attempt"] == 1) == 4
-    assert wait_for_config(client).status_code == 200
+    assert served_config(client).status_code == 200
     server.kill()
