@@ -126,6 +126,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
 
 def app_from_env() -> FastAPI:
     """Factory for uvicorn workers: settings from the AUTOTUNER_* environment `autotuner serve` set."""
-    if os.environ.get("AUTOTUNER_DIE_WITH_PARENT") == "1":
-        die_with_parent()  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
+    supervisor = os.environ.get("AUTOTUNER_SUPERVISOR_PID")
+    if supervisor:  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
+        die_with_parent(parent=int(supervisor))
     return create_app(Settings())

@@ -407,7 +407,7 @@ def serve(
     # Workers are separate processes that read their settings from the environment.
     os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
     if settings.workers > 1:
-        os.environ["AUTOTUNER_DIE_WITH_PARENT"] = "1"
+        os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
         metrics_dir = settings.data_dir / "prometheus"
         shutil.rmtree(metrics_dir, ignore_errors=True)

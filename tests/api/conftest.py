@@ -34,11 +34,15 @@ class Server:
     proc: subprocess.Popen | None = None
     log: Path = field(default_factory=Path)
 
-    def start(self, timeout_s: float = 30) -> None:
+    def launch(self) -> None:
+        """Start `autotuner serve`, not waiting for it."""
         self.log = self.data_dir / f"server-{int(time.time() * 1000)}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "serve"], env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def start(self, timeout_s: float = 30) -> None:
+        self.launch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

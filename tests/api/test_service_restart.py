@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -37,3 +38,19 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
     assert sum(1 for x in launches if x["kind"] == "search" and x["attempt"] == 1) == 4
     assert served_config(client).status_code == 200
     server.kill()
+
+
+def test_workers_do_not_outlive_a_service_killed_while_they_start(tmp_path):
+    """The supervisor binds the port, then its workers import the app: one killed in between left a
+    worker serving (and holding the port) forever, its parent-death signal asked for too late."""
+    server = make_server(tmp_path, AUTOTUNER_SCHEDULER="0")
+    server.launch()
+    deadline = time.monotonic() + 30
+    while True:  # the port opens when the supervisor binds it, before any worker is ready
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and server.proc.poll() is None, server.log.read_text()
+            time.sleep(0.02)
+    server.kill()  # SIGKILL; fails if anything still answers on the port 15 s later
