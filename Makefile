@@ -15,18 +15,45 @@ TORCHREC_DEPS := tensordict tqdm pyre-extensions "torchmetrics==1.0.3" numpy
 FBGEMM_cpu  := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 FBGEMM_cuda := fbgemm-gpu==$(FBGEMM_VERSION)
 STAMP := $(VENV)/.installed-$(FLAVOR)
+# `make test-min`: a second venv with every direct dependency at its pyproject floor (.ci/floors.py).
+VENV_MIN ?= .venv-min
+FAST := not slow and not slurm and not postgres and not browser
+LINTED := autotuner api trials bench tests
 
-.PHONY: setup demo test test-fast lint bench gpu-check landscape clean
+.PHONY: setup setup-min demo test test-fast test-min lint bench gpu-check landscape clean
 
 setup: $(STAMP)
 
+# torch, fbgemm and torchrec, pinned, into the venv $(1)
+define torch_stack
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet "torch==$(TORCH_VERSION)" "$(FBGEMM_$(FLAVOR))"
+	$(1)/bin/pip install --quiet --no-deps "torchrec==$(TORCHREC_VERSION)"
+endef
+
 $(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet "torch==$(TORCH_VERSION)" "$(FBGEMM_$(FLAVOR))"
-	$(BIN)/pip install --quiet --no-deps "torchrec==$(TORCHREC_VERSION)"
+	$(call torch_stack,$(VENV))
 	$(BIN)/pip install --quiet $(TORCHREC_DEPS)
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"
+	touch $@
+
+setup-min: $(VENV_MIN)/.installed-floors
+
+# Floors pinned with ==, what they pull in resolved as pip would for a user. The project's wheel is
+# built by the floor of its build requirements (setuptools), in a venv of its own: torch needs a newer
+# setuptools at run time.
+$(VENV_MIN)/.installed-floors: pyproject.toml Makefile .ci/floors.py
+	$(call torch_stack,$(VENV_MIN))
+	$(VENV_MIN)/bin/python .ci/floors.py > $(VENV_MIN)/floors.txt
+	$(VENV_MIN)/bin/pip install --quiet $(TORCHREC_DEPS) -r $(VENV_MIN)/floors.txt
+	test -x $(VENV_MIN)/build/bin/python || $(PYTHON) -m venv $(VENV_MIN)/build
+	$(VENV_MIN)/bin/python .ci/floors.py --build > $(VENV_MIN)/build/floors.txt
+	$(VENV_MIN)/build/bin/pip install --quiet wheel -r $(VENV_MIN)/build/floors.txt  # wheel: what pip's isolated build asks for
+	rm -rf $(VENV_MIN)/dist build
+	$(VENV_MIN)/build/bin/pip wheel --quiet --no-build-isolation --no-deps -w $(VENV_MIN)/dist .
+	$(VENV_MIN)/bin/pip install --quiet --no-deps --force-reinstall $(VENV_MIN)/dist/*.whl
+	cd /tmp && $(CURDIR)/$(VENV_MIN)/bin/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"
 	touch $@
 
 demo: setup
@@ -36,11 +63,18 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow and not slurm and not postgres and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "$(FAST)" $(PYTEST_ARGS)
+
+# The fast tests and the lint with every direct dependency at its declared floor.
+test-min: setup-min
+	@echo "floors: $$(paste -sd' ' $(VENV_MIN)/floors.txt)"
+	$(VENV_MIN)/bin/ruff check $(LINTED)
+	$(VENV_MIN)/bin/ruff format --check $(LINTED)
+	$(VENV_MIN)/bin/python -m pytest -m "$(FAST)" $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check autotuner api trials bench tests
-	$(BIN)/ruff format --check autotuner api trials bench tests
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 bench: setup
 	$(BIN)/python -m bench.run
@@ -57,4 +91,4 @@ landscape: setup
 		--out bench/data/landscape-cpu.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .ruff_cache .mypy_cache

@@ -7,11 +7,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
-from api.cache import ConfigCache
+from api.cache import ConfigCache, SharedGeneration
 from api.fastpath import ConfigFastPath
 from api.metrics import Metrics
 from api.routes import configs, studies, system
@@ -79,7 +80,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = store or Store(settings.url)
-        app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s)
+        # `autotuner serve` gives its workers one generation file: what one has served, all serve.
+        shared = os.environ.get("AUTOTUNER_GENERATION_FILE")
+        app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s,
+                                      SharedGeneration(Path(shared)) if shared else None)  # fmt: skip
         app.state.cache.start()
         app.state.metrics = Metrics(app.state.store)
         app.state.scheduler = None
@@ -122,6 +126,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
 
 def app_from_env() -> FastAPI:
     """Factory for uvicorn workers: settings from the AUTOTUNER_* environment `autotuner serve` set."""
-    if os.environ.get("AUTOTUNER_DIE_WITH_PARENT") == "1":
-        die_with_parent()  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
+    supervisor = os.environ.get("AUTOTUNER_SUPERVISOR_PID")
+    if supervisor:  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
+        die_with_parent(parent=int(supervisor))
     return create_app(Settings())

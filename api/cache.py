@@ -1,22 +1,49 @@
 """Served configs in memory, pre-rendered in every format: a job-start storm never touches the DB.
 
-A background thread polls a cheap stamp of the configs table and reloads when it changes, so a
-publish or pin by any replica (or the scheduler thread) is served within `refresh_s`; local writes
-also call `refresh()` directly.
+What a client may rely on, and how it holds:
+
+- Never a 404 for a published config. A miss (rare: a job of an untuned workload) asks the store
+  for its generation before answering, and loads what changed (`find`).
+- Monotonic reads within a service. The store counts every change to what is served in a
+  generation number, bumped in the change's own transaction (`Store.served_heads` reads it in the
+  same statement as the served ids, so a loaded state has exactly one generation). The uvicorn
+  workers of one `autotuner serve` share one 8-byte counter, `SharedGeneration`, a file they all
+  map: the newest generation any of them has loaded. A worker raises it *before* it answers with
+  what it loaded, and every answer first compares it with its own (one memory read): a worker
+  that is behind loads before answering. So once any worker has answered with generation g, no
+  later answer of the service shows an older state; a pin or rollback made through the API (the
+  route refreshes before it returns) is served by every worker when the call returns; a change
+  made by another process (scheduler, CLI, another replica) is seen by the first worker that polls
+  the store (every `refresh_s`) and so by every worker within `refresh_s`.
+- Why this and not the alternatives: a store read per answer would cost the hit path a round trip
+  (it is a dict lookup now); PostgreSQL LISTEN/NOTIFY does not exist on SQLite, and a notification
+  lost while a worker reconnects leaves it stale with nothing to tell; the shared counter costs a
+  hit one memory read, works on both backends, and the store's generation stays the truth.
+- Across replicas (several services on one PostgreSQL): each replica is monotonic on its own and
+  serves every change within `refresh_s`; a client switching replicas can see an older state for
+  up to `refresh_s`, never a 404 for what was published (the miss path asks the store).
+- Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
+  catch up retries after `refresh_s`, so monotonicity holds while the store answers.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
+import mmap
+import os
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
-
-from sqlalchemy import case, func, select
 
 from autotuner.configs import config_to_dict, render
 from autotuner.store import Config, Store, pick_served
+
+log = logging.getLogger("autotuner.api.cache")
 
 
 @dataclass(frozen=True)
@@ -28,60 +55,135 @@ class Served:
     body: dict[str, bytes]  # format -> pre-rendered response
 
 
+class SharedGeneration:
+    """The newest store generation that a worker of this service has loaded: an 8-byte counter in a
+    file every worker maps (anonymous memory for an app on its own). An aligned 8-byte read is one
+    load on the machines we run on, so readers take no lock; writers (rare) take a file lock."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._fd = -1
+        if path is None:
+            self._map = mmap.mmap(-1, 8)
+        else:
+            self._fd = os.open(path, os.O_RDWR)
+            if os.fstat(self._fd).st_size < 8:
+                raise ValueError(f"{path}: not a generation file (create it with SharedGeneration.create)")
+            self._map = mmap.mmap(self._fd, 8)
+        self._word = memoryview(self._map).cast("Q")
+        self._lock = threading.Lock()  # flock does not exclude threads sharing one file description
+
+    @staticmethod
+    def create(path: Path) -> None:
+        """A fresh counter (0) for a service starting: written once, before its workers start."""
+        path.write_bytes(bytes(8))
+
+    @property
+    def value(self) -> int:
+        return self._word[0]
+
+    def raise_to(self, generation: int) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if generation > self._word[0]:
+                    self._word[0] = generation
+            finally:
+                if self._fd >= 0:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 class ConfigCache:
-    def __init__(self, store: Store, refresh_s: float = 1.0) -> None:
+    def __init__(self, store: Store, refresh_s: float = 1.0, shared: SharedGeneration | None = None) -> None:
         self.store = store
         self.refresh_s = refresh_s
+        self.shared = shared or SharedGeneration()
+        self.generation = -1  # the store generation of what we serve (exactly); -1: nothing loaded
         self._served: dict[tuple[str, str], list[Served]] = {}
         self._rendered: dict[tuple[int, bool], Served] = {}
-        self._stamp: tuple[Any, ...] | None = None
-        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
+        self._retry_at = 0.0  # after a failed catch-up: serve what we have until then
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _current_stamp(self) -> tuple[Any, ...]:
-        with self.store.session() as s:
-            row = s.execute(
-                select(
-                    func.count(Config.id),
-                    func.max(Config.id),
-                    func.sum(case((Config.pinned, Config.id), else_=0)),
-                )
-            ).one()
-        return tuple(row)
+    def get(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
+        """The hot path: a memory read, a compare, a dict lookup (a load only after a change)."""
+        if self.shared.value > self.generation:
+            self._catch_up()
+        return pick_served(self._served.get((cluster, workload), []), nodes)  # type: ignore[arg-type, return-value]
 
-    def refresh(self, force: bool = False) -> None:
-        """Reload what changed. Configs are immutable but for their pin, so a (id, pinned) already
-        rendered is reused: a publish among 10,000 configs renders one, not 10,000."""
-        stamp = self._current_stamp()
-        if not force and stamp == self._stamp:
+    def find(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
+        """`get`, and on a miss the store's word: a config another process published a moment ago is
+        served now, not after the next poll."""
+        served = self.get(cluster, workload, nodes)
+        if served is None:
+            try:
+                self.refresh()
+            except Exception:  # the store is down: what we hold is the best answer there is
+                log.warning("config cache: the store did not answer a miss", exc_info=True)
+            served = self.get(cluster, workload, nodes)
+        return served
+
+    def all(self) -> list[dict[str, Any]]:
+        if self.shared.value > self.generation:
+            self._catch_up()
+        return [s.config for entries in self._served.values() for s in entries]
+
+    def refresh(self) -> None:
+        """Load the store's state if it is newer than what we serve (one primary-key read if not)."""
+        target = max(self.store.config_generation(), self.shared.value)
+        if target > self.generation:
+            self._load(target)
+
+    def _catch_up(self) -> None:
+        if time.monotonic() < self._retry_at:
             return
-        heads = self.store.served_heads()
-        known = self._rendered
-        fresh = {s.id: s for s in (self._render(row) for row in
-                                   self.store.configs_by_id([i for i, p in heads if (i, p) not in known]))}  # fmt: skip
-        rendered = {(i, p): known.get((i, p)) or fresh[i] for i, p in heads}
-        served: dict[tuple[str, str], list[Served]] = {}
-        for entry in rendered.values():
-            served.setdefault((entry.config["cluster"], entry.config["workload"]), []).append(entry)
-        with self._lock:
-            self._served, self._rendered, self._stamp = served, rendered, stamp
+        try:
+            self._load(self.shared.value)
+        except Exception:  # fail-open: keep answering from memory, try again after refresh_s
+            self._retry_at = time.monotonic() + self.refresh_s
+            log.warning("config cache: could not catch up with the store", exc_info=True)
+
+    def _load(self, target: int) -> None:
+        """Load what is served now, if older than `target`. Configs are immutable but for their pin,
+        so a (id, pinned) already rendered is reused: a publish among 10,000 renders one."""
+        with self._load_lock:
+            if self.generation >= target:
+                return  # another thread loaded it meanwhile
+            generation, heads = self._heads_at_least(target)
+            pins = dict(heads)
+            known = self._rendered
+            rows = self.store.configs_by_id([i for i, p in heads if (i, p) not in known])
+            fresh = {row.id: self._render(row, pins[row.id]) for row in rows}
+            rendered = {(i, p): known.get((i, p)) or fresh[i] for i, p in heads}
+            served: dict[tuple[str, str], list[Served]] = {}
+            for entry in rendered.values():
+                served.setdefault((entry.config["cluster"], entry.config["workload"]), []).append(entry)
+            self.shared.raise_to(generation)  # before anyone answers with it
+            self._rendered, self._served = rendered, served
+            self.generation = generation  # last: readers compare it first
+
+    def _heads_at_least(self, target: int) -> tuple[int, list[tuple[int, bool]]]:
+        """The store's served heads, at `target` or newer. The shared counter is only ever raised to a
+        generation read from the store, so a read that starts after it was raised sees at least that."""
+        generation, heads = self.store.served_heads()
+        if generation < target:  # the store went back: a new database behind a running service
+            log.warning(
+                "store generation %d is behind this service's %d: serving the store", generation, target
+            )
+            generation = target  # labelled so, or every answer would try to catch up
+        return generation, heads
 
     @staticmethod
-    def _render(row: Config) -> Served:
-        config = config_to_dict(row)
+    def _render(row: Config, pinned: bool) -> Served:
+        # `pinned` as of the generation read: the row itself was read a moment later
+        config = {**config_to_dict(row), "pinned": pinned}
         body = {"json": json.dumps(config).encode(), "env": render(config, "sh").encode(),
                 "slurm": render(config, "slurm").encode()}  # fmt: skip
         return Served(row.nodes, row.created_at, row.id, config, body)
 
-    def get(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
-        return pick_served(self._served.get((cluster, workload), []), nodes)  # type: ignore[arg-type, return-value]
-
-    def all(self) -> list[dict[str, Any]]:
-        return [s.config for entries in self._served.values() for s in entries]
-
     def start(self) -> None:
-        self.refresh(force=True)
+        self._load(self.shared.value)
         self._thread = threading.Thread(target=self._loop, name="config-cache", daemon=True)
         self._thread.start()
 

@@ -26,6 +26,7 @@ def serve(
     """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
     import uvicorn
 
+    from api.cache import SharedGeneration
     from api.scheduler import SchedulerProcess, scheduler_env
     from api.settings import Settings
     from autotuner.store import Store
@@ -41,6 +42,10 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _export_for_workers(settings)
     Store(settings.url).dispose()  # migrate once, before workers race to
+    # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    SharedGeneration.create(settings.data_dir / "config-generation")
+    os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")
     runner = None
     if settings.scheduler:
         runner = SchedulerProcess(scheduler_env(settings))
@@ -60,7 +65,7 @@ def _export_for_workers(settings: Any) -> None:
     """Workers are separate processes that read their settings from the environment."""
     os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
     if settings.workers > 1:
-        os.environ["AUTOTUNER_DIE_WITH_PARENT"] = "1"
+        os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
         metrics_dir = settings.data_dir / "prometheus"
         shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -38,8 +38,9 @@ class SchedulerProcess:
         return self.proc.pid if self.proc is not None else None
 
     def start(self) -> None:
+        parent = os.getpid()
         self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
-                                     preexec_fn=lambda: die_with_parent(nice=10))  # fmt: skip
+                                     preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
 
     def stop(self, timeout_s: float = 10) -> None:
         if self.alive:
@@ -83,9 +84,12 @@ def scheduler_env(settings: Any) -> dict[str, str]:
     }
 
 
-def die_with_parent(nice: int = 0) -> None:
+def die_with_parent(nice: int = 0, parent: int | None = None) -> None:
     """Linux: get SIGTERM when the parent dies (PR_SET_PDEATHSIG); optionally lower our priority.
-    Studies are background work: the processes that answer job starts come first."""
+    Studies are background work: the processes that answer job starts come first.
+
+    `parent`: the pid the parent had. One that died before we asked would never send the signal
+    (a uvicorn worker still importing the app when its supervisor is killed): exit now instead."""
     if nice:
         os.nice(nice)
     try:
@@ -93,6 +97,8 @@ def die_with_parent(nice: int = 0) -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: a child outlives a SIGKILLed parent; the study lease still protects studies
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)  # orphaned already: nothing of ours to clean up yet
 
 
 def main() -> None:

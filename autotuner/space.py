@@ -23,11 +23,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidatorFunctionWrapHandler,
     model_validator,
 )
 
@@ -147,7 +147,7 @@ class SearchSpace(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _against_registry(cls, data: Any, handler: ModelWrapValidatorHandler[SearchSpace]) -> SearchSpace:
+    def _against_registry(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SearchSpace:
         if not isinstance(data, Mapping):
             return handler(data)
         data = _with_preset(dict(data))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from api.auth import AdminAccess, ReadAccess, require
 from api.deps import CacheDep, StoreDep
@@ -44,9 +45,13 @@ async def fetch(
     `format=slurm` TaskProlog lines. `nodes` picks the nearest tuned node count.
 
     Served from memory (no database access, no Optuna, no torch): thousands of jobs start at once.
+    A miss asks the store before answering 404: what was just published elsewhere is served.
     """
     _read(request)  # auth inline: this route is the hot path
-    served = request.app.state.cache.get(cluster, workload, nodes)
+    cache = request.app.state.cache
+    served = cache.get(cluster, workload, nodes)
+    if served is None:  # rare: off the event loop, the store's word
+        served = await run_in_threadpool(cache.find, cluster, workload, nodes)
     request.app.state.metrics.config_fetches.labels(format, "hit" if served else "miss").inc()
     if served is None:
         raise HTTPException(404, f"no config published for {cluster}/{workload}")

@@ -7,7 +7,18 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -192,6 +203,16 @@ class Config(Base):
 
     cluster: Mapped[Cluster] = relationship(lazy="joined")
     workload: Mapped[Workload] = relationship(lazy="joined")
+
+
+class ConfigGeneration(Base):
+    """One row counting every change to what is served (publish, pin, unpin, rollback), bumped in the
+    change's own transaction: a config cache compares one integer to know whether it is current."""
+
+    __tablename__ = "at_config_generation"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Quarantine(Base):

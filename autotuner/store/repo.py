@@ -18,6 +18,7 @@ from autotuner.store.models import (
     Candidate,
     Cluster,
     Config,
+    ConfigGeneration,
     Launch,
     Quarantine,
     Study,
@@ -352,6 +353,7 @@ class Store:
             )
             s.add(config)
             s.flush()
+            self._bump_generation(s)
             return s.scalars(select(Config).where(Config.id == config.id)).one()
 
     def config_history(
@@ -392,11 +394,32 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(Config).where(Config.id.in_(self._head_ids(*filters)))).unique())
 
-    def served_heads(self) -> list[tuple[int, bool]]:
-        """(id, pinned) of every served config, without loading rows: what a cache diffs against."""
+    @staticmethod
+    def _bump_generation(s: Session) -> None:
+        """Count a change to what is served, in the change's transaction (on PostgreSQL the row lock
+        also orders concurrent changes: generations are never reused or skipped by a commit)."""
+        s.execute(update(ConfigGeneration).where(ConfigGeneration.id == 1)
+                  .values(generation=ConfigGeneration.generation + 1))  # fmt: skip
+
+    def config_generation(self) -> int:
+        """How many changes to what is served were committed: a primary-key read, cheap to poll."""
         with self.session() as s:
-            query = select(Config.id, Config.pinned).where(Config.id.in_(self._head_ids()))
-            return [(i, bool(p)) for i, p in s.execute(query)]
+            return int(s.scalar(select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)) or 0)
+
+    def served_heads(self) -> tuple[int, list[tuple[int, bool]]]:
+        """The generation and (id, pinned) of every served config at that generation, without loading
+        rows: what a cache diffs against. One statement, so one snapshot on SQLite and PostgreSQL alike
+        (two statements could straddle a commit and label a state with the wrong generation)."""
+        query = (
+            select(ConfigGeneration.generation, Config.id, Config.pinned)
+            .select_from(ConfigGeneration)
+            .outerjoin(Config, Config.id.in_(self._head_ids()))
+            .where(ConfigGeneration.id == 1)
+        )
+        with self.session() as s:
+            rows = s.execute(query).all()
+        generation = int(rows[0][0]) if rows else 0
+        return generation, [(i, bool(p)) for _, i, p in rows if i is not None]
 
     def configs_by_id(self, ids: Sequence[int]) -> list[Config]:
         with self.session() as s:
@@ -417,6 +440,7 @@ class Store:
                 obj = s.get(Config, row.id)
                 assert obj is not None
                 obj.pinned = row.version == version
+            self._bump_generation(s)
         return self.served_config(cluster, workload, nodes)
 
     def rollback_config(self, cluster: str, workload: str, nodes: int) -> Config:

@@ -34,11 +34,15 @@ class Server:
     proc: subprocess.Popen | None = None
     log: Path = field(default_factory=Path)
 
-    def start(self, timeout_s: float = 30) -> None:
+    def launch(self) -> None:
+        """Start `autotuner serve`, not waiting for it."""
         self.log = self.data_dir / f"server-{int(time.time() * 1000)}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "serve"], env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def start(self, timeout_s: float = 30) -> None:
+        self.launch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
@@ -67,9 +71,43 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError(f"port {port} still answers 15 s after the server was stopped")
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def connection_owners(self, client_ports: set[int]) -> dict[int, int]:
+        """client port -> pid of the server process (a uvicorn worker) holding the accepted end of
+        that connection, from /proc (Linux): which worker answers which connection."""
+        inodes = {}
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            local, remote, inode = (line.split()[i] for i in (1, 2, 9))
+            peer = int(remote.rsplit(":", 1)[1], 16)
+            if int(local.rsplit(":", 1)[1], 16) == self.port and peer in client_ports:
+                inodes[f"socket:[{inode}]"] = peer
+        owners = {}
+        for pid in _children(self.proc.pid if self.proc else -1):
+            try:
+                links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:  # exited meanwhile
+                continue
+            owners.update({inodes[link]: pid for link in links if link in inodes})
+        return owners
+
     def client(self, scope: str | None = "admin") -> httpx.Client:
         headers = {"Authorization": f"Bearer {TOKENS[scope]}"} if scope else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def _children(parent: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            pids.append(int(entry))
+    return pids
 
 
 def make_server(tmp_path: Path, **env_overrides: str) -> Server:
@@ -132,9 +170,14 @@ def wait_for_state(
     raise AssertionError(f"study {study_id} never reached {states}: {study}")
 
 
+def served_config(client: httpx.Client, cluster: str = "cpu-box", workload: str = "small") -> httpx.Response:
+    """One fetch: a published config is served at once (a miss asks the store), so tests never wait."""
+    return client.get(f"/v1/configs/{cluster}/{workload}")
+
+
 def wait_for_config(client: httpx.Client, cluster: str = "cpu-box", workload: str = "small",
                     timeout_s: float = 10) -> httpx.Response:  # fmt: skip
-    """Published configs are served from memory, refreshed within AUTOTUNER_CONFIG_REFRESH_S (1 s)."""
+    """The first 200 within `timeout_s` (bench/serving.py warms up with it); tests use served_config."""
     deadline = time.monotonic() + timeout_s
     while True:
         response = client.get(f"/v1/configs/{cluster}/{workload}")

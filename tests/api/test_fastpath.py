@@ -1,64 +1,107 @@
-"""The config fast path answers exactly what the FastAPI route would, and leaves the rest to it."""
+"""The config fast path answers exactly what the FastAPI route would, and leaves the rest to it.
+
+Every request goes to two apps on one store: as built (fast path in front of the router) and with the
+ConfigFastPath middleware taken out. Status, headers and body must be the same, and a probe just
+inside the fast path tells which requests it answered itself.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
+from starlette.middleware import Middleware
 
 from api.app import create_app
+from api.fastpath import ConfigFastPath
 from api.settings import Settings
 from autotuner.store import Store
 
 TOKENS = "jobs:read,infra:write"
 
 
+class Probe:
+    """Records the paths that got past the fast path (to the router)."""
+
+    def __init__(self, app: Any, seen: list[str]) -> None:
+        self.app = app
+        self.seen = seen
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.seen.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
+def _app(tmp_path, store: Store, fast_path: bool, seen: list[str]):
+    app = create_app(Settings(data_dir=tmp_path, tokens=TOKENS, scheduler=False), store=store)
+    at = next(i for i, m in enumerate(app.user_middleware) if m.cls is ConfigFastPath)
+    app.user_middleware.insert(at + 1, Middleware(Probe, seen=seen))  # just inside the fast path
+    if not fast_path:
+        del app.user_middleware[at]
+    return app
+
+
 @pytest.fixture
-def client(tmp_path):
+def apps(tmp_path):
+    """(fast, routed, paths that reached the router of the fast one)."""
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
     store.upsert_workload("w", {"name": "w", "tables": []})
     for nodes in (2, 8):
         store.publish_config(cluster="c", workload="w", nodes=nodes, env={"NCCL_NSOCKS_PERTHREAD": "4"},
                              fwd_precision="fp8", bwd_precision="bf16", batch_size=1024 * nodes,
                              sharding="table_wise")  # fmt: skip
-    app = create_app(Settings(data_dir=tmp_path, tokens=TOKENS, scheduler=False), store=store)
-    with TestClient(app) as c:
-        yield c
+    seen: list[str] = []
+    with (
+        TestClient(_app(tmp_path, store, True, seen)) as fast,
+        TestClient(_app(tmp_path, store, False, [])) as routed,
+    ):
+        yield fast, routed, seen
 
 
-def fetch(client, path: str, token: str | None = "jobs"):
-    return client.get(path, headers={"Authorization": f"Bearer {token}"} if token else {})
+def fetch(client, path: str, token: str | None = "jobs", scheme: str = "Bearer"):
+    return client.get(path, headers={"Authorization": f"{scheme} {token}"} if token else {})
 
 
 @pytest.mark.parametrize(
-    ("path", "status", "contains"),
+    ("path", "token", "status", "contains", "answered_by_fast_path"),
     [
-        ("/v1/configs/c/w", 200, '"batch_size": 8192'),  # no node count: the newest
-        ("/v1/configs/c/w?nodes=3", 200, '"batch_size": 2048'),
-        ("/v1/configs/c/w?nodes=7&format=env", 200, "export AUTOTUNER_BATCH_SIZE=8192"),
-        ("/v1/configs/c/w?format=slurm", 200, "export NCCL_NSOCKS_PERTHREAD=4"),
-        ("/v1/configs/c/nope", 404, "no config published"),
-        ("/v1/configs/c/w?nodes=0", 422, "nodes"),
-        ("/v1/configs/c/w?format=yaml", 422, "format"),
-        ("/v1/configs/c/w?nodes=2&extra=1", 200, "AUTOTUNER"),  # unknown parameters: the route ignores them
-        ("/v1/configs/c%20x/w", 422, "cluster"),
+        ("/v1/configs/c/w", "jobs", 200, '"batch_size": 8192', True),  # no node count: the newest
+        ("/v1/configs/c/w?nodes=3", "jobs", 200, '"batch_size": 2048', True),
+        ("/v1/configs/c/w?nodes=7&format=env", "jobs", 200, "export AUTOTUNER_BATCH_SIZE=8192", True),
+        ("/v1/configs/c/w?format=slurm", "jobs", 200, "export NCCL_NSOCKS_PERTHREAD=4", True),
+        ("/v1/configs/c/w", "infra", 200, '"batch_size": 8192', True),  # write implies read
+        ("/v1/configs/c/nope", "jobs", 404, "no config published", False),
+        ("/v1/configs/c/w?nodes=0", "jobs", 422, "nodes", False),
+        ("/v1/configs/c/w?format=yaml", "jobs", 422, "format", False),
+        ("/v1/configs/c/w?nodes=2&extra=1", "jobs", 200, "AUTOTUNER", False),  # the route ignores extras
+        ("/v1/configs/c%20x/w", "jobs", 422, "cluster", False),
+        ("/v1/configs/c/w", None, 401, "token", False),
+        ("/v1/configs/c/w", "wrong", 401, "token", False),
     ],
 )
-def test_same_answers_as_the_route(client, path, status, contains):
-    response = fetch(client, path)
-    assert response.status_code == status, response.text
-    assert contains in response.text
+def test_same_answers_as_the_route(apps, path, token, status, contains, answered_by_fast_path):
+    fast, routed, seen = apps
+    ours, theirs = fetch(fast, path, token), fetch(routed, path, token)
+    assert ours.status_code == theirs.status_code == status, ours.text
+    assert ours.headers == theirs.headers
+    assert ours.content == theirs.content and contains in ours.text
+    assert (seen == []) is answered_by_fast_path, seen
 
 
-def test_auth_is_enforced_on_the_fast_path(client):
-    assert fetch(client, "/v1/configs/c/w", token=None).status_code == 401
-    assert fetch(client, "/v1/configs/c/w", token="wrong").status_code == 401
-    assert fetch(client, "/v1/configs/c/w", token="infra").status_code == 200  # write implies read
-    assert client.get("/v1/configs/c/w", headers={"Authorization": "Basic am9iczo="}).status_code == 401
+def test_a_basic_auth_header_is_left_to_the_route(apps):
+    fast, routed, seen = apps
+    ours, theirs = (fetch(c, "/v1/configs/c/w", "am9iczo=", scheme="Basic") for c in (fast, routed))
+    assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content) == (401, theirs.content)
+    assert seen == ["/v1/configs/c/w"]
 
 
-def test_hits_are_counted_and_timed(client):
+def test_hits_are_counted_and_timed(apps):
+    fast, _, seen = apps
     for _ in range(3):
-        assert fetch(client, "/v1/configs/c/w?format=env").status_code == 200
-    metrics = client.get("/metrics").text
+        assert fetch(fast, "/v1/configs/c/w?format=env").status_code == 200
+    metrics = fetch(fast, "/metrics").text
+    assert seen == ["/metrics"]  # the three hits never reached the router, and were still counted
     assert 'autotuner_config_fetches_total{format="env",result="hit"} 3.0' in metrics
     assert 'autotuner_request_seconds_count{route="/v1/configs/{cluster}/{workload}"} 3.0' in metrics

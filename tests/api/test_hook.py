@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from tests.api.conftest import TOKENS, free_port, replay_study_body, wait_for_config, wait_for_state
+from tests.api.conftest import TOKENS, free_port, replay_study_body, served_config, wait_for_state
 
 # Tests of what the hook prints give a live service more than the default 1.5 s: a loaded CI machine
 # must not turn them into tests of the deadline (that one has its own test, with a hanging server).
@@ -32,7 +32,7 @@ def published(server):
     client = server.client("write")
     study = client.post("/v1/studies", json=replay_study_body()).json()
     assert wait_for_state(client, study["id"], ("done", "failed"))["state"] == "done"
-    assert wait_for_config(client).status_code == 200
+    assert served_config(client).status_code == 200
     return server
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from tests.api.conftest import replay_study_body, wait_for_config, wait_for_state
+from tests.api.conftest import LANDSCAPE, make_server, replay_study_body, served_config, wait_for_state
 
 
 def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format(server):
@@ -15,7 +16,7 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
     assert created.status_code == 201, created.text
     study = wait_for_state(client, created.json()["id"], ("done", "failed"))
     assert study["state"] == "done", study
-    config = wait_for_config(client)
+    config = served_config(client)  # at once: the study is done, so its config is published
     assert config.status_code == 200 and config.json()["version"] == 1
     assert config.json()["evidence"]["study_id"] == study["id"]
     env = client.get("/v1/configs/cpu-box/small", params={"format": "env"}).text
@@ -44,10 +45,35 @@ def test_scopes(server, method, path, scope, status):
     assert response.status_code == status, response.text
 
 
-def test_cancel_a_queued_study(server):
-    client = server.client("write")
+def test_cancel_stops_a_running_study_and_its_launch(tmp_path):
+    slow = {"replay": {"landscape": str(LANDSCAPE), "delay_s": 60}}  # the launch outlives the heartbeat
+    server = make_server(tmp_path, AUTOTUNER_EXECUTOR_OPTIONS=json.dumps(slow))
+    server.start()
+    try:
+        _cancel_and_check(server.client("write"))
+    finally:
+        server.kill()
+
+
+def _cancel_and_check(client) -> None:
     study = client.post("/v1/studies", json=replay_study_body("long", trials=200)).json()
-    time.sleep(1)
+    launches = f"/v1/studies/{study['id']}/launches"
+    running = wait_until(lambda: [x for x in client.get(launches).json() if x["state"] == "running"], 60)
     cancelled = client.post(f"/v1/studies/{study['id']}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    # The scheduler sees it at its next heartbeat (<= 5 s): it stops the launch and lets the study go.
+    row = wait_until(lambda: (r := client.get(f"/v1/studies/{study['id']}").json())["finished_at"]
+                     and not r["owner"] and r, 60)  # fmt: skip
+    assert row["state"] == "cancelled" and row["launches_done"] < 200
+    after = {x["id"]: x["state"] for x in client.get(launches).json()}
+    assert after[running[0]["id"]] == "cancelled" and "running" not in after.values()
     assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
+
+
+def wait_until(probe, timeout_s: float):
+    """probe()'s first truthy answer, polled until the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not (answer := probe()):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.1)
+    return answer

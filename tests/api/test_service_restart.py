@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
-from tests.api.conftest import make_server, replay_study_body, wait_for_config, wait_for_state
+import pytest
+
+from tests.api.conftest import make_server, replay_study_body, served_config, wait_for_state
 
 
 def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
@@ -18,6 +21,8 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
         if trials["count"] >= 3:
             break
         time.sleep(0.1)
+    else:
+        pytest.fail(f"fewer than 3 trials recorded in 60 s: {trials['count']}")
     before = {t["id"]: t["samples_per_s"] for t in trials["data"]}
     assert client.get(f"/v1/studies/{study['id']}").json()["state"] == "running"
     server.kill()  # SIGKILL: no shutdown hooks, lease not released
@@ -31,5 +36,21 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
     assert {k: after[k] for k in before} == before  # every finished trial survived unchanged
     launches = client.get(f"/v1/studies/{study['id']}/launches").json()
     assert sum(1 for x in launches if x["kind"] == "search" and x["attempt"] == 1) == 4
-    assert wait_for_config(client).status_code == 200
+    assert served_config(client).status_code == 200
     server.kill()
+
+
+def test_workers_do_not_outlive_a_service_killed_while_they_start(tmp_path):
+    """The supervisor binds the port, then its workers import the app: one killed in between left a
+    worker serving (and holding the port) forever, its parent-death signal asked for too late."""
+    server = make_server(tmp_path, AUTOTUNER_SCHEDULER="0")
+    server.launch()
+    deadline = time.monotonic() + 30
+    while True:  # the port opens when the supervisor binds it, before any worker is ready
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and server.proc.poll() is None, server.log.read_text()
+            time.sleep(0.02)
+    server.kill()  # SIGKILL; fails if anything still answers on the port 15 s later

@@ -48,7 +48,7 @@ def test_tune_prints_best_vs_baseline_and_publishes(tuned):
     assert "published cpu-box/small version 1" in out
 
 
-def test_env_prints_quoted_exports_of_the_published_config(tuned, db):
+def test_env_prints_the_exports_of_the_published_config(tuned, db):  # quoting: test_configs.py
     result = runner.invoke(app, ["env", "--cluster", "cpu-box", "--workload", "small", "--db", db])
     assert result.exit_code == 0
     lines = result.stdout.strip().splitlines()

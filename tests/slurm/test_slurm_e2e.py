@@ -23,7 +23,7 @@ from tests.api.conftest import (
     free_port,
     make_server,
     replay_study_body,
-    wait_for_config,
+    served_config,
     wait_for_state,
 )
 
@@ -146,7 +146,7 @@ def served(tmp_path_factory):
             assert created.status_code == 201, created.text
             study = wait_for_state(client, created.json()["id"], ("done", "failed"))
             assert study["state"] == "done", study
-            response = wait_for_config(client)  # served from memory, refreshed within a second
+            response = served_config(client)  # at once: the study is done, so its config is published
             assert response.status_code == 200, response.text
             config = response.json()
         yield server, config
