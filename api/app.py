@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from api import errors
 from api.cache import ConfigCache, SharedGeneration
 from api.fastpath import ConfigFastPath
 from api.metrics import Metrics
@@ -107,7 +108,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.tokens = settings.token_scopes()
+    errors.install(app)
     app.include_router(system.router)
     app.include_router(studies.router)
     app.include_router(configs.router)

@@ -10,16 +10,24 @@ from fastapi import Depends, HTTPException, Request
 RANK = {"read": 0, "write": 1, "admin": 2}
 
 
-def scope_of(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
+def token_scope(header: str, tokens: dict[str, str]) -> str | None:
+    """The scope of the bearer token in an Authorization header value (None: no known token)."""
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         return None
     given = token.strip().encode("latin-1", "replace")
-    for secret, scope in request.app.state.tokens.items():
+    for secret, scope in tokens.items():
         if hmac.compare_digest(secret.encode(), given):
             return scope
     return None
+
+
+def may(held: str | None, scope: str) -> bool:
+    return held is not None and RANK[held] >= RANK[scope]
+
+
+def scope_of(request: Request) -> str | None:
+    return token_scope(request.headers.get("authorization", ""), request.app.state.settings.token_scopes)
 
 
 def require(scope: str):  # noqa: ANN201 - a FastAPI dependency factory

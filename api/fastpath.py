@@ -10,22 +10,18 @@ which validates, documents and produces the errors. Both read the same cache.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl
 
-from api.auth import RANK
+from api.auth import may, token_scope
+from autotuner.configs import MEDIA_TYPES
 from autotuner.tuning import NAME_RE
 
 PREFIX = "/v1/configs/"
 ROUTE_PATH = "/v1/configs/{cluster}/{workload}"
-MEDIA = {
-    "json": b"application/json",
-    "env": b"text/plain; charset=utf-8",
-    "slurm": b"text/plain; charset=utf-8",
-}
+MEDIA = {fmt: media.encode() for fmt, media in MEDIA_TYPES.items()}
 MAX_NODES = 1_000_000
 
 _ROUTE = SimpleNamespace(path=ROUTE_PATH)
@@ -70,18 +66,11 @@ class ConfigFastPath:
                 fmt = value
             else:
                 return None
-        if not state.settings.public_read and not _may_read(scope, state.tokens):
+        if not state.settings.public_read and not _may_read(scope, state.settings.token_scopes):
             return None
         return parts[0], parts[1], nodes, fmt
 
 
 def _may_read(scope: dict[str, Any], tokens: dict[str, str]) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer":
-                return False
-            given = token.strip().encode("latin-1")
-            return any(hmac.compare_digest(secret.encode(), given) and RANK[held] >= RANK["read"]
-                       for secret, held in tokens.items())  # fmt: skip
-    return False
+    header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+    return may(token_scope(header.decode("latin-1"), tokens), "read")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotuner.store import Candidate, Launch, Study
-from autotuner.tuning import NAME_RE, NAME_RULE
+from autotuner.store import Candidate, Launch, Study, StudyState
+from autotuner.tuning import NAME_RE, NAME_RULE, RequestSettings
 
 
 class ErrorPublic(BaseModel):
@@ -25,35 +25,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:
-    """One entry of a 422 body, in FastAPI's own shape, so clients parse every 422 the same way."""
-    return {"loc": loc, "msg": msg, "type": type_}
-
-
 NAME_FIELD = {"min_length": 1, "max_length": 128, "pattern": NAME_RE.pattern, "description": NAME_RULE}
-
-
-class StudySettingsCreate(BaseModel):
-    """What a request may set. Where launches run (workdir, executor options) is the operator's call."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor: Literal["local", "replay", "slurm", "kubernetes"] = "local"
-    nproc_per_node: int = Field(2, ge=1, le=64)
-    nnodes: int = Field(1, ge=1, le=4096)
-    trials: int | None = Field(6, ge=0, le=10_000)
-    time_budget_s: float | None = Field(None, gt=0, le=7 * 86400)
-    candidates_per_launch: int | None = Field(None, ge=1, le=1000)
-    warmup: int = Field(3, ge=0, le=10_000)
-    iterations: int = Field(30, ge=1, le=100_000)
-    sampler: Literal["tpe", "random"] = "tpe"
-    seed: int = Field(0, ge=0, le=2**31)
-    confirm_rounds: int = Field(3, ge=0, le=20)
-    launch_timeout_s: float = Field(900, gt=0, le=86400)
-    fabric: str | None = Field(None, max_length=16, pattern=r"^[1-9][0-9]*(kbit|mbit|gbit)$")
-    publish: bool = True
-    scaling_nodes: list[int] = Field(default_factory=list, max_length=16,
-                                     description="measure tuned vs baseline at these node counts")  # fmt: skip
 
 
 class StudyCreate(BaseModel):
@@ -63,7 +35,7 @@ class StudyCreate(BaseModel):
     cluster: str = Field(**NAME_FIELD)
     workload: dict[str, Any] = Field(description="the trial spec's workload object: name, tables, sharding")
     space: dict[str, Any] | str = Field(description="a search space object, or a preset name (socket, efa)")
-    settings: StudySettingsCreate = Field(default_factory=StudySettingsCreate)
+    settings: RequestSettings = Field(default_factory=RequestSettings)
 
     @field_validator("space")
     @classmethod
@@ -246,7 +218,9 @@ def study_public(
     row: Study, counts: dict[str, int], best: Candidate | None, baseline: Candidate | None
 ) -> StudyPublic:
     budget = row.settings.get("trials")
-    progress = 1.0 if row.state == "done" else (min(1.0, row.launches_done / budget) if budget else 0.0)
+    progress = (
+        1.0 if row.state == StudyState.DONE else (min(1.0, row.launches_done / budget) if budget else 0.0)
+    )
     return StudyPublic(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,19 @@ class Settings(BaseSettings):
     def url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'autotuner.db'}"
 
+    # Parsed once: the settings do not change while the service runs.
+    @cached_property
     def token_scopes(self) -> dict[str, str]:
         pairs = (p.strip() for p in self.tokens.split(","))
         return {secret: scope for secret, _, scope in (p.rpartition(":") for p in pairs if p)}
 
+    @cached_property
     def allowed_executors(self) -> list[str]:
         return [e.strip() for e in self.executors.split(",") if e.strip()]
 
+    @cached_property
+    def parsed_executor_options(self) -> dict[str, dict[str, Any]]:
+        return json.loads(self.executor_options)
+
     def options_for(self, executor: str) -> dict[str, Any]:
-        return json.loads(self.executor_options).get(executor, {})
+        return dict(self.parsed_executor_options.get(executor, {}))

@@ -25,7 +25,7 @@ from autotuner.configs import config_to_dict, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.tuning.settings import RequestSettings, StudySettings
-from autotuner.tuning.study import create_study
+from autotuner.tuning.study import create_study, study_settings
 
 app = typer.Typer(
     name="autotuner",
@@ -84,8 +84,7 @@ def _settings_options() -> list[inspect.Parameter]:
     """One option per field of RequestSettings: the defaults, bounds and help of the REST body."""
     params = []
     for name, field in RequestSettings.model_fields.items():
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        flag = "--" + str(extra.get("cli") or name.replace("_", "-"))
+        flag = flag_of(name)
         default = field.get_default(call_default_factory=True)
         if isinstance(default, bool):
             option, kind = typer.Option(f"{flag}/--no-{flag[2:]}", help=field.description), bool
@@ -117,11 +116,15 @@ def settings_from_options(options: dict[str, Any]) -> RequestSettings:
         return RequestSettings(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = first["loc"][0] if first["loc"] else ""
-        flag = {p.name: p.annotation.__metadata__[0].param_decls[0] for p in _settings_options()}.get(
-            str(where), ""
-        )
-        raise _fail(f"{flag.split('/')[0] or 'settings'}: {first['msg']}") from exc
+        where = flag_of(str(first["loc"][0])) if first["loc"] else "settings"
+        raise _fail(f"{where}: {first['msg'].removeprefix('Value error, ')}") from exc
+
+
+def flag_of(field: str) -> str:
+    """The command-line option of a settings field."""
+    info = RequestSettings.model_fields[field]
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return "--" + str(extra.get("cli") or field.replace("_", "-"))
 
 
 def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[str, Any]:
@@ -172,7 +175,7 @@ def _new_study(store: Any, options: dict[str, Any]) -> Any:
     executor_options = _executor_options(options["executor_option"], options["landscape"])
     workdir = str(options["workdir"]) if options["workdir"] else None
     try:
-        settings = StudySettings(**request.model_dump(), workdir=workdir, executor_options=executor_options)
+        settings = study_settings(request, workdir=workdir, executor_options=executor_options)
         return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
                             space=options["space"], settings=settings, name=options["study"])  # fmt: skip
     except ValueError as exc:

@@ -10,6 +10,12 @@ import shlex
 from typing import Any
 
 FORMATS = ("json", "sh", "env", "slurm")
+# What REST serves each format as (`GET /v1/configs/...?format=`).
+MEDIA_TYPES = {
+    "json": "application/json",
+    "env": "text/plain; charset=utf-8",
+    "slurm": "text/plain; charset=utf-8",
+}
 # Everything a config sets beside the NCCL variables travels as AUTOTUNER_* so a training script can
 # adopt it (autotuner.qcomms turns them into TorchRec objects).
 AUTOTUNER_KEYS = {

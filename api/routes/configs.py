@@ -10,15 +10,13 @@ from fastapi.concurrency import run_in_threadpool
 from api.auth import AdminAccess, ReadAccess, require
 from api.deps import CacheDep, StoreDep
 from api.schemas import ERRORS, ConfigPublic, PinRequest, RollbackRequest
-from autotuner.configs import config_to_dict
-from autotuner.store import NotFound
+from autotuner.configs import MEDIA_TYPES, config_to_dict
 from autotuner.tuning import NAME_RE, NAME_RULE
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
 NameParam = Path(min_length=1, max_length=128, pattern=NAME_RE.pattern, description=NAME_RULE)
 Cluster = Annotated[str, NameParam]
 Workload = Annotated[str, NameParam]
-MEDIA = {"json": "application/json", "env": "text/plain; charset=utf-8", "slurm": "text/plain; charset=utf-8"}
 _read = require("read").dependency
 
 
@@ -55,7 +53,7 @@ async def fetch(
     request.app.state.metrics.config_fetches.labels(format, "hit" if served else "miss").inc()
     if served is None:
         raise HTTPException(404, f"no config published for {cluster}/{workload}")
-    return Response(served.body[format], media_type=MEDIA[format])
+    return Response(served.body[format], media_type=MEDIA_TYPES[format])
 
 
 @router.get("/{cluster}/{workload}/history", response_model=list[ConfigPublic])
@@ -68,10 +66,7 @@ def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess
 def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep, cache: CacheDep,
         _: AdminAccess) -> dict:  # fmt: skip
     """Serve one version regardless of newer publishes (`version: null` unpins)."""
-    try:
-        row = store.pin_config(cluster, workload, body.nodes, body.version)
-    except NotFound as exc:
-        raise HTTPException(404, str(exc)) from exc
+    row = store.pin_config(cluster, workload, body.nodes, body.version)
     cache.refresh()
     assert row is not None
     return config_to_dict(row)
@@ -81,9 +76,6 @@ def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep,
 def rollback(cluster: Cluster, workload: Workload, body: RollbackRequest, store: StoreDep, cache: CacheDep,
              _: AdminAccess) -> dict:  # fmt: skip
     """Serve the version before the current one (pins it)."""
-    try:
-        row = store.rollback_config(cluster, workload, body.nodes)
-    except NotFound as exc:
-        raise HTTPException(404, str(exc)) from exc
+    row = store.rollback_config(cluster, workload, body.nodes)
     cache.refresh()
     return config_to_dict(row)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from api.auth import ReadAccess, WriteAccess
 from api.deps import SettingsDep, StoreDep
+from api.errors import invalid
 from api.schemas import (
     ERRORS,
     LaunchPublic,
@@ -15,30 +16,19 @@ from api.schemas import (
     StudyCreate,
     StudyPublic,
     TrialsPublic,
-    invalid,
     launch_public,
     study_public,
     trial_public,
 )
-from autotuner.space import SpaceError
-from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, Store, Study, StudyState
-from autotuner.tuning import StudySettings, create_study
-from trials.spec import SpecError
+from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
+from autotuner.tuning import best_and_baseline, create_study, study_settings
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
 
 
 def to_public(store: Store, study: Study) -> StudyPublic:
-    best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
-    if best is None:
-        top = store.candidates(study.id, kinds=["search", "baseline"], states=["ok"], order_by="samples_per_s",
-                               descending=True, limit=1)  # fmt: skip
-        best = top[0] if top else None
-    baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
-    if baseline is None:
-        rows = store.candidates(study.id, kinds=["baseline"], states=["ok"], limit=1)
-        baseline = rows[0] if rows else None
+    best, baseline = best_and_baseline(store, study)
     return study_public(study, store.count_candidates(study.id), best, baseline)
 
 
@@ -53,30 +43,14 @@ def get_study(store: Store, study_id: int) -> Study:
 def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAccess) -> StudyPublic:
     """Queue a tuning study; the service's scheduler runs it."""
     executor = body.settings.executor
-    if executor not in settings.allowed_executors():
-        enabled = ", ".join(settings.allowed_executors())
+    if executor not in settings.allowed_executors:
+        enabled = ", ".join(settings.allowed_executors)
         raise HTTPException(422, [invalid(["body", "settings", "executor"],
                                           f"{executor!r} is not enabled here (enabled: {enabled})")])  # fmt: skip
-    try:
-        study_settings = StudySettings(
-            **body.settings.model_dump(),
-            workdir=str(settings.data_dir / "runs"),
-            executor_options=settings.options_for(executor),
-        )
-    except ValueError as exc:
-        raise HTTPException(422, [invalid(["body", "settings"], str(exc))]) from exc
-    if body.name is not None and store.study(body.name) is not None:
-        raise HTTPException(409, f"study {body.name!r} already exists")
-    try:
-        study = create_study(store, cluster=body.cluster, workload=body.workload, space=body.space,
-                             settings=study_settings, name=body.name)  # fmt: skip
-    except SpaceError as exc:
-        raise HTTPException(422, [invalid(["body", "space", "env", p.variable] if p.variable else ["body", "space"],
-                                          p.message, p.rule) for p in exc.problems if p.severity == "error"]) from exc  # fmt: skip
-    except SpecError as exc:
-        raise HTTPException(422, [invalid(["body", *exc.where.split(".")], exc.problem)]) from exc
-    except ValueError as exc:
-        raise HTTPException(422, [invalid(["body"], str(exc))]) from exc
+    study_settings_ = study_settings(body.settings, workdir=str(settings.data_dir / "runs"),
+                                     executor_options=settings.options_for(executor))  # fmt: skip
+    study = create_study(store, cluster=body.cluster, workload=body.workload, space=body.space,
+                         settings=study_settings_, name=body.name)  # fmt: skip
     return to_public(store, study)
 
 
@@ -114,7 +88,7 @@ def trials(
     _: ReadAccess,
     sort: Annotated[Literal[tuple(CANDIDATE_SORT_KEYS)], Query()] = "id",  # type: ignore[valid-type]
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
-    state: Annotated[Literal["ok", "failed", "infeasible"] | None, Query()] = None,
+    state: Annotated[CandidateState | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> TrialsPublic:

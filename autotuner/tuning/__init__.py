@@ -14,9 +14,13 @@ from autotuner.tuning.settings import EXECUTORS, RequestSettings, StudySettings
 from autotuner.tuning.study import (
     NAME_RE,
     NAME_RULE,
+    StudyError,
+    StudyExists,
     baseline_batch,
+    best_and_baseline,
     check_name,
     create_study,
+    study_settings,
 )
 
 __all__ = [
@@ -29,9 +33,12 @@ __all__ = [
     "StudyBusy",
     "StudyCancelled",
     "StudyDriver",
+    "StudyError",
+    "StudyExists",
     "StudyQueue",
     "StudySettings",
     "baseline_batch",
+    "best_and_baseline",
     "check_name",
     "create_study",
     "executor_of",
@@ -41,4 +48,5 @@ __all__ = [
     "owner_is_dead",
     "point_of",
     "record_name",
+    "study_settings",
 ]

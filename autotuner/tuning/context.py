@@ -11,10 +11,10 @@ from typing import Any
 from autotuner.executors import Executor
 from autotuner.paths import default_data_dir
 from autotuner.space import InProcPoint, SearchSpace, load_space
-from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, Store
+from autotuner.store import Candidate, Launch, Store
 from autotuner.tuning.lease import Lease
 from autotuner.tuning.settings import StudySettings
-from autotuner.tuning.study import baseline_batch
+from autotuner.tuning.study import baseline_batch, baseline_of, finalist
 from trials.spec import WorkloadSpec, parse_workload
 
 
@@ -85,12 +85,7 @@ class StudyContext:
         return self.space.inproc_points(self.workload.default_pipeline)
 
     def baseline(self) -> Candidate | None:
-        rows = self.store.candidates(self.study_id, kinds=[LaunchKind.BASELINE], states=[CandidateState.OK])
-        return rows[0] if rows else None
+        return baseline_of(self.store, self.study_id)
 
     def finalist(self) -> Candidate | None:
-        """The fastest feasible candidate measured by the search (or the baseline)."""
-        rows = self.store.candidates(self.study_id, kinds=[LaunchKind.SEARCH, LaunchKind.BASELINE],
-                                     states=[CandidateState.OK], order_by="samples_per_s", descending=True,
-                                     limit=1)  # fmt: skip
-        return rows[0] if rows else None
+        return finalist(self.store, self.study_id)

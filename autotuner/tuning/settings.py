@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
@@ -63,16 +63,22 @@ class RequestSettings(BaseModel):
         description="after publishing, measure tuned and baseline at these node counts, e.g. 1,2,4",
     )
 
+    @field_validator("scaling_nodes")
+    @classmethod
+    def _distinct_nodes(cls, nodes: list[int]) -> list[int]:
+        if any(n < 1 or n > 4096 for n in nodes) or len(set(nodes)) != len(nodes):
+            raise ValueError("distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
+        return nodes
+
+    @field_validator("confirm_rounds")
+    @classmethod
+    def _rounds(cls, rounds: int) -> int:
+        if rounds == 1:
+            raise ValueError("0 (skip) or at least 2: one round gives no confidence interval")
+        return rounds
+
     @model_validator(mode="after")
     def _consistent(self) -> RequestSettings:
-        if any(n < 1 or n > 4096 for n in self.scaling_nodes) or len(set(self.scaling_nodes)) != len(
-            self.scaling_nodes
-        ):
-            raise ValueError("scaling_nodes: distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
-        if self.confirm_rounds == 1:
-            raise ValueError(
-                "confirm_rounds must be 0 (skip) or at least 2: one round gives no confidence interval"
-            )
         if self.trials is None and self.time_budget_s is None:
             raise ValueError("give a budget: trials, time_budget_s, or both")
         if self.fabric is not None and self.executor != "local":

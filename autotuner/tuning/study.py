@@ -5,21 +5,47 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import ValidationError
+
 from autotuner.executors import validate_options
 from autotuner.space import SearchSpace, load_space
-from autotuner.store import Store, Study
-from autotuner.tuning.settings import StudySettings
+from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
+from autotuner.tuning.settings import RequestSettings, StudySettings
 from trials.spec import WorkloadSpec, parse_workload
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NAME_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
+class StudyError(ValueError):
+    """A study that cannot be created as asked; the message names what is wrong, `where` the part
+    of the request it is in ("settings", or "" for the request as a whole)."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class StudyExists(StudyError):
+    pass
+
+
 def check_name(kind: str, value: str) -> str:
     """Cluster / workload / study names end up in URLs, file paths and job names: keep them plain."""
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ValueError(f"{kind} name {value!r} is invalid: {NAME_RULE}")
+        raise StudyError(f"{kind} name {value!r} is invalid: {NAME_RULE}")
     return value
+
+
+def study_settings(
+    request: RequestSettings, *, workdir: str | None, executor_options: dict[str, Any]
+) -> StudySettings:
+    """A request's settings with the operator's (where launches run, the executor's options)."""
+    try:
+        return StudySettings(**request.model_dump(), workdir=workdir, executor_options=executor_options)
+    except ValidationError as exc:
+        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise StudyError(message, where="settings") from exc
 
 
 def baseline_batch(workload: WorkloadSpec, space: SearchSpace) -> int:
@@ -38,8 +64,8 @@ def create_study(
 ) -> Study:
     """Validate everything a study needs, then persist it as queued.
 
-    Raises SpecError (workload), SpaceError (space) or ValueError (names, executor options), each
-    naming the problem.
+    Raises SpecError (workload), SpaceError (space) or StudyError (names, executor options, a name
+    taken), each naming the problem.
     """
     check_name("cluster", cluster)
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
@@ -48,12 +74,12 @@ def create_study(
     try:  # bad executor options fail here, before a study row exists
         validate_options(settings.executor, settings.executor_arguments())
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"executor {settings.executor}: {exc}") from exc
+        raise StudyError(f"executor {settings.executor}: {exc}") from exc
     if name is None:
         name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
     check_name("study", name)
     if store.study(name) is not None:
-        raise ValueError(f"study {name!r} already exists")
+        raise StudyExists(f"study {name!r} already exists")
     return store.create_study(
         name=name,
         cluster=cluster,
@@ -62,3 +88,22 @@ def create_study(
         space=space_obj.model_dump(mode="json"),
         settings=settings.model_dump(mode="json"),
     )
+
+
+def finalist(store: Store, study_id: int) -> Candidate | None:
+    """The fastest feasible candidate the search (or the baseline) measured."""
+    rows = store.candidates(study_id, kinds=[LaunchKind.SEARCH, LaunchKind.BASELINE], states=[CandidateState.OK],
+                            order_by="samples_per_s", descending=True, limit=1)  # fmt: skip
+    return rows[0] if rows else None
+
+
+def baseline_of(store: Store, study_id: int) -> Candidate | None:
+    rows = store.candidates(study_id, kinds=[LaunchKind.BASELINE], states=[CandidateState.OK], limit=1)
+    return rows[0] if rows else None
+
+
+def best_and_baseline(store: Store, study: Study) -> tuple[Candidate | None, Candidate | None]:
+    """What a study reports: its chosen best and baseline once decided, the current ones before."""
+    best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
+    baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
+    return best or finalist(store, study.id), baseline or baseline_of(store, study.id)

@@ -238,7 +238,7 @@ def test_settings_are_valid_for_the_service_and_the_executor(monkeypatch):
     for key, value in {**env, "AUTOTUNER_TOKENS": secret["tokens"]}.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
-    assert "kubernetes" in settings.allowed_executors()
+    assert "kubernetes" in settings.allowed_executors
     ex = KubernetesExecutor(**settings.options_for("kubernetes"))
     assert ex.namespace == NAMESPACE and ex.in_cluster is True
 

@@ -1,0 +1,55 @@
+"""The engine's errors as HTTP answers, in one place: routes raise what the engine raises.
+
+422 bodies keep FastAPI's own shape (`detail: [{loc, msg, type}]`), so a client parses every 422
+alike; locations point into the request body of `POST /v1/studies`, where these arise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from autotuner.space import SpaceError
+from autotuner.store import NotFound
+from autotuner.tuning import StudyError, StudyExists
+from trials.spec import SpecError
+
+
+def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:
+    """One entry of a 422 body, in FastAPI's own shape."""
+    return {"loc": loc, "msg": msg, "type": type_}
+
+
+def _unprocessable(entries: list[dict[str, Any]]) -> JSONResponse:
+    return JSONResponse({"detail": entries}, status_code=422)
+
+
+async def _space(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SpaceError)
+    return _unprocessable([invalid(["body", "space", "env", p.variable] if p.variable else ["body", "space"],
+                                   p.message, p.rule) for p in exc.problems if p.severity == "error"])  # fmt: skip
+
+
+async def _spec(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SpecError)
+    return _unprocessable([invalid(["body", *exc.where.split(".")], exc.problem)])
+
+
+async def _study(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, StudyExists):
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+    assert isinstance(exc, StudyError)
+    return _unprocessable([invalid(["body", *filter(None, exc.where.split("."))], str(exc))])
+
+
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(SpaceError, _space)
+    app.add_exception_handler(SpecError, _spec)
+    app.add_exception_handler(StudyError, _study)
+    app.add_exception_handler(NotFound, _not_found)

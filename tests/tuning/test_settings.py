@@ -1,0 +1,91 @@
+"""One settings schema: `autotuner tune` and `POST /v1/studies` accept and refuse the same values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.cli import app as cli
+from autotuner.store import Store
+from autotuner.tuning import RequestSettings
+from tests.api.conftest import LANDSCAPE
+
+RECORDED = json.loads(LANDSCAPE.read_text())
+# (field, value as the REST body gives it, as the command line does, accepted?)
+CASES = [
+    ("iterations", 0, "0", False),
+    ("iterations", 100_000, "100000", True),
+    ("iterations", 100_001, "100001", False),
+    ("nproc_per_node", 64, "64", True),
+    ("nproc_per_node", 65, "65", False),
+    ("trials", 0, "0", True),
+    ("trials", -1, "-1", False),
+    ("confirm_rounds", 1, "1", False),
+    ("confirm_rounds", 2, "2", True),
+    ("candidates_per_launch", 1001, "1001", False),
+    ("time_budget_s", 0, "0", False),
+    ("time_budget_s", 60.0, "60", True),
+    ("launch_timeout_s", 0, "0", False),
+    ("seed", -1, "-1", False),
+    ("sampler", "grid", "grid", False),
+    ("sampler", "random", "random", True),
+    ("fabric", "2 gbit", "2 gbit", False),
+    ("fabric", "2gbit", "2gbit", True),
+    ("scaling_nodes", [1, 1], "1,1", False),
+    ("scaling_nodes", [1, 2], "1,2", True),
+]
+FLAGS = {
+    "nproc_per_node": "--nproc",
+    "time_budget_s": "--time-budget",
+    "launch_timeout_s": "--launch-timeout",
+}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("settings")
+    app = create_app(
+        Settings(data_dir=tmp, tokens="w:write", scheduler=False), store=Store(f"sqlite:///{tmp / 'at.db'}")
+    )
+    with TestClient(app, headers={"Authorization": "Bearer w"}) as c:
+        yield c
+
+
+@pytest.mark.parametrize(("field", "body_value", "cli_value", "accepted"), CASES)
+def test_cli_and_api_agree(client, tmp_path, field, body_value, cli_value, accepted):
+    body = {"cluster": "c", "workload": RECORDED["workload"], "space": RECORDED["space"],
+            "settings": {field: body_value}}  # fmt: skip
+    answer = client.post("/v1/studies", json=body)
+    assert answer.status_code == (201 if accepted else 422), answer.text
+    if not accepted:
+        assert field in json.dumps(answer.json()["detail"]) or "settings" in json.dumps(
+            answer.json()["detail"]
+        )
+
+    flag = FLAGS.get(field, "--" + field.replace("_", "-"))
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(RECORDED["workload"]))
+    # A space that does not exist: accepted settings get as far as the space, refused ones do not.
+    args = ["tune", "--cluster", "c", "--workload", str(workload), "--space", "no-such-space", flag, cli_value,
+            "--db", f"sqlite:///{tmp_path / 'at.db'}"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    if accepted:
+        assert "no such file or preset" in result.output, result.output
+    else:
+        assert "no such file or preset" not in result.output and flag in result.output, result.output
+
+
+def test_the_defaults_are_the_schemas():
+    """What a body without settings gets is what `autotuner tune` without options gets."""
+    from autotuner.cli import _settings_options
+
+    defaults = {p.name: p.default for p in _settings_options()}
+    schema = RequestSettings()
+    for name, value in schema.model_dump().items():
+        assert defaults[name] == (",".join(map(str, value)) if isinstance(value, list) else value), name
