@@ -361,7 +361,8 @@ def lint(
     allow_risky: Annotated[list[str] | None, typer.Option(help="risky variables you accept")] = None,
 ) -> None:
     """Check a search space file, or a set of KEY=VALUE variables for a job. Exit 2 on errors."""
-    from autotuner.lint import format_problems, lint_env, lint_space, parse_assignments
+    from autotuner.envvars import format_problems, lint_env, parse_assignments
+    from autotuner.space import lint_space
 
     if file is None and not env:
         raise _fail("give a space FILE, or --env KEY=VALUE ...")

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from api.auth import ReadAccess
 from api.deps import MetricsDep, StoreDep
 from api.schemas import ERRORS, LintPublic, LintRequest, ProblemPublic
-from autotuner.lint import lint_env
+from autotuner.envvars import lint_env
 
 router = APIRouter(tags=["system"])
 

@@ -12,6 +12,7 @@ import logging
 import random
 from dataclasses import dataclass, field
 
+from autotuner.envvars import Severity
 from autotuner.space import InProcPoint
 from autotuner.store import Candidate, LaunchKind, env_hash
 from autotuner.tuning.context import StudyContext
@@ -44,7 +45,7 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
     for _ in range(MAX_PROPOSALS):
         first = search.ask()
         env = search.env_of(first.params)
-        problems = [p.message for p in ctx.space.check_env(env) if p.severity == "error"]
+        problems = [p.message for p in ctx.space.check_env(env) if p.severity == Severity.ERROR]
         reason = "; ".join(problems) or quarantined.get(env_hash(env))
         if reason:  # breaks a constraint, or crashed before on this cluster: never launched
             search.skip(first, reason)

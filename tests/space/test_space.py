@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from autotuner.lint import check_value
-from autotuner.registry import REGISTRY
+from autotuner.envvars import REGISTRY, check_value
 from autotuner.space import (
     MAX_GRID,
     PRESETS,

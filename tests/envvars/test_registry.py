@@ -2,8 +2,17 @@ import dataclasses
 
 import pytest
 
-from autotuner.lint import check_value
-from autotuner.registry import COLLECTIVES, KINDS, P2P, REGISTRY, TRANSPORTS, Safety, lookup, suggest
+from autotuner.envvars import (
+    COLLECTIVES,
+    KINDS,
+    P2P,
+    REGISTRY,
+    TRANSPORTS,
+    Safety,
+    check_value,
+    lookup,
+    suggest,
+)
 
 # Every variable named in shared/reference/search-space.md (abbreviations there spelled out).
 REFERENCE = """

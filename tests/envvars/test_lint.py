@@ -2,7 +2,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from autotuner.lint import (
+from autotuner.envvars import (
     RULES,
     Problem,
     check_value,
@@ -10,10 +10,10 @@ from autotuner.lint import (
     format_problems,
     is_decimal,
     lint_env,
-    lint_space,
     nccl_int,
     parse_assignments,
 )
+from autotuner.space import lint_space
 
 # What a user would export on an EFA cluster: pass-through settings plus tuned values.
 CLEAN_EFA_ENV = {

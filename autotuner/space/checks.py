@@ -1,0 +1,306 @@
+"""The registry checks on a declared space: every env dimension, fixed value and in-process list, then the
+relations between them, each problem named with its variable and rule before anything is launched.
+
+Also pydantic's own errors, turned into the same Problems, so a caller sees one list whatever found them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from autotuner.envvars import (
+    EnvVar,
+    Problem,
+    Safety,
+    Span,
+    canonical,
+    check_name,
+    check_value,
+    errors,
+    relation_problems,
+    safety_problems,
+    show_value,
+)
+from autotuner.space.dims import IntRange
+
+# SearchSpace's fields, for the message on an unknown one (the model imports this module, not back).
+FIELDS = (
+    "env",
+    "fixed_env",
+    "precisions",
+    "batch_sizes",
+    "sharding",
+    "num_threads",
+    "pipelines",
+    "max_quant_error",
+    "allow_risky",
+)
+
+
+class SpaceError(ValueError):
+    """A space that cannot be searched. `.problems` holds every problem found; `str()` lists one per line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems) or "invalid search space")
+
+
+# Searched inside one launch: each a list that must be non-empty and repeat no value.
+INPROC_FIELDS = ("precisions", "batch_sizes", "sharding", "num_threads", "pipelines")
+
+
+def check_declaration(data: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
+    """Registry checks on the raw declaration; also returns it with env values normalised (ints as ints,
+    fixed values as exported strings) and invalid entries dropped so pydantic does not report them twice."""
+    problems: list[Problem] = []
+    clean = dict(data)
+    allowed = _check_allow_risky(data.get("allow_risky"), problems)
+    dims: dict[str, list[int | str | None] | IntRange] = {}
+    fixed: dict[str, str] = {}
+    env = data.get("env", {})
+    if isinstance(env, Mapping):
+        dims = clean["env"] = _check_env(env, allowed, problems)
+    fixed_env = data.get("fixed_env", {})
+    if isinstance(fixed_env, Mapping):
+        searched = env if isinstance(env, Mapping) else {}
+        fixed = clean["fixed_env"] = _check_fixed_env(fixed_env, searched, allowed, problems)
+    for key in INPROC_FIELDS:
+        _check_inproc(key, data.get(key), problems)
+    problems += _space_relations(dims, fixed, data.get("sharding", ["table_wise"]))
+    return problems, clean
+
+
+def _check_env(
+    env: Mapping[Any, Any], allowed: set[str], problems: list[Problem]
+) -> dict[str, list[int | str | None] | IntRange]:
+    dims: dict[str, list[int | str | None] | IntRange] = {}
+    for name, dim in env.items():
+        checked = _check_dim(name, dim, allowed, problems)
+        if checked is not None:
+            dims[name] = checked
+    return dims
+
+
+def _check_fixed_env(
+    fixed_env: Mapping[Any, Any], searched: Mapping[Any, Any], allowed: set[str], problems: list[Problem]
+) -> dict[str, str]:
+    fixed: dict[str, str] = {}
+    for name, value in fixed_env.items():
+        checked_value = _check_fixed(name, value, allowed, problems)
+        if name in searched:
+            problems.append(
+                Problem(name, "duplicate", f"{name} is both a search dimension (env) and fixed (fixed_env)")
+            )
+        elif checked_value is not None:
+            fixed[name] = checked_value
+    return fixed
+
+
+def _check_inproc(key: str, values: Any, problems: list[Problem]) -> None:
+    if not isinstance(values, list):
+        return  # pydantic names the type
+    if not values:
+        problems.append(Problem(key, "empty-dimension", f"{key} is empty: give at least one value"))
+    seen: list[Any] = []
+    for value in values:
+        item = tuple(value) if isinstance(value, list) else value  # a precision pair arrives as a list
+        if item in seen:
+            problems.append(Problem(key, "duplicate", f"{_shown(value)} appears twice in {key}"))
+        seen.append(item)
+
+
+def _space_relations(
+    dims: Mapping[str, list[int | str | None] | IntRange], fixed: Mapping[str, str], sharding: Any
+) -> list[Problem]:
+    """The relation rules over every value each variable can take, searched or fixed."""
+    spans = {name: _span(dim) for name, dim in dims.items()}
+    spans.update({name: Span.of([value]) for name, value in fixed.items()})
+    types = [s for s in sharding if isinstance(s, str)] if isinstance(sharding, list) else None
+    return relation_problems({n: s for n, s in spans.items() if s is not None}, space=True, sharding=types)
+
+
+def _check_allow_risky(names: Any, problems: list[Problem]) -> set[str]:
+    if not isinstance(names, list):
+        return set()
+    allowed = set()
+    for name in names:
+        if not isinstance(name, str):
+            continue  # pydantic names the type
+        var, found = check_name(name)
+        problems += found
+        if var is None:
+            continue
+        if var.safety is Safety.NEVER:
+            problems.append(Problem(name, "never-tune", f"{name} cannot be allowed: {var.doc}"))
+        elif var.safety is Safety.TUNABLE:
+            problems.append(
+                Problem.warn(
+                    name, "no-effect", f"{name} is not risky: listing it in allow_risky changes nothing"
+                )
+            )
+        allowed.add(name)
+    return allowed
+
+
+def _check_dim(
+    name: Any, dim: Any, allowed: set[str], problems: list[Problem]
+) -> list[Any] | IntRange | None:
+    """One env dimension: the normalised dimension, or None when it has errors (recorded in `problems`)."""
+    var, found = check_name(name)
+    if var is None:
+        problems += found
+        return None
+    before = len(errors(problems))
+    problems += safety_problems(name, var, as_dim=True, allow_risky=allowed)
+    result: list[Any] | IntRange | None = None
+    if isinstance(dim, IntRange | Mapping):
+        result = _check_range(name, var, dim, problems)
+    elif isinstance(dim, list):
+        result = _check_list(name, var, dim, problems)
+    else:
+        problems.append(
+            Problem(
+                name, "schema", f"{_shown(dim)} is not a dimension: give a list of values or {{low, high}}"
+            )
+        )
+    return result if len(errors(problems)) == before else None
+
+
+def _check_list(name: str, var: EnvVar, values: list[Any], problems: list[Problem]) -> list[Any]:
+    if not values:
+        problems.append(
+            Problem(name, "empty-dimension", f"{name} has no values: list some (null = unset) or remove it")
+        )
+    out: list[Any] = []
+    seen: dict[str | None, Any] = {}
+    for value in values:
+        if value is None:
+            key = None
+        else:
+            found = check_value(name, value, var)
+            problems += found
+            if errors(found):
+                continue
+            key = canonical(var, value)
+            value = int(value) if var.kind in ("int", "bool") else key
+        if key in seen:
+            what = "null (unset)" if key is None else f"{_shown(value)}"
+            problems.append(Problem(name, "duplicate", f"{what} appears twice in the values of {name}"))
+            continue
+        seen[key] = value
+        out.append(value)
+    return out
+
+
+def _check_range(name: str, var: EnvVar, dim: Any, problems: list[Problem]) -> IntRange | None:
+    try:
+        r = dim if isinstance(dim, IntRange) else IntRange.model_validate(dim)
+    except ValidationError as exc:
+        problems += [Problem(name, p.rule, f"range {p.variable}: {p.message}") for p in schema_problems(exc)]
+        return None
+    d = var.domain
+    before = len(errors(problems))
+    if var.kind not in ("int", "bool"):
+        problems.append(
+            Problem(
+                name,
+                "out-of-domain",
+                f"a range needs an integer variable; {name} takes {var.allowed()}: list them",
+            )
+        )
+    elif r.low > r.high:
+        problems.append(Problem(name, "empty-dimension", f"low {r.low} > high {r.high}: the range is empty"))
+    elif (d.low is not None and r.low < d.low) or (d.high is not None and r.high > d.high):
+        extra = " (special values such as -1 go in a list)" if d.negative else ""
+        problems.append(
+            Problem(
+                name,
+                "out-of-domain",
+                f"range {r.low}..{r.high} leaves {name}'s domain: {var.allowed()}{extra}",
+            )
+        )
+    if r.step is not None and r.step < 1:
+        problems.append(Problem(name, "schema", f"step {r.step} must be at least 1"))
+    elif r.log and r.step not in (None, 1):
+        problems.append(Problem(name, "schema", "a log range samples every integer: drop step, or drop log"))
+    if r.log and r.low < 1:
+        problems.append(Problem(name, "schema", f"a log range needs low >= 1, got {r.low}"))
+    if d.pow2 and len(errors(problems)) == before:
+        problems.append(
+            Problem.warn(
+                name,
+                "not-pow2",
+                f"NCCL rounds {name} up to a power of two: most points of a range repeat one setting; "
+                "list powers of two instead",
+            )
+        )
+    return r
+
+
+def _check_fixed(name: Any, value: Any, allowed: set[str], problems: list[Problem]) -> str | None:
+    var, found = check_name(name)
+    if var is None:
+        problems += found
+        return None
+    found = safety_problems(name, var, as_dim=False, allow_risky=allowed)
+    if value is None:
+        found.append(
+            Problem(name, "schema", "null is not a fixed value: remove the variable to leave it unset")
+        )
+    elif isinstance(value, list | Mapping):
+        found.append(
+            Problem(name, "schema", "a fixed value is one integer or string; search dimensions go in env")
+        )
+    else:
+        found += check_value(name, value, var)
+    problems += found
+    return None if errors(found) else canonical(var, value)
+
+
+def _span(dim: list[Any] | IntRange) -> Span | None:
+    if isinstance(dim, IntRange):
+        return Span(dim.low, dim.high)
+    values = [str(v) for v in dim if v is not None]
+    return Span.of(values) if values else None
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it (JSON style for scalars), cut short; containers never in full."""
+    if isinstance(value, str | int | float | None) and not isinstance(value, bool):
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return show_value(value)
+
+
+_DOMAIN_ERRORS = (
+    "literal_error",
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "finite_number",
+)
+
+
+def schema_problems(exc: ValidationError) -> list[Problem]:
+    """pydantic errors as Problems; a SpaceError raised inside validation passes through whole."""
+    out: list[Problem] = []
+    for err in exc.errors():
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, SpaceError):
+            out += inner.problems
+            continue
+        loc = err["loc"]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "space"
+        if err["type"] == "extra_forbidden":
+            out.append(Problem(where, "schema", f"unknown field (fields: {', '.join(FIELDS)})"))
+        elif err["type"] == "missing":
+            out.append(Problem(where, "schema", "is required"))
+        else:
+            rule = "out-of-domain" if err["type"] in _DOMAIN_ERRORS else "schema"
+            out.append(Problem(where, rule, f"{err['msg']}, got {_shown(err.get('input'))}"))
+    return out

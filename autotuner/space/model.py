@@ -1,0 +1,120 @@
+"""The search space as a pydantic model: what a study searches, validated against the registry on
+construction, and the points it yields.
+
+NCCL reads its environment once per process, so the space has two halves: `env` (a new launch per point)
+and precisions x batch sizes x sharding x threads x pipelines (many candidates measured in one launch).
+Declared in YAML, JSON or a request body, a space is refused with every problem named before a single
+process starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
+
+from autotuner.envvars import Problem, errors, lint_env
+from autotuner.space.checks import SpaceError, check_declaration, schema_problems
+from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
+from autotuner.space.sources import with_preset
+
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
+Sharding = Literal["table_wise", "row_wise", "table_row_wise", "column_wise"]
+Pipeline = Literal["none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist"]
+MAX_BATCH = 1 << 20  # as trials.spec: a typo must not allocate a terabyte
+MAX_THREADS = 1024
+MAX_GRID = 10_000  # env_grid() enumerates up to this many points; beyond, sample instead
+
+EnvDim = list[StrictInt | str | None] | IntRange
+BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
+Threads = Annotated[StrictInt, Field(ge=1, le=MAX_THREADS)]
+
+
+class SearchSpace(BaseModel):
+    """What a study searches. Constructing one validates it against the registry (SpaceError otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # A list is categorical (null = leave unset); {low, high, log, step} an integer range.
+    env: dict[str, EnvDim] = Field(default_factory=dict)
+    # Exported to every launch (baseline included) and every served config: cluster pass-through settings.
+    fixed_env: dict[str, str] = Field(default_factory=dict)
+    # Defaults (pydantic copies them per instance): the baseline precision, batch and sharding only.
+    precisions: list[tuple[Precision, Precision]] = [("fp32", "fp32")]
+    batch_sizes: list[BatchSize] = [512]
+    sharding: list[Sharding] = ["table_wise"]
+    num_threads: list[Threads | None] = [None]  # null = torch's default
+    pipelines: list[Pipeline | None] = [None]  # null = the workload's own (sparse_dist with a dense part)
+    max_quant_error: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
+    allow_risky: list[str] = Field(default_factory=list)
+
+    _warnings: list[Problem] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _against_registry(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SearchSpace:
+        if not isinstance(data, Mapping):
+            return handler(data)
+        data = with_preset(dict(data))
+        problems, clean = check_declaration(data)
+        try:
+            space = handler(clean)
+        except ValidationError as exc:
+            raise SpaceError(problems + schema_problems(exc)) from None
+        if errors(problems):
+            raise SpaceError(problems)
+        space._warnings = problems
+        return space
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """What validation found worth saying but not worth refusing (no-effect, not-pow2, ...)."""
+        return list(self._warnings)
+
+    def inproc_points(self, default_pipeline: str | None = None) -> list[InProcPoint]:
+        """precisions x batch_sizes x sharding x num_threads x pipelines, in declaration order; a null
+        pipeline becomes `default_pipeline` (the workload's)."""
+        pipelines = list(dict.fromkeys(p or default_pipeline for p in self.pipelines))
+        return [
+            InProcPoint(fwd, bwd, batch, sharding, threads, pipeline)
+            for (fwd, bwd), batch, sharding, threads, pipeline in itertools.product(
+                self.precisions, self.batch_sizes, self.sharding, self.num_threads, pipelines
+            )
+        ]
+
+    def env_dims(self) -> dict[str, list[int | str | None] | IntRange]:
+        return dict(self.env)
+
+    def env_grid(self) -> list[dict[str, str]] | None:
+        """Every env point as exported (unset variables omitted, fixed_env not included), leaving out the
+        points check_env rejects. None when a range has no step or the grid exceeds MAX_GRID points."""
+        axes: list[list[tuple[str, int | str | None]]] = []
+        for name, dim in self.env.items():
+            values = dim.values() if isinstance(dim, IntRange) else list(dim)
+            if values is None:
+                return None
+            axes.append([(name, v) for v in values])
+        if math.prod(len(a) for a in axes) > MAX_GRID:
+            return None
+        grid = []
+        for combo in itertools.product(*axes):
+            env = to_env_strings(dict(combo))
+            if not errors(self.check_env(env)):
+                grid.append(env)
+        return grid
+
+    def check_env(self, env: Mapping[str, str]) -> list[Problem]:
+        """Problems of one concrete point (fixed_env merged under it); errors mean: do not launch it."""
+        return lint_env({**self.fixed_env, **env}, allow_risky=self.allow_risky)
