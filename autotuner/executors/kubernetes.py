@@ -36,8 +36,7 @@ from typing import Any
 import yaml
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from trials.bench import RESULT_MARKER
-from trials.result import SCHEMA_VERSION
+from trials.result import RESULT_MARKER, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
