@@ -1,8 +1,9 @@
-"""Executors run trial launches: locally, from recorded results, on Slurm, on Kubernetes."""
+"""Executors run trial launches: locally, from recorded results, on Slurm, on Kubernetes.
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+`EXECUTORS` is the table of them by name (options model and factory); `executor_for(name, options)`
+builds one, `validate_options(name, options)` checks options without building anything. The Slurm and
+Kubernetes modules are imported only when such an executor is built.
+"""
 
 from autotuner.executors.base import (
     AppDryrun,
@@ -13,42 +14,41 @@ from autotuner.executors.base import (
     Outcome,
 )
 from autotuner.executors.local import Fabric, LocalExecutor
+from autotuner.executors.options import (
+    ExecutorOptions,
+    KubernetesOptions,
+    LocalOptions,
+    ReplayOptions,
+    SlurmOptions,
+)
+from autotuner.executors.registry import (
+    EXECUTORS,
+    ExecutorEntry,
+    executor_for,
+    make_executor,
+    validate_options,
+)
 from autotuner.executors.replay import Landscape, ReplayExecutor
 
-if TYPE_CHECKING:
-    from autotuner.study import StudySettings
-
-
-def make_executor(settings: StudySettings) -> Executor:
-    """The executor a study's settings ask for (cluster backends imported only when used)."""
-    if settings.executor == "local":
-        return LocalExecutor(
-            fabric=Fabric(settings.fabric) if settings.fabric else None,
-            emulate_nodes=bool(settings.executor_options.get("emulate_nodes", False)),
-        )
-    if settings.executor == "replay":
-        options = settings.executor_options
-        return ReplayExecutor(Landscape.load(options["landscape"]), seed=settings.seed,
-                              delay_s=float(options.get("delay_s", 0.0)))  # fmt: skip
-    if settings.executor == "slurm":
-        from autotuner.executors.slurm import SlurmExecutor
-
-        return SlurmExecutor(**settings.executor_options)
-    from autotuner.executors.kubernetes import KubernetesExecutor
-
-    return KubernetesExecutor(**settings.executor_options)
-
-
 __all__ = [
+    "EXECUTORS",
     "AppDryrun",
     "Description",
     "Executor",
+    "ExecutorEntry",
+    "ExecutorOptions",
     "Fabric",
+    "KubernetesOptions",
     "Landscape",
     "LaunchRequest",
     "LaunchState",
     "LocalExecutor",
+    "LocalOptions",
     "Outcome",
     "ReplayExecutor",
+    "ReplayOptions",
+    "SlurmOptions",
+    "executor_for",
     "make_executor",
+    "validate_options",
 ]

@@ -9,6 +9,7 @@ dryrun, schedule, describe, cancel and logs; `run` (submit, wait with a timeout,
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -28,6 +29,9 @@ from trials.result import (
 )
 
 T = TypeVar("T")
+# Where a launch script leaves the trial's exit code: how a launch ended is known even after the
+# process, or the scheduler's memory of the job, is gone.
+EXIT_CODE_FILE = "exit_code"
 
 
 class LaunchState(str, Enum):
@@ -69,17 +73,15 @@ class LaunchRequest:
     def log_path(self) -> Path:
         return self.workdir / "trial.log"
 
-    def trial_argv(self) -> list[str]:
-        """The per-node trial command after torchrun's own arguments."""
-        return [
-            "-m",
-            "trials.bench",
-            "--spec",
-            str(self.spec_path),
-            "--out",
-            str(self.result_path),
-            "--quiet",
-        ]
+    def trial_argv(
+        self, spec: str | None = None, out: str | None = None, *, print_result: bool = False
+    ) -> list[str]:
+        """The per-node trial command after torchrun's own arguments. `spec` / `out`: where the nodes
+        see the spec and write the result when that is not the launch directory (a pod's ConfigMap
+        mount); `print_result`: also print it to the log (nodes that share no disk with the tuner)."""
+        argv = ["-m", "trials.bench", "--spec", spec or str(self.spec_path), "--out", out or str(self.result_path),
+                "--quiet"]  # fmt: skip
+        return [*argv, "--print-result"] if print_result else argv
 
 
 @dataclass
@@ -92,6 +94,19 @@ class AppDryrun(Generic[T]):
 
     def __str__(self) -> str:
         return self.rendered
+
+
+@dataclass(frozen=True)
+class ScriptRequest:
+    """A launch script and where it goes (the local and Slurm executors' request)."""
+
+    script: str
+    script_path: Path
+
+    def write(self, launch: LaunchRequest) -> None:
+        """Put the script in place and clear the exit code an earlier try in the same directory left."""
+        self.script_path.write_text(self.script)
+        (launch.workdir / EXIT_CODE_FILE).unlink(missing_ok=True)
 
 
 @dataclass
@@ -119,10 +134,15 @@ def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(ENV_PREFIXES)}
 
 
+def exports(env: Mapping[str, str]) -> list[str]:
+    """`export NAME=value` lines of a launch script, sorted by name, values quoted for the shell."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+
+
 def read_exit_code(workdir: Path) -> int | None:
     """The trial's exit code, as the launch script leaves it in `workdir/exit_code` (None: not yet)."""
     try:
-        text = (workdir / "exit_code").read_text().strip()
+        text = (workdir / EXIT_CODE_FILE).read_text().strip()
     except OSError:
         return None
     return int(text) if text.lstrip("-").isdigit() else None
