@@ -17,21 +17,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.executors.base import (
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.options import FABRIC_RATE
+from autotuner.executors.script import (
     EXIT_CODE_FILE,
     EXIT_NO_NETNS,
-    AppDryrun,
-    Description,
-    Executor,
-    LaunchRequest,
-    LaunchState,
     ScriptRequest,
     describe_exit,
     exports,
     read_exit_code,
     without_comm_env,
 )
-from autotuner.executors.options import FABRIC_RATE
 
 LAUNCH_TAG = "AUTOTUNER_LAUNCH"
 _RATE = re.compile(FABRIC_RATE)

@@ -21,18 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.executors.base import (
-    AppDryrun,
-    Description,
-    Executor,
-    LaunchRequest,
-    LaunchState,
-    ScriptRequest,
-    describe_exit,
-    read_exit_code,
-    without_comm_env,
-)
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.options import SlurmOptions
+from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
 from autotuner.executors.slurm_script import check_launch, sbatch_script
 
 log = logging.getLogger(__name__)

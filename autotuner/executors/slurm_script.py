@@ -13,8 +13,9 @@ import re
 import shlex
 import string
 
-from autotuner.executors.base import EXIT_CODE_FILE, LaunchRequest, exports
+from autotuner.executors.base import LaunchRequest
 from autotuner.executors.options import SlurmOptions
+from autotuner.executors.script import EXIT_CODE_FILE, exports
 
 
 class _Template(string.Template):
