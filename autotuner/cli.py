@@ -144,7 +144,8 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
 
 def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
-    from autotuner.tuning import StudyBusy, StudyDriver, executor_of
+    from autotuner.executors import make_executor
+    from autotuner.tuning import StudyBusy, StudyDriver
 
     store = _store(options["db"])
     row = store.study(options["study"]) if options["study"] else None
@@ -156,7 +157,7 @@ def tune(**options: Any) -> None:
     settings = StudySettings.model_validate(row.settings)
     with _progress_bar((settings.trials or 0) + 1) as progress:
         try:
-            final = StudyDriver(store, row.id, executor_of(settings), progress=progress).run()
+            final = StudyDriver(store, row.id, make_executor(settings), progress=progress).run()
         except StudyBusy as exc:
             raise _fail(str(exc), 3) from exc
     _print_outcome(store, final)

@@ -22,13 +22,12 @@ from trials.result import (  # noqa: E402
     EXIT_CANDIDATE_FAILED,
     EXIT_LAUNCH_FAILED,
     EXIT_OK,
+    RESULT_MARKER,
     SCHEMA_VERSION,
     collect_env,
     write_json_atomic,
 )
 from trials.spec import SpecError, load_spec  # noqa: E402
-
-RESULT_MARKER = "AUTOTUNER_RESULT"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,10 @@ SCHEMA_VERSION = 1
 # How `trials.bench` exits; the executors read these to say how a launch ended.
 EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
 
+# Where pods share no disk with the tuner, rank 0 prints the result as one "AUTOTUNER_RESULT {json}" line
+# (`trials.bench --print-result`), and the Kubernetes executor reads it back from the pod's log.
+RESULT_MARKER = "AUTOTUNER_RESULT"
+
 # Variables that change how NCCL / aws-ofi-nccl / libfabric / ProcessGroupNCCL behave.
 ENV_PREFIXES = ("NCCL_", "OFI_NCCL_", "FI_", "TORCH_NCCL_")
 

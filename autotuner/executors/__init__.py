@@ -1,9 +1,9 @@
-"""Executors run trial launches: locally, from recorded results, on Slurm, on Kubernetes."""
+"""Executors run trial launches: locally, from recorded results, on Slurm, on Kubernetes.
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
+`EXECUTORS` is the table of them by name (options model and factory); `executor_for(name, options)`
+builds one, `validate_options(name, options)` checks options without building anything. The Slurm and
+Kubernetes modules are imported only when such an executor is built.
+"""
 
 from autotuner.executors.base import (
     AppDryrun,
@@ -14,52 +14,43 @@ from autotuner.executors.base import (
     Outcome,
 )
 from autotuner.executors.local import Fabric, LocalExecutor
+from autotuner.executors.options import (
+    ExecutorOptions,
+    KubernetesOptions,
+    LocalOptions,
+    ReplayOptions,
+    SlurmOptions,
+)
+from autotuner.executors.registry import (
+    EXECUTORS,
+    ExecutorEntry,
+    executor_for,
+    make_executor,
+    settings_options,
+    validate_options,
+)
 from autotuner.executors.replay import Landscape, ReplayExecutor
 
-
-def executor_for(name: str, options: Mapping[str, Any]) -> Executor:
-    """The executor of that name with its options (cluster backends imported only when used)."""
-    opts = dict(options)
-    if name == "local":
-        fabric = opts.get("fabric")
-        return LocalExecutor(fabric=Fabric(fabric) if fabric else None,
-                             emulate_nodes=bool(opts.get("emulate_nodes", False)))  # fmt: skip
-    if name == "replay":
-        return ReplayExecutor(Landscape.load(opts["landscape"]), seed=int(opts.get("seed", 0)),
-                              delay_s=float(opts.get("delay_s", 0.0)))  # fmt: skip
-    if name == "slurm":
-        from autotuner.executors.slurm import SlurmExecutor
-
-        return SlurmExecutor(**opts)
-    from autotuner.executors.kubernetes import KubernetesExecutor
-
-    return KubernetesExecutor(**opts)
-
-
-def validate_options(name: str, options: Mapping[str, Any]) -> None:
-    """Raise ValueError / TypeError naming what is wrong with an executor's options (no I/O)."""
-    opts = {k: v for k, v in options.items() if not (name == "replay" and k == "seed")}
-    if name == "local":
-        unknown = sorted(set(opts) - {"fabric", "emulate_nodes"})
-        if unknown:
-            raise TypeError(f"unknown option {unknown[0]!r}")
-        return
-    if name == "replay":
-        return
-    executor_for(name, options)
-
-
 __all__ = [
+    "EXECUTORS",
     "AppDryrun",
     "Description",
     "Executor",
+    "ExecutorEntry",
+    "ExecutorOptions",
     "Fabric",
+    "KubernetesOptions",
     "Landscape",
     "LaunchRequest",
     "LaunchState",
     "LocalExecutor",
+    "LocalOptions",
     "Outcome",
     "ReplayExecutor",
+    "ReplayOptions",
+    "SlurmOptions",
     "executor_for",
+    "make_executor",
+    "settings_options",
     "validate_options",
 ]

@@ -12,20 +12,13 @@ import json
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from trials.result import (
-    ENV_PREFIXES,
-    EXIT_BAD_INPUT,
-    EXIT_CANDIDATE_FAILED,
-    EXIT_LAUNCH_FAILED,
-    EXIT_OK,
-    SCHEMA_VERSION,
-)
+from trials.result import SCHEMA_VERSION
 
 T = TypeVar("T")
 
@@ -69,17 +62,15 @@ class LaunchRequest:
     def log_path(self) -> Path:
         return self.workdir / "trial.log"
 
-    def trial_argv(self) -> list[str]:
-        """The per-node trial command after torchrun's own arguments."""
-        return [
-            "-m",
-            "trials.bench",
-            "--spec",
-            str(self.spec_path),
-            "--out",
-            str(self.result_path),
-            "--quiet",
-        ]
+    def trial_argv(
+        self, spec: str | None = None, out: str | None = None, *, print_result: bool = False
+    ) -> list[str]:
+        """The per-node trial command after torchrun's own arguments. `spec` / `out`: where the nodes
+        see the spec and write the result when that is not the launch directory (a pod's ConfigMap
+        mount); `print_result`: also print it to the log (nodes that share no disk with the tuner)."""
+        argv = ["-m", "trials.bench", "--spec", spec or str(self.spec_path), "--out", out or str(self.result_path),
+                "--quiet"]  # fmt: skip
+        return [*argv, "--print-result"] if print_result else argv
 
 
 @dataclass
@@ -111,41 +102,6 @@ class Outcome:
     reason: str = ""
     log_tail: str = ""
     request: str = ""
-
-
-def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The tuner's environment minus its own NCCL / OFI / FI / TORCH_NCCL variables: a launch gets
-    exactly the overrides it asks for, so the baseline means "no overrides", not "what we inherited"."""
-    return {k: v for k, v in environ.items() if not k.startswith(ENV_PREFIXES)}
-
-
-def read_exit_code(workdir: Path) -> int | None:
-    """The trial's exit code, as the launch script leaves it in `workdir/exit_code` (None: not yet)."""
-    try:
-        text = (workdir / "exit_code").read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
-# Exit codes of a launch script itself, before or around the trial.
-EXIT_NO_NETNS = 97  # the local executor could not create the emulated fabric's network namespace
-_EXIT_REASONS = {
-    EXIT_BAD_INPUT: "bad trial spec (exit code 2)",
-    EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): process group or sharding could not start",
-    EXIT_NO_NETNS: "could not create the network namespace for the emulated fabric (needs root and iproute2)",
-}
-
-
-def describe_exit(code: int) -> Description:
-    """How a launch ended, from the trial's exit code (trials.bench) or the launch script's."""
-    if code in (EXIT_OK, EXIT_CANDIDATE_FAILED):  # some candidates failing is a result: the launch ran
-        return Description(LaunchState.SUCCEEDED, code)
-    if code in _EXIT_REASONS:
-        return Description(LaunchState.FAILED, code, _EXIT_REASONS[code])
-    return Description(
-        LaunchState.FAILED, code, f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
-    )
 
 
 class Executor(ABC):

@@ -17,20 +17,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.executors.base import (
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.options import FABRIC_RATE
+from autotuner.executors.script import (
+    EXIT_CODE_FILE,
     EXIT_NO_NETNS,
-    AppDryrun,
-    Description,
-    Executor,
-    LaunchRequest,
-    LaunchState,
+    ScriptRequest,
     describe_exit,
+    exports,
     read_exit_code,
     without_comm_env,
 )
 
 LAUNCH_TAG = "AUTOTUNER_LAUNCH"
-_RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
+_RATE = re.compile(FABRIC_RATE)
 _NETNS = re.compile(r"^[a-z0-9][a-z0-9-]{0,14}$")
 
 
@@ -46,7 +46,7 @@ class Fabric:
     latency: str = "50ms"
 
     def __post_init__(self) -> None:
-        if not _RATE.match(self.rate):
+        if not _RATE.fullmatch(self.rate):
             raise ValueError(f"fabric rate {self.rate!r}: use a number with kbit, mbit or gbit, e.g. 2gbit")
 
     def label(self) -> str:
@@ -63,9 +63,7 @@ class Fabric:
 
 
 @dataclass(frozen=True)
-class LocalRequest:
-    script: str
-    script_path: Path
+class LocalRequest(ScriptRequest):
     env: dict[str, str]  # what the launch exports (also written into the script)
     tag: str
 
@@ -90,7 +88,7 @@ class LocalExecutor(Executor):
             f"# nccl-autotuner launch {launch.name} (local executor)",
             f"cd {q(str(launch.workdir))}",
         ]
-        lines += [f"export {k}={q(v)}" for k, v in sorted(launch.env.items())]
+        lines += exports(launch.env)
         if launch.nnodes != 1:
             lines.append(
                 f"# emulation: {launch.nnodes} nodes as {launch.nnodes} x {launch.nproc_per_node} local ranks"
@@ -99,10 +97,10 @@ class LocalExecutor(Executor):
             launch.python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
             f"--nproc-per-node={launch.nproc_per_node * launch.nnodes}", *launch.trial_argv(),
         ]  # fmt: skip
-        command = " ".join(q(a) for a in torchrun)
+        command = shlex.join(torchrun)
         if self.fabric is not None:
             netns = _netns_name(launch.name)
-            create, *configure = (" ".join(q(a) for a in argv) for argv in self.fabric.setup(netns))
+            create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
             lines += [
                 f"# {self.fabric.label()}",
                 f"{create} || exit {EXIT_NO_NETNS}",
@@ -112,7 +110,7 @@ class LocalExecutor(Executor):
             ]
         else:
             lines.append(command)
-        exit_file = launch.workdir / "exit_code"  # written whole (rename), so never read half-written
+        exit_file = launch.workdir / EXIT_CODE_FILE  # written whole (rename), so never read half-written
         lines += ["rc=$?", f"echo $rc > {q(str(exit_file))}.tmp && mv {q(str(exit_file))}.tmp {q(str(exit_file))}",
                   "exit $rc", ""]  # fmt: skip
         script = "\n".join(lines)
@@ -121,10 +119,8 @@ class LocalExecutor(Executor):
         )
 
     def schedule(self, dryrun: AppDryrun[LocalRequest]) -> str:
-        req = dryrun.request
-        launch = dryrun.launch
-        req.script_path.write_text(req.script)
-        (launch.workdir / "exit_code").unlink(missing_ok=True)
+        req, launch = dryrun.request, dryrun.launch
+        req.write(launch)
         env = without_comm_env(os.environ)
         env[LAUNCH_TAG] = req.tag
         (launch.workdir / "tag").write_text(req.tag)

@@ -1,11 +1,9 @@
 """Slurm executor: one batch job per launch, torchrun on every node through srun.
 
-The dryrun is the whole sbatch script (golden-tested): #SBATCH lines, the launch's variables exported
-once in the batch shell (srun hands that environment to every rank unchanged), a c10d rendezvous on
-the job's first node, and the trial's exit code written to `workdir/exit_code` so that how a launch
-ended is known even after Slurm has forgotten the job. Everything `describe` needs is the job id
-(kept in the database) and the launch directory: a tuner killed with SIGKILL re-attaches with a fresh
-executor.
+The dryrun is the whole sbatch script (`slurm_script`, golden-tested); its options are
+`options.SlurmOptions`. Everything `describe` needs is the job id (kept in the database) and the launch
+directory, where the script leaves the trial's exit code: a tuner killed with SIGKILL re-attaches with
+a fresh executor.
 
 Slurm is only ever called with argument lists (`sbatch --parsable`, `squeue --json`, `scontrol show
 job`, `sacct`, `scancel`), never through a shell.
@@ -13,30 +11,20 @@ job`, `sacct`, `scancel`), never through a shell.
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
-import math
 import os
 import re
-import shlex
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from autotuner.executors.base import (
-    AppDryrun,
-    Description,
-    Executor,
-    LaunchRequest,
-    LaunchState,
-    describe_exit,
-    read_exit_code,
-    without_comm_env,
-)
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.options import SlurmOptions
+from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
+from autotuner.executors.slurm_script import check_launch, sbatch_script
 
 log = logging.getLogger(__name__)
 
@@ -80,24 +68,6 @@ _WHY = {
     "CANCELLED": "cancelled in Slurm (scancel)",
 }
 
-# What may sit unquoted in an #SBATCH line: sbatch has its own tokenizer there, and '%' is a filename
-# pattern in --output.
-_SBATCH_PATH = re.compile(r"^/[A-Za-z0-9._/+@,:=~-]*$")
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_PARTITIONS = re.compile(r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$")
-_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*()!:-]+$")
-_TIME_LIMIT = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$")
-_SBATCH_ARG = re.compile(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=%*\[\]-]+)?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PYTHON = re.compile(r"^[A-Za-z0-9._/+@-]+$")
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
-# Set by the executor from the launch: an extra sbatch argument may not fight them.
-_OWN_ARGS = {
-    "--job-name", "--nodes", "--ntasks-per-node", "--ntasks", "--output", "--error", "--open-mode", "--chdir",
-    "--time", "--exclusive", "--partition", "--account", "--qos", "--gpus-per-node", "--cpus-per-task",
-    "--constraint", "--parsable", "--wrap", "--export", "--requeue", "--no-requeue", "--array", "--wait",
-}  # fmt: skip
-
 
 class SlurmError(RuntimeError):
     """Slurm refused a request (sbatch rejected the job) or could not be reached."""
@@ -105,131 +75,6 @@ class SlurmError(RuntimeError):
 
 class _Unreachable(SlurmError):
     """The command did not answer (controller down, timed out, not installed): try again later."""
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """The operator's settings for the Slurm executor (a study's `executor_options`)."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    # Minutes, or a Slurm time ("HH:MM:SS", "D-HH:MM"); default: the launch timeout plus a minute, a
-    # backstop for when the tuner itself is gone (the tuner cancels at the launch timeout).
-    time_limit: str | int | None = None
-    exclusive: bool = True  # trials must own their nodes and NICs to measure anything
-    # None: nproc_per_node when the launch uses GPUs (spec device "cuda", or "auto" on a partition
-    # with GPU GRES); 0: never ask for GPUs.
-    gpus_per_node: int | None = None
-    cpus_per_task: int | None = None
-    constraint: str | None = None
-    sbatch_args: tuple[str, ...] = ()
-    python: str | None = None  # interpreter on the nodes; default: the launch's (this interpreter)
-    rdzv_port: int = 29500
-    # Fixed exports for every launch that are not tuned but the fabric needs (e.g. FI_PROVIDER=efa for
-    # aws-ofi-nccl); the launch's own variables come after them and win.
-    env: Mapping[str, str] = field(default_factory=dict)
-    # How long a launch may wait in the queue (None: as long as it takes). The launch timeout counts
-    # from the moment the job runs, not from sbatch.
-    queue_timeout_s: float | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> SlurmOptions:
-        """Check operator JSON; a ValueError names the option, what was wrong and what is allowed."""
-        known = [f.name for f in fields(cls)]
-        for key in options:
-            if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"slurm executor option {key!r} is unknown{hint}; known: {', '.join(known)}")
-        o = dict(options)
-        for key, pattern, what in (
-            ("partition", _PARTITIONS, "a partition name or a comma-separated list"),
-            ("account", _SLURM_NAME, "an account name"),
-            ("qos", _SLURM_NAME, "a QOS name"),
-            ("constraint", _CONSTRAINT, "a feature expression such as 'a100&efa' (no spaces)"),
-        ):
-            _check_str(o.get(key), key, pattern, what)
-        limit = o.get("time_limit")
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int | str):
-                raise ValueError(
-                    f"slurm executor option time_limit: give minutes or a Slurm time, got {limit!r}"
-                )
-            if isinstance(limit, int) and limit < 1:
-                raise ValueError(f"slurm executor option time_limit: {limit} minutes; give at least 1")
-            if isinstance(limit, str) and not _TIME_LIMIT.match(limit):
-                raise ValueError(
-                    f"slurm executor option time_limit {limit!r}: use minutes, 'MM:SS', 'HH:MM:SS', "
-                    "'D-HH', 'D-HH:MM', 'D-HH:MM:SS' or 'UNLIMITED'"
-                )
-        if not isinstance(o.get("exclusive", True), bool):
-            raise ValueError(f"slurm executor option exclusive: true or false, got {o['exclusive']!r}")
-        _check_int(o.get("gpus_per_node"), "gpus_per_node", low=0)
-        _check_int(o.get("cpus_per_task"), "cpus_per_task", low=1)
-        _check_int(o.get("rdzv_port", 29500), "rdzv_port", low=1, high=65535)
-        args = o.get("sbatch_args", ())
-        if isinstance(args, str) or not isinstance(args, Sequence):
-            raise ValueError("slurm executor option sbatch_args: a list of '--name=value' strings")
-        for arg in args:
-            _check_sbatch_arg(arg)
-        o["sbatch_args"] = tuple(args)
-        python = o.get("python")
-        if python is not None and (not isinstance(python, str) or not _PYTHON.match(python)):
-            raise ValueError(
-                f"slurm executor option python {python!r}: the interpreter's path on the nodes "
-                "(letters, digits and ._/+@- only)"
-            )
-        env = o.get("env", {})
-        if not isinstance(env, Mapping):
-            raise ValueError("slurm executor option env: an object of NAME: value strings")
-        for name, value in env.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise ValueError(f"slurm executor option env: {name!r} is not a valid variable name")
-            if not isinstance(value, str) or "\n" in value or "\0" in value:
-                raise ValueError(f"slurm executor option env: {name} must be a one-line string")
-        o["env"] = dict(env)
-        queue = o.get("queue_timeout_s")
-        if queue is not None and (
-            isinstance(queue, bool) or not isinstance(queue, int | float) or queue <= 0
-        ):
-            raise ValueError(f"slurm executor option queue_timeout_s: seconds > 0 or null, got {queue!r}")
-        return cls(**o)
-
-
-def _check_str(value: Any, key: str, pattern: re.Pattern[str], what: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ValueError(f"slurm executor option {key} {value!r}: expected {what}")
-
-
-def _check_int(value: Any, key: str, *, low: int, high: int | None = None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
-        bound = f"{low}..{high}" if high else f">= {low}"
-        raise ValueError(f"slurm executor option {key}: an integer {bound}, got {value!r}")
-
-
-def _check_sbatch_arg(arg: Any) -> None:
-    if not isinstance(arg, str) or not _SBATCH_ARG.match(arg):
-        raise ValueError(
-            f"slurm executor option sbatch_args: {arg!r} is not a '--long-option' or '--long-option=value' "
-            "(no spaces, quotes or shell characters; it becomes an #SBATCH line)"
-        )
-    name = arg.split("=", 1)[0]
-    if name in _OWN_ARGS:
-        raise ValueError(
-            f"slurm executor option sbatch_args: {name} is set by the executor; use its own option "
-            "(partition, account, qos, time_limit, exclusive, gpus_per_node, cpus_per_task, constraint)"
-        )
-
-
-@dataclass(frozen=True)
-class SlurmRequest:
-    script: str
-    script_path: Path
 
 
 @dataclass(frozen=True)
@@ -250,91 +95,18 @@ class SlurmExecutor(Executor):
     min_poll_s = 1.0
     command_timeout_s: float = 30.0
 
-    def __init__(self, **options: Any) -> None:
-        self.options = SlurmOptions.parse(options)
+    def __init__(self, parsed: SlurmOptions | None = None, /, **options: Any) -> None:
+        """From the options model, or from operator JSON (`SlurmExecutor(partition="gpu")`)."""
+        self.options = parsed if parsed is not None else SlurmOptions.parse(options)
         self.queue_timeout_s = self.options.queue_timeout_s
         self._gpu_partition: bool | None = None
 
     # ------------------------------------------------------------------ the request
 
-    def dryrun(self, launch: LaunchRequest) -> AppDryrun[SlurmRequest]:
-        o = self.options
-        workdir = str(launch.workdir)
-        if not _SBATCH_PATH.match(workdir):
-            raise ValueError(
-                f"launch directory {workdir!r}: the Slurm executor needs an absolute path of letters, digits "
-                "and ._/+@,:=~- (it goes into #SBATCH lines, where spaces and '%' are not safe)"
-            )
-        python = o.python or launch.python
-        gpus = self._gpus_per_node(launch)
-        q = shlex.quote
-        sbatch = [
-            f"--job-name={_job_name(launch.name)}",
-            f"--nodes={launch.nnodes}",
-            "--ntasks-per-node=1",  # one torchrun agent per node; it starts the node's ranks
-            f"--output={launch.log_path}",
-            f"--error={launch.log_path}",
-            "--open-mode=append",
-            f"--chdir={workdir}",
-            f"--time={o.time_limit if o.time_limit is not None else _minutes(launch.timeout_s)}",
-            "--no-requeue",  # a requeued trial would run again behind the tuner's back
-        ]
-        if o.exclusive:
-            sbatch.append("--exclusive")
-        for key, flag in (("partition", "--partition"), ("account", "--account"), ("qos", "--qos")):
-            if getattr(o, key):
-                sbatch.append(f"{flag}={getattr(o, key)}")
-        if gpus:
-            sbatch.append(f"--gpus-per-node={gpus}")
-        if o.cpus_per_task:
-            sbatch.append(f"--cpus-per-task={o.cpus_per_task}")
-        if o.constraint:
-            sbatch.append(f"--constraint={o.constraint}")
-        sbatch += o.sbatch_args
-        for name, value in launch.env.items():
-            if not _ENV_NAME.match(name) or "\n" in value:
-                raise ValueError(f"launch variable {name!r}: not a variable name or not a one-line value")
-
-        lines = [
-            "#!/bin/bash",
-            f"# nccl-autotuner launch {launch.name} (slurm executor): {launch.nnodes} node(s) x "
-            f"{launch.nproc_per_node} rank(s)",
-            *(f"#SBATCH {arg}" for arg in sbatch),
-            "",
-            "# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with",
-            "# exactly the variables below, the baseline with none.",
-            "export AUTOTUNER_DISABLE=1",
-        ]
-        if o.env:
-            lines.append("# Cluster-fixed fabric settings (executor option env); the launch's variables win.")
-            lines += [f"export {k}={q(v)}" for k, v in sorted(o.env.items())]
-        else:
-            lines.append(
-                "# (Fabric settings every trial needs but that are not tuned, e.g. FI_PROVIDER=efa for"
-                " aws-ofi-nccl:\n#  executor option env.)"
-            )
-        if launch.env:
-            lines.append("# The launch's variables: srun hands this environment to every rank unchanged.")
-            lines += [f"export {k}={q(v)}" for k, v in sorted(launch.env.items())]
-        torchrun = [
-            q(python), "-m", "torch.distributed.run", '--nnodes="$SLURM_JOB_NUM_NODES"',
-            f"--nproc-per-node={launch.nproc_per_node}", "--rdzv-backend=c10d",
-            f'--rdzv-endpoint="$head:{o.rdzv_port}"', '--rdzv-id="$SLURM_JOB_ID"',
-        ]  # fmt: skip
-        lines += [
-            "",
-            "# Rendezvous on the job's first node.",
-            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-            'srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \\',
-            "  " + " ".join(torchrun) + " \\",
-            "  " + " ".join(q(a) for a in launch.trial_argv()),
-            "rc=$?",
-            f"echo $rc > {q(str(launch.workdir / 'exit_code'))}",
-            "exit $rc",
-            "",
-        ]
-        script = "\n".join(lines)
-        return AppDryrun(SlurmRequest(script, launch.workdir / "launch.sbatch"), script, launch)
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ScriptRequest]:
+        check_launch(launch)  # before Slurm is asked about GPUs
+        script = sbatch_script(launch, self.options, self._gpus_per_node(launch))
+        return AppDryrun(ScriptRequest(script, launch.workdir / "launch.sbatch"), script, launch)
 
     def _gpus_per_node(self, launch: LaunchRequest) -> int | None:
         wanted = self.options.gpus_per_node
@@ -363,10 +135,9 @@ class SlurmExecutor(Executor):
 
     # ------------------------------------------------------------------ sending and following
 
-    def schedule(self, dryrun: AppDryrun[SlurmRequest]) -> str:
+    def schedule(self, dryrun: AppDryrun[ScriptRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
-        req.script_path.write_text(req.script)
-        (launch.workdir / "exit_code").unlink(missing_ok=True)
+        req.write(launch)
         proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
         if proc.returncode != 0:
             raise SlurmError(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
@@ -418,14 +189,21 @@ class SlurmExecutor(Executor):
             raise _Unreachable("; ".join(errors))
         return None
 
+    def _query(self, argv: list[str]) -> str | None:
+        """What a job query printed; None: Slurm answered and does not know the job."""
+        proc = self._run(argv)
+        if proc.returncode == 0:
+            return proc.stdout
+        if _invalid_job(proc):
+            return None
+        raise _Unreachable(f"{argv[0]} exit {proc.returncode}: {_text(proc)}")
+
     def _squeue(self, job_id: str) -> JobInfo | None:
-        proc = self._run(["squeue", "--json", "--jobs", job_id])
-        if proc.returncode != 0:
-            if _invalid_job(proc):
-                return None
-            raise _Unreachable(f"squeue exit {proc.returncode}: {_text(proc)}")
+        out = self._query(["squeue", "--json", "--jobs", job_id])
+        if out is None:
+            return None
         try:
-            data = json.loads(proc.stdout)
+            data = json.loads(out)
         except ValueError as exc:
             raise _Unreachable(f"squeue --json printed no JSON ({exc})") from exc
         info = parse_squeue_json(data, job_id)
@@ -435,12 +213,8 @@ class SlurmExecutor(Executor):
         return info
 
     def _scontrol(self, job_id: str) -> JobInfo | None:
-        proc = self._run(["scontrol", "show", "job", job_id])
-        if proc.returncode != 0:
-            if _invalid_job(proc):
-                return None
-            raise _Unreachable(f"scontrol exit {proc.returncode}: {_text(proc)}")
-        return parse_scontrol(proc.stdout, job_id)
+        out = self._query(["scontrol", "show", "job", job_id])
+        return None if out is None else parse_scontrol(out, job_id)
 
     def _sacct(self, job_id: str) -> JobInfo | None:
         """Accounting, for jobs older than MinJobAge. Most test clusters have none: that is 'unknown'."""
@@ -625,14 +399,6 @@ def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v for k, v in without_comm_env(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
     }
-
-
-def _job_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:64] or "autotuner-trial"
-
-
-def _minutes(seconds: float) -> int:
-    return math.ceil(seconds / 60) + 1
 
 
 def _checked_id(backend_id: str) -> str:

@@ -1,14 +1,14 @@
 """Tuning studies: one settings schema, the driver as a loop over phases, the study queue.
 
 create_study(store, ...) -> a queued study        StudyDriver(store, id, executor).run()
-StudyQueue(store).start()  runs queued studies     executor_of(settings) -> its executor
+StudyQueue(store).start()  runs queued studies
 """
 
 from autotuner.tuning.context import Progress, point_of
 from autotuner.tuning.driver import StudyDriver
 from autotuner.tuning.ingest import fingerprint
 from autotuner.tuning.lease import LEASE_S, StudyBusy, StudyCancelled, owner_id, owner_is_dead
-from autotuner.tuning.queue import StudyQueue, executor_of
+from autotuner.tuning.queue import StudyQueue
 from autotuner.tuning.search import optuna_storage, record_name
 from autotuner.tuning.settings import EXECUTORS, RequestSettings, StudySettings
 from autotuner.tuning.study import (
@@ -41,7 +41,6 @@ __all__ = [
     "best_and_baseline",
     "check_name",
     "create_study",
-    "executor_of",
     "fingerprint",
     "optuna_storage",
     "owner_id",

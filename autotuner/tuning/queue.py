@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from autotuner.executors import Executor, executor_for
+from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import StudyDriver
 from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
@@ -21,16 +21,11 @@ from autotuner.tuning.settings import StudySettings
 log = logging.getLogger("autotuner.queue")
 
 
-def executor_of(settings: StudySettings) -> Executor:
-    """The executor a study's settings ask for (cluster backends imported only when used)."""
-    return executor_for(settings.executor, settings.executor_arguments())
-
-
 class StudyQueue:
     def __init__(
         self,
         store: Store,
-        make_executor: Callable[[StudySettings], Executor] = executor_of,
+        make_executor: Callable[[StudySettings], Executor] = make_executor,
         *,
         poll_s: float = 1.0,
         on_study_end: Callable[[], None] = lambda: None,

@@ -100,13 +100,3 @@ class StudySettings(RequestSettings):
                 "the replay executor needs executor_options.landscape (a recorded landscape file)"
             )
         return self
-
-    def executor_arguments(self) -> dict[str, Any]:
-        """The options the study's executor is built with: the operator's, and the study's own
-        settings that belong to it (the local fabric, the replay seed)."""
-        options = dict(self.executor_options)
-        if self.executor == "local" and self.fabric:
-            options["fabric"] = self.fabric
-        if self.executor == "replay":
-            options.setdefault("seed", self.seed)
-        return options

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autotuner.executors import validate_options
+from autotuner.executors import settings_options, validate_options
 from autotuner.space import SearchSpace, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
 from autotuner.tuning.settings import RequestSettings, StudySettings
@@ -72,7 +72,7 @@ def create_study(
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
     try:  # bad executor options fail here, before a study row exists
-        validate_options(settings.executor, settings.executor_arguments())
+        validate_options(settings.executor, settings_options(settings))
     except (ValueError, TypeError) as exc:
         raise StudyError(f"executor {settings.executor}: {exc}") from exc
     if name is None:

@@ -12,13 +12,11 @@ import pytest
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
 from tests.conftest import skip_or_fail
 
-SPEC = {
-    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64,
-                                          "pooling_factor": 2} for i in range(4)]},
-    "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}],
-    "warmup": 2,
-    "iterations": 6,
-}  # fmt: skip
+TABLES = [
+    {"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64, "pooling_factor": 2} for i in range(4)
+]
+CANDIDATE = {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}
+SPEC = {"workload": {"name": "w", "tables": TABLES}, "candidates": [CANDIDATE], "warmup": 2, "iterations": 6}
 
 
 @pytest.fixture

@@ -271,7 +271,7 @@ import sys
 sys.modules["kubernetes"] = None  # any import of it now fails
 from pathlib import Path
 from autotuner.executors import LaunchRequest
-from autotuner.tuning import executor_of as make_executor
+from autotuner.executors import make_executor
 from autotuner.executors.kubernetes import KubernetesExecutor
 from autotuner.tuning import StudySettings
 ex = make_executor(StudySettings(executor="kubernetes", executor_options={"image": "r/t:1"}))
@@ -527,42 +527,42 @@ def test_schedule_transport_error_is_explained_and_rolled_back(cluster):
 
 # Job statuses as the API server reports them (kubectl get job -o json), k8s 1.31.
 T = "2025-06-01T10:00:00Z"
+COMPLETED = "Reached expected number of succeeded pods"
+BACKOFF = "Job has reached the specified backoff limit"
+DEADLINE = "Job was active longer than specified deadline"
+
+
+def conditions(
+    *types: str, reason: str, message: str | None = None, status: str = "True"
+) -> list[dict[str, Any]]:
+    """Job conditions as the API server writes them, one per type."""
+    return [{"type": t, "status": status, "reason": reason, **({"message": message} if message else {}),
+             "lastProbeTime": T, "lastTransitionTime": T} for t in types]  # fmt: skip
+
+
 STATUSES = {
     "created": ({}, LaunchState.PENDING, ""),
     "running": ({"active": 2, "ready": 1, "startTime": T, "terminating": 0, "uncountedTerminatedPods": {}},
                 LaunchState.RUNNING, ""),
     "rank-failed-not-yet-marked": ({"active": 1, "failed": 1, "startTime": T}, LaunchState.RUNNING, ""),
     "settling": ({"succeeded": 2, "completedIndexes": "0-1", "startTime": T}, LaunchState.RUNNING, ""),
-    "succeeded": ({"succeeded": 2, "completedIndexes": "0-1", "startTime": T, "completionTime": T, "conditions": [
-        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-         "message": "Reached expected number of succeeded pods", "lastProbeTime": T, "lastTransitionTime": T},
-        {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-         "message": "Reached expected number of succeeded pods", "lastProbeTime": T, "lastTransitionTime": T}]},
-        LaunchState.SUCCEEDED, ""),
-    "failed": ({"failed": 1, "startTime": T, "conditions": [
-        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T},
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T}]},
-        LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
-    "failing": ({"active": 1, "failed": 1, "terminating": 1, "startTime": T, "conditions": [
-        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit", "lastProbeTime": T, "lastTransitionTime": T}]},
-        LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
-    "deadline-exceeded": ({"failed": 2, "startTime": T, "conditions": [
-        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
-         "message": "Job was active longer than specified deadline", "lastProbeTime": T, "lastTransitionTime": T},
-        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-         "message": "Job was active longer than specified deadline", "lastProbeTime": T, "lastTransitionTime": T}]},
-        LaunchState.TIMEOUT, "DeadlineExceeded: Job was active longer than specified deadline"),
-    "suspended": ({"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended",
-                                   "message": "Job suspended", "lastProbeTime": T, "lastTransitionTime": T}]},
+    "succeeded": ({"succeeded": 2, "completedIndexes": "0-1", "startTime": T, "completionTime": T,
+                   "conditions": conditions("SuccessCriteriaMet", "Complete", reason="CompletionsReached",
+                                            message=COMPLETED)}, LaunchState.SUCCEEDED, ""),
+    "failed": ({"failed": 1, "startTime": T, "conditions": conditions("FailureTarget", "Failed",
+                reason="BackoffLimitExceeded", message=BACKOFF)},
+               LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
+    "failing": ({"active": 1, "failed": 1, "terminating": 1, "startTime": T, "conditions": conditions(
+                 "FailureTarget", reason="BackoffLimitExceeded", message=BACKOFF)},
+                LaunchState.FAILED, "BackoffLimitExceeded: Job has reached the specified backoff limit"),
+    "deadline-exceeded": ({"failed": 2, "startTime": T, "conditions": conditions("FailureTarget", "Failed",
+                           reason="DeadlineExceeded", message=DEADLINE)},
+                          LaunchState.TIMEOUT, "DeadlineExceeded: Job was active longer than specified deadline"),
+    "suspended": ({"conditions": conditions("Suspended", reason="JobSuspended", message="Job suspended")},
                   LaunchState.PENDING, "JobSuspended: Job suspended"),
-    "resumed": ({"active": 2, "conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed",
-                                              "lastProbeTime": T, "lastTransitionTime": T}]},
+    "resumed": ({"active": 2, "conditions": conditions("Suspended", reason="JobResumed", status="False")},
                 LaunchState.RUNNING, ""),
-    "unknown-condition": ({"conditions": [{"type": "Stalled", "status": "True", "reason": "Mystery",
-                                           "lastProbeTime": T, "lastTransitionTime": T}]},
+    "unknown-condition": ({"conditions": conditions("Stalled", reason="Mystery")},
                           LaunchState.UNKNOWN, "Job condition Stalled"),
 }  # fmt: skip
 

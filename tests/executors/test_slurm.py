@@ -100,34 +100,34 @@ def test_launch_variable_with_a_bad_name_is_refused():
 # ------------------------------------------------------------------------------ options
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"partiton": "gpu"}, "unknown.*did you mean 'partition'"),
-        ({"partition": "gpu; reboot"}, "partition"),
-        ({"account": "a b"}, "account"),
-        ({"qos": ""}, "qos"),
-        ({"constraint": "a100 && efa"}, "constraint"),
-        ({"time_limit": "ten minutes"}, "time_limit"),
-        ({"time_limit": 0}, "time_limit"),
-        ({"time_limit": True}, "time_limit"),
-        ({"exclusive": "yes"}, "exclusive"),
-        ({"gpus_per_node": -1}, "gpus_per_node"),
-        ({"gpus_per_node": 1.5}, "gpus_per_node"),
-        ({"cpus_per_task": 0}, "cpus_per_task"),
-        ({"rdzv_port": 70000}, "rdzv_port"),
-        ({"sbatch_args": "--mem=0"}, "a list"),
-        ({"sbatch_args": ["--mem=0 --exclusive"]}, "sbatch_args"),
-        ({"sbatch_args": ["--comment=$(reboot)"]}, "sbatch_args"),
-        ({"sbatch_args": ["-N2"]}, "sbatch_args"),
-        ({"sbatch_args": ["--nodes=4"]}, "set by the executor"),
-        ({"sbatch_args": ["--wrap=true"]}, "set by the executor"),
-        ({"python": "python3 -X dev"}, "python"),
-        ({"env": {"FI PROVIDER": "efa"}}, "env"),
-        ({"env": {"FI_PROVIDER": 1}}, "env"),
-        ({"queue_timeout_s": 0}, "queue_timeout_s"),
-    ],
-)
+BAD_OPTIONS = [
+    ({"partiton": "gpu"}, "unknown.*did you mean 'partition'"),
+    ({"partition": "gpu; reboot"}, "partition"),
+    ({"account": "a b"}, "account"),
+    ({"qos": ""}, "qos"),
+    ({"constraint": "a100 && efa"}, "constraint"),
+    ({"time_limit": "ten minutes"}, "time_limit"),
+    ({"time_limit": 0}, "time_limit"),
+    ({"time_limit": True}, "time_limit"),
+    ({"exclusive": "yes"}, "exclusive"),
+    ({"gpus_per_node": -1}, "gpus_per_node"),
+    ({"gpus_per_node": 1.5}, "gpus_per_node"),
+    ({"cpus_per_task": 0}, "cpus_per_task"),
+    ({"rdzv_port": 70000}, "rdzv_port"),
+    ({"sbatch_args": "--mem=0"}, "a list"),
+    ({"sbatch_args": ["--mem=0 --exclusive"]}, "sbatch_args"),
+    ({"sbatch_args": ["--comment=$(reboot)"]}, "sbatch_args"),
+    ({"sbatch_args": ["-N2"]}, "sbatch_args"),
+    ({"sbatch_args": ["--nodes=4"]}, "set by the executor"),
+    ({"sbatch_args": ["--wrap=true"]}, "set by the executor"),
+    ({"python": "python3 -X dev"}, "python"),
+    ({"env": {"FI PROVIDER": "efa"}}, "env"),
+    ({"env": {"FI_PROVIDER": 1}}, "env"),
+    ({"queue_timeout_s": 0}, "queue_timeout_s"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
 def test_bad_options_are_refused_with_a_clear_message(options, message):
     with pytest.raises(ValueError, match=message):
         SlurmExecutor(**options)
@@ -140,8 +140,8 @@ def test_good_options_are_kept():
 
 
 def test_make_executor_builds_it_from_study_settings():
+    from autotuner.executors import make_executor
     from autotuner.tuning import StudySettings
-    from autotuner.tuning import executor_of as make_executor
 
     executor = make_executor(StudySettings(executor="slurm", executor_options={"partition": "gpu"}))
     assert isinstance(executor, SlurmExecutor) and executor.options.partition == "gpu"

@@ -1,0 +1,223 @@
+"""The Kubernetes resources of one trial launch: a ConfigMap (the spec), a headless Service, an Indexed Job.
+
+Small builders, one per resource (and the pod, container and resources inside the Job), all plain
+dicts exactly as the API server receives them (golden-tested in tests/executors/golden/k8s-*.yaml,
+checked against the client's models), made without the `kubernetes` package. Pod `i` of the Job runs
+node rank `i` of torchrun with static rendezvous on the index-0 pod (see `kubernetes` for why).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from autotuner.executors.base import LaunchRequest
+from autotuner.executors.options import KubernetesOptions
+
+APP = "nccl-autotuner"
+LAUNCH_LABEL = "nccl-autotuner/launch"
+LAUNCH_NAME_ANNOTATION = "nccl-autotuner/launch-name"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # pod label (k8s >= 1.28) and annotation (>= 1.21)
+CONTAINER = "trial"
+SPEC_DIR = "/spec"
+RESULT_PATH = "/tmp/result.json"
+MAX_NAME = 52  # pod hostnames are "<job>-<index>" and must stay within 63 characters
+MAX_CONFIGMAP_BYTES = 1_000_000  # the API server refuses ConfigMaps over 1 MiB
+_POD_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+@dataclass(frozen=True)
+class KubernetesRequest:
+    """What `schedule` sends, in order: plain dicts, exactly as the API server receives them."""
+
+    namespace: str
+    name: str  # of all three resources
+    config_map: dict[str, Any]
+    service: dict[str, Any]
+    job: dict[str, Any]
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return [self.config_map, self.service, self.job]
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None  # the spec reads as JSON in the rendering, not as "\n"s
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def render(resources: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(resources, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def resource_name(prefix: str, launch_name: str) -> str:
+    """A DNS-1035 label (Service names need one) of at most MAX_NAME characters, unique per launch name:
+    names changed by the cleanup or cut short get a hash of the original."""
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", launch_name.lower())).strip("-")
+    name = f"{prefix}-{slug}" if slug else prefix
+    if slug != launch_name or len(name) > MAX_NAME:
+        digest = hashlib.sha256(launch_name.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_NAME - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def manifests(launch: LaunchRequest, options: KubernetesOptions) -> KubernetesRequest:
+    """The launch's three resources; ValueError for a launch that cannot run as asked."""
+    gpus = _gpus(launch, options)
+    spec_json = _spec_json(launch)
+    o, name = options, resource_name(options.name_prefix, launch.name)
+
+    def metadata() -> dict[str, Any]:
+        return {"name": name, "namespace": o.namespace, "labels": _labels(name),
+                "annotations": {LAUNCH_NAME_ANNOTATION: launch.name}}  # fmt: skip
+
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(),
+        "data": {"spec.json": spec_json},
+    }
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": metadata(), "spec": _service_spec(name, o)}
+    pod = _pod_spec(name, _container(name, launch, o, gpus), o)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(),
+        "spec": _job_spec(name, launch, o, pod),
+    }
+    return KubernetesRequest(o.namespace, name, config_map, service, job)
+
+
+def _gpus(launch: LaunchRequest, o: KubernetesOptions) -> int:
+    nnodes, nproc = launch.nnodes, launch.nproc_per_node
+    if nnodes < 1 or nproc < 1:
+        raise ValueError(f"launch {launch.name}: nnodes and nproc_per_node must be >= 1")
+    gpus = nproc if o.gpus_per_node is None else o.gpus_per_node
+    if 0 < gpus < nproc:
+        raise ValueError(
+            f"launch {launch.name}: nproc_per_node {nproc} > gpus_per_node {gpus}: each rank needs a GPU "
+            "of its own (set gpus_per_node to 0 for CPU trials)"
+        )
+    for key, value in launch.env.items():
+        if not _POD_ENV_NAME.fullmatch(key) or key == "JOB_COMPLETION_INDEX":
+            raise ValueError(f"launch {launch.name}: {key!r} cannot be a pod environment variable name")
+        if not isinstance(value, str):
+            raise ValueError(f"launch {launch.name}: env {key} must be a string, got {value!r}")
+    return gpus
+
+
+def _spec_json(launch: LaunchRequest) -> str:
+    spec_json = json.dumps(launch.spec, indent=2, sort_keys=True) + "\n"
+    if len(spec_json.encode()) > MAX_CONFIGMAP_BYTES:
+        raise ValueError(
+            f"launch {launch.name}: the spec is {len(spec_json.encode())} bytes; a ConfigMap holds 1 MiB"
+        )
+    return spec_json
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/component": "trial",
+        "app.kubernetes.io/managed-by": APP,
+        LAUNCH_LABEL: name,
+    }
+
+
+def _service_spec(name: str, o: KubernetesOptions) -> dict[str, Any]:
+    return {
+        "clusterIP": "None",
+        # DNS records before readiness: ranks resolve <job>-0.<service> while pods start.
+        "publishNotReadyAddresses": True,
+        "selector": {LAUNCH_LABEL: name},
+        "ports": [{"name": "rdzv", "port": o.rdzv_port, "protocol": "TCP"}],
+    }
+
+
+def _job_spec(name: str, launch: LaunchRequest, o: KubernetesOptions, pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "completionMode": "Indexed",
+        "completions": launch.nnodes,
+        "parallelism": launch.nnodes,
+        "backoffLimit": 0,  # a failed rank fails the launch: no reruns with a changed world
+        "activeDeadlineSeconds": max(1, math.ceil(launch.timeout_s)),
+        "ttlSecondsAfterFinished": o.ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": _labels(name)}, "spec": pod},
+    }
+
+
+def _pod_spec(name: str, container: dict[str, Any], o: KubernetesOptions) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "subdomain": name,  # with the Job's per-index hostnames: <job>-<i>.<service> resolves
+        "automountServiceAccountToken": False,  # trials never talk to the API server
+        **_given("serviceAccountName", o.service_account),
+        **_given("nodeSelector", copy.deepcopy(o.node_selector)),
+        **_given("tolerations", copy.deepcopy(o.tolerations)),
+        "containers": [container],
+        "volumes": [
+            {"name": "spec", "configMap": {"name": name}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", **_given("sizeLimit", o.shm_size)}},
+        ],
+    }
+
+
+def _container(name: str, launch: LaunchRequest, o: KubernetesOptions, gpus: int) -> dict[str, Any]:
+    torchrun = [
+        f"--nnodes={launch.nnodes}",
+        f"--nproc-per-node={launch.nproc_per_node}",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--rdzv-backend=static",
+        f"--master-addr={name}-0.{name}",
+        f"--master-port={o.rdzv_port}",
+    ]
+    # The Job controller sets JOB_COMPLETION_INDEX too; declared here so $(JOB_COMPLETION_INDEX) above
+    # never depends on that.
+    index = {"name": "JOB_COMPLETION_INDEX",
+             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}}  # fmt: skip
+    return {
+        "name": CONTAINER,
+        "image": o.image,
+        **_given("imagePullPolicy", o.image_pull_policy),
+        "command": [o.python, "-m", "torch.distributed.run"],
+        "args": [*torchrun, *launch.trial_argv(f"{SPEC_DIR}/spec.json", RESULT_PATH, print_result=True)],
+        "env": [index, *({"name": k, "value": v} for k, v in sorted(launch.env.items()))],
+        "ports": [{"name": "rdzv", "containerPort": o.rdzv_port, "protocol": "TCP"}],
+        **_given("resources", _resources(o, gpus)),
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def _resources(o: KubernetesOptions, gpus: int) -> dict[str, dict[str, str]]:
+    amounts = {
+        **_given("nvidia.com/gpu", str(gpus) if gpus else None),
+        **_given("vpc.amazonaws.com/efa", str(o.efa_per_node) if o.efa_per_node else None),
+        **_given("hugepages-2Mi", o.hugepages_2mi),
+        **_given("memory", o.memory),
+    }
+    # Extended resources and huge pages: requests == limits. No CPU limit: CFS throttling would be
+    # measured as comm time.
+    requests = {**amounts, **_given("cpu", o.cpu)}
+    return {**_given("requests", requests), **_given("limits", amounts)}
+
+
+def _given(key: str, value: Any) -> dict[str, Any]:
+    """`{key: value}` to splice into a resource, or nothing where the value is unset or empty."""
+    return {key: value} if value else {}

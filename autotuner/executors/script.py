@@ -1,0 +1,71 @@
+"""What the executors that run a launch script (local, Slurm) share.
+
+The request (the script and where it goes), its `export` lines, the environment it starts in, and the
+exit-code file it leaves in the launch directory: how a launch ended is known from that file even
+after the process, or the scheduler's memory of the job, is gone.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotuner.executors.base import Description, LaunchRequest, LaunchState
+from trials.result import ENV_PREFIXES, EXIT_BAD_INPUT, EXIT_CANDIDATE_FAILED, EXIT_LAUNCH_FAILED, EXIT_OK
+
+EXIT_CODE_FILE = "exit_code"
+
+
+@dataclass(frozen=True)
+class ScriptRequest:
+    """A launch script and where it goes (the local and Slurm executors' request)."""
+
+    script: str
+    script_path: Path
+
+    def write(self, launch: LaunchRequest) -> None:
+        """Put the script in place and clear the exit code an earlier try in the same directory left."""
+        self.script_path.write_text(self.script)
+        (launch.workdir / EXIT_CODE_FILE).unlink(missing_ok=True)
+
+
+def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The tuner's environment minus its own NCCL / OFI / FI / TORCH_NCCL variables: a launch gets
+    exactly the overrides it asks for, so the baseline means "no overrides", not "what we inherited"."""
+    return {k: v for k, v in environ.items() if not k.startswith(ENV_PREFIXES)}
+
+
+def exports(env: Mapping[str, str]) -> list[str]:
+    """`export NAME=value` lines of a launch script, sorted by name, values quoted for the shell."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+
+
+def read_exit_code(workdir: Path) -> int | None:
+    """The trial's exit code, as the launch script leaves it in `workdir/exit_code` (None: not yet)."""
+    try:
+        text = (workdir / EXIT_CODE_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+# Exit codes of a launch script itself, before or around the trial.
+EXIT_NO_NETNS = 97  # the local executor could not create the emulated fabric's network namespace
+_EXIT_REASONS = {
+    EXIT_BAD_INPUT: "bad trial spec (exit code 2)",
+    EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): process group or sharding could not start",
+    EXIT_NO_NETNS: "could not create the network namespace for the emulated fabric (needs root and iproute2)",
+}
+
+
+def describe_exit(code: int) -> Description:
+    """How a launch ended, from the trial's exit code (trials.bench) or the launch script's."""
+    if code in (EXIT_OK, EXIT_CANDIDATE_FAILED):  # some candidates failing is a result: the launch ran
+        return Description(LaunchState.SUCCEEDED, code)
+    if code in _EXIT_REASONS:
+        return Description(LaunchState.FAILED, code, _EXIT_REASONS[code])
+    return Description(
+        LaunchState.FAILED, code, f"killed by signal {code - 128}" if code > 128 else f"exit code {code}"
+    )
