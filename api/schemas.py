@@ -139,11 +139,11 @@ class LaunchPublic(BaseModel):
 class ConfigPublic(BaseModel):
     cluster: str
     workload: str
-    nodes: int
-    version: int
-    pinned: bool
-    created_at: str
-    env: dict[str, str]
+    nodes: int = Field(description="the node count it was tuned at (a fetch picks the nearest)")
+    version: int = Field(description="versions count up per (cluster, workload, nodes)")
+    pinned: bool = Field(description="served regardless of newer versions")
+    created_at: str = Field(description="when it was published (ISO 8601, UTC)")
+    env: dict[str, str] = Field(description="the NCCL / EFA variables exported to jobs")
     qcomms: dict[str, str]
     batch_size: int
     sharding: str

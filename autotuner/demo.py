@@ -28,6 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from autotuner.store.states import TERMINAL, StudyState
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
 console = Console(stderr=True)
@@ -69,54 +71,23 @@ def main(argv: list[str] | None = None) -> int:
             service.wait(timeout=30)
 
 
+DEMO_SETTINGS = {"executor": "local", "nproc_per_node": 2, "trials": 3, "candidates_per_launch": 4,
+                 "iterations": 12, "warmup": 2, "confirm_rounds": 3}  # fmt: skip
+
+
 def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, data: Path, keep: bool) -> int:
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    for _ in range(300):
-        try:
-            if client.get("/readyz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if service.poll() is not None:
-            console.print(f"[red]the service did not start:[/red] see {data / 'service.log'}")
-            return 1
-        time.sleep(0.1)
-    console.print(f"service up at [bold]{url}[/bold] (store {data / 'autotuner.db'})")
-
-    body = {
-        "name": "demo",
-        "cluster": "demo-cpu",
-        "workload": json.loads((EXAMPLES / "workload-demo.json").read_text()),
-        "space": yaml.safe_load((EXAMPLES / "space-demo.yaml").read_text()),
-        "settings": {
-            "executor": "local",
-            "nproc_per_node": 2,
-            "trials": 3,
-            "candidates_per_launch": 4,
-            "iterations": 12,
-            "warmup": 2,
-            "confirm_rounds": 3,
-        },  # fmt: skip
-    }
-    created = client.post("/v1/studies", json=body)
-    if created.status_code != 201:
-        console.print(f"[red]could not create the study:[/red] {created.text}")
+    if not _ready(client, service, data):
         return 1
-    study = created.json()
+    console.print(f"service up at [bold]{url}[/bold] (store {data / 'autotuner.db'})")
+    study = _create(client)
+    if study is None:
+        return 1
     console.print(
         f"dashboard: [bold link={url}/studies/{study['id']}]{url}/studies/{study['id']}[/bold link]"
     )
-
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[best]}"), console=console) as bar:  # fmt: skip
-        task = bar.add_task("queued", total=body["settings"]["trials"], best="")
-        while study["state"] not in ("done", "failed", "cancelled"):
-            time.sleep(1)
-            study = client.get(f"/v1/studies/{study['id']}").json()
-            best = study["best"]["samples_per_s"] if study["best"] else None
-            bar.update(task, description=study["state"], completed=study["launches_done"],
-                       best=f"best {best:,.0f} samples/s" if best else "")  # fmt: skip
-    if study["state"] != "done":
+    study = _follow(client, study)
+    if study["state"] != StudyState.DONE:
         console.print(f"[red]study {study['state']}:[/red] {study['error']}")
         return 1
     _print_trials(client, study["id"])
@@ -124,25 +95,65 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
     if "ci_low" in outcome:
         console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
                       f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}); {outcome['decision']}")  # fmt: skip
-    for _ in range(50):  # published configs are served within a second
-        if client.get("/v1/configs/demo-cpu/demo-dlrm").status_code == 200:
-            break
-        time.sleep(0.1)
     console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
     hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), "--token", token,
             "--cluster", "demo-cpu", "--workload", "demo-dlrm"]  # fmt: skip
     subprocess.run(hook, env=env, check=False)
-    if keep:
-        console.print(f"\nthe service keeps running at {url} (Ctrl-C to stop)")
+    _linger(url, data, service, keep)
+    return 0
+
+
+def _ready(client: httpx.Client, service: subprocess.Popen, data: Path, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         try:
-            service.wait()
-        except KeyboardInterrupt:
+            if client.get("/readyz").status_code == 200:
+                return True
+        except httpx.HTTPError:
             pass
-    else:
+        if service.poll() is not None:
+            break
+        time.sleep(0.1)
+    console.print(f"[red]the service did not start:[/red] see {data / 'service.log'}")
+    return False
+
+
+def _create(client: httpx.Client) -> dict | None:
+    body = {"name": "demo", "cluster": "demo-cpu", "settings": DEMO_SETTINGS,
+            "workload": json.loads((EXAMPLES / "workload-demo.json").read_text()),
+            "space": yaml.safe_load((EXAMPLES / "space-demo.yaml").read_text())}  # fmt: skip
+    created = client.post("/v1/studies", json=body)
+    if created.status_code != 201:
+        console.print(f"[red]could not create the study:[/red] {created.text}")
+        return None
+    return created.json()
+
+
+def _follow(client: httpx.Client, study: dict) -> dict:
+    """A progress bar over the search launches until the study ends."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[best]}"), console=console) as bar:  # fmt: skip
+        task = bar.add_task("queued", total=DEMO_SETTINGS["trials"], best="")
+        while study["state"] not in TERMINAL:
+            time.sleep(1)
+            study = client.get(f"/v1/studies/{study['id']}").json()
+            best = study["best"]["samples_per_s"] if study["best"] else None
+            bar.update(task, description=study["state"], completed=study["launches_done"],
+                       best=f"best {best:,.0f} samples/s" if best else "")  # fmt: skip
+    return study
+
+
+def _linger(url: str, data: Path, service: subprocess.Popen, keep: bool) -> None:
+    if not keep:
         console.print(
             f"\nto browse the results again: AUTOTUNER_DATA_DIR={data} AUTOTUNER_PUBLIC_READ=1 autotuner serve"
         )
-    return 0
+        return
+    console.print(f"\nthe service keeps running at {url} (Ctrl-C to stop)")
+    try:
+        service.wait()
+    except KeyboardInterrupt:
+        pass
 
 
 def _print_trials(client: httpx.Client, study_id: int) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
 from autotuner.space import load_space
+from trials.spec import parse_workload
 
 DROP = ("a2a_calls_by_rank",)
 
@@ -42,29 +43,23 @@ def record(
         raise SystemExit(
             "the space's env dimensions must all be lists (or ranges with a step) to record a grid"
         )
-    points = space.inproc_points()
+    points = space.inproc_points(parse_workload(workload).default_pipeline)
     executor = LocalExecutor(fabric=Fabric(fabric) if fabric else None)
     recorded: dict[tuple[str, str], dict[str, Any]] = {}
-    meta: dict[str, Any] = {}
+    result: dict[str, Any] = {}
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="landscape-"))
     total = len(grid) * repeats
     for n, (env_point, repeat) in enumerate(((e, r) for r in range(repeats) for e in grid), 1):
         env = {**space.fixed_env, **env_point}
-        spec = {
-            "workload": workload,
-            "candidates": [p.to_candidate() for p in points],
-            "warmup": warmup,
-            "iterations": iterations,
-            "seed": repeat,
-        }
+        spec = {"workload": workload, "candidates": [p.to_candidate() for p in points], "warmup": warmup,
+                "iterations": iterations, "seed": repeat}  # fmt: skip
         launch = LaunchRequest(name=f"rec{n}", spec=spec, env=env, workdir=work / f"l{n}", nproc_per_node=nproc,
                                timeout_s=3600)  # fmt: skip
         outcome = executor.run(launch)
         if outcome.state != LaunchState.SUCCEEDED or outcome.result is None:
             raise SystemExit(f"launch {n} failed: {outcome.reason}\n{outcome.log_tail}")
         result = outcome.result
-        meta = {k: result[k] for k in ("versions", "backend", "device", "device_name", "world_size")}
         for point, cand in zip(points, result["candidates"], strict=True):
             key = (json.dumps(env, sort_keys=True), point.key())
             entry = recorded.setdefault(key, {"env": env, "candidate": point.to_candidate(), "results": []})
@@ -72,6 +67,15 @@ def record(
         print(
             f"[{n}/{total}] env {env or '{}'} repeat {repeat}: {time.monotonic() - started:.0f} s", file=log
         )
+    return {
+        **_about(workload, space, fabric, iterations, warmup, repeats, result),
+        "points": list(recorded.values()),
+    }
+
+
+def _about(workload: dict[str, Any], space: Any, fabric: str | None, iterations: int, warmup: int, repeats: int,
+           result: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """What a landscape was recorded from: where, how, and the stack of the last launch."""
     return {
         "description": "real trial measurements over a whole grid, for the replay executor",
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -86,8 +90,11 @@ def record(
         "iterations": iterations,
         "warmup": warmup,
         "repeats": repeats,
-        **meta,
-        "points": list(recorded.values()),
+        **{
+            k: result[k]
+            for k in ("versions", "backend", "device", "device_name", "world_size")
+            if k in result
+        },
     }
 
 

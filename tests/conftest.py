@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,20 @@ TINY_SPEC = {
     "warmup": 1,
     "iterations": 3,
 }  # fmt: skip
+
+
+def launches_when(store, study_name: str, ready, proc, timeout_s: float, what: str) -> list:
+    """Poll a study's launches until `ready(launches)` (the tuner `proc` must stay alive meanwhile);
+    fail naming `what` never happened within the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        study = store.study(study_name)
+        launches = store.launches(study.id) if study else []
+        if ready(launches):
+            return launches
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {timeout_s:.0f} s")
 
 
 def required(kind: str) -> bool:

@@ -254,6 +254,15 @@ def enter_token(page, token: str) -> None:
     page.wait_for_selector("#token-form", state="hidden", timeout=10_000)
 
 
+def study_page(browser, srv, study_id: int):
+    """A study's page, opened with a read token; and the list its errors will go to."""
+    errors: list[str] = []
+    page = open_page(browser, errors)
+    page.goto(f"{srv.url}/studies/{study_id}")
+    enter_token(page, TOKENS["read"])
+    return page, errors
+
+
 def trial_rows(page) -> int:
     return page.locator("#trials tbody tr[data-trial]").count()
 
@@ -302,46 +311,53 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
         assert re.search(r"95% CI [\d.,]+–[\d.,]+×", page.inner_text("#kpi-speedup-sub"))
         page.screenshot(path=str(ARTIFACTS / "dashboard-study.png"), full_page=True)
 
-        # Sort by clicking a header: samples/s, highest first.
-        page.click("#trials th[data-sort=samples_per_s]")
-        page.wait_for_selector("#trials th[data-sort=samples_per_s][aria-sort=descending]")
-        values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(9)")
-                  .all_inner_texts() if v != "—"]  # fmt: skip
-        assert len(values) >= 4 and values == sorted(values, reverse=True)
-
-        # A second study, cancelled at once, so the list shows more than one state.
-        other = client.post("/v1/studies", json=replay_study_body("cancelled-probe", trials=50)).json()
-        assert client.post(f"/v1/studies/{other['id']}/cancel").status_code == 200
-        page.goto(srv.url + "/")  # same tab: the token stays in sessionStorage
-        page.wait_for_selector(f"#studies a[href='/studies/{study_id}']", timeout=10_000)
-        row = page.locator("#studies tbody tr", has_text="nsocks-fp8-sweep").inner_text()
-        best = client.get(f"/v1/studies/{study_id}").json()["best"]["samples_per_s"]
-        assert "done" in row and "8 / 8" in row and f"{best:,.0f}" in row  # thousands separators
-        assert "cancelled" in page.locator("#studies tbody tr", has_text="cancelled-probe").inner_text()
-        page.screenshot(path=str(ARTIFACTS / "dashboard-studies.png"), full_page=True)
-
-        page.goto(srv.url + "/configs")
-        page.wait_for_selector(".config-card pre", timeout=10_000)
-        exports = page.inner_text(".config-card pre")
-        assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in exports
-        assert "version history (1)" in page.inner_text(".config-card").lower()
-        page.screenshot(path=str(ARTIFACTS / "dashboard-configs.png"), full_page=True)
-        page.click(".config-card .copy")
-        page.wait_for_function("document.querySelector('.config-card .copy').textContent !== 'Copy'")
-        assert page.inner_text(".config-card .copy") == "Copied"
-        assert page.evaluate("navigator.clipboard.readText()").strip() == exports.strip()
+        check_sorting(page)
+        check_studies_list(page, srv, client, study_id)
+        check_configs_page(page, srv)
         assert errors == []
     finally:
         srv.kill(signal.SIGTERM)
 
 
+def check_sorting(page) -> None:
+    """Sort by clicking a header: samples/s, highest first."""
+    page.click("#trials th[data-sort=samples_per_s]")
+    page.wait_for_selector("#trials th[data-sort=samples_per_s][aria-sort=descending]")
+    values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(9)")
+              .all_inner_texts() if v != "—"]  # fmt: skip
+    assert len(values) >= 4 and values == sorted(values, reverse=True)
+
+
+def check_studies_list(page, srv, client, study_id: int) -> None:
+    """A second study, cancelled at once, so the list shows more than one state."""
+    other = client.post("/v1/studies", json=replay_study_body("cancelled-probe", trials=50)).json()
+    assert client.post(f"/v1/studies/{other['id']}/cancel").status_code == 200
+    page.goto(srv.url + "/")  # same tab: the token stays in sessionStorage
+    page.wait_for_selector(f"#studies a[href='/studies/{study_id}']", timeout=10_000)
+    row = page.locator("#studies tbody tr", has_text="nsocks-fp8-sweep").inner_text()
+    best = client.get(f"/v1/studies/{study_id}").json()["best"]["samples_per_s"]
+    assert "done" in row and "8 / 8" in row and f"{best:,.0f}" in row  # thousands separators
+    assert "cancelled" in page.locator("#studies tbody tr", has_text="cancelled-probe").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "dashboard-studies.png"), full_page=True)
+
+
+def check_configs_page(page, srv) -> None:
+    page.goto(srv.url + "/configs")
+    page.wait_for_selector(".config-card pre", timeout=10_000)
+    exports = page.inner_text(".config-card pre")
+    assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in exports
+    assert "version history (1)" in page.inner_text(".config-card").lower()
+    page.screenshot(path=str(ARTIFACTS / "dashboard-configs.png"), full_page=True)
+    page.click(".config-card .copy")
+    page.wait_for_function("document.querySelector('.config-card .copy').textContent !== 'Copy'")
+    assert page.inner_text(".config-card .copy") == "Copied"
+    assert page.evaluate("navigator.clipboard.readText()").strip() == exports.strip()
+
+
 @pytest.mark.browser
 def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     srv, study, hostile, _ = finished
-    errors: list[str] = []
-    page = open_page(browser, errors)
-    page.goto(f"{srv.url}/studies/{hostile}")
-    enter_token(page, TOKENS["read"])
+    page, errors = study_page(browser, srv, hostile)
     page.wait_for_selector("#failed-list .failed-launch pre.log", timeout=10_000)
     assert HOSTILE in page.inner_text("#failed-list .reason")
     assert HOSTILE in page.inner_text("#failed-list pre.log")
@@ -382,11 +398,7 @@ def test_insights_say_where_each_step_goes(finished):
 
 @pytest.mark.browser
 def test_the_step_breakdown_is_drawn_as_stacked_bars(browser, finished):
-    srv, _, _, timed = finished
-    errors: list[str] = []
-    page = open_page(browser, errors)
-    page.goto(f"{srv.url}/studies/{timed}")
-    enter_token(page, TOKENS["read"])
+    page, errors = study_page(browser, finished[0], finished[3])  # the study of the recorded DLRM result
     page.wait_for_selector("#chart-breakdown .main-svg", timeout=15_000)
     # one bar per candidate and part: compute and exposed comm, three candidates
     assert page.locator("#chart-breakdown .barlayer .point").count() == 2 * len(TIMED_RESULT["candidates"])

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from autotuner.store import Store
+from tests.conftest import launches_when
 
 WORKLOAD = {"name": "tiny", "batch_size": 32,
             "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32, "pooling_factor": 2}
@@ -45,16 +45,11 @@ def test_sigkill_loses_no_finished_trial_and_resume_finishes(tmp_path):
                  str(tmp_path / "s.json"), "--study", "resumable", "--trials", "3", "--candidates-per-launch", "2",
                  "--iterations", "3", "--warmup", "1", "--confirm-rounds", "2")  # fmt: skip
     store = Store(db)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        study = store.study("resumable")
-        launches = store.launches(study.id) if study else []
-        if sum(launch.state == "succeeded" for launch in launches) >= 2 and launches[-1].state == "running":
-            break
-        assert first.poll() is None, first.stdout.read()
-        time.sleep(0.2)
-    else:
-        pytest.fail("the study never got two launches done")
+    launches = launches_when(
+        store, "resumable", lambda ls: sum(x.state == "succeeded" for x in ls) >= 2 and ls[-1].state == "running",
+        first, 240, "the study never got two launches done",
+    )  # fmt: skip
+    study = store.study("resumable")
     first.send_signal(signal.SIGKILL)
     first.wait()
     before = {c.id: (c.samples_per_s, c.state) for c in store.candidates(study.id)}

@@ -26,6 +26,7 @@ from tests.api.conftest import (
     served_config,
     wait_for_state,
 )
+from tests.conftest import launches_when
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -106,16 +107,11 @@ def test_hung_trial_is_scancelled_at_its_timeout(slurm_cluster, tmp_path):
 def test_a_tuner_killed_with_sigkill_reattaches_to_its_running_job(slurm_cluster, tmp_path):
     first = new_study(tmp_path, "killed", trials=1, confirm_rounds=0)
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        study = store.study("killed")
-        launches = store.launches(study.id) if study else []
-        if launches and launches[0].backend_id and slurm_state(launches[0].backend_id) == "RUNNING":
-            break
-        assert first.poll() is None, first.stdout.read()
-        time.sleep(0.3)
-    else:
-        pytest.fail("the baseline job never ran")
+    launches = launches_when(
+        store, "killed", lambda ls: bool(ls) and bool(ls[0].backend_id) and slurm_state(ls[0].backend_id) == "RUNNING",
+        first, 120, "the baseline job never ran",
+    )  # fmt: skip
+    study = store.study("killed")
     first.send_signal(signal.SIGKILL)
     first.wait()
     job_id = launches[0].backend_id

@@ -1,0 +1,60 @@
+"""The store's core: the engine, one short transaction per call, and the row helpers the table
+families share. Every read and write of our tables goes through a `Store` (autotuner.store.repo)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotuner.store.db import make_engine, migrate
+
+
+def env_hash(env: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
+
+
+class NotFound(LookupError):
+    pass
+
+
+class StoreBase:
+    def __init__(self, url: str, *, migrate_schema: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        if migrate_schema:
+            migrate(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """Commit on success, roll back on error, always close."""
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _update(self, model: type[Any], row_id: int, fields: dict[str, Any]) -> Any:
+        """Set columns of one row by name; a name that is not a column is an error, not a no-op."""
+        unknown = sorted(set(fields) - set(model.__table__.columns.keys()))
+        if unknown:
+            raise TypeError(f"{model.__name__} has no column {unknown[0]!r}")
+        with self.session() as s:
+            row = s.get(model, row_id)
+            if row is None:
+                raise NotFound(f"{model.__name__.lower()} {row_id}")
+            for key, value in fields.items():
+                setattr(row, key, value)
+            return row

@@ -1,0 +1,155 @@
+"""Published configs: versions, what each (cluster, workload, nodes) serves, pin and rollback,
+and the generation number every change to what is served bumps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from autotuner.store.base import NotFound
+from autotuner.store.models import Cluster, Config, ConfigGeneration, Workload
+from autotuner.store.studies import StudyRecords
+
+
+class ConfigRecords(StudyRecords):
+    # ------------------------------------------------------------------ configs
+
+    def publish_config(self, *, cluster: str, workload: str, nodes: int, **fields: Any) -> Config:
+        cluster_row = self.cluster(cluster, create=True)
+        workload_row = self.workload(workload)
+        if workload_row is None:
+            raise NotFound(f"workload {workload!r}")
+        assert cluster_row is not None
+        with self.session() as s:
+            latest = s.scalar(
+                select(func.max(Config.version)).where(
+                    Config.cluster_id == cluster_row.id,
+                    Config.workload_id == workload_row.id,
+                    Config.nodes == nodes,
+                )
+            )
+            config = Config(
+                cluster_id=cluster_row.id,
+                workload_id=workload_row.id,
+                nodes=nodes,
+                version=(latest or 0) + 1,
+                fingerprint=cluster_row.fingerprint,
+                **fields,
+            )
+            s.add(config)
+            s.flush()
+            self._bump_generation(s)
+            return s.scalars(select(Config).where(Config.id == config.id)).one()
+
+    def config_history(
+        self, cluster: str | None = None, workload: str | None = None, nodes: int | None = None
+    ) -> list[Config]:
+        with self.session() as s:
+            query = select(Config).join(Config.cluster).join(Config.workload)
+            if cluster is not None:
+                query = query.where(Cluster.name == cluster)
+            if workload is not None:
+                query = query.where(Workload.name == workload)
+            if nodes is not None:
+                query = query.where(Config.nodes == nodes)
+            query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
+            return list(s.scalars(query).unique())
+
+    @staticmethod
+    def _head_ids(*filters: Any) -> Any:
+        """Ids of the served version of each (cluster, workload, nodes): pinned, else the latest."""
+        rank = (
+            func.row_number()
+            .over(
+                partition_by=(Config.cluster_id, Config.workload_id, Config.nodes),
+                order_by=(Config.pinned.desc(), Config.version.desc()),
+            )  # fmt: skip
+            .label("rank")
+        )
+        ranked = select(Config.id, rank).join(Config.cluster).join(Config.workload).where(*filters).subquery()
+        return select(ranked.c.id).where(ranked.c.rank == 1)
+
+    def served_configs(self, cluster: str | None = None, workload: str | None = None) -> list[Config]:
+        """The config each (cluster, workload, nodes) serves: its pinned version, else its latest."""
+        filters = []
+        if cluster is not None:
+            filters.append(Cluster.name == cluster)
+        if workload is not None:
+            filters.append(Workload.name == workload)
+        with self.session() as s:
+            return list(s.scalars(select(Config).where(Config.id.in_(self._head_ids(*filters)))).unique())
+
+    @staticmethod
+    def _bump_generation(s: Session) -> None:
+        """Count a change to what is served, in the change's transaction (on PostgreSQL the row lock
+        also orders concurrent changes: generations are never reused or skipped by a commit)."""
+        s.execute(update(ConfigGeneration).where(ConfigGeneration.id == 1)
+                  .values(generation=ConfigGeneration.generation + 1))  # fmt: skip
+
+    def config_generation(self) -> int:
+        """How many changes to what is served were committed: a primary-key read, cheap to poll."""
+        with self.session() as s:
+            return int(s.scalar(select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)) or 0)
+
+    def served_heads(self) -> tuple[int, list[tuple[int, bool]]]:
+        """The generation and (id, pinned) of every served config at that generation, without loading
+        rows: what a cache diffs against. One statement, so one snapshot on SQLite and PostgreSQL alike
+        (two statements could straddle a commit and label a state with the wrong generation)."""
+        query = (
+            select(ConfigGeneration.generation, Config.id, Config.pinned)
+            .select_from(ConfigGeneration)
+            .outerjoin(Config, Config.id.in_(self._head_ids()))
+            .where(ConfigGeneration.id == 1)
+        )
+        with self.session() as s:
+            rows = s.execute(query).all()
+        generation = int(rows[0][0]) if rows else 0
+        return generation, [(i, bool(p)) for _, i, p in rows if i is not None]
+
+    def configs_by_id(self, ids: Sequence[int]) -> list[Config]:
+        with self.session() as s:
+            return list(s.scalars(select(Config).where(Config.id.in_(list(ids)))).unique())
+
+    def served_config(self, cluster: str, workload: str, nodes: int | None = None) -> Config | None:
+        return pick_served(self.served_configs(cluster, workload), nodes)
+
+    def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
+        """Serve `version` regardless of newer publishes (None: unpin, serve the latest again)."""
+        rows = self.config_history(cluster, workload, nodes)
+        if not rows:
+            raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
+        if version is not None and version not in {r.version for r in rows}:
+            raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
+        with self.session() as s:
+            for row in rows:
+                obj = s.get(Config, row.id)
+                assert obj is not None
+                obj.pinned = row.version == version
+            self._bump_generation(s)
+        return self.served_config(cluster, workload, nodes)
+
+    def rollback_config(self, cluster: str, workload: str, nodes: int) -> Config:
+        """Pin the version just below the one served now."""
+        served = self.served_config(cluster, workload, nodes)
+        if served is None or served.nodes != nodes:
+            raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
+        older = [
+            r.version for r in self.config_history(cluster, workload, nodes) if r.version < served.version
+        ]
+        if not older:
+            raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
+        result = self.pin_config(cluster, workload, nodes, max(older))
+        assert result is not None
+        return result
+
+
+def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:
+    """Exact node count if tuned, else the nearest (ties: fewer nodes); no count: the newest."""
+    if not heads:
+        return None
+    if nodes is None:
+        return max(heads, key=lambda c: (c.created_at, c.id))
+    return min(heads, key=lambda c: (abs(c.nodes - nodes), c.nodes))

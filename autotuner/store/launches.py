@@ -1,0 +1,145 @@
+"""Launches, the candidates they measured, and the env configs quarantined on a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+
+from autotuner.store.base import StoreBase, env_hash
+from autotuner.store.models import Candidate, Launch, Quarantine
+
+CANDIDATE_SORT_KEYS = {
+    "id": Candidate.id,
+    "samples_per_s": Candidate.samples_per_s,
+    "iter_ms": Candidate.iter_ms,
+    "a2a_ms": Candidate.a2a_ms,
+    "batch_size": Candidate.batch_size,
+    "quant_error": Candidate.quant_error_fwd,
+    "state": Candidate.state,
+    "launch": Candidate.launch_id,
+}
+
+
+class LaunchRecords(StoreBase):
+    # ------------------------------------------------------------------ launches
+
+    def add_launch(
+        self,
+        *,
+        study_id: int,
+        kind: str,
+        env: dict[str, str],
+        spec: dict[str, Any],
+        executor: str,
+        optuna_trials: list[int | None] | None = None,
+        attempt: int = 1,
+        nnodes: int | None = None,
+    ) -> Launch:
+        with self.session() as s:
+            seq = (s.scalar(select(func.max(Launch.seq)).where(Launch.study_id == study_id)) or 0) + 1
+            launch = Launch(
+                study_id=study_id,
+                seq=seq,
+                kind=kind,
+                attempt=attempt,
+                env=env,
+                env_hash=env_hash(env),
+                spec=spec,
+                optuna_trials=optuna_trials or [None] * len(spec.get("candidates", [])),
+                state="pending",
+                executor=executor,
+                nnodes=nnodes,
+            )
+            s.add(launch)
+            s.flush()
+            return launch
+
+    def update_launch(self, launch_id: int, **fields: Any) -> Launch:
+        return self._update(Launch, launch_id, fields)
+
+    def launch(self, launch_id: int) -> Launch | None:
+        with self.session() as s:
+            return s.get(Launch, launch_id)
+
+    def launches(self, study_id: int, *, states: Sequence[str] | None = None) -> list[Launch]:
+        with self.session() as s:
+            query = select(Launch).where(Launch.study_id == study_id).order_by(Launch.seq)
+            if states:
+                query = query.where(Launch.state.in_(states))
+            return list(s.scalars(query))
+
+    # ------------------------------------------------------------------ candidates
+
+    def add_candidates(self, rows: Sequence[dict[str, Any]]) -> list[Candidate]:
+        with self.session() as s:
+            objs = [Candidate(**row) for row in rows]
+            s.add_all(objs)
+            s.flush()
+            return objs
+
+    def candidates(
+        self,
+        study_id: int,
+        *,
+        kinds: Sequence[str] | None = None,
+        states: Sequence[str] | None = None,
+        launch_id: int | None = None,
+        order_by: str = "id",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Candidate]:
+        column = CANDIDATE_SORT_KEYS[order_by]
+        with self.session() as s:
+            query = select(Candidate).where(Candidate.study_id == study_id)
+            if kinds:
+                query = query.where(Candidate.kind.in_(kinds))
+            if states:
+                query = query.where(Candidate.state.in_(states))
+            if launch_id is not None:
+                query = query.where(Candidate.launch_id == launch_id)
+            order = column.desc().nulls_last() if descending else column.asc().nulls_last()
+            query = query.order_by(order, Candidate.id).offset(offset)
+            if limit is not None:
+                query = query.limit(limit)
+            return list(s.scalars(query))
+
+    def count_candidates(self, study_id: int, *, states: Sequence[str] | None = None) -> dict[str, int]:
+        with self.session() as s:
+            query = (
+                select(Candidate.state, func.count(Candidate.id))
+                .where(Candidate.study_id == study_id)
+                .group_by(Candidate.state)
+            )
+            if states:
+                query = query.where(Candidate.state.in_(states))
+            return {state: int(n) for state, n in s.execute(query)}
+
+    def candidate(self, candidate_id: int) -> Candidate | None:
+        with self.session() as s:
+            return s.get(Candidate, candidate_id)
+
+    # ------------------------------------------------------------------ quarantine
+
+    def quarantine(self, cluster_id: int, env: dict[str, str], reason: str, launch_id: int | None) -> None:
+        with self.session() as s:
+            key = env_hash(env)
+            exists = s.scalar(
+                select(Quarantine.id).where(Quarantine.cluster_id == cluster_id, Quarantine.env_hash == key)
+            )
+            if exists is None:
+                s.add(
+                    Quarantine(
+                        cluster_id=cluster_id, env_hash=key, env=env, reason=reason, launch_id=launch_id
+                    )
+                )
+
+    def quarantined(self, cluster_id: int) -> dict[str, str]:
+        """env hash -> reason for every quarantined env config of the cluster."""
+        with self.session() as s:
+            rows = s.execute(
+                select(Quarantine.env_hash, Quarantine.reason).where(Quarantine.cluster_id == cluster_id)
+            )
+            return {h: r for h, r in rows}

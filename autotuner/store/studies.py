@@ -1,0 +1,155 @@
+"""Clusters, workloads and studies, and the lease a study's runner holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autotuner.store.base import StoreBase
+from autotuner.store.models import Cluster, Study, Workload, utcnow
+from autotuner.store.states import ACTIVE, StudyState
+
+
+class StudyRecords(StoreBase):
+    # ------------------------------------------------------------------ clusters and workloads
+
+    @staticmethod
+    def _named(s: Session, model: type[Any], name: str, create: dict[str, Any] | None) -> Any:
+        """The row called `name`; created from `create` if missing (and not created meanwhile by a
+        concurrent process: the unique name decides, the loser reads the winner's row)."""
+        row = s.scalar(select(model).where(model.name == name))
+        if row is None and create is not None:
+            row = model(name=name, **create)
+            try:
+                with s.begin_nested():
+                    s.add(row)
+            except IntegrityError:
+                row = s.scalars(select(model).where(model.name == name)).one()
+        return row
+
+    def cluster(self, name: str, *, create: bool = False) -> Cluster | None:
+        with self.session() as s:
+            return self._named(s, Cluster, name, {"fingerprint": {}} if create else None)
+
+    def update_fingerprint(self, cluster_id: int, fingerprint: dict[str, Any]) -> None:
+        with self.session() as s:
+            row = s.get(Cluster, cluster_id)
+            if row is not None and row.fingerprint != fingerprint:
+                row.fingerprint = fingerprint
+
+    def clusters(self) -> list[Cluster]:
+        with self.session() as s:
+            return list(s.scalars(select(Cluster).order_by(Cluster.name)))
+
+    def workload(self, name: str) -> Workload | None:
+        with self.session() as s:
+            return s.scalar(select(Workload).where(Workload.name == name))
+
+    def upsert_workload(self, name: str, spec: dict[str, Any]) -> Workload:
+        with self.session() as s:
+            row = self._named(s, Workload, name, {"spec": spec})
+            if row.spec != spec:
+                row.spec = spec
+            return row
+
+    # ------------------------------------------------------------------ studies
+
+    def create_study(
+        self,
+        *,
+        name: str,
+        cluster: str,
+        workload_name: str,
+        workload_spec: dict[str, Any],
+        space: dict[str, Any],
+        settings: dict[str, Any],
+        state: str = StudyState.QUEUED,
+    ) -> Study:
+        cluster_row = self.cluster(cluster, create=True)
+        workload_row = self.upsert_workload(workload_name, workload_spec)
+        assert cluster_row is not None
+        with self.session() as s:
+            study = Study(
+                name=name,
+                cluster_id=cluster_row.id,
+                workload_id=workload_row.id,
+                state=state,
+                space=space,
+                settings=settings,
+            )
+            s.add(study)
+            s.flush()
+            return s.scalars(select(Study).where(Study.id == study.id)).one()
+
+    def study(self, ref: int | str) -> Study | None:
+        with self.session() as s:
+            query = select(Study).where(Study.id == ref if isinstance(ref, int) else Study.name == ref)
+            return s.scalar(query)
+
+    def studies(
+        self, *, states: Sequence[str] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Study]:
+        with self.session() as s:
+            query = select(Study).order_by(Study.id.desc()).limit(limit).offset(offset)
+            if states:
+                query = query.where(Study.state.in_(states))
+            return list(s.scalars(query))
+
+    def count_studies(self, *, states: Sequence[str] | None = None) -> int:
+        with self.session() as s:
+            query = select(func.count(Study.id))
+            if states:
+                query = query.where(Study.state.in_(states))
+            return int(s.scalar(query) or 0)
+
+    def update_study(self, study_id: int, **fields: Any) -> Study:
+        return self._update(Study, study_id, fields)
+
+    def acquire_study(self, study_id: int, owner: str, lease_s: float) -> bool:
+        """Take (or renew) the lease on a study. Atomic: of two contenders exactly one wins, and a
+        holder that stopped renewing (killed) loses it once the lease expires."""
+        now = utcnow()
+        with self.session() as s:
+            result = s.execute(
+                update(Study)
+                .where(Study.id == study_id)
+                .where(or_(Study.owner.is_(None), Study.owner == owner, Study.lease_expires_at < now))
+                .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+            )
+            return result.rowcount == 1
+
+    def take_over_study(self, study_id: int, dead_owner: str, owner: str, lease_s: float) -> bool:
+        """Take a lease from a holder known to be dead (atomic: only if it still holds it)."""
+        now = utcnow()
+        with self.session() as s:
+            result = s.execute(
+                update(Study)
+                .where(Study.id == study_id, Study.owner == dead_owner)
+                .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+            )
+            return result.rowcount == 1
+
+    def release_study(self, study_id: int, owner: str) -> None:
+        with self.session() as s:
+            s.execute(
+                update(Study)
+                .where(Study.id == study_id, Study.owner == owner)
+                .values(owner=None, lease_expires_at=None)
+            )
+
+    def claimable_studies(self, now: datetime | None = None) -> list[Study]:
+        """Active studies whose lease is free or expired (what a scheduler may pick up)."""
+        now = now or utcnow()
+        with self.session() as s:
+            query = (
+                select(Study)
+                .where(Study.state.in_(ACTIVE))
+                .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
+                .order_by(Study.id)
+            )
+            return list(s.scalars(query))

@@ -1,0 +1,93 @@
+"""Imports point one way: trials/ <- autotuner/ <- api/, and no module imports itself round a cycle.
+
+Every import statement of the three packages is read (at module level or inside a function alike):
+`import a.b` and `from a.b import c` are edges to the modules they name (to `a.b.c` when it is a
+module). A package's own `__init__` re-exporting its modules is an edge like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGES = ("trials", "autotuner", "api")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {
+    _module_name(p): p
+    for package in PACKAGES
+    for p in sorted((REPO / package).rglob("*.py"))
+    if "migrations" not in p.parts
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                      for a in node.names}  # fmt: skip
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def test_every_import_names_a_module_of_ours():
+    unknown = {(m, i) for m, imports in GRAPH.items() for i in imports if i not in MODULES}
+    assert not unknown
+
+
+@pytest.mark.parametrize(
+    ("package", "must_not_import"), [("trials", ("autotuner", "api")), ("autotuner", ("api",))]
+)
+def test_imports_point_one_way(package, must_not_import):
+    wrong = sorted((m, i) for m, imports in GRAPH.items() if m.split(".")[0] == package
+                   for i in imports if i.split(".")[0] in must_not_import)  # fmt: skip
+    assert wrong == []
+
+
+def cycles_in(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle a depth-first walk closes, as the path round it."""
+    found: list[list[str]] = []
+    state: dict[str, str] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles_in(GRAPH) == []
+
+
+def test_the_walk_would_see_a_cycle():
+    """A guard against a walk that sees nothing: the graph holds the edges we know, and the search
+    finds a cycle planted in it."""
+    assert "autotuner.tuning.driver" in GRAPH["autotuner.tuning"]
+    assert "autotuner.store" in GRAPH["autotuner.tuning.driver"]
+    planted = {**GRAPH, "autotuner.store": GRAPH["autotuner.store"] | {"autotuner.tuning.driver"}}
+    assert ["autotuner.store", "autotuner.tuning.driver", "autotuner.store"] in [
+        c[-3:] for c in cycles_in(planted)
+    ]
