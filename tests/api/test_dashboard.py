@@ -18,6 +18,9 @@ from tests.api.conftest import LANDSCAPE, TOKENS, make_server, replay_study_body
 from tests.conftest import REPO, skip_or_fail
 
 CHROMIUM = Path("/usr/bin/chromium")
+# How long the page may wait for the study to make progress: the scheduler runs at nice 10, so on a
+# loaded machine its launches come slowly (the page's own polling is what is tested, not their pace).
+PROGRESS_MS = 120_000
 ARTIFACTS = REPO / "test-artifacts"
 HOSTILE = '<script>window.__xss = "script"</script><img src=x onerror="window.__xss = \'img\'">'
 
@@ -286,11 +289,11 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
         enter_token(page, TOKENS["read"])
         page.evaluate("window.__sameDocument = true")
         page.wait_for_function("document.querySelectorAll('#trials tbody tr[data-trial]').length > 0",
-                               timeout=30_000)  # fmt: skip
+                               timeout=PROGRESS_MS)  # fmt: skip
         first = trial_rows(page)
         assert client.get(f"/v1/studies/{study_id}").json()["state"] in ("queued", "running", "confirming")
         page.wait_for_function(
-            f"document.querySelectorAll('#trials tbody tr[data-trial]').length > {first}", timeout=30_000
+            f"document.querySelectorAll('#trials tbody tr[data-trial]').length > {first}", timeout=PROGRESS_MS
         )
         assert page.evaluate("window.__sameDocument") is True  # updated in place, never reloaded
         page.wait_for_selector("#chart-history .main-svg", timeout=20_000)

@@ -124,3 +124,20 @@ def test_quarantine_is_per_cluster_and_deduplicated(store):
     assert store.quarantined(study.cluster_id) == {env_hash({"NCCL_BUFFSIZE": "1"}): "timeout"}
     other = store.cluster("other", create=True)
     assert store.quarantined(other.id) == {}
+
+
+def test_every_change_to_what_is_served_bumps_the_generation_in_its_transaction(store):
+    make_study(store)
+    assert store.served_heads() == (0, [])
+    v1 = publish(store)
+    v2 = publish(store)
+    assert store.config_generation() == 2
+    assert store.served_heads() == (2, [(v2.id, False)])
+    store.rollback_config("c", "w", 2)
+    store.served_config("c", "w", 2)  # reads change nothing
+    assert store.served_heads() == (3, [(v1.id, True)])
+    store.pin_config("c", "w", 2, None)
+    assert store.served_heads() == (4, [(v2.id, False)])
+    with pytest.raises(NotFound):
+        store.pin_config("c", "w", 2, 42)  # refused: nothing changed, no generation spent
+    assert store.config_generation() == 4
