@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from autotuner.space import FIELDS as SPACE_FIELDS
 from autotuner.space import SpaceError
 from autotuner.store import NotFound
 from autotuner.tuning import StudyError, StudyExists
@@ -28,8 +29,15 @@ def _unprocessable(entries: list[dict[str, Any]]) -> JSONResponse:
 
 async def _space(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SpaceError)
-    return _unprocessable([invalid(["body", "space", "env", p.variable] if p.variable else ["body", "space"],
-                                   p.message, p.rule) for p in exc.problems if p.severity == "error"])  # fmt: skip
+    return _unprocessable([invalid(_space_loc(p.variable), p.message, p.rule)
+                           for p in exc.problems if p.severity == "error"])  # fmt: skip
+
+
+def _space_loc(variable: str) -> list[str | int]:
+    """Where a space problem is in the body: a field of the space, or a variable of its env."""
+    if not variable:
+        return ["body", "space"]
+    return ["body", "space", variable] if variable in SPACE_FIELDS else ["body", "space", "env", variable]
 
 
 async def _spec(request: Request, exc: Exception) -> JSONResponse:

@@ -68,7 +68,10 @@ class StudyPublic(BaseModel):
     trial_counts: dict[str, int]
     best: CandidateBrief | None
     baseline: CandidateBrief | None
-    outcome: dict[str, Any] | None
+    outcome: dict[str, Any] | None = Field(description="confirmation, ladder, quality, published version")
+    inert: dict[str, str] = Field(
+        default_factory=dict, description="variables that cannot act where the study measures: why"
+    )
     error: str | None
     owner: str | None = Field(description="the process running it (host:pid:id), while it runs")
     created_at: datetime
@@ -225,6 +228,7 @@ def study_public(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
         trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=row.outcome, error=row.error,
+        inert=row.inert or {},
         owner=row.owner,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
     )  # fmt: skip

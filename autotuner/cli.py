@@ -144,6 +144,7 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
 
 def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
+    from autotuner.claim_report import inert_lines
     from autotuner.executors import make_executor
     from autotuner.tuning import StudyBusy, StudyDriver
 
@@ -152,6 +153,8 @@ def tune(**options: Any) -> None:
     if row is None:
         row = _new_study(store, options)
         err.print(f"study [bold]{row.name}[/bold] (id {row.id}) created")
+        for line in inert_lines(row.inert, row.space.get("force_inert", [])):
+            err.print(line, highlight=False)
     else:
         err.print(f"resuming study [bold]{row.name}[/bold] (id {row.id}, {row.state})")
     settings = StudySettings.model_validate(row.settings)
@@ -233,6 +236,9 @@ def _print_outcome(store: Any, study: Any) -> None:
         "quantization error", lambda c: f"{max(v or 0.0 for v in (c.quant_error_fwd, c.quant_error_bwd)):.2e}"
     )
     err.print(table)
+    _print_claim(
+        outcome.get("ladder"), outcome.get("quality"), study.inert, study.space.get("force_inert", [])
+    )
     if "ci_low" in outcome:
         err.print(
             f"confirmed speedup [bold]{outcome['speedup']:.2f}x[/bold] "
@@ -243,6 +249,23 @@ def _print_outcome(store: Any, study: Any) -> None:
         err.print(
             f"published {study.cluster.name}/{study.workload.name} version {outcome['published_version']}"
         )
+
+
+def _print_claim(
+    ladder: list[dict[str, Any]] | None,
+    quality: dict[str, Any] | None,
+    inert: dict[str, str] | None,
+    forced: list[str] | tuple[str, ...] = (),
+) -> None:
+    """The ladder, the quality line and the knobs that could not act: what the claim rests on."""
+    from autotuner.claim_report import inert_lines, ladder_table, quality_line
+
+    if ladder:
+        err.print(ladder_table(ladder))
+    if ladder or quality:
+        err.print(quality_line(quality), highlight=False)
+    for line in inert_lines(inert, forced):
+        err.print(line, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------- studies
@@ -349,6 +372,10 @@ def configs_show(
     row = _store(db).served_config(cluster, workload, nodes)
     if row is None:
         raise _fail(f"no config published for {cluster}/{workload}", 1)
+    evidence = row.evidence or {}
+    _print_claim(
+        evidence.get("ladder"), evidence.get("quality"), evidence.get("inert")
+    )  # stderr: the config stays clean
     sys.stdout.write(render(config_to_dict(row), fmt) + "\n")
 
 

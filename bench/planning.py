@@ -34,7 +34,8 @@ def run(launches: int = 50, k: int = 2, seed: int = 0) -> dict[str, Any]:
     store = Store(f"sqlite:///{tmp / 'planning.db'}")
     settings = StudySettings(executor="replay", seed=seed, trials=launches, candidates_per_launch=k, confirm_rounds=0,
                              publish=False, workdir=str(tmp / "runs"), executor_options={"landscape": str(LANDSCAPE)})  # fmt: skip
-    study = create_study(store, cluster="bench", workload=data["workload"], space=data["space"], settings=settings,
+    space = {**data["space"], "force_inert": list(data["space"]["env"])}  # as in bench/search.py
+    study = create_study(store, cluster="bench", workload=data["workload"], space=space, settings=settings,
                          name="planning")  # fmt: skip
     ctx = StudyDriver(store, study.id, ReplayExecutor(Landscape(data), seed=seed), poll_s=0).ctx
     ctx.lease.acquire()

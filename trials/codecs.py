@@ -162,3 +162,28 @@ def effective_precisions(fwd: str, bwd: str, backend: str, reduce_scatter: bool)
             ran[direction] = replacement
             notes.append(f"{requested} {direction} -> {replacement} on {reason}")
     return Effective(ran["fwd"], ran["bwd"], "; ".join(notes))
+
+
+class DamagedCodec:
+    """A codec that keeps only the top byte of every fp32 value (sign, most of the exponent), for
+    tests of the convergence check: a precision that times well and trains badly. Never searched;
+    `"extra": {"damaged_codec": PRECISION}` in a spec puts it in that precision's place."""
+
+    quantized_dtype = torch.float32
+
+    def create_context(self) -> QuantizationContext | None:
+        return None
+
+    def padded_size(self, input_tensor: torch.Tensor, dim_per_rank: list[int], my_rank: int,
+                    qcomm_ctx: QuantizationContext | None) -> tuple[int, int]:  # fmt: skip
+        return (input_tensor.shape[0] if input_tensor.ndim == 1 else input_tensor.shape[1]), 0
+
+    def calc_quantized_size(self, input_len: int, ctx: QuantizationContext | None = None) -> int:
+        return input_len
+
+    def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        bits = input_tensor.float().contiguous().view(torch.int32)
+        return (bits & -(1 << 24)).view(torch.float32)
+
+    def decode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
+        return input_tensor

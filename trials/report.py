@@ -25,7 +25,11 @@ def _ok(cell: Cell) -> Cell:
 COLUMNS: list[tuple[str, Cell, bool]] = [
     ("#", lambda c: str(c["index"]), True),
     ("precision fwd/bwd", lambda c: f"{c['fwd_precision']}/{c['bwd_precision']}", False),
-    ("ran as", _ok(lambda c: f"{c.get('effective_fwd_precision')}/{c.get('effective_bwd_precision')}"), False),
+    (
+        "ran as",
+        _ok(lambda c: f"{c.get('effective_fwd_precision')}/{c.get('effective_bwd_precision')}"),
+        False,
+    ),
     ("batch", lambda c: str(c["batch_size"]), True),
     ("sharding", lambda c: c["sharding"] + (f" t{c['num_threads']}" if c.get("num_threads") else ""), False),
     ("pipeline", lambda c: c.get("pipeline") or "-", False),

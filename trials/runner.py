@@ -23,6 +23,7 @@ from trials.model import ShardedWorkload, make_batches
 from trials.nccl_log import parse_nccl_info
 from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
 from trials.probe import COMM_KINDS, CommProbe
+from trials.quality import QualityContext, train_and_score
 from trials.result import SCHEMA_VERSION, read_nccl_conf_files
 from trials.spec import CandidateSpec, TrialSpec
 from trials.stats import summarize
@@ -210,22 +211,8 @@ class TrialRunner:
         dist.all_gather_object(hosts, socket.gethostname())
 
         setup_s = time.perf_counter() - self.started
-        results: list[dict[str, Any] | None] = [None] * len(self.spec.candidates)
         fidelity: list[dict[str, Any]] = []
-        # Re-shard only when the sharding type changes: group candidates by it, keep spec order.
-        groups: dict[str, list[int]] = {}
-        for i, cand in enumerate(self.spec.candidates):
-            groups.setdefault(self.spec.sharding_of(cand), []).append(i)
-        for sharding, indices in groups.items():
-            sw = self._shard(sharding, indices, results)
-            if sw is None:
-                continue
-            for i in indices:
-                results[i] = self._candidate(sw, i, self.spec.candidates[i])
-                if self.spec.extra.get("fidelity") and results[i]["status"] == "ok":
-                    fidelity.append(self._replay(i, results[i]))
-            del sw
-
+        results = self._check_quality() if self.spec.quality else self._time(fidelity)
         nccl_effective = self._nccl_effective()
         wall_s = time.perf_counter() - self.started
         result = {
@@ -251,6 +238,43 @@ class TrialRunner:
         if fidelity:
             result["fidelity"] = fidelity
         return result
+
+    def _time(self, fidelity: list[dict[str, Any]]) -> list[Any]:
+        """Every candidate timed. Re-shard only when the sharding type changes: group candidates by
+        it, keep spec order."""
+        results: list[dict[str, Any] | None] = [None] * len(self.spec.candidates)
+        groups: dict[str, list[int]] = {}
+        for i, cand in enumerate(self.spec.candidates):
+            groups.setdefault(self.spec.sharding_of(cand), []).append(i)
+        for sharding, indices in groups.items():
+            sw = self._shard(sharding, indices, results)
+            if sw is None:
+                continue
+            for i in indices:
+                results[i] = self._candidate(sw, i, self.spec.candidates[i])
+                if self.spec.extra.get("fidelity") and results[i]["status"] == "ok":
+                    fidelity.append(self._replay(i, results[i]))
+            del sw
+        return results
+
+    def _check_quality(self) -> list[Any]:
+        """Every candidate trained afresh on the same samples and scored (trials.quality)."""
+        ctx = QualityContext.make(self.spec, self.device, self.pg, self.local_size)
+        results = []
+        for i, cand in enumerate(self.spec.candidates):
+            try:
+                local: dict[str, Any] = {"ok": True, **train_and_score(
+                    ctx, cand, self.spec.sharding_of(cand), self.spec.pipeline_of(cand))}  # fmt: skip
+            except Exception as exc:
+                local = {"ok": False, "error": f"rank {self.rank}: {type(exc).__name__}: {exc}"}
+                traceback.print_exc(file=sys.stderr)
+            views: list[dict[str, Any]] = [{}] * self.world_size
+            dist.all_gather_object(views, local)
+            errors = [v["error"] for v in views if not v["ok"]]
+            base = failed_candidate(i, cand, self.spec, errors[0] if errors else "")
+            results.append(base if errors else {**base, "status": "ok", "error": None, "quality": views[0],
+                                                "train_s": max(v["train_s"] for v in views)})  # fmt: skip
+        return results
 
     def _shard(self, sharding: str, indices: list[int], results: list[Any]) -> ShardedWorkload | None:
         try:

@@ -73,6 +73,8 @@ class WorkloadSpec:
     dense: DenseSpec | None = None
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     compute_kernel: str = "fused"
+    # The comm precision (forward, backward) the job runs today: the baseline's.
+    comm_precision: tuple[str, str] = ("fp32", "fp32")
 
     @property
     def default_pipeline(self) -> str:
@@ -98,6 +100,7 @@ class CandidateSpec:
     sharding: str | None = None
     num_threads: int | None = None
     pipeline: str | None = None
+    model_seed: int | None = None  # quality launches: the model's initialization (None: the spec's seed)
 
     def label(self) -> str:
         parts = [f"{self.fwd_precision}/{self.bwd_precision}", f"b{self.batch_size}"]
@@ -107,7 +110,21 @@ class CandidateSpec:
             parts.append(f"t{self.num_threads}")
         if self.pipeline:
             parts.append(self.pipeline)
+        if self.model_seed is not None:
+            parts.append(f"seed {self.model_seed}")
         return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class QualitySpec:
+    """A convergence check instead of timing: each candidate trains a fresh model on a learnable
+    synthetic task (or the user's data, `data` = "module:function") on the same samples, then is
+    scored on a held-out set."""
+
+    train_samples: int = 1 << 18  # over all ranks
+    eval_samples: int = 1 << 15
+    data_seed: int = 0
+    data: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,7 @@ class TrialSpec:
     seed: int = 0
     # Distinct input batches cycled through the measured loop (generated once per batch size).
     input_batches: int = 4
+    quality: QualitySpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def sharding_of(self, candidate: CandidateSpec) -> str:
@@ -134,6 +152,8 @@ class TrialSpec:
         data["candidates"] = [{k: v for k, v in c.items() if v is not None} for c in data["candidates"]]
         if not data["extra"]:
             data.pop("extra")
+        if data["quality"] is None:
+            data.pop("quality")
         return data
 
     def to_json(self) -> str:
@@ -207,6 +227,7 @@ def workload_to_dict(workload: WorkloadSpec) -> dict[str, Any]:
         del data["dense"]
     else:
         data["dense"] = {k: list(v) if isinstance(v, tuple) else v for k, v in data["dense"].items()}
+    data["comm_precision"] = list(data["comm_precision"])
     return data
 
 
@@ -263,7 +284,7 @@ def parse_optimizer(obj: Any, where: str) -> OptimizerSpec:
 
 def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     if isinstance(obj, dict):
-        fields = {"name", "tables", "sharding", "batch_size", "dense", "optimizer", "compute_kernel"}
+        fields = {"name", "tables", "sharding", "batch_size", "dense", "optimizer", "compute_kernel", "comm_precision"}
         _unknown_keys(obj, fields, where)
     name = _str(_require(obj, "name", where), f"{where}.name")
     raw_tables = _require(obj, "tables", where)
@@ -292,17 +313,33 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
         dense=None if dense is None else parse_dense(dense, tables, f"{where}.dense"),
         optimizer=optimizer,
         compute_kernel=kernel,
+        comm_precision=_precision_pair(obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision"),
     )
 
 
+def _precision_pair(value: Any, where: str) -> tuple[str, str]:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise SpecError(where, f"must be [forward, backward], e.g. [\"fp32\", \"fp32\"]; got {json.dumps(value)}")
+    return _choice(value[0], f"{where}[0]", PRECISIONS), _choice(value[1], f"{where}[1]", PRECISIONS)
+
+
 def parse_candidate(obj: Any, where: str) -> CandidateSpec:
-    fields = {"fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads", "pipeline"}
+    fields = {
+        "fwd_precision",
+        "bwd_precision",
+        "batch_size",
+        "sharding",
+        "num_threads",
+        "pipeline",
+        "model_seed",
+    }
     if not isinstance(obj, dict):
         raise SpecError(where, f"must be an object, got {type(obj).__name__}")
     _unknown_keys(obj, fields, where)
     sharding = obj.get("sharding")
     threads = obj.get("num_threads")
     pipeline = obj.get("pipeline")
+    model_seed = obj.get("model_seed")
     return CandidateSpec(
         fwd_precision=_choice(_require(obj, "fwd_precision", where), f"{where}.fwd_precision", PRECISIONS),
         bwd_precision=_choice(_require(obj, "bwd_precision", where), f"{where}.bwd_precision", PRECISIONS),
@@ -310,6 +347,29 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
         sharding=None if sharding is None else _choice(sharding, f"{where}.sharding", SHARDING_TYPES),
         num_threads=None if threads is None else _int(threads, f"{where}.num_threads", high=1024),
         pipeline=None if pipeline is None else _choice(pipeline, f"{where}.pipeline", PIPELINES),
+        model_seed=None if model_seed is None else _int(model_seed, f"{where}.model_seed", low=0),
+    )
+
+
+def parse_quality(obj: Any, workload: WorkloadSpec) -> QualitySpec:
+    if not isinstance(obj, dict):
+        raise SpecError("quality", f"must be an object, got {type(obj).__name__}")
+    _unknown_keys(obj, {"train_samples", "eval_samples", "data_seed", "data"}, "quality")
+    if workload.dense is None:
+        raise SpecError("quality", "a convergence check trains a DLRM: the workload needs a dense part")
+    data = obj.get("data")
+    if data is not None and (not isinstance(data, str) or data.count(":") != 1):
+        raise SpecError("quality.data", f'must be "module:function", got {json.dumps(data)}')
+    default = QualitySpec()
+    return QualitySpec(
+        train_samples=_int(
+            obj.get("train_samples", default.train_samples), "quality.train_samples", high=1 << 30
+        ),
+        eval_samples=_int(
+            obj.get("eval_samples", default.eval_samples), "quality.eval_samples", high=1 << 24
+        ),
+        data_seed=_int(obj.get("data_seed", 0), "quality.data_seed", low=0),
+        data=data,
     )
 
 
@@ -318,7 +378,7 @@ def parse_spec(obj: Any) -> TrialSpec:
     if not isinstance(obj, dict):
         raise SpecError("", f"spec must be a JSON object, got {type(obj).__name__}")
     allowed = {"workload", "candidates", "warmup", "iterations", "device", "seed"}
-    allowed |= {"input_batches", "extra"}
+    allowed |= {"input_batches", "extra", "quality"}
     _unknown_keys(obj, allowed, "")
     workload = parse_workload(_require(obj, "workload", ""))
     raw = _require(obj, "candidates", "")
@@ -336,6 +396,7 @@ def parse_spec(obj: Any) -> TrialSpec:
         device=_choice(obj.get("device", "auto"), "device", DEVICES),
         seed=_int(obj.get("seed", 0), "seed", low=0),
         input_batches=_int(obj.get("input_batches", 4), "input_batches", high=64),
+        quality=None if obj.get("quality") is None else parse_quality(obj["quality"], workload),
         extra=extra,
     )
 

@@ -24,6 +24,7 @@ RULES: dict[str, str] = {
     "empty-dimension": "a dimension with no value to try",
     "duplicate": "the same value or variable given twice",
     "schema": "the declaration has the wrong shape (field, type, file)",
+    "batch-change": "a batch above the job's, which changes the training: searched only when allowed",
     # warnings
     "debug-while-timing": "logging or checks that distort timings",
     "no-effect": "a setting that does nothing in this combination",

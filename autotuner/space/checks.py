@@ -38,6 +38,11 @@ FIELDS = (
     "pipelines",
     "max_quant_error",
     "allow_risky",
+    "allow_batch_change",
+    "ladder",
+    "max_logloss_delta",
+    "quality_data",
+    "force_inert",
 )
 
 

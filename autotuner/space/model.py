@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     StrictInt,
     ValidationError,
     ValidatorFunctionWrapHandler,
@@ -33,6 +34,8 @@ from autotuner.space.sources import with_preset
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 Sharding = Literal["table_wise", "row_wise", "table_row_wise", "column_wise"]
 Pipeline = Literal["none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist"]
+Knob = Literal["precision", "batch", "pipeline", "env", "sharding", "threads"]
+KNOBS: tuple[str, ...] = ("precision", "batch", "pipeline", "env", "sharding", "threads")
 MAX_BATCH = 1 << 20  # as trials.spec: a typo must not allocate a terabyte
 MAX_THREADS = 1024
 MAX_GRID = 10_000  # env_grid() enumerates up to this many points; beyond, sample instead
@@ -59,6 +62,14 @@ class SearchSpace(BaseModel):
     pipelines: list[Pipeline | None] = [None]  # null = the workload's own (sparse_dist with a dense part)
     max_quant_error: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
     allow_risky: list[str] = Field(default_factory=list)
+    # What a published config may claim. A batch above the job's changes the training itself.
+    allow_batch_change: StrictBool = False
+    # The path from the baseline to the tuned config, one knob group at a time (the published case's order).
+    ladder: list[Knob] = Field(default_factory=lambda: list(KNOBS))
+    max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
+    quality_data: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # "module:function"
+    # Variables searched even where they cannot act (reported "inert here", never published).
+    force_inert: list[str] = Field(default_factory=list)
 
     _warnings: list[Problem] = PrivateAttr(default_factory=list)
 
@@ -114,6 +125,10 @@ class SearchSpace(BaseModel):
             if not errors(self.check_env(env)):
                 grid.append(env)
         return grid
+
+    def without(self, names: Collection[str]) -> SearchSpace:
+        """This space with those env dimensions left out (validated already: a copy, not a re-check)."""
+        return self.model_copy(update={"env": {k: v for k, v in self.env.items() if k not in names}})
 
     def check_env(self, env: Mapping[str, str]) -> list[Problem]:
         """Problems of one concrete point (fixed_env merged under it); errors mean: do not launch it."""

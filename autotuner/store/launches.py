@@ -117,6 +117,9 @@ class LaunchRecords(StoreBase):
                 query = query.where(Candidate.state.in_(states))
             return {state: int(n) for state, n in s.execute(query)}
 
+    def update_candidate(self, candidate_id: int, **fields: Any) -> Candidate:
+        return self._update(Candidate, candidate_id, fields)
+
     def candidate(self, candidate_id: int) -> Candidate | None:
         with self.session() as s:
             return s.get(Candidate, candidate_id)

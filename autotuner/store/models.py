@@ -96,6 +96,8 @@ class Study(Base):
     baseline_candidate_id: Mapped[int | None] = mapped_column(Integer)
     # Confirmation: speedup with its confidence interval, the published config version.
     outcome: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Variables of the space that cannot act where the study measures: {name: why}.
+    inert: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
     # Who runs it: a lease that a killed holder loses when it stops renewing it.
     owner: Mapped[str | None] = mapped_column(String(200))

@@ -22,6 +22,8 @@ class LaunchKind(StrEnum):
     BASELINE = "baseline"
     SEARCH = "search"
     CONFIRM = "confirm"
+    LADDER = "ladder"  # one knob group at a time, from the baseline to the tuned config
+    QUALITY = "quality"  # the convergence check: training, not timing
     SCALING = "scaling"
 
 

@@ -69,6 +69,7 @@ class StudyRecords(StoreBase):
         space: dict[str, Any],
         settings: dict[str, Any],
         state: str = StudyState.QUEUED,
+        inert: dict[str, str] | None = None,
     ) -> Study:
         cluster_row = self.cluster(cluster, create=True)
         workload_row = self.upsert_workload(workload_name, workload_spec)
@@ -81,6 +82,7 @@ class StudyRecords(StoreBase):
                 state=state,
                 space=space,
                 settings=settings,
+                inert=inert,
             )
             s.add(study)
             s.flush()

@@ -56,6 +56,7 @@ class StudyContext:
     workdir: Path
     progress: Progress = field(default_factory=Progress)
     poll_s: float = 0.5
+    inert: dict[str, str] = field(default_factory=dict)  # variables that cannot act here -> why
 
     @classmethod
     def load(

@@ -13,9 +13,11 @@ import random
 from typing import Any
 
 from autotuner.executors import Executor
-from autotuner.store import TERMINAL, LaunchKind, Store, Study, StudyState, utcnow
+from autotuner.store import TERMINAL, Candidate, LaunchKind, Store, Study, StudyState, utcnow
+from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import decide
 from autotuner.tuning.context import Progress, StudyContext
+from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.lease import Lease, StudyBusy, StudyCancelled
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
@@ -54,11 +56,11 @@ class StudyDriver:
                 return study
             if study.state == StudyState.QUEUED:
                 self.store.update_study(self.study_id, state=StudyState.RUNNING, started_at=utcnow())
-            search = Search(self.ctx)
-            recover(self.ctx, search)
+            recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
-                return self._fail("the baseline (no overrides, fp32) did not run: see its launch log")
-            self._search(search)
+                return self._fail("the baseline (the job's own settings) did not run: see its launch log")
+            self._settle_inert()
+            self._search(Search(self.ctx))
             return self._conclude()
         except StudyCancelled:
             return self.store.update_study(self.study_id, finished_at=utcnow())
@@ -71,11 +73,27 @@ class StudyDriver:
             self.lease.release()
 
     def _baseline(self) -> bool:
+        """The job's own settings, measured first."""
         if self.ctx.baseline() is None:
             self.ctx.progress.on_phase("baseline")
             plan = PlannedLaunch.of(self.ctx.space.fixed_env, [self.ctx.baseline_point], LaunchKind.BASELINE)
             run_launch(self.ctx, plan, None)
         return self.ctx.baseline() is not None
+
+    def _settle_inert(self) -> None:
+        """What the baseline's report says of where launches run: the knobs that cannot act there
+        are left out of the search (and of what is published)."""
+        baseline = self.ctx.baseline()
+        study = self.store.study(self.study_id)
+        assert baseline is not None and study is not None
+        launch = self.store.launch(baseline.launch_id)
+        names = [*self.ctx.space.env, *self.ctx.space.fixed_env]
+        where = Where.of_result(launch.summary or {} if launch is not None else {})
+        inert = {**(study.inert or {}), **inert_variables(names, where)}
+        if inert != (study.inert or {}):
+            self.store.update_study(self.study_id, inert=inert)
+        self.ctx.inert = inert
+        self.ctx.space = searched(self.ctx.space, inert)
 
     def _search(self, search: Search) -> None:
         self.ctx.progress.on_phase("search")
@@ -87,7 +105,8 @@ class StudyDriver:
             self.store.update_study(self.study_id, launches_done=self._search_launches_done())
 
     def _conclude(self) -> Study:
-        """Confirm, publish (once: a resumed study does neither twice), then the scaling curve."""
+        """Confirm, climb the ladder, check quality, publish (each once: a resumed study does none
+        twice), then the scaling curve."""
         self.ctx.progress.on_phase("confirm")
         self.store.update_study(self.study_id, state=StudyState.CONFIRMING)
         baseline = self.ctx.baseline()
@@ -99,8 +118,12 @@ class StudyDriver:
         outcome: dict[str, Any] = dict(study.outcome or {})
         if "decision" not in outcome:
             outcome.update(decide(self.ctx, best, baseline))
+            if outcome["chosen_candidate"] == best.id != baseline.id:
+                self.ctx.progress.on_phase("ladder")
+                outcome.update(honest_claim(self.ctx, baseline, best, outcome))
             if self.ctx.settings.publish:
-                outcome["published_version"] = publish(self.ctx, self._chosen(outcome), outcome).version
+                chosen = self._chosen(outcome)
+                outcome["published_version"] = publish(self.ctx, chosen, outcome).version
             self.store.update_study(self.study_id, outcome=outcome)
         if self.ctx.settings.scaling_nodes:
             outcome["scaling"] = scaling_curve(self.ctx, self._chosen(outcome), baseline)
@@ -108,7 +131,7 @@ class StudyDriver:
             self.study_id, state=StudyState.DONE, outcome=outcome, finished_at=utcnow()
         )
 
-    def _chosen(self, outcome: dict[str, Any]) -> Any:
+    def _chosen(self, outcome: dict[str, Any]) -> Candidate:
         chosen = self.store.candidate(outcome["chosen_candidate"])
         assert chosen is not None
         return chosen

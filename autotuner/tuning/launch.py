@@ -20,11 +20,18 @@ from trials.spec import parse_spec
 def spec_of(ctx: StudyContext, plan: PlannedLaunch) -> dict[str, Any]:
     spec = {
         "workload": ctx.workload_obj,
-        "candidates": [p.to_candidate() for p in plan.points],
+        "candidates": [
+            {**p.to_candidate(), **({"model_seed": plan.model_seeds[i]} if plan.model_seeds else {})}
+            for i, p in enumerate(plan.points)
+        ],
         "warmup": ctx.settings.warmup,
         "iterations": ctx.settings.iterations,
         "seed": ctx.settings.seed,
     }
+    if plan.tag:
+        spec["extra"] = {"tag": plan.tag}
+    if plan.quality is not None:
+        spec["quality"] = plan.quality
     parse_spec(spec)  # the engine never launches a spec the trial would reject
     return spec
 

@@ -30,6 +30,9 @@ class PlannedLaunch:
     kind: LaunchKind = LaunchKind.SEARCH
     echoes: dict[int, int] = field(default_factory=dict)  # proposal -> the slot that measures it too
     nnodes: int | None = None  # None: the study's
+    tag: str | None = None  # the comparison a confirmation / ladder launch belongs to
+    quality: dict | None = None  # a convergence check's `quality` section (trials.spec.QualitySpec)
+    model_seeds: list[int] | None = None  # quality launches: each candidate's model initialization
 
     @classmethod
     def of(

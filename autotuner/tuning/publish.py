@@ -1,5 +1,7 @@
 """Publishing: the chosen candidate as a versioned config for (cluster, workload, nodes), with the
-evidence a user banks on (confirmed speedup and interval, quantization error, what ran where)."""
+evidence a user banks on: confirmed speedup and interval, the ladder of knobs, the quality cost,
+the quantization error, what ran where. Variables that cannot act where it was measured are not
+exported: a config never carries a knob that was not shown to help."""
 
 from __future__ import annotations
 
@@ -21,11 +23,15 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Co
         "quant_error": {"fwd": chosen.quant_error_fwd, "bwd": chosen.quant_error_bwd},
         "effective_precision": [chosen.effective_fwd_precision, chosen.effective_bwd_precision],
         "measured_on": ctx.executor.name,
+        **{k: outcome[k] for k in ("ladder", "quality") if k in outcome},
     }
+    if ctx.inert:
+        evidence["inert"] = ctx.inert  # searched or fixed, but unable to act here: never exported
     if ctx.settings.fabric:
         evidence["emulation"] = f"emulated fabric at {ctx.settings.fabric}: not a real cluster measurement"
     return ctx.store.publish_config(
-        cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes, env=chosen.env,
+        cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes,
+        env={k: v for k, v in chosen.env.items() if k not in ctx.inert},
         fwd_precision=chosen.fwd_precision, bwd_precision=chosen.bwd_precision, batch_size=chosen.batch_size,
         sharding=chosen.sharding, num_threads=chosen.num_threads, pipeline=chosen.pipeline,
         evidence=evidence, study_id=ctx.study_id,

@@ -13,7 +13,6 @@ from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.launch import execute, request_of, wait
 from autotuner.tuning.plan import PlannedLaunch
-from autotuner.tuning.search import Search
 
 log = logging.getLogger("autotuner.tuning")
 INTERRUPTED = "interrupted: the process running the study stopped before this launch finished"
@@ -22,20 +21,19 @@ INTERRUPTED = "interrupted: the process running the study stopped before this la
 FOLLOWED = (LaunchState.RUNNING, LaunchState.PENDING, LaunchState.UNKNOWN)
 
 
-def recover(ctx: StudyContext, search: Search) -> None:
+def recover(ctx: StudyContext) -> None:
+    """Before the search starts: what it learns of these launches it reads from the store."""
     for launch in ctx.store.launches(
         ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value]
     ):
-        if launch.backend_id and _reattach(ctx, search, launch):
+        if launch.backend_id and _reattach(ctx, launch):
             continue
-        last_try = launch.attempt >= ctx.settings.max_attempts
-        outcome = Outcome(LaunchState.FAILED, launch.backend_id, None, INTERRUPTED)
-        ingest(ctx, launch, outcome, None, search if last_try else None)
-        if not last_try and launch.kind != LaunchKind.CONFIRM:
-            _retry(ctx, search, launch)
+        ingest(ctx, launch, Outcome(LaunchState.FAILED, launch.backend_id, None, INTERRUPTED), None, None)
+        if launch.attempt < ctx.settings.max_attempts and launch.kind != LaunchKind.CONFIRM:
+            _retry(ctx, launch)
 
 
-def _reattach(ctx: StudyContext, search: Search, launch: Launch) -> bool:
+def _reattach(ctx: StudyContext, launch: Launch) -> bool:
     request = request_of(ctx, launch)
     desc = ctx.executor.describe(launch.backend_id, request)  # type: ignore[arg-type]
     if desc.state not in FOLLOWED and not desc.state.is_terminal():
@@ -43,12 +41,12 @@ def _reattach(ctx: StudyContext, search: Search, launch: Launch) -> bool:
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
     started = time.monotonic() - (utcnow() - (launch.started_at or utcnow())).total_seconds()
     outcome = wait(ctx, launch.backend_id, request, launch, started)  # type: ignore[arg-type]
-    ingest(ctx, launch, outcome, None, search)
+    ingest(ctx, launch, outcome, None, None)
     return True
 
 
-def _retry(ctx: StudyContext, search: Search, launch: Launch) -> None:
+def _retry(ctx: StudyContext, launch: Launch) -> None:
     points = [point_of(c) for c in launch.spec["candidates"]]
     retry = ctx.store.add_launch(study_id=ctx.study_id, kind=launch.kind, env=launch.env, spec=launch.spec,
                                  executor=ctx.executor.name, attempt=launch.attempt + 1, nnodes=launch.nnodes)  # fmt: skip
-    execute(ctx, retry, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), search)
+    execute(ctx, retry, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), None)

@@ -88,13 +88,28 @@ class Search:
             storage=optuna_storage(ctx.store.url), study_name=record_name(ctx.study_id),
             direction="maximize", sampler=optuna.samplers.RandomSampler(), load_if_exists=True,
         )  # fmt: skip
-        self._recorded = len(self.record.get_trials(deepcopy=False))
         self._pending: dict[int, optuna.trial.Trial] = {}  # asked in memory, waiting for a measurement
         self.measured: dict[str, dict[str, Candidate]] = {}  # env hash -> point key -> row
-        for row in ctx.store.candidates(ctx.study_id, kinds=[LaunchKind.SEARCH]):
+        self._recorded = self._catch_up()
+
+    def _catch_up(self) -> int:
+        """Learn every measured search candidate; give the record the trials it misses (a crash
+        between our write and Optuna's, or a launch a restart collected before any search ran)."""
+        recorded = len(self.record.get_trials(deepcopy=False))
+        rows = self.ctx.store.candidates(self.ctx.study_id, kinds=[LaunchKind.SEARCH])
+        numbered = sorted(
+            (r for r in rows if r.optuna_number is not None), key=lambda r: r.optuna_number or 0
+        )
+        for row in rows:
             self._learn(row)
-            if row.optuna_number is not None and row.optuna_number >= self._recorded:
-                self._write(row)  # recorded in our store, not yet in Optuna's: a crash between the two
+        for row in numbered:
+            if (row.optuna_number or 0) >= recorded:
+                self._write(row)
+        self._recorded = max([recorded, *((r.optuna_number or 0) + 1 for r in numbered)])
+        for row in rows:
+            if row.optuna_number is None:
+                self._write(self.ctx.store.update_candidate(row.id, optuna_number=self.claim_number()))
+        return self._recorded
 
     # ------------------------------------------------------------------ asking
 

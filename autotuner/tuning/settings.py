@@ -47,6 +47,15 @@ class RequestSettings(BaseModel):
     confirm_rounds: int = Field(
         3, ge=0, le=20, description="interleaved best/baseline rounds (0 skips, else >= 2)"
     )
+    ladder_rounds: int = Field(
+        5, ge=0, le=20, description="interleaved rounds per ladder step (0 skips the ladder, else >= 2)"
+    )
+    quality_samples: int = Field(
+        1 << 17,
+        ge=0,
+        le=1 << 26,
+        description="samples each model trains on in the convergence check (0 skips it)",
+    )
     launch_timeout_s: float = Field(
         900, gt=0, le=86400, description="seconds before a launch is killed", **_cli("launch-timeout")
     )
@@ -70,7 +79,7 @@ class RequestSettings(BaseModel):
             raise ValueError("distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
         return nodes
 
-    @field_validator("confirm_rounds")
+    @field_validator("confirm_rounds", "ladder_rounds")
     @classmethod
     def _rounds(cls, rounds: int) -> int:
         if rounds == 1:

@@ -7,9 +7,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from autotuner.envvars import Problem
 from autotuner.executors import settings_options, validate_options
-from autotuner.space import SearchSpace, load_space
+from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
+from autotuner.tuning.inert import inert_variables, where_before_launching
 from autotuner.tuning.settings import RequestSettings, StudySettings
 from trials.spec import WorkloadSpec, parse_workload
 
@@ -71,6 +73,7 @@ def create_study(
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
+    check_batch_change(space_obj, baseline_batch(workload_spec, space_obj))
     try:  # bad executor options fail here, before a study row exists
         validate_options(settings.executor, settings_options(settings))
     except (ValueError, TypeError) as exc:
@@ -87,7 +90,20 @@ def create_study(
         workload_spec=workload,
         space=space_obj.model_dump(mode="json"),
         settings=settings.model_dump(mode="json"),
+        inert=inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings)),
     )
+
+
+def check_batch_change(space: SearchSpace, job_batch: int) -> None:
+    """A batch above the job's is a change to the training, not only to its speed: searched only
+    when the space allows it (then the convergence check compares what it costs)."""
+    above = [b for b in space.batch_sizes if b > job_batch]
+    if above and not space.allow_batch_change:
+        message = (f"batch_sizes {', '.join(map(str, above))} are above the job's batch {job_batch}: a bigger batch "
+                   "changes the training (fewer, larger steps over the same samples), not only its speed; "
+                   "set allow_batch_change: true in the space to search it (the convergence check then says "
+                   "what it costs in quality)")  # fmt: skip
+        raise SpaceError([Problem("batch_sizes", "batch-change", message)])
 
 
 def finalist(store: Store, study_id: int) -> Candidate | None:

@@ -147,6 +147,9 @@ def replay_study_body(name: str = "demo", **settings) -> dict:
             "env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]},
             "precisions": [["fp32", "fp32"], ["fp16", "fp16"], ["fp8", "bf16"], ["int8", "int8"]],
             "batch_sizes": [64, 256],
+            "allow_batch_change": True,
+            # recorded on gloo, where NCCL variables are inert: searched anyway to exercise the search
+            "force_inert": ["NCCL_NSOCKS_PERTHREAD"],
         },  # fmt: skip
         "settings": {
             "executor": "replay",

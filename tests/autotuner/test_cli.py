@@ -31,7 +31,7 @@ def tuned(tmp_path, db):
     space = tmp_path / "space.yaml"
     space.write_text(
         "env:\n  NCCL_NSOCKS_PERTHREAD: [null, 4]\nprecisions: [[fp32, fp32], [fp16, fp16], [fp8, bf16], [int8, int8]]\n"
-        "batch_sizes: [64, 256]\n"
+        "batch_sizes: [64, 256]\nallow_batch_change: true\nforce_inert: [NCCL_NSOCKS_PERTHREAD]\n"
     )
     result = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space),
                                  "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3",

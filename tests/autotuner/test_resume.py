@@ -17,7 +17,7 @@ WORKLOAD = {"name": "tiny", "batch_size": 32,
             "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32, "pooling_factor": 2}
                        for i in range(2)]}  # fmt: skip
 SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 2]}, "precisions": [["fp32", "fp32"], ["fp16", "fp16"]],
-         "batch_sizes": [32, 64]}  # fmt: skip
+         "batch_sizes": [32, 64], "allow_batch_change": True, "force_inert": ["NCCL_NSOCKS_PERTHREAD"]}  # fmt: skip
 
 
 def tune(tmp_path, db, *extra):

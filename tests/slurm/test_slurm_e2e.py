@@ -37,7 +37,7 @@ WORKLOAD = {"name": "tiny", "batch_size": 32,
 # NCCL_NSOCKS_PERTHREAD=2 in every launch shows the launch environment reaching the ranks through
 # sbatch and srun; an env that does not vary keeps the confirmation to one launch.
 SPACE = {"env": {}, "fixed_env": {"NCCL_NSOCKS_PERTHREAD": "2"}, "precisions": [["fp32", "fp32"], ["fp16", "fp16"]],
-         "batch_sizes": [32, 64]}  # fmt: skip
+         "batch_sizes": [32, 64], "allow_batch_change": True}  # fmt: skip
 
 
 def tune(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:

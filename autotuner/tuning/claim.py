@@ -1,0 +1,42 @@
+"""What a published config may claim: only the knobs shown to help, at a known quality cost.
+
+After the finalist is confirmed against the baseline: the ladder keeps the knob groups that give a
+measurable gain, one at a time; the convergence check refuses those that cost quality; and when
+either left something out, what remains is confirmed against the baseline again, so the published
+speedup is the published config's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.store import Candidate, LaunchKind
+from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.ladder import climb
+from autotuner.tuning.pairs import Setting, compare
+from autotuner.tuning.quality import check
+
+NOTHING_HELPED = "no knob gave a measurable gain on its own: published the baseline (no changes)"
+
+
+def honest_claim(
+    ctx: StudyContext, baseline: Candidate, best: Candidate, outcome: dict[str, Any]
+) -> dict[str, Any]:
+    """The outcome's ladder, quality and, if the published config is not the finalist, its own
+    confirmation (`chosen_candidate` then names a row that measured it)."""
+    base, target = Setting.of(baseline), Setting.of(best)
+    steps: list[dict[str, Any]] = list(outcome.get("ladder") or [])
+    top, row = climb(ctx, base, target, steps) if ctx.settings.ladder_rounds else (target, best)
+    quality, kept = check(ctx, base, top)
+    claim: dict[str, Any] = {"ladder": steps, "quality": quality}
+    if kept == target:
+        return claim
+    if kept == base:
+        return {**claim, "chosen_candidate": baseline.id, "decision": NOTHING_HELPED}
+    speedup, row = compare(ctx, kept, base, ctx.settings.confirm_rounds or 2, LaunchKind.CONFIRM, "reconfirm")
+    if speedup is None or row is None or not speedup.significant:
+        return {**claim, "chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,
+                **({} if speedup is None else {"reconfirmed": speedup.as_dict()})}  # fmt: skip
+    return {**claim, **speedup.as_dict(), "chosen_candidate": row.id, "decision": ADOPTED,
+            "reconfirmed": speedup.as_dict()}  # fmt: skip

@@ -1,0 +1,88 @@
+"""The ladder: from the job's baseline to the tuned config, one knob group at a time.
+
+Each step changes one group (in the space's `ladder` order; by default the published case's:
+precision, batch, pipeline, env, then sharding and threads) and is measured against the step
+before it in interleaved rounds with a paired 95% CI. A step whose interval includes 1 shows no
+measurable gain: its knob is left out, and the ladder goes on from where it stood. What is left at
+the top is all a config may claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autotuner.store import Candidate, LaunchKind
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.pairs import Setting, compare
+
+KEPT, NO_GAIN = "kept", "no measurable gain"
+
+
+def _env(s: Setting) -> dict[str, str]:
+    return s.env
+
+
+# Knob group -> (what it reads off a setting, how it puts that into another)
+GROUPS: dict[str, tuple[Callable[[Setting], Any], Callable[[Setting, Setting], Setting]]] = {
+    "precision": (lambda s: [s.point.fwd_precision, s.point.bwd_precision],
+                  lambda s, t: s.but(fwd_precision=t.point.fwd_precision, bwd_precision=t.point.bwd_precision)),
+    "batch": (lambda s: s.point.batch_size, lambda s, t: s.but(batch_size=t.point.batch_size)),
+    "pipeline": (lambda s: s.point.pipeline, lambda s, t: s.but(pipeline=t.point.pipeline)),
+    "env": (_env, lambda s, t: Setting(t.env, s.point)),
+    "sharding": (lambda s: s.point.sharding, lambda s, t: s.but(sharding=t.point.sharding)),
+    "threads": (lambda s: s.point.num_threads, lambda s, t: s.but(num_threads=t.point.num_threads)),
+}  # fmt: skip
+
+
+def climb(
+    ctx: StudyContext, baseline: Setting, target: Setting, steps: list[dict[str, Any]]
+) -> tuple[Setting, Candidate | None]:
+    """Walk the ladder; `steps` holds the steps done so far (a resumed study keeps them) and grows
+    as they are measured. Returns the setting at the top and a row that measured it."""
+    current, row, cumulative = baseline, None, 1.0
+    for i, group in enumerate(ctx.space.ladder):
+        read, put = GROUPS[group]
+        nxt = put(current, target)
+        if nxt == current:
+            continue
+        if i < len(steps) and steps[i]["step"] == group:  # done before the study was interrupted
+            step = steps[i]
+        else:
+            step = _step(ctx, i, group, current, nxt, read, cumulative)
+            steps.append(step)
+        if step["kept"]:
+            current, cumulative = nxt, step["cumulative"]
+            row = ctx.store.candidate(step["candidate"]) or row
+    return current, row
+
+
+def _step(ctx: StudyContext, i: int, group: str, current: Setting, nxt: Setting, read: Callable[[Setting], Any],
+          cumulative: float) -> dict[str, Any]:  # fmt: skip
+    speedup, row = compare(
+        ctx, nxt, current, ctx.settings.ladder_rounds, LaunchKind.LADDER, f"ladder-{i}-{group}"
+    )
+    kept = speedup is not None and speedup.significant
+    step: dict[str, Any] = {
+        "step": group,
+        "changed": _changed(group, read(current), read(nxt)),
+        "kept": kept,
+        "verdict": KEPT if kept else NO_GAIN,
+        "candidate": row.id if row is not None else None,
+    }
+    if speedup is None:
+        return {**step, "verdict": "not measured (see the launch logs)", "cumulative": cumulative}
+    return {**step, "samples_per_s": speedup.tuned, "previous_samples_per_s": speedup.baseline,
+            "speedup_vs_previous": speedup.ratio, "ci_low": speedup.ci_low, "ci_high": speedup.ci_high,
+            "rounds": speedup.rounds, "cumulative": cumulative * speedup.ratio if kept else cumulative}  # fmt: skip
+
+
+def _changed(group: str, before: Any, after: Any) -> dict[str, list[Any]]:
+    """What a step changes: the group's value, or for the env each variable that differs."""
+    if isinstance(before, dict):
+        return {
+            k: [before.get(k), after.get(k)]
+            for k in sorted(set(before) | set(after))
+            if before.get(k) != after.get(k)
+        }
+    return {group: [before, after]}

@@ -1,0 +1,174 @@
+"""The convergence check: does a candidate train as well as the job's own setting?
+
+A proxy, said plainly: a fixed hidden teacher (random embeddings over the workload's tables and a
+linear map of the dense features) labels samples with Bernoulli(sigmoid(logit)); each candidate
+trains a fresh model on the same samples (a bigger batch takes fewer steps), then is scored on the
+same held-out set: log loss and AUC. A second model seed of the baseline measures how much the
+score moves by chance alone. A user's own data replaces the teacher with `data: "module:function"`,
+a function `(workload, split, rank, world_size, samples) -> Samples` (split "train" or "eval").
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torchrec.datasets.utils import Batch
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from trials.codecs import DamagedCodec
+from trials.model import ShardedWorkload
+from trials.pipelines import make_pipeline, release
+from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec
+
+TEACHER_DIM = 4
+TEACHER_SEED = 1234
+ID_SKEW = 3.0  # id = rows x u**3: a tenth of the rows draws almost half the lookups
+LOGIT_STD = 2.0  # a task neither trivial nor hopeless (AUC about 0.8 for the teacher itself)
+
+
+@dataclass
+class Samples:
+    """One rank's samples, fixed for every candidate: ids per table, dense features, 0/1 labels."""
+
+    ids: list[torch.Tensor]  # per table: samples x pooling_factor
+    dense: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def batches(self, workload: WorkloadSpec, batch_size: int, device: torch.device) -> Iterator[Batch]:
+        """The samples in order, `batch_size` at a time (a last partial batch is dropped)."""
+        keys = [f"f_{t.name}" for t in workload.tables]
+        for start in range(0, len(self) - batch_size + 1, batch_size):
+            rows = slice(start, start + batch_size)
+            values = torch.cat([ids[rows].reshape(-1) for ids in self.ids])
+            lengths = torch.cat(
+                [torch.full((batch_size,), ids.shape[1], dtype=torch.int32) for ids in self.ids]
+            )
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+            yield Batch(dense_features=self.dense[rows], sparse_features=kjt, labels=self.labels[rows]).to(
+                device
+            )
+
+
+def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
+    """`n` samples labelled by the hidden teacher (the same teacher on every rank and launch)."""
+    assert workload.dense is not None
+    teacher = torch.Generator().manual_seed(TEACHER_SEED)
+    tables = [torch.randn(t.num_embeddings, TEACHER_DIM, generator=teacher) for t in workload.tables]
+    w_sparse = torch.randn(len(tables), TEACHER_DIM, generator=teacher)
+    w_dense = torch.randn(workload.dense.in_features, generator=teacher)
+    gen = torch.Generator().manual_seed(seed)
+    # Skewed ids, as in recommendation data: the frequent ones are learnable, the tail is not.
+    ids = [(t.num_embeddings * torch.rand(n, t.pooling_factor, generator=gen) ** ID_SKEW).long() for t in workload.tables]
+    dense = torch.randn(n, workload.dense.in_features, generator=gen)
+    pooled = torch.stack([table[i].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1)
+    logit = (pooled * w_sparse).sum(dim=(1, 2)) + dense @ w_dense / math.sqrt(workload.dense.in_features)
+    logit = LOGIT_STD * logit / logit.std()
+    labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
+    return Samples(ids, dense, labels)
+
+
+def rank_samples(workload: WorkloadSpec, quality: QualitySpec, split: str, rank: int, world: int) -> Samples:
+    """This rank's share of the train or eval split."""
+    total = quality.train_samples if split == "train" else quality.eval_samples
+    n = total // world
+    if quality.data is not None:
+        module, _, function = quality.data.partition(":")
+        return getattr(importlib.import_module(module), function)(workload, split, rank, world, n)
+    offset = 0 if split == "train" else 1_000_003
+    return teacher_samples(workload, n, seed=quality.data_seed * 7919 + offset + rank)
+
+
+def evaluate(model: torch.nn.Module, workload: WorkloadSpec, samples: Samples, batch_size: int,
+             device: torch.device) -> tuple[float, float, int]:  # fmt: skip
+    """(log loss, AUC, samples) over every rank's held-out samples."""
+    model.eval()
+    scores, labels = [], []
+    with torch.no_grad():
+        for batch in samples.batches(workload, batch_size, device):
+            _, (_, logits, batch_labels) = model(batch)
+            scores.append(logits.float().cpu())
+            labels.append(batch_labels.float().cpu())
+    model.train()
+    mine = (torch.cat(scores), torch.cat(labels))
+    views: list[tuple[torch.Tensor, torch.Tensor]] = [mine] * dist.get_world_size()
+    dist.all_gather_object(views, mine)
+    logits, y = torch.cat([v[0] for v in views]), torch.cat([v[1] for v in views])
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y).item()
+    return loss, auc(logits, y), int(y.numel())
+
+
+def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Area under the ROC curve: the chance a positive outranks a negative (ties count half)."""
+    _, inverse, counts = torch.unique(scores, return_inverse=True, return_counts=True)
+    upper = torch.cumsum(counts, 0).double()
+    ranks = (upper - (counts.double() - 1) / 2)[inverse]  # tied scores share their mean rank
+    positives = labels > 0.5
+    n_pos, n_neg = int(positives.sum()), int((~positives).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def train_and_score(
+    ctx: QualityContext, cand: CandidateSpec, sharding: str, pipeline_name: str
+) -> dict[str, Any]:
+    """Train a fresh model of the candidate's kind on this rank's samples (one pass), then score it."""
+    seed = ctx.seed if cand.model_seed is None else cand.model_seed
+    sw = ShardedWorkload(ctx.workload, sharding, ctx.device, ctx.pg, ctx.local_size, seed=seed, learn=True)
+    sw.check_row_alignment(cand.fwd_precision, cand.bwd_precision, cand.batch_size)
+    effective = sw.set_precision(cand.fwd_precision, cand.bwd_precision)
+    if ctx.damaged is not None and ctx.damaged == cand.fwd_precision:
+        sw.output_slots.fwd.current = sw.output_slots.bwd.current = DamagedCodec()
+    pipeline = make_pipeline(pipeline_name, sw.model, sw.optimizer, ctx.device)
+    batches = ctx.train.batches(ctx.workload, cand.batch_size, ctx.device)
+    started, steps = time.perf_counter(), 0
+    try:
+        while True:
+            try:
+                pipeline.progress(batches)
+            except StopIteration:  # one pass over the samples: the same ones for every candidate
+                break
+            steps += 1
+    finally:
+        release(pipeline)
+    train_s = time.perf_counter() - started
+    logloss, score, samples = evaluate(sw.model, ctx.workload, ctx.eval, ctx.eval_batch, ctx.device)
+    return {"effective_fwd_precision": effective.fwd, "effective_bwd_precision": effective.bwd,
+            "effective_pipeline": pipeline_name, "logloss": logloss, "auc": score, "eval_samples": samples,
+            "train_samples": steps * cand.batch_size * dist.get_world_size(), "train_steps": steps,
+            "train_s": train_s, "damaged_codec": ctx.damaged == cand.fwd_precision}  # fmt: skip
+
+
+@dataclass
+class QualityContext:
+    """What every candidate of a quality launch shares: the samples, made once per launch."""
+
+    workload: WorkloadSpec
+    quality: QualitySpec
+    device: torch.device
+    pg: Any
+    local_size: int
+    seed: int
+    damaged: str | None
+    train: Samples
+    eval: Samples
+    eval_batch: int = 4096
+
+    @classmethod
+    def make(cls, spec: TrialSpec, device: torch.device, pg: Any, local_size: int) -> QualityContext:
+        assert spec.quality is not None
+        rank, world = dist.get_rank(), dist.get_world_size()
+        train = rank_samples(spec.workload, spec.quality, "train", rank, world)
+        held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
+        return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,
+                   spec.extra.get("damaged_codec"), train, held_out)  # fmt: skip
