@@ -8,6 +8,7 @@ from the installed `plotly` package: clusters are often offline, so no CDN.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from fastapi.params import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from api.auth import ReadAccess
@@ -214,9 +216,13 @@ def importance(cache: _OptunaCache, study_id: int) -> dict[str, Any]:
     elif not varied:
         result = {"params": [], "reason": "no parameter has varied yet"}
     else:
-        scores = optuna.importance.get_param_importances(ostudy, params=sorted(varied))
+        scores, floor = importances_with_noise_floor(trials, sorted(varied))
         result = {
-            "params": [{"name": name, "importance": float(score)} for name, score in scores.items()],
+            "params": [
+                {"name": name, "importance": float(score), "below_noise": score <= floor}
+                for name, score in scores.items()
+            ],  # fmt: skip
+            "noise_floor": floor,
             "reason": None,
             "trials": len(trials),
         }
@@ -231,3 +237,21 @@ def mount(app: FastAPI) -> None:
     app.include_router(insights)
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+NOISE = "(random dimension)"
+
+
+def importances_with_noise_floor(trials: list[Any], params: list[str]) -> tuple[dict[str, float], float]:
+    """Importances of `params`, and the importance a dimension of pure noise gets among them: a
+    knob that scores no higher than noise is not shown to matter (on gloo, every NCCL variable)."""
+    rng = random.Random(0)  # the same floor for the same trials
+    study = optuna.create_study(direction="maximize")
+    noise = FloatDistribution(0.0, 1.0)
+    for t in trials:
+        study.add_trial(optuna.trial.create_trial(
+            params={**t.params, NOISE: rng.random()}, distributions={**t.distributions, NOISE: noise}, value=t.value))  # fmt: skip
+    scores = optuna.importance.get_param_importances(study, params=[*params, NOISE])
+    floor = float(scores.pop(NOISE))
+    rest = sum(scores.values()) or 1.0  # shares of the real knobs, the floor on the same scale
+    return {name: float(score) / rest for name, score in scores.items()}, floor / rest

@@ -69,3 +69,23 @@ def inert_lines(inert: dict[str, str] | None, forced: list[str] | tuple[str, ...
     return [
         f"inert here, never exported ({why}): {', '.join(sorted(names))}" for why, names in by_reason.items()
     ]
+
+
+def scaling_table(curve: list[dict[str, Any]]) -> Table:
+    """Throughput, scaling factor and efficiency at each node count, baseline and tuned."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
+                  title="scaling (throughput at N nodes / at the fewest; efficiency: / the ideal)", title_justify="left")  # fmt: skip
+    for col in ("nodes", "baseline samples/s", "factor", "eff.", "tuned samples/s", "factor", "eff."):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def cells(point: dict[str, Any], role: str) -> list[str]:
+        value, factor, eff = (point.get(f"{role}_{k}") for k in ("samples_per_s", "scaling", "efficiency"))
+        return [
+            f"{value:,.0f}" if value else "-",
+            f"{factor:.2f}x" if factor else "-",
+            f"{eff:.0%}" if eff else "-",
+        ]
+
+    for point in curve:
+        table.add_row(str(point["nodes"]), *cells(point, "baseline"), *cells(point, "tuned"))
+    return table

@@ -239,6 +239,10 @@ def _print_outcome(store: Any, study: Any) -> None:
     _print_claim(
         outcome.get("ladder"), outcome.get("quality"), study.inert, study.space.get("force_inert", [])
     )
+    if outcome.get("scaling"):
+        from autotuner.claim_report import scaling_table
+
+        err.print(scaling_table(outcome["scaling"]))
     if "ci_low" in outcome:
         err.print(
             f"confirmed speedup [bold]{outcome['speedup']:.2f}x[/bold] "

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from autotuner.claim_report import inert_lines, ladder_table, quality_line
 from autotuner.store.states import TERMINAL, StudyState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +93,7 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
         return 1
     _print_trials(client, study["id"])
     outcome = study["outcome"] or {}
+    _print_claim(outcome, study.get("inert"), study["space"].get("force_inert", []))
     if "ci_low" in outcome:
         console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
                       f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}); {outcome['decision']}")  # fmt: skip
@@ -101,6 +103,15 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
     subprocess.run(hook, env=env, check=False)
     _linger(url, data, service, keep)
     return 0
+
+
+def _print_claim(outcome: dict, inert: dict | None, forced: list[str]) -> None:
+    """The ladder, the quality line and the knobs that could not act: what the claim rests on."""
+    if outcome.get("ladder"):
+        console.print(ladder_table(outcome["ladder"]))
+    console.print(quality_line(outcome.get("quality")), highlight=False)
+    for line in inert_lines(inert, forced):
+        console.print(line, highlight=False)
 
 
 def _ready(client: httpx.Client, service: subprocess.Popen, data: Path, timeout_s: float = 60) -> bool:

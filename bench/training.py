@@ -79,15 +79,15 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return cov / var if var else 0.0
 
 
-def fidelity(rate: str | None, rounds: int = 3, seed: int = 0) -> dict[str, Any]:
+def fidelity(rate: str | None, rounds: int = 5, seed: int = 0) -> dict[str, Any]:
     rng = random.Random(seed)
     trial_speedups: dict[tuple[str, int], list[float]] = {c: [] for c in CANDIDATES}
     training_speedups: dict[tuple[str, int], list[float]] = {c: [] for c in CANDIDATES}
     for _ in range(rounds):
-        predicted = _trial_round(rate, warmup=5, iterations=30)
+        predicted = _trial_round(rate, warmup=10, iterations=60)
         order = CANDIDATES[:]
         rng.shuffle(order)
-        actual = {c: _training(c, rate, warmup=10, steps=40) for c in order}
+        actual = {c: _training(c, rate, warmup=10, steps=60) for c in order}
         for c in CANDIDATES:
             trial_speedups[c].append(predicted[c] / predicted[BASELINE])
             training_speedups[c].append(actual[c] / actual[BASELINE])

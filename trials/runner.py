@@ -220,7 +220,8 @@ class TrialRunner:
             "workload": self.spec.to_dict()["workload"],
             "world_size": self.world_size,
             "local_world_size": self.local_size,
-            "nnodes": len(set(hosts)),
+            # emulated nodes share a hostname: the agents torchrun started say how many nodes there are
+            "nnodes": max(len(set(hosts)), int(os.environ.get("GROUP_WORLD_SIZE", "1"))),
             "hosts": sorted(set(hosts)),
             "backend": self.backend,
             "device": self.device.type,

@@ -482,6 +482,9 @@
         : "No confidence interval for this study.");
     }
 
+    renderLadder(outcome, study);
+    renderScaling(outcome.scaling || []);
+
     const decision = $("decision");
     const lines = [];
     if (outcome.decision) lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Decision"), el("span", {}, outcome.decision)));
@@ -493,6 +496,75 @@
       lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Published"), el("span", { class: "faint" }, "nothing (publish off)")));
     }
     fill(decision, ...lines);
+  }
+
+  // The claim as a waterfall: the baseline, then each knob group's gain; a step whose 95% interval
+  // includes 1 added nothing (its knob is not published) and is drawn flat and grey.
+  function renderLadder(outcome, study) {
+    const ladder = outcome.ladder || [];
+    setText("ladder-quality", qualityText(outcome.quality));
+    setText("ladder-inert", inertText(study.inert));
+    if (!ladder.length) {
+      chartMessage("chart-ladder", study.state === "done"
+        ? "No ladder: the finalist was not confirmed faster than the baseline."
+        : "The ladder is measured after the finalist is confirmed.");
+      return;
+    }
+    let before = 1;
+    const rel = ladder.map((s) => { const d = s.kept ? s.cumulative - before : 0; before = s.cumulative; return d; });
+    const text = ladder.map((s) => (isNum(s.ci_low) ? `${num2(s.speedup_vs_previous)}× [${num2(s.ci_low)}–${num2(s.ci_high)}]` : s.verdict)
+      + (s.kept ? "" : " · dropped"));
+    const changes = ladder.map((s) => Object.entries(s.changed).map(([k, v]) => `${plain(k)}: ${plain(JSON.stringify(v[0]))} → ${plain(JSON.stringify(v[1]))}`).join("<br>"));
+    plot("chart-ladder", [{
+      type: "waterfall", orientation: "v", x: ["baseline", ...ladder.map((s) => plain(s.step))],
+      measure: ["absolute", ...ladder.map(() => "relative")], y: [1, ...rel],
+      text: ["1.00×", ...text], textposition: "outside", cliponaxis: false,
+      customdata: ["the job's own settings", ...changes],
+      hovertemplate: "%{x}<br>%{customdata}<extra></extra>",
+      increasing: { marker: { color: COLORS.accent } }, decreasing: { marker: { color: COLORS.bad } },
+      totals: { marker: { color: COLORS.base } }, connector: { line: { color: "#cfd4dc" } },
+    }], layout({
+      showlegend: false,
+      yaxis: axis({ title: { text: "speedup over the baseline" }, ticksuffix: "×", rangemode: "tozero" }),
+      margin: { l: 64, r: 16, t: 26, b: 40 },
+    }));
+  }
+
+  // The published case's own measure: throughput as nodes are added, against the ideal line.
+  function renderScaling(curve) {
+    $("panel-scaling").hidden = !curve.length;
+    if (!curve.length) return;
+    const nodes = curve.map((p) => p.nodes);
+    const line = (role, name, color) => ({
+      type: "scatter", mode: "lines+markers", name, x: nodes, y: curve.map((p) => p[`${role}_samples_per_s`]),
+      customdata: curve.map((p) => [p[`${role}_scaling`], p[`${role}_efficiency`]]),
+      line: { color, width: 2 }, marker: { size: 8 },
+      hovertemplate: `${name}: %{y:,.0f} samples/s at %{x} nodes<br>factor %{customdata[0]:.2f}×, efficiency %{customdata[1]:.0%}<extra></extra>`,
+    });
+    const base = curve[0].tuned_samples_per_s;
+    const ideal = isNum(base) ? { type: "scatter", mode: "lines", name: "ideal (tuned)", x: nodes,
+      y: nodes.map((n) => base * n / nodes[0]), line: { color: COLORS.faint, dash: "dot", width: 1.5 }, hoverinfo: "skip" } : null;
+    plot("chart-scaling", [line("baseline", "baseline", COLORS.base), line("tuned", "tuned", COLORS.accent), ideal].filter(Boolean),
+      layout({
+        xaxis: axis({ title: { text: "nodes" }, tickvals: nodes }),
+        yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
+        margin: { l: 64, r: 12, t: 26, b: 40 },
+      }));
+  }
+
+  function qualityText(q) {
+    if (!q) return "";
+    if (q.skipped) return `Quality: not checked (${q.skipped}).`;
+    const verdict = q.refused.length ? `refused ${q.refused.join(", ")} (costs more than ${q.max_logloss_delta})` : `within ${q.max_logloss_delta}: kept`;
+    return `Quality: log loss ${q.tuned_logloss.toFixed(4)} vs ${q.baseline_logloss.toFixed(4)} (Δ ${q.delta >= 0 ? "+" : ""}${q.delta.toFixed(4)}; `
+      + `another seed moves it ${q.seed_noise.toFixed(4)}), AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}, `
+      + `${num0(q.samples)} samples, ${q.data}: ${verdict}.`;
+  }
+
+  function inertText(inert) {
+    const names = Object.keys(inert || {});
+    if (!names.length) return "";
+    return `Inert here, never exported: ${names.join(", ")} (${[...new Set(Object.values(inert))].join("; ")}).`;
   }
 
   function renderTrials(page, view) {
@@ -648,11 +720,15 @@
       return;
     }
     const sorted = [...params].sort((a, b) => a.importance - b.importance);
-    setText("importance-hint", `Optuna PED-ANOVA over ${num0(importance.trials)} completed trials`);
+    const floor = isNum(importance.noise_floor) ? importance.noise_floor : null;
+    const under = sorted.filter((p) => p.below_noise).length;
+    setText("importance-hint", `Optuna PED-ANOVA over ${num0(importance.trials)} completed trials`
+      + (floor !== null ? ` · grey: no more than a random dimension gets (${pct(floor)})${under ? `, ${under} knob(s)` : ""}` : ""));
     plot("chart-importance", [{
       type: "bar", orientation: "h",
       x: sorted.map((p) => p.importance), y: sorted.map((p) => plain(PARAM_LABELS[p.name] || p.name)),
-      marker: { color: COLORS.accent }, text: sorted.map((p) => pct(p.importance)), textposition: "outside",
+      marker: { color: sorted.map((p) => (p.below_noise ? "#c5cbd4" : COLORS.accent)) },
+      text: sorted.map((p) => pct(p.importance) + (p.below_noise ? " (noise)" : "")), textposition: "outside",
       cliponaxis: false, hovertemplate: "%{y}: %{x:.1%}<extra></extra>",
     }], layout({
       showlegend: false,
@@ -660,6 +736,8 @@
       yaxis: axis({ gridcolor: "rgba(0,0,0,0)", ticksuffix: "  " }),
       margin: { l: 150, r: 24, t: 8, b: 40 },
       bargap: 0.35,
+      shapes: floor !== null ? [{ type: "line", x0: floor, x1: floor, y0: 0, y1: 1, yref: "paper",
+        line: { color: COLORS.faint, dash: "dot", width: 1.5 } }] : [],
     }));
   }
 
@@ -721,7 +799,10 @@
       const pre = el("pre", {}, lines);
       const copy = el("button", { type: "button", class: "btn copy", title: "copy the export lines" }, "Copy");
       copy.addEventListener("click", () => copyText(lines, copy));
+      const ladder = (ev.ladder || []).map((st) => `${st.step} ${isNum(st.ci_low) ? `${num2(st.speedup_vs_previous)}× [${num2(st.ci_low)}–${num2(st.ci_high)}]` : st.verdict}${st.kept ? "" : " (dropped)"}`).join(" · ");
       const facts = [
+        ["Ladder", ladder || "—"],
+        ["Quality", qualityText(ev.quality) || "—"],
         ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
           " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds` : "not confirmed")) : "—"],
         ["Decision", ev.decision || "—"],

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.netns import PORT as NODE_PORT
+from autotuner.executors.netns import NodeNetwork, sweep_command
 from autotuner.executors.options import FABRIC_RATE
 from autotuner.executors.script import (
     EXIT_CODE_FILE,
@@ -71,16 +73,18 @@ class LocalRequest(ScriptRequest):
 class LocalExecutor(Executor):
     name = "local"
 
-    def __init__(self, *, fabric: Fabric | None = None, emulate_nodes: bool = False) -> None:
+    def __init__(self, *, fabric: Fabric | None = None, nodes: str = "one") -> None:
         self.fabric = fabric
-        # N "nodes" as N x G ranks on this machine: exercises multi-node code paths (scaling curves)
-        # on one box. Labelled in the launch script; never a stand-in for real nodes.
-        self.emulate_nodes = emulate_nodes
+        # How N nodes run on this box (labelled as emulation in the script; never a stand-in for real
+        # nodes): "ranks", N x G ranks in one torchrun; "namespaces", a network namespace per node.
+        self.nodes = nodes
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[LocalRequest]:
-        if launch.nnodes != 1 and not self.emulate_nodes:
-            raise ValueError("the local executor runs one node; use slurm or kubernetes for more")
+        if launch.nnodes != 1 and self.nodes == "one":
+            raise ValueError(
+                "the local executor runs one node; nodes=ranks or nodes=namespaces emulates more"
+            )
         tag = f"{launch.name}-{os.urandom(3).hex()}"
         q = shlex.quote
         lines = [
@@ -89,6 +93,21 @@ class LocalExecutor(Executor):
             f"cd {q(str(launch.workdir))}",
         ]
         lines += exports(launch.env)
+        if self.nodes == "namespaces":
+            lines += self._namespaced(launch, tag)
+        else:
+            lines += self._standalone(launch)
+        exit_file = launch.workdir / EXIT_CODE_FILE  # written whole (rename), so never read half-written
+        lines += [f"echo $rc > {q(str(exit_file))}.tmp && mv {q(str(exit_file))}.tmp {q(str(exit_file))}",
+                  "exit $rc", ""]  # fmt: skip
+        script = "\n".join(lines)
+        return AppDryrun(
+            LocalRequest(script, launch.workdir / "launch.sh", dict(launch.env), tag), script, launch
+        )
+
+    def _standalone(self, launch: LaunchRequest) -> list[str]:
+        """One torchrun for every rank, in an emulated fabric (a shaped loopback) if one is set."""
+        lines = []
         if launch.nnodes != 1:
             lines.append(
                 f"# emulation: {launch.nnodes} nodes as {launch.nnodes} x {launch.nproc_per_node} local ranks"
@@ -98,25 +117,40 @@ class LocalExecutor(Executor):
             f"--nproc-per-node={launch.nproc_per_node * launch.nnodes}", *launch.trial_argv(),
         ]  # fmt: skip
         command = shlex.join(torchrun)
-        if self.fabric is not None:
-            netns = _netns_name(launch.name)
-            create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
-            lines += [
-                f"# {self.fabric.label()}",
-                f"{create} || exit {EXIT_NO_NETNS}",
-                f"trap 'ip netns del {netns}' EXIT",
-                *configure,
-                f"ip netns exec {netns} {command}",
-            ]
-        else:
-            lines.append(command)
-        exit_file = launch.workdir / EXIT_CODE_FILE  # written whole (rename), so never read half-written
-        lines += ["rc=$?", f"echo $rc > {q(str(exit_file))}.tmp && mv {q(str(exit_file))}.tmp {q(str(exit_file))}",
-                  "exit $rc", ""]  # fmt: skip
-        script = "\n".join(lines)
-        return AppDryrun(
-            LocalRequest(script, launch.workdir / "launch.sh", dict(launch.env), tag), script, launch
-        )
+        if self.fabric is None:
+            return [*lines, command, "rc=$?"]
+        netns = _netns_name(launch.name)
+        create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
+        return [*lines, f"# {self.fabric.label()}", f"{create} || exit {EXIT_NO_NETNS}",
+                f"trap 'ip netns del {netns}' EXIT", *configure, f"ip netns exec {netns} {command}", "rc=$?"]  # fmt: skip
+
+    def _namespaced(self, launch: LaunchRequest, tag: str) -> list[str]:
+        """A namespace per node, a torchrun agent in each (c10d rendezvous on node 0's address),
+        pinned to cores of their own where there are enough; the namespaces go when the script ends."""
+        network = node_network(launch, self.fabric)
+        create, *configure = (shlex.join(argv) for argv in network.setup())
+        teardown = "; ".join(f"{shlex.join(argv)} 2>/dev/null" for argv in network.teardown())
+        lines = [f"# {network.label()}", sweep_command(_study_prefix(network.prefix)), f"trap {shlex.quote(teardown)} EXIT",
+                 f"{create} || exit {EXIT_NO_NETNS}", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure)]  # fmt: skip
+        cores = os.cpu_count() or 1
+        per_node = launch.nproc_per_node
+        for i in range(launch.nnodes):
+            agent = [
+                launch.python, "-m", "torch.distributed.run", f"--nnodes={launch.nnodes}",
+                f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}", *launch.trial_argv(),
+            ]  # fmt: skip
+            pin = (
+                ["taskset", "-c", f"{i * per_node}-{(i + 1) * per_node - 1}"]
+                if cores >= launch.nnodes * per_node
+                else []
+            )
+            command = ["ip", "netns", "exec", network.node(i), *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
+                       "NCCL_SOCKET_IFNAME=eth0", *agent]  # fmt: skip
+            lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
+        lines.append("rc=0")
+        lines += [f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(launch.nnodes)]
+        return lines
 
     def schedule(self, dryrun: AppDryrun[LocalRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
@@ -178,6 +212,17 @@ class LocalExecutor(Executor):
     def _reap(self) -> None:
         for child in list(self._children.values()):
             child.poll()
+
+
+def node_network(launch: LaunchRequest, fabric: Fabric | None) -> NodeNetwork:
+    """The namespaces of a launch's emulated nodes, named after it (a sweep finds them by name)."""
+    return NodeNetwork(_netns_name(launch.name), launch.nnodes, fabric.rate if fabric else None)
+
+
+def _study_prefix(prefix: str) -> str:
+    """What the launches of one study share ("at-s12-l34" -> "at-s12-l"): one runs at a time, so
+    namespaces left by an earlier one (its launcher killed) are stale."""
+    return re.sub(r"(-l)\d+$", r"\1", prefix)
 
 
 def _netns_name(launch_name: str) -> str:

@@ -159,10 +159,11 @@ class LocalOptions(ExecutorOptions):
         None, "emulate a fabric: the ranks' loopback limited to this rate (tbf) in a network namespace (root)",
         "a number with kbit, mbit or gbit, e.g. 2gbit",
     )  # fmt: skip
-    emulate_nodes: StrictBool = option(
-        False,
-        "run N nodes as N x nproc_per_node local ranks (multi-node code paths on one box)",
-        "true or false",
+    nodes: Literal["one", "ranks", "namespaces"] = option(
+        "one",
+        "how a launch of N nodes runs here: one (refused), ranks (N x nproc_per_node ranks in one torchrun), "
+        "namespaces (a network namespace per node, a shaped bridge between them, a torchrun agent each; root)",
+        "one, ranks or namespaces",
     )
 
 

@@ -37,7 +37,7 @@ def _local(options: LocalOptions) -> Executor:
     from autotuner.executors.local import Fabric, LocalExecutor
 
     fabric = Fabric(options.fabric) if options.fabric else None
-    return LocalExecutor(fabric=fabric, emulate_nodes=options.emulate_nodes)
+    return LocalExecutor(fabric=fabric, nodes=options.nodes)
 
 
 def _replay(options: ReplayOptions) -> Executor:

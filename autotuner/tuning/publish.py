@@ -27,8 +27,13 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Co
     }
     if ctx.inert:
         evidence["inert"] = ctx.inert  # searched or fixed, but unable to act here: never exported
-    if ctx.settings.fabric:
-        evidence["emulation"] = f"emulated fabric at {ctx.settings.fabric}: not a real cluster measurement"
+    emulated = [f"fabric at {ctx.settings.fabric}"] if ctx.settings.fabric else []
+    if ctx.settings.executor_options.get("nodes") in ("ranks", "namespaces"):
+        emulated.append(
+            f"{ctx.settings.nnodes} node(s) as {ctx.settings.executor_options['nodes']} on one machine"
+        )
+    if emulated:
+        evidence["emulation"] = f"emulated {', '.join(emulated)}: not a real cluster measurement"
     return ctx.store.publish_config(
         cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes,
         env={k: v for k, v in chosen.env.items() if k not in ctx.inert},

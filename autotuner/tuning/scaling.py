@@ -1,5 +1,6 @@
 """The scaling curve: throughput of the published config and of the baseline at each node count,
-and the scaling factor (throughput at N / at the smallest N), as the published case reports it."""
+the scaling factor (throughput at N / at the smallest N) and the efficiency (factor / the ideal),
+as the published case reports them ("3.9x at 4 nodes, 97.5% of ideal")."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def _curve(node_counts: list[int], measured: dict[tuple[str, int], float]) -> li
         for role in ROLES:
             value, base = measured.get((role, nodes)), measured.get((role, first))
             point[f"{role}_samples_per_s"] = value
-            point[f"{role}_scaling"] = value / base if value and base else None
+            factor = value / base if value and base else None
+            point[f"{role}_scaling"] = factor
+            # factor / the ideal one (N / the smallest N): 1.0 is perfect scaling
+            point[f"{role}_efficiency"] = factor / (nodes / first) if factor else None
         curve.append(point)
     return curve

@@ -30,7 +30,7 @@ LANDSCAPE = REPO / "tests" / "data" / "landscape-small.json"
 IMAGE = "registry.example.com/nccl-autotuner-trial:0.1.0"
 # The least each executor needs, a misspelt option name, and a value of the wrong type.
 CASES = {
-    "local": ({}, "emulate_node", {"emulate_nodes": "yes"}, "emulate_nodes='yes': expected true or false"),
+    "local": ({}, "node", {"nodes": "pods"}, "nodes='pods': expected one, ranks or namespaces"),
     "replay": ({"landscape": str(LANDSCAPE)}, "delay", {"delay_s": "slow"}, "delay_s='slow': expected seconds"),
     "slurm": ({}, "partiton", {"rdzv_port": "29500"}, "rdzv_port='29500': expected 1..65535"),
     "kubernetes": ({"image": IMAGE}, "gpu_per_node", {"efa_per_node": "4"},
@@ -121,9 +121,9 @@ def test_every_option_is_declared_once_with_type_default_and_help(model):
 
 
 def test_local_and_replay_options_reach_the_executor():
-    local = executor_for("local", {"fabric": "2gbit", "emulate_nodes": True})
+    local = executor_for("local", {"fabric": "2gbit", "nodes": "ranks"})
     assert isinstance(local, LocalExecutor) and local.fabric is not None and local.fabric.rate == "2gbit"
-    assert local.emulate_nodes is True
+    assert local.nodes == "ranks"
     replay = executor_for("replay", {"landscape": str(LANDSCAPE), "delay_s": 0.5, "seed": 7})
     assert isinstance(replay, ReplayExecutor) and (replay.seed, replay.delay_s) == (7, 0.5)
     with pytest.raises(

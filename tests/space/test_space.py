@@ -36,6 +36,11 @@ BASE = {
     "pipelines": [None],
     "max_quant_error": 0.05,
     "allow_risky": [],
+    "allow_batch_change": True,
+    "ladder": ["precision", "batch", "pipeline", "env", "sharding", "threads"],
+    "max_logloss_delta": 0.002,
+    "quality_data": None,
+    "force_inert": [],
 }
 
 

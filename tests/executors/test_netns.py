@@ -1,0 +1,104 @@
+"""Emulated nodes as network namespaces: the plan (golden), a real 2-node launch, and no namespace
+left behind, also when the launcher is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.netns import NodeNetwork, sweep_command
+from tests.conftest import TINY_SPEC, skip_or_fail
+
+GOLDEN = Path(__file__).parent / "golden" / "local-2-namespaces.sh"
+
+
+def request(workdir: Path, nnodes: int = 2, **kw) -> LaunchRequest:
+    defaults = dict(name="s1-l7", spec=TINY_SPEC, env={"NCCL_NSOCKS_PERTHREAD": "4"}, workdir=workdir,
+                    nnodes=nnodes, nproc_per_node=1, python="/opt/py/bin/python", timeout_s=120)  # fmt: skip
+    return LaunchRequest(**{**defaults, **kw})
+
+
+def test_the_namespace_plan_is_golden():
+    launch = request(Path("/srv/autotuner/study-1/launch-0007"))
+    script = LocalExecutor(fabric=Fabric("1gbit"), nodes="namespaces").dryrun(launch).rendered
+    assert re.sub(r"--rdzv-id=s1-l7-[0-9a-f]{6}", "--rdzv-id=s1-l7-TAG", script) == GOLDEN.read_text()
+
+
+def test_the_plan_keeps_to_its_own_namespaces():
+    net = NodeNetwork("at-s1-l7", 3, "1gbit")
+    commands = [" ".join(argv) for argv in net.setup()]
+    assert all(
+        c.startswith(("ip netns add at-s1-l7-", "ip -n at-s1-l7-", "ip netns exec at-s1-l7-"))
+        for c in commands
+    )
+    assert sum("tbf rate 1gbit" in c for c in commands) == 3  # each node's way out is shaped, loopback is not
+    assert not any("dev lo" in c and "tbf" in c for c in commands)
+    assert [argv[-1] for argv in net.teardown()] == [
+        "at-s1-l7-br",
+        "at-s1-l7-n0",
+        "at-s1-l7-n1",
+        "at-s1-l7-n2",
+    ]
+    assert "grep '^at-s1-l'" in sweep_command("at-s1-l")
+    with pytest.raises(ValueError):
+        sweep_command("at-s1-l'; reboot")
+
+
+def test_more_nodes_than_one_need_an_emulation():
+    with pytest.raises(ValueError, match="nodes=ranks or nodes=namespaces"):
+        LocalExecutor().dryrun(request(Path("/tmp/x")))
+
+
+@pytest.fixture
+def netns_capable():
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["ip", "netns", "add", "at-probe"], capture_output=True).returncode
+    ):
+        skip_or_fail("netns", "needs root and iproute2 to make network namespaces")
+    subprocess.run(["ip", "netns", "del", "at-probe"], check=False)
+
+
+def namespaces(prefix: str) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_a_two_node_launch_runs_one_agent_per_namespace_and_cleans_up(netns_capable, tmp_path):
+    launch = request(tmp_path / "l", name="t1-l1", python=sys.executable)
+    outcome = LocalExecutor(fabric=Fabric("1gbit"), nodes="namespaces").run(launch)
+    assert outcome.state == LaunchState.SUCCEEDED, outcome.log_tail
+    result = outcome.result
+    assert (result["world_size"], result["nnodes"], result["local_world_size"]) == (2, 2, 1)
+    assert result["candidates"][0]["status"] == "ok"
+    assert namespaces("at-t1-l") == []
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_namespaces_a_killed_launcher_left_are_swept_by_the_next_launch(netns_capable, tmp_path):
+    executor = LocalExecutor(nodes="namespaces")
+    first = request(
+        tmp_path / "a", name="t2-l1", python=sys.executable, spec={**TINY_SPEC, "extra": {"inject": "hang"}}
+    )
+    backend_id, _ = executor.submit(first)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(namespaces("at-t2-l1-")) < 3:
+        time.sleep(0.2)
+    assert len(namespaces("at-t2-l1-")) == 3  # the bridge and two nodes
+    os.kill(int(backend_id), signal.SIGKILL)  # the launcher dies: its EXIT trap never runs
+    executor.cancel(backend_id, first)  # (the ranks it started are ended as for any launch)
+    assert len(namespaces("at-t2-l1-")) == 3
+    second = request(tmp_path / "b", name="t2-l2", python=sys.executable)
+    assert executor.run(second).state == LaunchState.SUCCEEDED
+    assert namespaces("at-t2-l") == []  # the next launch of the study swept them, then removed its own

@@ -1,0 +1,61 @@
+"""The convergence check, for real on 2 CPU ranks: int8 comms train as fp32 do, a damaged codec does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.trials.test_launch import run_trial
+from trials.quality import auc, teacher_samples
+from trials.spec import parse_workload
+
+TABLES = [
+    {"name": f"t{i}", "num_embeddings": 5000, "embedding_dim": 32, "pooling_factor": 8} for i in range(4)
+]
+WORKLOAD = {"name": "dlrm", "tables": TABLES, "dense": {"in_features": 13, "arch": [64, 32], "over_arch": [64, 1]},
+            "optimizer": {"embedding": "exact_adagrad", "embedding_lr": 0.05, "dense": "adagrad", "dense_lr": 0.01}}  # fmt: skip
+LIMIT = 0.002  # the space's default max_logloss_delta
+
+
+def test_auc_is_the_chance_a_positive_outranks_a_negative():
+    assert auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0.0, 0.0, 1.0, 1.0])) == 0.75
+    assert auc(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0])) == 0.5  # a tie counts half
+
+
+def test_the_teacher_task_is_the_same_for_every_candidate():
+    workload = parse_workload(WORKLOAD)
+    a, b = teacher_samples(workload, 4096, seed=3), teacher_samples(workload, 4096, seed=3)
+    assert torch.equal(a.labels, b.labels) and all(
+        torch.equal(x, y) for x, y in zip(a.ids, b.ids, strict=True)
+    )
+    assert 0.2 < a.labels.mean() < 0.8  # neither class is rare
+    other = teacher_samples(workload, 4096, seed=4)  # another split: other samples, the same teacher
+    assert not torch.equal(a.labels, other.labels)
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    spec = {
+        "workload": WORKLOAD,
+        "quality": {"train_samples": 65536, "eval_samples": 16384},
+        "extra": {"damaged_codec": "fp16"},  # fp16 stands for a codec that keeps one byte of four
+        "candidates": [
+            {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256},
+            {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256, "model_seed": 1},
+            {"fwd_precision": "int8", "bwd_precision": "int8", "batch_size": 256},
+            {"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 256},
+        ],
+    }
+    proc, result = run_trial(tmp_path_factory.mktemp("quality"), spec)
+    assert result is not None, proc.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_int8_passes_and_a_damaged_codec_is_refused(checked):
+    base, seed, int8, damaged = (c["quality"] for c in checked["candidates"])
+    assert base["train_samples"] == 65536 and base["eval_samples"] == 16384 and base["train_steps"] == 128
+    assert abs(int8["logloss"] - base["logloss"]) <= LIMIT, (int8, base)
+    assert damaged["damaged_codec"] and damaged["logloss"] - base["logloss"] > LIMIT, (damaged, base)
+    assert base["auc"] > 0.6  # the model learned the teacher's task
+    assert seed["logloss"] != base["logloss"]  # another initialization, another model

@@ -1,0 +1,96 @@
+"""What a published config claims, on recorded real measurements (replay: deterministic)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotuner.executors import Landscape, ReplayExecutor
+from autotuner.space import SpaceError
+from autotuner.store import Store
+from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.quality import _evidence
+from tests.api.conftest import LANDSCAPE
+
+RECORDED = json.loads(LANDSCAPE.read_text())  # recorded on 2 CPU ranks: gloo
+SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]}, "precisions": [["fp32", "fp32"], ["fp16", "fp16"]],
+         "batch_sizes": [64, 256], "allow_batch_change": True}  # fmt: skip
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    yield s
+    s.dispose()
+
+
+def run(store, tmp_path, space, **settings):
+    options = {"executor": "replay", "trials": 3, "candidates_per_launch": 3, "confirm_rounds": 3, "seed": 7,
+               "workdir": str(tmp_path / "runs"), "executor_options": {"landscape": str(LANDSCAPE)}, **settings}  # fmt: skip
+    study = create_study(store, cluster="cpu-box", workload=RECORDED["workload"], space=space,
+                         settings=StudySettings(**options))  # fmt: skip
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    return study, final
+
+
+def test_nccl_variables_are_not_searched_or_exported_on_gloo_and_the_study_says_why(store, tmp_path):
+    study, final = run(store, tmp_path, {**SPACE, "fixed_env": {"NCCL_NET": "Socket"}})
+    assert "gloo" in study.inert["NCCL_NSOCKS_PERTHREAD"]  # said when created, before any launch
+    assert set(final.inert) == {"NCCL_NSOCKS_PERTHREAD", "NCCL_NET"}
+    searched = [launch for launch in store.launches(study.id) if launch.kind == "search"]
+    assert searched and all("NCCL_NSOCKS_PERTHREAD" not in launch.env for launch in searched)
+    config = store.served_config("cpu-box", "small")
+    assert config.env == {} and "NCCL_NET" in config.evidence["inert"]  # not even the fixed one
+
+
+def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
+    # Forced in on gloo, the socket variable can only show no gain: its step is dropped.
+    space = {**SPACE, "force_inert": ["NCCL_NSOCKS_PERTHREAD"]}
+    _, final = run(store, tmp_path, space)
+    ladder = final.outcome["ladder"]
+    assert [s["step"] for s in ladder] == ["batch", "env"]
+    for step in ladder:
+        assert step["ci_low"] <= step["speedup_vs_previous"] <= step["ci_high"] and step["rounds"] == 5
+        assert step["kept"] == (step["ci_low"] > 1)  # the drop rule: an interval that includes 1
+    batch, env = ladder
+    assert batch["kept"] and batch["changed"] == {"batch": [64, 256]}
+    assert not env["kept"] and env["verdict"] == "no measurable gain"
+    assert env["cumulative"] == batch["cumulative"] == pytest.approx(batch["speedup_vs_previous"])
+    config = store.served_config("cpu-box", "small")
+    assert config.batch_size == 256 and config.env == {}  # the dropped knob is not published
+    # What was published is what was re-confirmed against the baseline, not the finalist
+    assert (
+        final.outcome["reconfirmed"]["significant"] and config.evidence["speedup"] == final.outcome["speedup"]
+    )
+    assert store.candidate(final.outcome["chosen_candidate"]).env == {}
+    assert config.evidence["ladder"] == ladder
+
+
+def test_a_batch_above_the_jobs_needs_allow_batch_change(store, tmp_path):
+    with pytest.raises(SpaceError, match="above the job's batch 64.*allow_batch_change: true") as err:
+        run(store, tmp_path, {**SPACE, "allow_batch_change": False})
+    assert err.value.problems[0].rule == "batch-change" and err.value.problems[0].variable == "batch_sizes"
+    assert store.count_studies() == 0  # refused before a study exists
+
+
+def test_quality_refuses_the_knob_that_costs_it():
+    class Ctx:
+        class space:  # noqa: N801 - the one attribute read
+            max_logloss_delta = 0.002
+            quality_data = None
+
+    class Launch:
+        summary = {"wall_s": 42.0}
+
+    def score(loss):
+        return {"logloss": loss, "auc": 0.8, "train_samples": 1000, "eval_samples": 100}
+
+    scores = {"baseline": score(0.500), "baseline_seed": score(0.5005), "tuned": score(0.507),
+              "only_precision": score(0.5003), "only_batch": score(0.506)}  # fmt: skip
+    evidence = _evidence(Ctx, scores, ["precision", "batch"], Launch)
+    assert evidence["refused"] == ["batch"] and evidence["delta"] == pytest.approx(0.007)
+    assert evidence["seed_noise"] == pytest.approx(0.0005) and evidence["cost_s"] == 42.0
+    within = _evidence(Ctx, {**scores, "tuned": score(0.5015)}, ["precision", "batch"], Launch)
+    assert within["refused"] == []
