@@ -131,6 +131,7 @@ class LocalExecutor(Executor):
         create, *configure = (shlex.join(argv) for argv in network.setup())
         teardown = "; ".join(f"{shlex.join(argv)} 2>/dev/null" for argv in network.teardown())
         lines = [f"# {network.label()}", sweep_command(_study_prefix(network.prefix)), f"trap {shlex.quote(teardown)} EXIT",
+                 "trap 'exit 143' TERM INT HUP",  # a cancel (SIGTERM) still runs the EXIT trap
                  f"{create} || exit {EXIT_NO_NETNS}", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure)]  # fmt: skip
         cores = os.cpu_count() or 1
         per_node = launch.nproc_per_node
@@ -138,7 +139,11 @@ class LocalExecutor(Executor):
             agent = [
                 launch.python, "-m", "torch.distributed.run", f"--nnodes={launch.nnodes}",
                 f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}", *launch.trial_argv(),
+                f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}",
+                # The namespace addresses are nothing the hostname resolves to: say which node holds
+                # the store, and which address each node is reached at.
+                f"--rdzv-conf=is_host={str(i == 0).lower()}", f"--local-addr={network.address(i)}",
+                *launch.trial_argv(),
             ]  # fmt: skip
             pin = (
                 ["taskset", "-c", f"{i * per_node}-{(i + 1) * per_node - 1}"]
@@ -208,6 +213,10 @@ class LocalExecutor(Executor):
             pids |= _tagged(tag)
         _signal_all({p for p in pids if _exists(p)}, signal.SIGKILL)
         self._reap()
+        if self.nodes == "namespaces" or self.fabric is not None:  # a killed script ran no trap
+            subprocess.run(
+                ["sh", "-c", sweep_command(_netns_name(launch.name))], check=False, capture_output=True
+            )
 
     def _reap(self) -> None:
         for child in list(self._children.values()):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.local import _tagged
 from autotuner.executors.netns import NodeNetwork, sweep_command
 from tests.conftest import TINY_SPEC, skip_or_fail
 
@@ -84,21 +85,38 @@ def test_a_two_node_launch_runs_one_agent_per_namespace_and_cleans_up(netns_capa
     assert namespaces("at-t1-l") == []
 
 
+def start_hung(executor: LocalExecutor, workdir: Path, name: str) -> tuple[str, LaunchRequest]:
+    """A 2-node launch whose last rank hangs; returns once its three namespaces exist."""
+    launch = request(
+        workdir, name=name, python=sys.executable, spec={**TINY_SPEC, "extra": {"inject": "hang"}}
+    )
+    backend_id, _ = executor.submit(launch)
+    prefix = f"at-{name}-"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(namespaces(prefix)) < 3:
+        time.sleep(0.2)
+    assert len(namespaces(prefix)) == 3  # the bridge and two nodes
+    return backend_id, launch
+
+
 @pytest.mark.slow
 @pytest.mark.netns
 def test_namespaces_a_killed_launcher_left_are_swept_by_the_next_launch(netns_capable, tmp_path):
     executor = LocalExecutor(nodes="namespaces")
-    first = request(
-        tmp_path / "a", name="t2-l1", python=sys.executable, spec={**TINY_SPEC, "extra": {"inject": "hang"}}
-    )
-    backend_id, _ = executor.submit(first)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(namespaces("at-t2-l1-")) < 3:
-        time.sleep(0.2)
-    assert len(namespaces("at-t2-l1-")) == 3  # the bridge and two nodes
-    os.kill(int(backend_id), signal.SIGKILL)  # the launcher dies: its EXIT trap never runs
-    executor.cancel(backend_id, first)  # (the ranks it started are ended as for any launch)
+    backend_id, first = start_hung(executor, tmp_path / "a", "t2-l1")
+    # SIGKILL for the launcher and every process of the launch: no trap runs, nothing cleans up
+    for pid in {int(backend_id), *_tagged((first.workdir / "tag").read_text().strip())}:
+        os.kill(pid, signal.SIGKILL)
     assert len(namespaces("at-t2-l1-")) == 3
     second = request(tmp_path / "b", name="t2-l2", python=sys.executable)
     assert executor.run(second).state == LaunchState.SUCCEEDED
     assert namespaces("at-t2-l") == []  # the next launch of the study swept them, then removed its own
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+def test_a_cancelled_launch_leaves_no_namespace(netns_capable, tmp_path):
+    executor = LocalExecutor(nodes="namespaces")
+    backend_id, launch = start_hung(executor, tmp_path, "t3-l1")
+    executor.cancel(backend_id, launch)
+    assert namespaces("at-t3-l") == []

@@ -11,7 +11,8 @@ from autotuner.tuning import StudyDriver, StudySettings, create_study
 WORKLOAD = {"name": "dlrm-tiny", "batch_size": 64,
             "tables": [{"name": f"t{i}", "num_embeddings": 2000, "embedding_dim": 32, "pooling_factor": 4} for i in range(2)],
             "dense": {"in_features": 13, "arch": [32], "over_arch": [32, 1]}}  # fmt: skip
-SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 2]}, "precisions": [["fp32", "fp32"], ["int8", "int8"]],
+SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 2]}, "fixed_env": {"NCCL_NET": "Socket"},
+         "precisions": [["fp32", "fp32"], ["int8", "int8"]],
          "batch_sizes": [64, 256], "allow_batch_change": True}  # fmt: skip
 
 
@@ -30,7 +31,8 @@ def test_a_local_study_publishes_only_what_its_ladder_and_quality_check_allow(tm
         kinds[:2] == ["baseline", "search"] and "NCCL_NSOCKS_PERTHREAD" not in store.launches(study.id)[1].env
     )
     config = store.served_config("box", "dlrm-tiny")
-    assert config.env == {}  # nothing NCCL-related is handed to a job that runs on gloo
+    assert config.env == {}  # nothing NCCL-related is handed to a job that runs on gloo, not even fixed_env
+    assert {"NCCL_NSOCKS_PERTHREAD", "NCCL_NET"} <= set(config.evidence["inert"])
     for step in outcome.get("ladder", []):  # on a noisy CPU the finalist may or may not be confirmed
         assert step["kept"] == (step.get("ci_low", 0) > 1)
         assert step["step"] in ("precision", "batch")
