@@ -165,9 +165,9 @@ def effective_precisions(fwd: str, bwd: str, backend: str, reduce_scatter: bool)
 
 
 class DamagedCodec:
-    """A codec that keeps only the top byte of every fp32 value (sign, most of the exponent), for
-    tests of the convergence check: a precision that times well and trains badly. Never searched;
-    `"extra": {"damaged_codec": PRECISION}` in a spec puts it in that precision's place."""
+    """A codec that keeps one byte of every fp32 value, the exponent's, and drops the sign: for
+    tests of the convergence check, a precision that moves the same bytes and trains badly. Never
+    searched; `"extra": {"damaged_codec": PRECISION}` in a spec puts it in that precision's place."""
 
     quantized_dtype = torch.float32
 
@@ -183,7 +183,7 @@ class DamagedCodec:
 
     def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
         bits = input_tensor.float().contiguous().view(torch.int32)
-        return (bits & -(1 << 24)).view(torch.float32)
+        return (bits & 0x7F000000).view(torch.float32)
 
     def decode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
         return input_tensor

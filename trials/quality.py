@@ -11,7 +11,6 @@ a function `(workload, split, rank, world_size, samples) -> Samples` (split "tra
 from __future__ import annotations
 
 import importlib
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec
 TEACHER_DIM = 4
 TEACHER_SEED = 1234
 ID_SKEW = 3.0  # id = rows x u**3: a tenth of the rows draws almost half the lookups
-LOGIT_STD = 2.0  # a task neither trivial nor hopeless (AUC about 0.8 for the teacher itself)
+LOGIT_STD = 2.0
+SPARSE_SHARE = 0.8  # a task neither trivial nor hopeless (AUC about 0.8 for the teacher itself)
 
 
 @dataclass
@@ -71,7 +71,9 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
     ids = [(t.num_embeddings * torch.rand(n, t.pooling_factor, generator=gen) ** ID_SKEW).long() for t in workload.tables]
     dense = torch.randn(n, workload.dense.in_features, generator=gen)
     pooled = torch.stack([table[i].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1)
-    logit = (pooled * w_sparse).sum(dim=(1, 2)) + dense @ w_dense / math.sqrt(workload.dense.in_features)
+    sparse, dense_part = (pooled * w_sparse).sum(dim=(1, 2)), dense @ w_dense
+    # Mostly the embeddings: what the comms carry is what a candidate can get wrong.
+    logit = SPARSE_SHARE * sparse / sparse.std() + (1 - SPARSE_SHARE) * dense_part / dense_part.std()
     logit = LOGIT_STD * logit / logit.std()
     labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
     return Samples(ids, dense, labels)
