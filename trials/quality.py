@@ -68,7 +68,10 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
     w_dense = torch.randn(workload.dense.in_features, generator=teacher)
     gen = torch.Generator().manual_seed(seed)
     # Skewed ids, as in recommendation data: the frequent ones are learnable, the tail is not.
-    ids = [(t.num_embeddings * torch.rand(n, t.pooling_factor, generator=gen) ** ID_SKEW).long() for t in workload.tables]
+    ids = [
+        (t.num_embeddings * torch.rand(n, t.pooling_factor, generator=gen) ** ID_SKEW).long()
+        for t in workload.tables
+    ]
     dense = torch.randn(n, workload.dense.in_features, generator=gen)
     pooled = torch.stack([table[i].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1)
     sparse, dense_part = (pooled * w_sparse).sum(dim=(1, 2)), dense @ w_dense

@@ -284,7 +284,16 @@ def parse_optimizer(obj: Any, where: str) -> OptimizerSpec:
 
 def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
     if isinstance(obj, dict):
-        fields = {"name", "tables", "sharding", "batch_size", "dense", "optimizer", "compute_kernel", "comm_precision"}
+        fields = {
+            "name",
+            "tables",
+            "sharding",
+            "batch_size",
+            "dense",
+            "optimizer",
+            "compute_kernel",
+            "comm_precision",
+        }
         _unknown_keys(obj, fields, where)
     name = _str(_require(obj, "name", where), f"{where}.name")
     raw_tables = _require(obj, "tables", where)
@@ -313,13 +322,15 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
         dense=None if dense is None else parse_dense(dense, tables, f"{where}.dense"),
         optimizer=optimizer,
         compute_kernel=kernel,
-        comm_precision=_precision_pair(obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision"),
+        comm_precision=_precision_pair(
+            obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision"
+        ),
     )
 
 
 def _precision_pair(value: Any, where: str) -> tuple[str, str]:
     if not isinstance(value, list | tuple) or len(value) != 2:
-        raise SpecError(where, f"must be [forward, backward], e.g. [\"fp32\", \"fp32\"]; got {json.dumps(value)}")
+        raise SpecError(where, f'must be [forward, backward], e.g. ["fp32", "fp32"]; got {json.dumps(value)}')
     return _choice(value[0], f"{where}[0]", PRECISIONS), _choice(value[1], f"{where}[1]", PRECISIONS)
 
 
