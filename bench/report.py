@@ -46,6 +46,17 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      f"random {rnd['median']:.0f}, grid {q['grid']['exhaustive']}",
                      f"{rnd['median'] / tpe['median']:.2f}x fewer than random", "<= 30% of grid, < random",
                      "met" if tpe["median_fraction_of_grid"] <= 0.3 and tpe["median"] < rnd["median"] else "missed"])  # fmt: skip
+    if se := s.get("scaling-emulated"):
+        link = se["link"]
+        rows.append(["emulated inter-node link (plain all_to_all_single, 2 nodes)",
+                     f"{link['bytes_per_s_each_way'] / 1e6:,.0f} MB/s each way", f"set {link['rate']}",
+                     f"{link['ratio_to_rate']:.2f}x the rate", "within 10%", "met" if link["within_10pct"] else "missed"])  # fmt: skip
+        curve = se["study"]["scaling"] or []
+        if curve:
+            last = curve[-1]
+            rows.append([f"scaling to {last['nodes']} emulated nodes (1 Gbit between them)",
+                         f"tuned {_f(last['tuned_scaling'], '.2f')}x", f"baseline {_f(last['baseline_scaling'], '.2f')}x",
+                         f"efficiency {_pct(last['tuned_efficiency'])} / {_pct(last['baseline_efficiency'])}", "-", "-"])  # fmt: skip
     if pl := s.get("planning"):
         rows.append(["planning a launch (CPU, launch 1..50 of a replay study)", f"max {pl['max_ms']:.0f} ms",
                      f"first tenth {pl['first_tenth_ms']:.0f} ms, last {pl['last_tenth_ms']:.0f} ms",
@@ -173,6 +184,28 @@ def _md_planning(pl: dict[str, Any]) -> list[str]:
             table(["launches", "mean CPU ms to plan one"], [[g, f"{sum(v) / len(v):.1f}"] for g, v in groups]), ""]  # fmt: skip
 
 
+def _md_scaling_emulated(se: dict[str, Any]) -> list[str]:
+    link, study = se["link"], se["study"]
+    curve = study["scaling"] or []
+    return ["## Scaling over emulated nodes", "", f"`{CMD.format('scaling-emulated')}` — {link['label']}; 1 rank per "
+            "node (2 cores). First the link: a plain `all_to_all_single` between the two nodes "
+            f"({link['bytes_per_call_each_way'] / 1e6:.1f} MB each way per call): "
+            f"{link['bytes_per_s_each_way'] / 1e6:,.1f} MB/s each way, {link['ratio_to_rate']:.2f}x the set "
+            f"{link['rate']} ({'within' if link['within_10pct'] else 'NOT within'} 10%). The fabric itself: plain TCP "
+            f"both ways at once {link['tcp_ratio_to_rate']:.2f}x the rate each way, gloo one way "
+            f"{link['gloo_one_way_ratio_to_rate']:.2f}x" + ("" if link["within_10pct"] else
+            " — the link carries the rate both ways at once, gloo does not: sending both ways at once over the"
+            " shaped link it gets about half of it each way, and that is what the trials' all-to-alls see") + ". Then a study of the dense demo "
+            "job at 2 nodes (`autotuner tune --executor local --executor-option nodes=namespaces --nnodes 2 --nproc 1 "
+            f"--fabric 1gbit --scaling-nodes 1,2`, {study['minutes']:.1f} min): {study['decision']}"
+            + (f", {study['speedup']:.2f}x [{study['ci_low']:.2f}-{study['ci_high']:.2f}]" if study.get("ci_low") else "")
+            + f"; namespaces left afterwards: {len(study['namespaces_left'])}.", "",
+            table(["nodes", "baseline samples/s", "factor", "efficiency", "tuned samples/s", "factor", "efficiency"], [
+                [str(p["nodes"]), _f(p["baseline_samples_per_s"]), _f(p["baseline_scaling"], ".2f"),
+                 _pct(p["baseline_efficiency"]), _f(p["tuned_samples_per_s"]), _f(p["tuned_scaling"], ".2f"),
+                 _pct(p["tuned_efficiency"])] for p in curve]), ""]  # fmt: skip
+
+
 def _md_tuned(u: dict[str, Any]) -> list[str]:
     return ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
               "2 CPU ranks, `deploy/examples/`: 3 search launches x 4 candidates, 3 interleaved confirmation "
@@ -215,7 +248,7 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
               "tuned": _md_tuned,
-              "serving": _md_serving, "scaling": _md_scaling}  # fmt: skip
+              "serving": _md_serving, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 
 def render(results: dict[str, Any]) -> str:

@@ -133,25 +133,8 @@ class LocalExecutor(Executor):
         lines = [f"# {network.label()}", sweep_command(_study_prefix(network.prefix)), f"trap {shlex.quote(teardown)} EXIT",
                  "trap 'exit 143' TERM INT HUP",  # a cancel (SIGTERM) still runs the EXIT trap
                  f"{create} || exit {EXIT_NO_NETNS}", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure)]  # fmt: skip
-        cores = os.cpu_count() or 1
-        per_node = launch.nproc_per_node
-        for i in range(launch.nnodes):
-            agent = [
-                launch.python, "-m", "torch.distributed.run", f"--nnodes={launch.nnodes}",
-                f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}",
-                # The namespace addresses are nothing the hostname resolves to: say which node holds
-                # the store, and which address each node is reached at.
-                f"--rdzv-conf=is_host={str(i == 0).lower()}", f"--local-addr={network.address(i)}",
-                *launch.trial_argv(),
-            ]  # fmt: skip
-            pin = (
-                ["taskset", "-c", f"{i * per_node}-{(i + 1) * per_node - 1}"]
-                if cores >= launch.nnodes * per_node
-                else []
-            )
-            command = ["ip", "netns", "exec", network.node(i), *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
-                       "NCCL_SOCKET_IFNAME=eth0", *agent]  # fmt: skip
+        agents = node_agents(network, launch.nproc_per_node, launch.python, tag, launch.trial_argv())
+        for i, command in enumerate(agents):
             lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
         lines.append("rc=0")
         lines += [f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(launch.nnodes)]
@@ -221,6 +204,28 @@ class LocalExecutor(Executor):
     def _reap(self) -> None:
         for child in list(self._children.values()):
             child.poll()
+
+
+def node_agents(
+    network: NodeNetwork, per_node: int, python: str, tag: str, argv: list[str]
+) -> list[list[str]]:
+    """One torchrun agent per emulated node running `argv` (c10d rendezvous on node 0's address),
+    each pinned to cores of its own where there are enough."""
+    cores = os.cpu_count() or 1
+    commands = []
+    for i in range(network.nodes):
+        agent = [
+            python, "-m", "torch.distributed.run", f"--nnodes={network.nodes}", f"--nproc-per-node={per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}",
+            # The namespace addresses are nothing the hostname resolves to: say which node holds the
+            # store, and which address each node is reached at.
+            f"--rdzv-conf=is_host={str(i == 0).lower()}", f"--local-addr={network.address(i)}", *argv,
+        ]  # fmt: skip
+        cpus = f"{i * per_node}-{(i + 1) * per_node - 1}"
+        pin = ["taskset", "-c", cpus] if cores >= network.nodes * per_node else []
+        commands.append(["ip", "netns", "exec", network.node(i), *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
+                         "NCCL_SOCKET_IFNAME=eth0", *agent])  # fmt: skip
+    return commands
 
 
 def node_network(launch: LaunchRequest, fabric: Fabric | None) -> NodeNetwork:

@@ -33,3 +33,15 @@ def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> dict[str,
         outcome["decision"] = NOT_CONFIRMED
     outcome["chosen_candidate"] = best.id if adopt else baseline.id
     return outcome
+
+
+FIGURES = ("speedup", "ci_low", "ci_high", "confidence", "rounds", "tuned_samples_per_s",
+           "baseline_samples_per_s", "significant")  # fmt: skip
+
+
+def baseline_published(outcome: dict[str, Any]) -> dict[str, Any]:
+    """When the baseline is what gets published, the finalist's figures are the finalist's, not the
+    config's: they move under `finalist`, and the claim is 1.0x (no changes)."""
+    finalist = {k: outcome[k] for k in FIGURES if k in outcome}
+    rest = {k: v for k, v in outcome.items() if k not in FIGURES}
+    return {**rest, "finalist": {**finalist, "candidate": outcome.get("best_candidate")}, "speedup": 1.0}

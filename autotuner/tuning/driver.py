@@ -15,11 +15,12 @@ from typing import Any
 from autotuner.executors import Executor
 from autotuner.store import TERMINAL, Candidate, LaunchKind, Store, Study, StudyState, utcnow
 from autotuner.tuning.claim import honest_claim
-from autotuner.tuning.confirm import decide
+from autotuner.tuning.confirm import baseline_published, decide
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.lease import Lease, StudyBusy, StudyCancelled
+from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
 from autotuner.tuning.publish import publish
 from autotuner.tuning.recover import recover
@@ -112,6 +113,8 @@ class StudyDriver:
         baseline = self.ctx.baseline()
         assert baseline is not None
         best = self.ctx.finalist() or baseline
+        if Setting.of(best) == Setting.of(baseline):  # the search found the job's own setting
+            best = baseline
         study = self.store.update_study(
             self.study_id, best_candidate_id=best.id, baseline_candidate_id=baseline.id
         )
@@ -121,6 +124,8 @@ class StudyDriver:
             if outcome["chosen_candidate"] == best.id != baseline.id:
                 self.ctx.progress.on_phase("ladder")
                 outcome.update(honest_claim(self.ctx, baseline, best, outcome))
+            if outcome["chosen_candidate"] == baseline.id != best.id:
+                outcome = baseline_published(outcome)
             if self.ctx.settings.publish:
                 chosen = self._chosen(outcome)
                 outcome["published_version"] = publish(self.ctx, chosen, outcome).version

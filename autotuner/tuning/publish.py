@@ -8,22 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.store import Candidate, Config
+from autotuner.tuning.confirm import FIGURES
 from autotuner.tuning.context import StudyContext
-
-EVIDENCE_KEYS = ("speedup", "ci_low", "ci_high", "confidence", "rounds", "tuned_samples_per_s",
-                 "baseline_samples_per_s", "significant")  # fmt: skip
 
 
 def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Config:
     evidence = {
-        **{k: outcome[k] for k in EVIDENCE_KEYS if k in outcome},
+        **{k: outcome[k] for k in FIGURES if k in outcome},
         "study_id": ctx.study_id,
         "candidate_id": chosen.id,
         "decision": outcome["decision"],
         "quant_error": {"fwd": chosen.quant_error_fwd, "bwd": chosen.quant_error_bwd},
         "effective_precision": [chosen.effective_fwd_precision, chosen.effective_bwd_precision],
         "measured_on": ctx.executor.name,
-        **{k: outcome[k] for k in ("ladder", "quality") if k in outcome},
+        **{k: outcome[k] for k in ("ladder", "quality", "finalist") if k in outcome},
     }
     if ctx.inert:
         evidence["inert"] = ctx.inert  # searched or fixed, but unable to act here: never exported

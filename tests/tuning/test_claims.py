@@ -10,6 +10,7 @@ from autotuner.executors import Landscape, ReplayExecutor
 from autotuner.space import SpaceError
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.confirm import baseline_published
 from autotuner.tuning.quality import _evidence
 from tests.api.conftest import LANDSCAPE
 
@@ -67,6 +68,17 @@ def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
     )
     assert store.candidate(final.outcome["chosen_candidate"]).env == {}
     assert config.evidence["ladder"] == ladder
+
+
+def test_a_published_baseline_claims_no_speedup_and_keeps_the_finalists_figures_apart():
+    # The finalist was confirmed faster, but no ladder step was shown to help: the baseline is published.
+    confirmed = {"speedup": 1.36, "ci_low": 1.28, "ci_high": 1.45, "confidence": 0.95, "rounds": 3,
+                 "significant": True, "tuned_samples_per_s": 21.0, "baseline_samples_per_s": 15.4}  # fmt: skip
+    outcome = {"best_candidate": 7, "baseline_candidate": 1, "chosen_candidate": 1, "ladder": [], **confirmed}
+    published = baseline_published(outcome)
+    assert published["speedup"] == 1.0 and not {"ci_low", "ci_high", "significant"} & set(published)
+    assert published["finalist"] == {**confirmed, "candidate": 7}
+    assert published["ladder"] == [] and published["chosen_candidate"] == 1
 
 
 def test_a_batch_above_the_jobs_needs_allow_batch_change(store, tmp_path):
