@@ -18,6 +18,9 @@ from autotuner.tuning.pairs import Setting, compare
 from autotuner.tuning.quality import check
 
 NOTHING_HELPED = "no knob gave a measurable gain on its own: published the baseline (no changes)"
+QUALITY_REFUSED = (
+    "what gave a gain costs quality ({knobs}: see the convergence check): published the baseline (no changes)"
+)
 
 
 def honest_claim(
@@ -33,7 +36,8 @@ def honest_claim(
     if kept == target:
         return claim
     if kept == base:
-        return {**claim, "chosen_candidate": baseline.id, "decision": NOTHING_HELPED}
+        why = NOTHING_HELPED if top == base else QUALITY_REFUSED.format(knobs=", ".join(quality["refused"]))
+        return {**claim, "chosen_candidate": baseline.id, "decision": why}
     speedup, row = compare(ctx, kept, base, ctx.settings.confirm_rounds or 2, LaunchKind.CONFIRM, "reconfirm")
     if speedup is None or row is None or not speedup.significant:
         return {**claim, "chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,

@@ -107,3 +107,23 @@ def test_quality_refuses_the_knob_that_costs_it():
     assert evidence["seed_noise"] == pytest.approx(0.0005) and evidence["cost_s"] == 42.0
     within = _evidence(Ctx, {**scores, "tuned": score(0.5015)}, ["precision", "batch"], Launch)
     assert within["refused"] == []
+
+
+@pytest.mark.parametrize(
+    ("climbed_to", "refused", "says"),
+    [("baseline", [], "no knob gave a measurable gain"), ("tuned", ["batch"], "costs quality (batch:")],
+)
+def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to, refused, says):
+    from autotuner.store import Candidate
+    from autotuner.tuning import claim
+
+    def row(id_: int, batch: int) -> Candidate:
+        return Candidate(id=id_, env={}, fwd_precision="fp32", bwd_precision="fp32", batch_size=batch,
+                         sharding="table_wise", num_threads=None, pipeline="sparse_dist")  # fmt: skip
+
+    baseline, best = row(1, 512), row(2, 1024)
+    settings = type("S", (), {"ladder_rounds": 5})()
+    monkeypatch.setattr(claim, "climb", lambda ctx, base, target, steps: (base if climbed_to == "baseline" else target, None))  # fmt: skip
+    monkeypatch.setattr(claim, "check", lambda ctx, base, top: ({"refused": refused}, base))
+    outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, {})
+    assert outcome["chosen_candidate"] == baseline.id and says in outcome["decision"]
