@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 DEMO_SETTINGS = {"executor": "local", "nproc_per_node": 2, "trials": 3, "candidates_per_launch": 4,
-                 "iterations": 12, "warmup": 2, "confirm_rounds": 3}  # fmt: skip
+                 "iterations": 30, "warmup": 5, "confirm_rounds": 6}  # fmt: skip
 
 
 def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, data: Path, keep: bool) -> int:
@@ -96,7 +96,8 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
     _print_claim(outcome, study.get("inert"), study["space"].get("force_inert", []))
     if "ci_low" in outcome:
         console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
-                      f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}); {outcome['decision']}")  # fmt: skip
+                      f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}, {outcome['rounds']} interleaved rounds)")  # fmt: skip
+    console.print(outcome.get("decision", ""), highlight=False)
     console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
     hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), "--token", token,
             "--cluster", "demo-cpu", "--workload", "demo-dlrm"]  # fmt: skip
@@ -236,7 +237,9 @@ def _step_bar(parts: dict[str, float] | None, longest_ms: float) -> Text:
             round(BAR_WIDTH * (parts["compute"] + parts["exposed_comm"]) / longest_ms) - compute,
         ),
     )
-    return Text.assemble((BAR_COMPUTE * compute, "green"), (BAR_EXPOSED * exposed, "red"))
+    # padded to full width, so the step times in front of the bars line up
+    pad = " " * (BAR_WIDTH - compute - exposed)
+    return Text.assemble((BAR_COMPUTE * compute, "green"), (BAR_EXPOSED * exposed, "red"), pad)
 
 
 def _env_text(env: dict[str, str], sep: str) -> str:
