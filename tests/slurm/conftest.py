@@ -1,5 +1,6 @@
-"""The real single-node Slurm cluster (deploy/slurm/slurm-up.sh; CI starts it). Without one these tests
-skip, or fail where AUTOTUNER_REQUIRE includes `slurm`."""
+"""The real Slurm cluster of deploy/slurm/slurm-up.sh (CI starts it with `--nodes 2` and accounting): this
+host as the node of the default partition, and the emulated nodes n1, n2 (network + UTS namespaces) in
+partition `emu`. Without them these tests skip, or fail where AUTOTUNER_REQUIRE includes `slurm`."""
 
 from __future__ import annotations
 
@@ -13,47 +14,85 @@ import pytest
 from tests.conftest import REPO, skip_or_fail
 
 TASK_PROLOG = REPO / "deploy" / "slurm" / "task_prolog.sh"
+SLURM_UP = REPO / "deploy" / "slurm" / "slurm-up.sh"
+# slurm-up.sh --nodes N: the emulated nodes' partition, and the host's address on their bridge (the only
+# address of this host that a process inside a node's namespace reaches)
+EMU_PARTITION = "emu"
+EMU_HOST_ADDR = "10.78.0.1"
 
 
 def _run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> str:
-    """The name of an idle node, once `sinfo` answers (waits a little for jobs of earlier tests to end)."""
+def _nodes(partition: str | None) -> tuple[list[tuple[str, str]] | None, str]:
+    """(node, state) of the responding nodes of `partition` (None: the default partition); None when the
+    controller does not answer. And what sinfo said, for a skip reason."""
+    try:
+        proc = _run("sinfo", "--noheader", "--responding", "--format=%n %T %P")
+    except subprocess.TimeoutExpired:
+        return None, "sinfo timed out"
+    answer = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        return None, answer
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    wanted = (lambda p: p.endswith("*")) if partition is None else (lambda p: p.rstrip("*") == partition)
+    return [(r[0], r[1]) for r in rows if len(r) == 3 and wanted(r[2])], answer
+
+
+def _idle_nodes(partition: str | None, count: int, what: str) -> list[str]:
+    """`count` idle nodes of `partition`, once there are (waits a little for jobs of earlier tests)."""
     if shutil.which("sinfo") is None:
         skip_or_fail("slurm", "no Slurm client here (run deploy/slurm/slurm-up.sh as root)")
     deadline = time.monotonic() + 60
     answer = ""
     while time.monotonic() < deadline:
-        try:
-            proc = _run("sinfo", "--noheader", "--responding", "--format=%n %T")
-        except subprocess.TimeoutExpired:
-            proc = None
-        answer = (proc.stdout + proc.stderr).strip() if proc else "sinfo timed out"
-        if proc and proc.returncode != 0:
+        nodes, answer = _nodes(partition)
+        if nodes is None:
             break  # no controller: waiting will not help
-        idle = (
-            [line.split()[0] for line in proc.stdout.splitlines() if line.split()[1:] == ["idle"]]
-            if proc
-            else []
-        )
-        if idle:
-            return idle[0]
+        if len(nodes) < count:
+            break  # not there at all: waiting will not help either
+        idle = sorted(name for name, state in nodes if state == "idle")
+        if len(idle) >= count:
+            return idle
         time.sleep(1)
-    skip_or_fail("slurm", f"no idle Slurm node (run deploy/slurm/slurm-up.sh as root); sinfo: {answer!r}")
+    skip_or_fail(
+        "slurm", f"not {count} idle {what} (run {_how_to_start(partition)} as root); sinfo: {answer!r}"
+    )
     raise AssertionError("unreachable")
 
 
-def configured_task_prolog() -> str | None:
+def _how_to_start(partition: str | None) -> str:
+    return "deploy/slurm/slurm-up.sh" if partition is None else "deploy/slurm/slurm-up.sh --nodes 2"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """The name of an idle node of the default partition (where the tests' jobs go when they name none)."""
+    return _idle_nodes(None, 1, "Slurm node in the default partition")[0]
+
+
+@pytest.fixture(scope="session")
+def emu_nodes(slurm_cluster) -> list[str]:
+    """The names of two idle emulated nodes (partition `emu` of `slurm-up.sh --nodes 2`)."""
+    return _idle_nodes(EMU_PARTITION, 2, f"emulated nodes in partition {EMU_PARTITION}")[:2]
+
+
+def accounting() -> bool:
+    """Whether the cluster keeps accounting (sacct answers): `WITH_DBD=1 slurm-up.sh`."""
+    value = _config().get("AccountingStorageType", "")
+    return value not in ("", "accounting_storage/none")
+
+
+def _config() -> dict[str, str]:
     proc = _run("scontrol", "show", "config")
-    for line in proc.stdout.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "TaskProlog":
-            value = value.strip()
-            return None if value in ("", "(null)") else value
-    return None
+    pairs = (line.partition("=") for line in proc.stdout.splitlines())
+    return {key.strip(): value.strip() for key, sep, value in pairs if sep}
+
+
+def configured_task_prolog() -> str | None:
+    value = _config().get("TaskProlog", "")
+    return None if value in ("", "(null)") else value
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +104,7 @@ def task_prolog(slurm_cluster) -> Path:
     if current is None and Path("/etc/slurm/slurm.conf").is_file():
         conf = Path("/etc/slurm/slurm.conf").read_text()
         if "written by nccl-autotuner deploy/slurm/slurm-up.sh" in conf:
-            proc = _run("bash", str(REPO / "deploy" / "slurm" / "slurm-up.sh"), timeout=120)
+            proc = _run("bash", str(SLURM_UP), timeout=120)  # keeps the emulated nodes and accounting
             if proc.returncode != 0:
                 skip_or_fail("slurm", f"slurm-up.sh could not set the TaskProlog: {proc.stderr[-500:]}")
             current = configured_task_prolog()

@@ -71,7 +71,10 @@ def test_tune_runs_its_trials_as_sbatch_jobs_and_publishes(slurm_cluster, tmp_pa
     study = store.study("on-slurm")
     launches = store.launches(study.id)
     assert [launch.kind for launch in launches][:3] == ["baseline", "search", "search"]
-    assert any(launch.kind == "confirm" for launch in launches)
+    # A finalist is confirmed against the baseline in launches of their own; when the baseline itself
+    # measured fastest (it happens on a loaded machine) there is nothing to confirm.
+    if study.best_candidate_id != study.baseline_candidate_id:
+        assert any(launch.kind == "confirm" for launch in launches)
     for launch in launches:
         assert launch.executor == "slurm" and launch.backend_id.isdigit(), launch.backend_id
         assert launch.state == "succeeded", (launch.seq, launch.error, launch.log_tail)
