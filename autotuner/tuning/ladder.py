@@ -49,7 +49,10 @@ def climb(
         if i < len(steps) and steps[i]["step"] == group:  # done before the study was interrupted
             step = steps[i]
         else:
-            step = _step(ctx, i, group, current, nxt, read, cumulative)
+            # A step from the baseline straight to the finalist is the confirmation itself: its
+            # rounds are reused, so the ladder never contradicts the confirmation with fresh noise.
+            same_as_confirmed = current == baseline and nxt == target and ctx.settings.confirm_rounds > 0
+            step = _step(ctx, i, group, current, nxt, read, cumulative, same_as_confirmed)
             steps.append(step)
         if step["kept"]:
             current, cumulative = nxt, step["cumulative"]
@@ -58,10 +61,13 @@ def climb(
 
 
 def _step(ctx: StudyContext, i: int, group: str, current: Setting, nxt: Setting, read: Callable[[Setting], Any],
-          cumulative: float) -> dict[str, Any]:  # fmt: skip
-    speedup, row = compare(
-        ctx, nxt, current, ctx.settings.ladder_rounds, LaunchKind.LADDER, f"ladder-{i}-{group}"
+          cumulative: float, confirmed: bool) -> dict[str, Any]:  # fmt: skip
+    rounds, kind, tag = (
+        (ctx.settings.confirm_rounds, LaunchKind.CONFIRM, "confirm")
+        if confirmed
+        else (ctx.settings.ladder_rounds, LaunchKind.LADDER, f"ladder-{i}-{group}")
     )
+    speedup, row = compare(ctx, nxt, current, rounds, kind, tag)
     kept = speedup is not None and speedup.significant
     step: dict[str, Any] = {
         "step": group,

@@ -127,3 +127,14 @@ def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to,
     monkeypatch.setattr(claim, "check", lambda ctx, base, top: ({"refused": refused}, base))
     outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, {})
     assert outcome["chosen_candidate"] == baseline.id and says in outcome["decision"]
+
+
+def test_a_one_step_ladder_is_the_confirmation_itself(store, tmp_path):
+    # Only the batch differs between the baseline and the finalist: the ladder's one step is the
+    # comparison the confirmation already made, so it reuses those rounds instead of new, noisier ones.
+    space = {"precisions": [["fp32", "fp32"]], "batch_sizes": [64, 256], "allow_batch_change": True}
+    study, final = run(store, tmp_path, space)
+    (step,) = final.outcome["ladder"]
+    assert step["step"] == "batch" and step["rounds"] == final.outcome["rounds"] == 3
+    assert step["speedup_vs_previous"] == final.outcome["speedup"] and step["kept"]
+    assert not [launch for launch in store.launches(study.id) if launch.kind == "ladder"]
