@@ -15,6 +15,19 @@ def _f(x: float | None, spec: str = ",.0f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _headline_scaling_emulated(se: dict[str, Any]) -> list[list[str]]:
+    link = se["link"]
+    rows = [["emulated inter-node link (plain all_to_all_single, 2 nodes)",
+             f"{link['bytes_per_s_each_way'] / 1e6:,.0f} MB/s each way", f"set {link['rate']}",
+             f"{link['ratio_to_rate']:.2f}x the rate", "within 10%", "met" if link["within_10pct"] else "missed"]]  # fmt: skip
+    if curve := se["study"]["scaling"] or []:
+        last = curve[-1]
+        rows.append([f"scaling to {last['nodes']} emulated nodes (1 Gbit between them)",
+                     f"tuned {_f(last['tuned_scaling'], '.2f')}x", f"baseline {_f(last['baseline_scaling'], '.2f')}x",
+                     f"efficiency {_pct(last['tuned_efficiency'])} / {_pct(last['baseline_efficiency'])}", "-", "-"])  # fmt: skip
+    return rows
+
+
 def headline(s: dict[str, Any]) -> list[list[str]]:
     """(figure, ours, baseline, ratio, target, verdict) rows for what was measured."""
     rows = []
@@ -47,16 +60,7 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      f"{rnd['median'] / tpe['median']:.2f}x fewer than random", "<= 30% of grid, < random",
                      "met" if tpe["median_fraction_of_grid"] <= 0.3 and tpe["median"] < rnd["median"] else "missed"])  # fmt: skip
     if se := s.get("scaling-emulated"):
-        link = se["link"]
-        rows.append(["emulated inter-node link (plain all_to_all_single, 2 nodes)",
-                     f"{link['bytes_per_s_each_way'] / 1e6:,.0f} MB/s each way", f"set {link['rate']}",
-                     f"{link['ratio_to_rate']:.2f}x the rate", "within 10%", "met" if link["within_10pct"] else "missed"])  # fmt: skip
-        curve = se["study"]["scaling"] or []
-        if curve:
-            last = curve[-1]
-            rows.append([f"scaling to {last['nodes']} emulated nodes (1 Gbit between them)",
-                         f"tuned {_f(last['tuned_scaling'], '.2f')}x", f"baseline {_f(last['baseline_scaling'], '.2f')}x",
-                         f"efficiency {_pct(last['tuned_efficiency'])} / {_pct(last['baseline_efficiency'])}", "-", "-"])  # fmt: skip
+        rows += _headline_scaling_emulated(se)
     if pl := s.get("planning"):
         rows.append(["planning a launch (CPU, launch 1..50 of a replay study)", f"max {pl['max_ms']:.0f} ms",
                      f"first tenth {pl['first_tenth_ms']:.0f} ms, last {pl['last_tenth_ms']:.0f} ms",
@@ -64,10 +68,9 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      "met" if pl["max_ms"] <= 1000 and pl["trials_per_candidate"] <= 1.5 else "missed"])  # fmt: skip
     if u := s.get("tuned"):
         for row in u["rows"]:
-            ci = f" [{row['ci_low']:.2f}-{row['ci_high']:.2f}]" if row.get("ci_low") else ""
-            rows.append([f"tuned vs default, {row['fabric']}", _f(row["tuned_samples_per_s"]) + " samples/s",
-                         _f(row["baseline_samples_per_s"]) + " samples/s", f"{row['speedup']:.2f}x{ci}",
-                         "95% CI", "confirmed" if row.get("ci_low") and row["ci_low"] > 1 else "not significant"])  # fmt: skip
+            rows.append([f"tuned vs default, {row['fabric']}", f"finalist {_speedup(row)}",
+                         f"published {_f(row['published_speedup'], '.2f')}x", row["published"], "95% CI, ladder, quality",
+                         "confirmed" if row.get("ci_low") and row["ci_low"] > 1 else "not significant"])  # fmt: skip
     if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
         for n, run in v.items():
             fetch = run["fetch"]
@@ -125,7 +128,16 @@ def _md_noise(n: dict[str, Any]) -> list[str]:
               table(["statistic of the iteration times", "CV of samples/s across launches"], [
                   ["median (what the trial reports and the search optimises)", _pct(n["cv_median_statistic"])],
                   ["10th percentile", _pct(n.get("cv_p10_statistic"))],
-                  ["mean", _pct(n["cv_mean_statistic"])]]), ""]  # fmt: skip
+                  ["mean", _pct(n["cv_mean_statistic"])]]), ""] + _noise_machine(n)  # fmt: skip
+
+
+def _noise_machine(n: dict[str, Any]) -> list[str]:
+    if "compute_cpu_ms" not in n:
+        return []
+    return [("The same work took the training thread " + ", ".join(f"{x:.1f}" for x in n["compute_cpu_ms"]) +
+             f" ms of CPU time per step (median) in the five launches, a CV of {_pct(n['cv_compute_cpu_time'])}: "
+             "the machine's own speed moves that much between launches. The hypervisor took " +
+             ", ".join(_pct(x) for x in n["steal_share"]) + " of the CPUs (steal) while they ran."), ""]  # fmt: skip
 
 
 def _md_fidelity(f: dict[str, Any]) -> list[str]:
@@ -144,12 +156,14 @@ def _md_training_fidelity(tf: dict[str, Any]) -> list[str]:
     lines = ["## Training fidelity", "", f"`{CMD.format('training-fidelity')}` — the trial's predicted speedup "
               "over fp32 at the job's batch (512) against the speedup of a reference TorchRec training loop "
               "(`bench/training_loop.py`: DLRM, FUSED embeddings with Adagrad, dense Adagrad under DDP, "
-              "`TrainPipelineSparseDist`, torchrec's public API only) on the demo job, 2 CPU ranks. Interleaved "
-              "rounds: one trial launch of the five candidates, then one training launch per candidate in a "
-              "shuffled order; speedups against each round's own baseline, medians over rounds.", ""]  # fmt: skip
+              "`TrainPipelineSparseDist`, torchrec's public API only) on the demo job, 2 CPU ranks. Both take "
+              "turns: a trial launch measures the five candidates 4 times over, each time in a shuffled order "
+              "(warmup 5, 25 iterations), then a training launch trains the five models taking turns likewise "
+              "(warmup 5, 25 timed steps); 3 such pairs of launches. Each turn's speedups are against the same "
+              "turn's baseline; medians over the turns.", ""]  # fmt: skip
     for row in tf.values():
         if isinstance(row, dict) and "rows" in row:
-            lines += [f"{row['fabric']} ({row['rounds']} rounds; Spearman {row['spearman']:.2f}, worst ratio "
+            lines += [f"{row['fabric']} ({row['rounds']} turns; Spearman {row['spearman']:.2f}, worst ratio "
                       f"{row['worst_ratio_error']:.0%} off 1):", "",
                       table(["candidate", "trial (predicted)", "training loop (actual)", "predicted / actual"], [
                           [r["candidate"], f"{r['trial_speedup']:.2f}x", f"{r['training_speedup']:.2f}x",
@@ -206,14 +220,34 @@ def _md_scaling_emulated(se: dict[str, Any]) -> list[str]:
                  _pct(p["tuned_efficiency"])] for p in curve]), ""]  # fmt: skip
 
 
+def _speedup(r: dict[str, Any]) -> str:
+    return f"{r['speedup']:.2f}x" + (f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r.get("ci_low") else "")
+
+
+def _ladder(r: dict[str, Any]) -> str:
+    return "; ".join(f"{s['step']} {_speedup({**s, 'speedup': s['speedup_vs_previous']})} "
+                     f"{'kept' if s['kept'] else 'dropped'}" for s in r.get("ladder") or [] if s.get("ci_low")) or "-"  # fmt: skip
+
+
+def _quality(r: dict[str, Any]) -> str:
+    q = r.get("quality") or {}
+    if q.get("delta") is None:
+        return q.get("skipped") or "-"
+    refused = f"; refused {', '.join(q['refused'])}" if q.get("refused") else "; kept"
+    return f"log loss {q['delta']:+.4f} (seed noise {q['seed_noise']:.4f}){refused}"
+
+
 def _md_tuned(u: dict[str, Any]) -> list[str]:
     return ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
-              "2 CPU ranks, `deploy/examples/`: 3 search launches x 4 candidates, 3 interleaved confirmation "
-              "rounds); speedup of the finalist over the baseline with its 95% confidence interval.", "",
-              table(["fabric", "baseline", "best", "speedup [95% CI]", "decision"], [
-                  [r["fabric"], r["baseline"], r["best"],
-                   f"{r['speedup']:.2f}x" + (f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r.get("ci_low") else ""),
-                   r["decision"]] for r in u["rows"]]), ""]  # fmt: skip
+              "2 CPU ranks, `deploy/examples/`, the settings of `make demo`: 3 search launches x 4 candidates, "
+              "30 iterations each); the finalist's speedup over the job's baseline in 6 interleaved rounds with "
+              "its 95% CI, then the ladder (each knob group against the step before, 5 rounds) and the "
+              "convergence check, and what was published.", "",
+              table(["fabric", "baseline", "finalist", "finalist speedup [95% CI]", "ladder", "quality",
+                     "published", "decision"], [
+                  [r["fabric"], r["baseline"], r["best"], _speedup(r), _ladder(r), _quality(r),
+                   f"{r['published']} ({_f(r['published_speedup'], '.2f')}x)", r["decision"]]
+                  for r in u["rows"]]), ""]  # fmt: skip
 
 
 def _md_serving(section: dict[str, Any]) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from autotuner.demo import DEMO_SETTINGS
 from autotuner.executors import make_executor
 from autotuner.executors.local import node_agents
 from autotuner.executors.netns import NodeNetwork
@@ -60,9 +61,8 @@ def study() -> dict[str, Any]:
     store = Store(f"sqlite:///{tmp / 'scaling.db'}")
     workload = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
     space = yaml.safe_load((ROOT / "deploy" / "examples" / "space-demo.yaml").read_text())
-    settings = StudySettings(executor="local", nproc_per_node=1, nnodes=2, trials=2, candidates_per_launch=4,
-                             iterations=12, warmup=2, confirm_rounds=5, ladder_rounds=5, quality_samples=32768,
-                             fabric=RATE, scaling_nodes=[1, 2], workdir=str(tmp / "runs"),
+    settings = StudySettings(**{**DEMO_SETTINGS, "nproc_per_node": 1, "trials": 2}, nnodes=2, fabric=RATE,
+                             quality_samples=32768, scaling_nodes=[1, 2], workdir=str(tmp / "runs"),
                              executor_options={"nodes": "namespaces"})  # fmt: skip
     row = create_study(
         store, cluster="bench-emulated", workload=workload, space=space, settings=settings, name="scaling"

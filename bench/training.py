@@ -2,9 +2,11 @@
 
 For five candidates of the demo job (a DLRM), the trial's predicted speedup over fp32 at the job's
 batch against the speedup the reference training loop (`bench/training_loop.py`, torchrec's public
-API only) actually gets. Interleaved in rounds (one trial launch measuring all five, then one
-training launch per candidate, in a shuffled order) so a machine's drift hits both; each round's
-speedups are against that round's own baseline, and the figures are medians over rounds.
+API only) actually gets. Both sides take turns in the same way, so a shared machine's drift (its
+speed wanders by 10-20% over seconds here) hits every candidate alike: one trial launch measures
+the five candidates `turns` times, each time in a shuffled order, and one training launch trains
+the five models taking turns likewise. Each turn's speedups are against the same turn's baseline;
+the figures are medians over every turn of every launch.
 """
 
 from __future__ import annotations
@@ -35,25 +37,41 @@ def _label(candidate: tuple[str, int]) -> str:
     return f"{precision.split('/')[0]} b{batch}"
 
 
-def _trial_round(rate: str | None, warmup: int, iterations: int) -> dict[tuple[str, int], float]:
+def _turns(turns: int, seed: int) -> list[tuple[str, int]]:
+    """The candidates `turns` times over, each turn in a shuffled order."""
+    rng, out = random.Random(seed), []
+    for _ in range(turns):
+        order = CANDIDATES[:]
+        rng.shuffle(order)
+        out += order
+    return out
+
+
+def _trial_round(rate: str | None, turns: int, warmup: int, iterations: int, seed: int) -> list[dict]:
+    """Per turn, each candidate's samples/s as the trial measured it."""
+    order = _turns(turns, seed)
     spec = {"workload": DEMO_WORKLOAD, "warmup": warmup, "iterations": iterations,
             "candidates": [{"fwd_precision": p.split("/")[0], "bwd_precision": p.split("/")[1], "batch_size": b}
-                           for p, b in CANDIDATES]}  # fmt: skip
+                           for p, b in order]}  # fmt: skip
     result, _ = launch(spec, netns_rate=rate)
-    return {cand: c["samples_per_s"] for cand, c in zip(CANDIDATES, result["candidates"], strict=True)}
+    n = len(CANDIDATES)
+    return [{cand: c["samples_per_s"] for cand, c in zip(order[t * n:(t + 1) * n], result["candidates"][t * n:(t + 1) * n],
+                                                          strict=True)} for t in range(turns)]  # fmt: skip
 
 
-def _training(candidate: tuple[str, int], rate: str | None, warmup: int, steps: int) -> float:
+def _training_round(rate: str | None, turns: int, warmup: int, steps: int, seed: int) -> list[dict]:
+    """Per turn, each candidate's samples/s as the reference training loop got it."""
     work = Path(tempfile.mkdtemp(prefix="bench-training-"))
     workload = work / "workload.json"
     workload.write_text(json.dumps(DEMO_WORKLOAD))
-    precision, batch = candidate
-    args = [str(ROOT / "bench" / "training_loop.py"), "--workload", str(workload), "--precision", precision,
-            "--batch", str(batch), "--warmup", str(warmup), "--steps", str(steps), "--out", str(work / "r.json")]  # fmt: skip
+    args = [str(ROOT / "bench" / "training_loop.py"), "--workload", str(workload), "--rounds", str(turns),
+            "--warmup", str(warmup), "--steps", str(steps), "--seed", str(seed), "--out", str(work / "r.json"),
+            *(x for p, b in CANDIDATES for x in ("--candidate", f"{p}:{b}"))]  # fmt: skip
     proc = torchrun(args, netns_rate=rate)
     if not (work / "r.json").exists():
         raise RuntimeError(f"training loop failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads((work / "r.json").read_text())["samples_per_s"]
+    rates = json.loads((work / "r.json").read_text())["samples_per_s"]
+    return [{(p, b): rates[f"{p}:{b}"][t] for p, b in CANDIDATES} for t in range(turns)]
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
@@ -79,18 +97,16 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return cov / var if var else 0.0
 
 
-def fidelity(rate: str | None, rounds: int = 5, seed: int = 0) -> dict[str, Any]:
-    rng = random.Random(seed)
+def fidelity(rate: str | None, launches: int = 3, turns: int = 4, seed: int = 0) -> dict[str, Any]:
     trial_speedups: dict[tuple[str, int], list[float]] = {c: [] for c in CANDIDATES}
     training_speedups: dict[tuple[str, int], list[float]] = {c: [] for c in CANDIDATES}
-    for _ in range(rounds):
-        predicted = _trial_round(rate, warmup=10, iterations=60)
-        order = CANDIDATES[:]
-        rng.shuffle(order)
-        actual = {c: _training(c, rate, warmup=10, steps=60) for c in order}
-        for c in CANDIDATES:
-            trial_speedups[c].append(predicted[c] / predicted[BASELINE])
-            training_speedups[c].append(actual[c] / actual[BASELINE])
+    for i in range(launches):
+        predicted = _trial_round(rate, turns, warmup=5, iterations=25, seed=seed + i)
+        actual = _training_round(rate, turns, warmup=5, steps=25, seed=seed + 100 + i)
+        for speedups, turns_measured in ((trial_speedups, predicted), (training_speedups, actual)):
+            for turn in turns_measured:
+                for c in CANDIDATES:
+                    speedups[c].append(turn[c] / turn[BASELINE])
     rows = []
     for c in CANDIDATES:
         trial, training = statistics.median(trial_speedups[c]), statistics.median(training_speedups[c])
@@ -100,7 +116,9 @@ def fidelity(rate: str | None, rounds: int = 5, seed: int = 0) -> dict[str, Any]
     others = [r for r in rows if r["candidate"] != _label(BASELINE)]
     return {
         "fabric": Fabric(rate).label() if rate else "unshaped loopback",
-        "rounds": rounds,
+        "rounds": launches * turns,
+        "launches": launches,
+        "turns": turns,
         "rows": rows,
         "worst_ratio_error": max(abs(r["ratio"] - 1) for r in others),
         "spearman": spearman([r["trial_speedup"] for r in rows], [r["training_speedup"] for r in rows]),

@@ -1,14 +1,19 @@
 """A reference TorchRec training job, written from torchrec's public API only (never `trials`).
 
     torchrun --standalone --nproc-per-node 2 bench/training_loop.py --workload W.json \
-        --precision int8/int8 --batch 1024 --out result.json
+        --candidate int8/int8:1024 [--candidate fp32/fp32:512 ...] [--rounds 4] --out result.json
 
 What a user's DLRM job does: `DLRM` in `DLRMTrain`, every table sharded table-wise on the FUSED
 kernel with the declared optimizer in the backward, comm codecs from `get_qcomm_codecs_registry`,
 the dense part under DDP with its own optimizer (`KeyedOptimizerWrapper` in a `CombinedOptimizer`),
 driven by `TrainPipelineSparseDist` at the declared learning rates. It reports its own throughput
-(samples over wall time of the timed steps), which the training-fidelity benchmark compares with
-what the trial predicted. Imports torch and torchrec only: it runs under torchrun on the ranks.
+(samples over the wall time of the timed steps), which the training-fidelity benchmark compares
+with what the trial predicted. Imports torch and torchrec only: it runs under torchrun on the ranks.
+
+With several candidates (comm precision : batch per rank), each is its own model, optimizer and
+pipeline, and they take turns: every round visits them in a shuffled order, each training
+`--warmup` then `--steps` timed steps. A shared machine's speed drifts over seconds; taking turns
+puts every candidate under the same drift, so their ratios are what the candidates themselves do.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -98,33 +105,48 @@ def batches(workload: dict, batch: int, count: int, seed: int) -> list[Batch]:
     return out
 
 
+def timed_steps(pipeline: TrainPipelineSparseDist, data: Iterator[Batch], warmup: int, steps: int) -> float:
+    """Seconds of `steps` training steps (after `warmup` untimed ones), as the slowest rank saw them."""
+    for _ in range(warmup):
+        pipeline.progress(data)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(steps):
+        pipeline.progress(data)
+    dist.barrier()
+    return time.perf_counter() - started
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", required=True)
-    p.add_argument("--precision", default="fp32/fp32", help="forward/backward comm precision")
-    p.add_argument("--batch", type=int, required=True, help="batch size per rank")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--candidate", action="append", required=True, metavar="FWD/BWD:BATCH",
+                   help="comm precision and batch size per rank, e.g. int8/int8:1024 (repeat for several)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="turns each candidate takes")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps before each turn")
+    p.add_argument("--steps", type=int, default=40, help="timed steps per turn")
+    p.add_argument("--seed", type=int, default=0, help="of the turn order")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     dist.init_process_group("gloo")
     workload = json.loads(Path(args.workload).read_text())
-    fwd, bwd = args.precision.split("/")
-    model, optimizer = build(workload, fwd, bwd)
-    pipeline = TrainPipelineSparseDist(model, optimizer, torch.device("cpu"))
-    data = itertools.cycle(batches(workload, args.batch, 8, seed=dist.get_rank()))
-    for _ in range(args.warmup):
-        pipeline.progress(data)
-    dist.barrier()
-    started = time.perf_counter()
-    for _ in range(args.steps):
-        pipeline.progress(data)
-    dist.barrier()
-    elapsed = time.perf_counter() - started
-    if dist.get_rank() == 0:
-        samples = args.steps * args.batch * dist.get_world_size()
-        result = {"precision": args.precision, "batch_size": args.batch, "steps": args.steps,
-                  "seconds": elapsed, "samples_per_s": samples / elapsed}  # fmt: skip
+    world, rank = dist.get_world_size(), dist.get_rank()
+    jobs = {}
+    for candidate in args.candidate:
+        precision, batch = candidate.split(":")
+        model, optimizer = build(workload, *precision.split("/"))
+        data = itertools.cycle(batches(workload, int(batch), 8, seed=rank))
+        jobs[candidate] = (TrainPipelineSparseDist(model, optimizer, torch.device("cpu")), data, int(batch))
+    order, rng = list(jobs), random.Random(args.seed)
+    rates: dict[str, list[float]] = {c: [] for c in jobs}
+    for _ in range(args.rounds):
+        rng.shuffle(order)
+        for candidate in order:
+            pipeline, data, batch = jobs[candidate]
+            seconds = timed_steps(pipeline, data, args.warmup, args.steps)
+            rates[candidate].append(args.steps * batch * world / seconds)
+    if rank == 0:
+        result = {"steps": args.steps, "rounds": args.rounds, "samples_per_s": rates}
         Path(args.out).write_text(json.dumps(result) + "\n")
     dist.destroy_process_group()
 

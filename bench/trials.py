@@ -95,10 +95,14 @@ def noise(launches: int = 5) -> dict[str, Any]:
     """The same candidate in separate launches: CV of samples/s across launches, per statistic."""
     spec = {"workload": DEMO_WORKLOAD, "warmup": 20, "iterations": 200,
             "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 512}]}  # fmt: skip
-    stats = []
+    stats, compute_ms, steal = [], [], []
     for _ in range(launches):
+        before = _cpu_ticks()
         result, _ = launch(spec)
+        after = _cpu_ticks()
         stats.append(result["candidates"][0]["iter_ms"])
+        compute_ms.append(result["candidates"][0]["breakdown_ms"]["compute"])
+        steal.append((after[1] - before[1]) / max(1, after[0] - before[0]))
 
     def cv(key: str) -> float:
         rates = [1000 * 512 * 2 / s[key] for s in stats]
@@ -114,7 +118,18 @@ def noise(launches: int = 5) -> dict[str, Any]:
         "cv_median_statistic": cv("median"),
         "cv_p10_statistic": cv("p10"),
         "cv_mean_statistic": cv("mean"),
+        # The machine's own speed: the training thread's CPU time per step (same work every launch),
+        # and the share of the CPUs the hypervisor took (steal) while each launch ran.
+        "compute_cpu_ms": compute_ms,
+        "cv_compute_cpu_time": statistics.stdev(compute_ms) / statistics.mean(compute_ms),
+        "steal_share": steal,
     }
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, steal) CPU ticks of the machine so far (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields), fields[7] if len(fields) > 7 else 0
 
 
 def fidelity(rate: str | None) -> dict[str, Any]:
