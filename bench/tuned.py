@@ -38,13 +38,15 @@ def study(fabric: str | None) -> dict[str, Any]:
     out = final.outcome
     best = store.candidate(out["best_candidate"])
     baseline = store.candidate(out["baseline_candidate"])
-    chosen = store.candidate(out["chosen_candidate"])
-    finalist = out.get("finalist") or out  # a published baseline keeps the finalist's figures apart
+    served = store.served_config("bench", WORKLOAD["name"])
+    finalist = out.get("finalist") or out  # kept apart when something else is published
     return {
         "fabric": Fabric(fabric).label() if fabric else "unshaped loopback",
         "baseline": _setting(baseline),
         "best": _setting(best),
-        "published": "the baseline (no changes)" if chosen.id == baseline.id else _setting(chosen),
+        "published": "the baseline (no changes)"
+        if out["chosen_candidate"] == baseline.id
+        else _setting(served),
         **{k: finalist.get(k) for k in FIGURES},
         "published_speedup": out.get("speedup"),
         "ladder": [{k: step.get(k) for k in LADDER} for step in out.get("ladder") or []],
@@ -56,6 +58,7 @@ def study(fabric: str | None) -> dict[str, Any]:
 
 
 def _setting(row: Any) -> str:
+    """A measured candidate's setting, or a served config's (what a job is handed)."""
     env = " ".join(f"{k}={v}" for k, v in sorted(row.env.items())) or "no env"
     return f"{row.fwd_precision}/{row.bwd_precision} batch {row.batch_size}, {env}"
 

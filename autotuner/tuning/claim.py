@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.store import Candidate, LaunchKind
-from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT
+from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT, finalist_figures
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import climb
 from autotuner.tuning.pairs import Setting, compare
@@ -43,4 +43,4 @@ def honest_claim(
         return {**claim, "chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,
                 **({} if speedup is None else {"reconfirmed": speedup.as_dict()})}  # fmt: skip
     return {**claim, **speedup.as_dict(), "chosen_candidate": row.id, "decision": ADOPTED,
-            "reconfirmed": speedup.as_dict()}  # fmt: skip
+            "reconfirmed": speedup.as_dict(), "finalist": finalist_figures(outcome)}  # fmt: skip

@@ -68,6 +68,10 @@ def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
     )
     assert store.candidate(final.outcome["chosen_candidate"]).env == {}
     assert config.evidence["ladder"] == ladder
+    # ... and the finalist's own confirmation is kept beside it, not overwritten
+    finalist = final.outcome["finalist"]
+    assert finalist["candidate"] == final.outcome["best_candidate"] != final.outcome["chosen_candidate"]
+    assert finalist["significant"] and config.evidence["finalist"] == finalist
 
 
 def test_a_published_baseline_claims_no_speedup_and_keeps_the_finalists_figures_apart():
