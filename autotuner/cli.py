@@ -199,7 +199,8 @@ def _progress_bar(total: int) -> Iterator[Any]:
 
         def ended(launch: Any, rows: list[Any]) -> None:
             ok = [r for r in rows if r.state == CandidateState.OK]
-            best = max((r.samples_per_s for r in ok), default=None)
+            # a quality launch trains and scores models: its rows have no throughput
+            best = max((r.samples_per_s for r in ok if r.samples_per_s), default=None)
             status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
                 f", best {best:,.0f} samples/s" if best else ""
             )

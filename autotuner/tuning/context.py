@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,31 @@ from autotuner.tuning.settings import StudySettings
 from autotuner.tuning.study import baseline_batch, baseline_of, finalist
 from trials.spec import WorkloadSpec, parse_workload
 
+log = logging.getLogger("autotuner.tuning")
+
 
 @dataclass
 class Progress:
-    """Callbacks a front end (CLI progress bar, service log) may hook; all optional."""
+    """Callbacks a front end (CLI progress bar, service log) may hook; all optional. A callback that
+    raises is logged and otherwise ignored: what a front end shows never fails a study."""
 
     on_launch_start: Callable[[Launch], None] = lambda launch: None
     on_launch_end: Callable[[Launch, list[Candidate]], None] = lambda launch, rows: None
     on_phase: Callable[[str], None] = lambda phase: None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, _guarded(f.name, getattr(self, f.name)))
+
+
+def _guarded(name: str, callback: Callable[..., None]) -> Callable[..., None]:
+    def call(*args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:
+            log.warning("progress callback %s failed (the study goes on)", name, exc_info=True)
+
+    return call
 
 
 def point_of(candidate: Candidate | dict[str, Any]) -> InProcPoint:

@@ -147,3 +147,16 @@ def test_hook_entry_point_skips_heavy_imports(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
     assert out.stdout.strip() == "0 []", out.stderr
     assert "unreachable" in out.stderr
+
+
+def test_the_progress_line_of_a_quality_launch_has_no_throughput(caplog):
+    # A quality launch trains and scores models: its rows carry no samples/s (the bar must say so, not fail)
+    from types import SimpleNamespace
+
+    from autotuner.cli import _progress_bar
+
+    launch = SimpleNamespace(seq=7, kind="quality")
+    rows = [SimpleNamespace(state="ok", samples_per_s=None), SimpleNamespace(state="ok", samples_per_s=None)]
+    with _progress_bar(3) as progress:
+        progress.on_launch_end(launch, rows)
+    assert "progress callback" not in caplog.text

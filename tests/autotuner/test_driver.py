@@ -237,3 +237,16 @@ def test_pipelines_are_searched_in_process_like_precisions(store, tmp_path):
     assert plan is not None and {p.pipeline for p in plan.points} == {"none", "base"}
     assert len({p.key() for p in plan.points}) == len(plan.points)  # one launch, each point once
     assert {c["pipeline"] for c in spec_of(ctx, plan)["candidates"]} == {"none", "base"}
+
+
+def test_a_front_end_callback_that_raises_never_fails_the_study(store, tmp_path, caplog):
+    from autotuner.tuning import Progress
+
+    def broken(*args):
+        raise TypeError("a progress bar bug")
+
+    study = study_with(store, tmp_path)
+    progress = Progress(on_launch_start=broken, on_launch_end=broken, on_phase=broken)
+    final = StudyDriver(store, study.id, replay(), progress=progress, poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert "progress callback on_launch_end failed" in caplog.text
