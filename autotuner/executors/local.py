@@ -165,8 +165,10 @@ class LocalExecutor(Executor):
         if child is not None:
             child.poll()  # reap, so the pid does not linger as a zombie
         # Liveness first: the script writes exit_code just before it exits, so a launch seen dead
-        # here has its exit code on disk below, unless it was killed.
-        alive = _alive(pid, launch.workdir / "launch.sh")
+        # here has its exit code on disk below, unless it was killed. Our own child is alive until
+        # reaped (its pid cannot be reused meanwhile); /proc is asked only for a launch re-attached
+        # after a restart. Right after a vfork+exec, /proc/PID/cmdline can still read empty.
+        alive = child.returncode is None if child is not None else _alive(pid, launch.workdir / "launch.sh")
         exit_code = read_exit_code(launch.workdir)
         if exit_code is not None:
             self._children.pop(pid, None)

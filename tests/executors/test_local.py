@@ -108,3 +108,20 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_our_own_launch_is_running_while_proc_cannot_tell_yet(tmp_path, monkeypatch):
+    # Right after a vfork+exec the child's /proc/PID/cmdline can read empty for a moment: the launch
+    # that started it must not take that for "gone" (a 2-node study's scaling launch was failed 7 ms
+    # after it started, while it went on to finish).
+    import autotuner.executors.local as local
+
+    executor = LocalExecutor()
+    launch = request(tmp_path, spec={**SPEC, "extra": {"inject": "hang"}}, python=_python())
+    backend_id, _ = executor.submit(launch)
+    try:
+        monkeypatch.setattr(local, "_alive", lambda pid, script: False)  # what /proc said in that moment
+        assert executor.describe(backend_id, launch).state == LaunchState.RUNNING
+    finally:
+        monkeypatch.undo()
+        executor.cancel(backend_id, launch)
