@@ -43,7 +43,7 @@ class Guard:
             await self._limited(scope, receive, send)
         finally:
             route = getattr(scope.get("route"), "path", "other")
-            scope["app"].state.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            scope["app"].state.metrics.observe_latency(route, time.perf_counter() - started)
 
     async def _limited(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         declared = dict(scope.get("headers", [])).get(b"content-length")

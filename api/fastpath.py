@@ -44,7 +44,7 @@ class ConfigFastPath:
         served = state.cache.get(cluster, workload, nodes)
         if served is None:  # the route answers the 404 (and counts the miss)
             return await self.app(scope, receive, send)
-        state.metrics.config_fetches.labels(fmt, "hit").inc()
+        state.metrics.hits[fmt].inc()
         scope["route"] = _ROUTE  # the latency metric is labelled by route, as for routed requests
         body = served.body[fmt]
         await send({"type": "http.response.start", "status": 200,
@@ -59,8 +59,9 @@ class ConfigFastPath:
             return None
         nodes: int | None = None
         fmt = "json"
-        for key, value in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True):
-            if key == "nodes" and value.isdigit() and 1 <= int(value) <= MAX_NODES:
+        for key, value in _query(scope["query_string"]):
+            # ASCII digits only: str.isdigit() also takes "²" (int() fails) and "٣" (the route refuses it)
+            if key == "nodes" and value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_NODES:
                 nodes = int(value)
             elif key == "format" and value in MEDIA:
                 fmt = value
@@ -69,6 +70,15 @@ class ConfigFastPath:
         if not state.settings.public_read and not _may_read(scope, state.settings.token_scopes):
             return None
         return parts[0], parts[1], nodes, fmt
+
+
+def _query(raw: bytes) -> list[tuple[str, str]]:
+    """The query's (name, value) pairs as `parse_qsl(..., keep_blank_values=True)` reads them. A query
+    with no escapes (what jobs send) is split directly, in a fifth of parse_qsl's time."""
+    text = raw.decode("latin-1")
+    if "%" in text or "+" in text:
+        return parse_qsl(text, keep_blank_values=True)
+    return [(name, value) for name, _, value in (part.partition("=") for part in text.split("&") if part)]
 
 
 def _may_read(scope: dict[str, Any], tokens: dict[str, str]) -> bool:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from autotuner.configs import MEDIA_TYPES
 from autotuner.store import Candidate, Store, Study
 
 
@@ -43,6 +45,15 @@ class Metrics:
             "autotuner_request_seconds", "Request latency by route", ["route"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
+        # Labelled children bound once: `labels()` takes a lock and checks its arguments on every call.
+        self.hits = {fmt: self.config_fetches.labels(fmt, "hit") for fmt in MEDIA_TYPES}
+        self._latency: dict[str, Any] = {}
+
+    def observe_latency(self, route: str, seconds: float) -> None:
+        child = self._latency.get(route)
+        if child is None:  # routes are templates, so this dict stays as small as the API
+            child = self._latency[route] = self.latency.labels(route)
+        child.observe(seconds)
 
     def exposition(self) -> bytes:
         """Prometheus text: this process's metrics, or every worker's when they share a multiprocess dir."""

@@ -7,14 +7,16 @@ inside the fast path tells which requests it answered itself.
 
 from __future__ import annotations
 
+import random
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from fastapi.testclient import TestClient
 from starlette.middleware import Middleware
 
 from api.app import create_app
-from api.fastpath import ConfigFastPath
+from api.fastpath import ConfigFastPath, _query
 from api.settings import Settings
 from autotuner.store import Store
 
@@ -79,6 +81,8 @@ def fetch(client, path: str, token: str | None = "jobs", scheme: str = "Bearer")
         ("/v1/configs/c%20x/w", "jobs", 422, "cluster", False),
         ("/v1/configs/c/w", None, 401, "token", False),
         ("/v1/configs/c/w", "wrong", 401, "token", False),
+        ("/v1/configs/c/w?nodes=%C2%B2", "jobs", 422, "nodes", False),  # "²": str.isdigit() says yes
+        ("/v1/configs/c/w?nodes=%D9%A3", "jobs", 422, "nodes", False),  # Arabic-Indic 3: int() takes it
     ],
 )
 def test_same_answers_as_the_route(apps, path, token, status, contains, answered_by_fast_path):
@@ -105,3 +109,38 @@ def test_hits_are_counted_and_timed(apps):
     assert seen == ["/metrics"]  # the three hits never reached the router, and were still counted
     assert 'autotuner_config_fetches_total{format="env",result="hit"} 3.0' in metrics
     assert 'autotuner_request_seconds_count{route="/v1/configs/{cluster}/{workload}"} 3.0' in metrics
+
+
+# Pieces of queries a client might send, escaped or not, valid or not.
+NAMES = ["nodes", "format", "NODES", "extra", "", "nod%65s", "for+mat"]
+VALUES = ["2", "3", "0", "02", "+2", "%32", "٣", "%D9%A3", "%C2%B2", "1000001", "9" * 25, "", "env", "json",
+          "slurm", "yaml", "en%76", "e+nv", "%", "%zz"]  # fmt: skip
+
+
+def _random_query(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(0, 3)):
+        name, value = rng.choice(NAMES), rng.choice(VALUES)
+        parts.append(rng.choice([f"{name}={value}", name, f"{name}={value}={value}", ""]))
+    return "&".join(parts)
+
+
+def test_random_queries_get_the_same_answers_as_the_route(apps):
+    fast, routed, seen = apps
+    rng = random.Random(7)
+    answered = 0
+    for _ in range(150):
+        path = f"/v1/configs/c/w?{_random_query(rng)}"
+        before = len(seen)
+        ours, theirs = fetch(fast, path), fetch(routed, path)
+        assert ours.status_code == theirs.status_code, path
+        assert (ours.headers, ours.content) == (theirs.headers, theirs.content), path
+        answered += len(seen) == before
+    assert 10 < answered < 140  # both branches were taken: the fast path answered some, the route the rest
+
+
+def test_plain_queries_are_split_as_parse_qsl_splits_them():
+    rng = random.Random(11)
+    for _ in range(2000):
+        raw = _random_query(rng).encode()
+        assert _query(raw) == parse_qsl(raw.decode("latin-1"), keep_blank_values=True), raw
