@@ -1,10 +1,16 @@
 """Serving benchmark: config fetches under concurrent load while a study writes, and the hook's latency.
 
     python -m bench.serving [--duration 10] [--connections 64] [--configs 10] [--out bench/out/serving.json]
+    python -m bench.serving --against REF [--rounds 8] [--duration 8]
 
 Load comes from a separate process (wrk, from Debian, one thread) against a real `autotuner serve`
 (default 2 API workers), after a 3 s warm-up. The study that writes meanwhile runs on the replay
 executor (recorded measurements), so trial processes do not take the machine's cores from the server.
+
+`--against REF` compares this checkout's serving with commit REF's in one run: both services up side
+by side, then wrk rounds against one at a time in ABBA order, so the machine's drift (10-20% over
+seconds on a shared VM) falls on both sides alike. No study writes during these rounds: the two
+commits' studies need not write at the same rate, and that would decide the comparison.
 """
 
 from __future__ import annotations
@@ -20,8 +26,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -141,17 +154,116 @@ def run(duration_s: int, connections: int, extra_configs: int, hook_runs: int) -
     }
 
 
+def abba(rounds: int) -> list[str]:
+    """Which side each of 2 x `rounds` runs loads: baseline, this, this, baseline, ..."""
+    return [("baseline", "this", "this", "baseline")[i % 4] for i in range(2 * rounds)]
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per side over the rounds, and this checkout's ratios to the baseline."""
+    sides = {}
+    for side in ("this", "baseline"):
+        mine = [r for r in runs if r["side"] == side]
+        sides[side] = {
+            "requests_per_s": statistics.median(r["requests_per_s"] for r in mine),
+            "p99_ms": statistics.median(r["p99_ms"] for r in mine),
+            "errors": sum(r["non_2xx"] + r["socket_errors"] for r in mine),
+            "rounds": len(mine),
+        }
+    return {
+        **sides,
+        "ratio_requests_per_s": sides["this"]["requests_per_s"] / sides["baseline"]["requests_per_s"],
+        "ratio_p99": sides["this"]["p99_ms"] / sides["baseline"]["p99_ms"],
+    }
+
+
+def ab_table(result: dict[str, Any]) -> Table:
+    table = Table("", "req/s (median)", "p99 ms (median)", "errors", box=box.SIMPLE,
+                  title=f"config fetch, {result['connections']} connections, {result['this']['rounds']} rounds a side")  # fmt: skip
+    for name, side in (("this checkout", result["this"]), (result["ref"], result["baseline"])):
+        table.add_row(name, f"{side['requests_per_s']:,.0f}", f"{side['p99_ms']:.1f}", str(side["errors"]))
+    table.add_row("ratio", f"{result['ratio_requests_per_s']:.2f}x", f"{result['ratio_p99']:.2f}x", "")
+    return table
+
+
+def _commit(ref: str) -> str:
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"--against {ref!r}: not a commit of {ROOT}")
+    return proc.stdout.strip()
+
+
+@contextmanager
+def _checkout(commit: str) -> Iterator[Path]:
+    """`commit` checked out in a temporary worktree (the repository's own checkout is left alone)."""
+    with tempfile.TemporaryDirectory(prefix="bench-serving-ab-") as tmp:
+        tree = Path(tmp) / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree), commit],
+                       check=True)  # fmt: skip
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+@contextmanager
+def _served(tree: Path, log: Path) -> Iterator[str]:
+    """A service of the checkout at `tree` with the demo config published; yields the config URL."""
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "serve_tree.py")], cwd=tree,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+    try:
+        url = proc.stdout.readline().strip()  # the launcher's own deadlines bound this wait
+        if not url:
+            proc.wait(timeout=30)
+            raise SystemExit(f"the service of {tree} did not start:\n{log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def against(ref: str, rounds: int, duration_s: int, connections: int) -> dict[str, Any]:
+    commit = _commit(ref)
+    runs = []
+    with ExitStack() as stack:
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-serving-logs-")))
+        tree = stack.enter_context(_checkout(commit))
+        urls = {"this": stack.enter_context(_served(ROOT, logs / "this.log")),
+                "baseline": stack.enter_context(_served(tree, logs / "baseline.log"))}  # fmt: skip
+        for url in urls.values():
+            wrk(url, TOKENS["read"], connections, 3)  # warm-up
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True)) as progress:  # fmt: skip
+            task = progress.add_task(f"ABBA rounds against {ref}", total=2 * rounds)
+            for side in abba(rounds):
+                runs.append({"side": side, **wrk(urls[side], TOKENS["read"], connections, duration_s)})
+                progress.advance(task)
+    this = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"this_commit": this, "ref": ref, "ref_commit": commit, "connections": connections,
+            "duration_s": duration_s, **summarise(runs), "runs": runs}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.serving", description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=int, default=10)
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("--configs", type=int, default=0, help="extra stored configs beside the fetched one")
     p.add_argument("--hook-runs", type=int, default=20)
+    p.add_argument("--against", metavar="REF", help="compare with this commit's serving, in ABBA rounds")
+    p.add_argument("--rounds", type=int, default=8, help="rounds per side with --against")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    result = run(args.duration, args.connections, args.configs, args.hook_runs)
+    if args.against:
+        result = against(args.against, args.rounds, args.duration, args.connections)
+        Console().print(ab_table(result))
+    else:
+        result = run(args.duration, args.connections, args.configs, args.hook_runs)
     text = json.dumps(result, indent=2)
-    print(text)
+    if not args.against:
+        print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")

@@ -1,0 +1,58 @@
+"""`python -m bench.serving --against REF`: this checkout's serving against another commit's, in one run."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench.serving import ab_table, abba, against, summarise
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(side: str, rps: float, p99: float, errors: int = 0) -> dict:
+    return {"side": side, "requests_per_s": rps, "p99_ms": p99, "non_2xx": errors, "socket_errors": 0}
+
+
+def test_rounds_alternate_abba_so_drift_falls_on_both_sides():
+    assert abba(3) == ["baseline", "this", "this", "baseline", "baseline", "this"]
+    order = abba(4)
+    assert order.count("this") == order.count("baseline") == 4
+    # over each block of four, both sides sit at the same mean position in time
+    assert sum(i for i, s in enumerate(order[:4]) if s == "this") == sum(
+        i for i, s in enumerate(order[:4]) if s == "baseline"
+    )
+
+
+def test_medians_and_ratios():
+    runs = [_run("baseline", 1000, 20), _run("this", 1500, 10), _run("this", 1100, 12, errors=2),
+            _run("baseline", 800, 30), _run("baseline", 900, 25), _run("this", 1200, 11)]  # fmt: skip
+    result = summarise(runs)
+    assert result["this"] == {"requests_per_s": 1200, "p99_ms": 11, "errors": 2, "rounds": 3}
+    assert result["baseline"] == {"requests_per_s": 900, "p99_ms": 25, "errors": 0, "rounds": 3}
+    assert result["ratio_requests_per_s"] == pytest.approx(1200 / 900)
+    assert result["ratio_p99"] == pytest.approx(11 / 25)
+    console = Console(record=True, width=100)
+    console.print(ab_table({**result, "ref": "abc123", "connections": 64}))
+    text = console.export_text()
+    assert "abc123" in text and "1.33x" in text and "0.44x" in text and "1,200" in text
+
+
+def test_a_ref_that_is_not_a_commit_is_named():
+    with pytest.raises(SystemExit, match="'no-such-ref': not a commit"):
+        against("no-such-ref", rounds=1, duration_s=1, connections=1)
+
+
+@pytest.mark.slow
+def test_both_checkouts_serve_and_the_baseline_worktree_is_removed():
+    result = against("HEAD", rounds=1, duration_s=1, connections=8)
+    assert (
+        result["ref_commit"]
+        == subprocess.check_output(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True).strip()
+    )
+    assert [r["side"] for r in result["runs"]] == ["baseline", "this"]
+    for side in ("this", "baseline"):
+        assert result[side]["requests_per_s"] > 0 and result[side]["errors"] == 0, result[side]
+    worktrees = subprocess.check_output(["git", "-C", ROOT, "worktree", "list", "--porcelain"], text=True)
+    assert "bench-serving-ab-" not in worktrees
