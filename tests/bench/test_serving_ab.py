@@ -12,7 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(side: str, rps: float, p99: float, errors: int = 0) -> dict:
-    return {"side": side, "requests_per_s": rps, "p99_ms": p99, "non_2xx": errors, "socket_errors": 0}
+    return {
+        "side": side,
+        "requests_per_s": rps,
+        "p50_ms": p99 / 2,
+        "p99_ms": p99,
+        "non_2xx": errors,
+        "socket_errors": 0,
+    }
 
 
 def test_rounds_alternate_abba_so_drift_falls_on_both_sides():
@@ -29,8 +36,14 @@ def test_medians_and_ratios():
     runs = [_run("baseline", 1000, 20), _run("this", 1500, 10), _run("this", 1100, 12, errors=2),
             _run("baseline", 800, 30), _run("baseline", 900, 25), _run("this", 1200, 11)]  # fmt: skip
     result = summarise(runs)
-    assert result["this"] == {"requests_per_s": 1200, "p99_ms": 11, "errors": 2, "rounds": 3}
-    assert result["baseline"] == {"requests_per_s": 900, "p99_ms": 25, "errors": 0, "rounds": 3}
+    assert result["this"] == {"requests_per_s": 1200, "p50_ms": 5.5, "p99_ms": 11, "errors": 2, "rounds": 3}
+    assert result["baseline"] == {
+        "requests_per_s": 900,
+        "p50_ms": 12.5,
+        "p99_ms": 25,
+        "errors": 0,
+        "rounds": 3,
+    }
     assert result["ratio_requests_per_s"] == pytest.approx(1200 / 900)
     assert result["ratio_p99"] == pytest.approx(11 / 25)
     console = Console(record=True, width=100)
