@@ -11,25 +11,25 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path[0] = os.getcwd()  # the checkout being measured, not the one this file came from
 
-from tests.api.conftest import (  # noqa: E402
-    make_server,
-    replay_study_body,
-    wait_for_config,
-    wait_for_state,
-)
+def main() -> None:
+    sys.path[0] = os.getcwd()  # the checkout being measured, not the one this file came from
+    from tests.api.conftest import make_server, replay_study_body, wait_for_config, wait_for_state
 
-with tempfile.TemporaryDirectory(prefix="bench-serve-tree-") as tmp:
-    server = make_server(Path(tmp))
-    server.start()
-    try:
-        client = server.client("write")
-        study = client.post("/v1/studies", json=replay_study_body("publish")).json()
-        wait_for_state(client, study["id"], ("done",))
-        if wait_for_config(client, timeout_s=60).status_code != 200:
-            raise SystemExit(f"{os.getcwd()}: the demo study published no config")
-        print(f"{server.url}/v1/configs/cpu-box/small", flush=True)
-        sys.stdin.read()
-    finally:
-        server.kill()
+    with tempfile.TemporaryDirectory(prefix="bench-serve-tree-") as tmp:
+        server = make_server(Path(tmp))
+        server.start()
+        try:
+            client = server.client("write")
+            study = client.post("/v1/studies", json=replay_study_body("publish")).json()
+            wait_for_state(client, study["id"], ("done",))
+            if wait_for_config(client, timeout_s=60).status_code != 200:
+                raise SystemExit(f"{os.getcwd()}: the demo study published no config")
+            print(f"{server.url}/v1/configs/cpu-box/small", flush=True)
+            sys.stdin.read()
+        finally:
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()
