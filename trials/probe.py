@@ -3,10 +3,12 @@
 TorchRec calls `torch.distributed.<collective>` through the module attribute, so wrapping those
 attributes sees every all-to-all of the sparse input dist and the pooled-embedding output dist,
 forward and backward, and DDP's gradient all-reduce (issued from Python by the standard
-`allreduce_hook` the trial registers). A call is timed from issue to completion. On CPU, completion is when the
-backend finishes the work (its future's callback, on gloo's own thread), not when `wait()` returns:
-TorchRec issues an all-to-all, runs other work, and waits later, and that work is not time on the
-wire. On CUDA, with events on the current stream, the end is recorded when `wait()` returns.
+`allreduce_hook` the trial registers). A call is timed from issue to completion, never to the
+`wait()`: TorchRec issues an all-to-all, runs other work, and waits later (under `sparse_dist` the
+ids of batch i+1 are waited on in step i+1), and that work is not time on the wire. The end is
+stamped through the work's future: on CPU its callback runs on gloo's thread when the backend
+finishes (a perf_counter); on CUDA (NCCL) the callback runs at once on a stream made to wait for the
+collective's own events, so an event recorded there completes when the collective does on the device.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def _nbytes(obj: Any) -> int:
 class CommEvent:
     op: str
     nbytes: int
-    # CPU: perf_counter seconds; CUDA: torch.cuda.Event. `end` stays None until wait() returns.
+    # CPU: perf_counter seconds; CUDA: torch.cuda.Event. `end` stays None until the work completes
+    # (or, for a backend without futures, until wait() returns).
     start: Any
     end: Any = None
     dtype: str = ""
@@ -96,7 +99,8 @@ def serialized(intervals: list[tuple[float, float]]) -> list[float]:
 
 
 class _TimedWork(dist.Work):
-    """Stands in for the dist.Work an async collective returns; marks the event done on wait().
+    """Stands in for the dist.Work an async collective returns; stamps the event's end when the
+    work completes (its future), falling back to the return of wait() where there is no future.
 
     A real dist.Work subclass, because TorchRec checks `isinstance(req, dist.Work)` before waiting.
     """
@@ -106,18 +110,24 @@ class _TimedWork(dist.Work):
         self._work = work
         self._probe = probe
         self._event = event
-        if not probe.cuda:
-            self._stamp_completion()
+        self._stamp_completion()
 
     def _stamp_completion(self) -> None:
-        def done(_: Any) -> None:
-            if self._event.end is None:
-                self._event.end = time.perf_counter()
-
         try:
-            self._work.get_future().add_done_callback(done)
+            future = self._work.get_future()
+            if self._probe.cuda:
+                # NCCL's future is marked complete at enqueue with events on its stream: `then` runs
+                # the callback now, on a stream that waits for them, so the event it records there
+                # completes with the collective on the device.
+                future.then(self._stamp)
+            else:
+                future.add_done_callback(self._stamp)
         except RuntimeError:  # a backend without futures: fall back to the return of wait()
             pass
+
+    def _stamp(self, _: Any) -> None:
+        if self._event.end is None:
+            self._event.end = self._probe.now()
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         out = self._work.wait(*args, **kwargs)
@@ -129,18 +139,7 @@ class _TimedWork(dist.Work):
         return self._work.is_completed()
 
     def get_future(self) -> Any:
-        future = self._work.get_future()
-        if not self._probe.cuda:
-            return future
-
-        # DDP waits on the future, never on the work: on CUDA the callback runs on a stream that
-        # waits for the collective, so an event recorded there marks its completion.
-        def stamp(done: Any) -> Any:
-            if self._event.end is None:
-                self._event.end = self._probe.now()
-            return done.value()
-
-        return future.then(stamp)
+        return self._work.get_future()  # completion is stamped already (DDP waits on the future)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)

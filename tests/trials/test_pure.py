@@ -123,3 +123,31 @@ def test_cpu_collective_ends_when_the_backend_finishes_it_not_when_the_step_wait
     time.sleep(0.05)  # ... while the step computes something else
     timed.wait()
     assert event.start <= event.end <= finished
+
+
+class _Clock:
+    """Stands in for CUDA events: each stamp is the next tick."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+
+    def __call__(self) -> int:
+        self.tick += 1
+        return self.tick
+
+
+def test_cuda_collective_is_stamped_when_its_work_completes_not_when_a_later_step_waits():
+    from trials.probe import CommEvent, CommProbe, _TimedWork
+
+    probe = CommProbe(cuda=True)
+    probe.now = _Clock()  # type: ignore[method-assign]
+    work, event = _LateWork(), CommEvent(op="all_to_all_single", nbytes=8, start=probe.now())
+    timed = _TimedWork(work, probe, event)
+    assert event.end is None  # issued, not done
+    work.future.set_result(None)  # the collective completes on the device: tick 2 ...
+    done_at = event.end
+    probe.now(), probe.now()  # ... the step computes (ticks 3, 4), the next step waits on it
+    timed.wait()
+    assert done_at == 2 and event.end == 2
+    # DDP waits on the future: it gets the work's own, already stamped
+    assert timed.get_future() is work.future
