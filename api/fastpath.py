@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 
 from api.auth import may, token_scope
 from autotuner.configs import MEDIA_TYPES
-from autotuner.tuning import NAME_RE
+from autotuner.names import is_name
 
 PREFIX = "/v1/configs/"
 ROUTE_PATH = "/v1/configs/{cluster}/{workload}"
@@ -55,7 +55,7 @@ class ConfigFastPath:
     def _parse(scope: dict[str, Any], state: Any) -> tuple[str, str, int | None, str] | None:
         """(cluster, workload, nodes, format) of a plain, valid, authorised request; else None."""
         parts = scope["path"][len(PREFIX) :].split("/")
-        if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts):
+        if len(parts) != 2 or not all(is_name(p) for p in parts):
             return None
         nodes: int | None = None
         fmt = "json"

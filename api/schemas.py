@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 from autotuner.store import Candidate, Launch, Study, StudyState
-from autotuner.tuning import NAME_RE, NAME_RULE, RequestSettings
+from autotuner.tuning import RequestSettings
 
 
 class ErrorPublic(BaseModel):
@@ -25,7 +26,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-NAME_FIELD = {"min_length": 1, "max_length": 128, "pattern": NAME_RE.pattern, "description": NAME_RULE}
+NAME_FIELD = {"min_length": 1, "max_length": NAME_MAX_LEN, "pattern": NAME_PATTERN, "description": NAME_RULE}
 
 
 class StudyCreate(BaseModel):

@@ -11,10 +11,10 @@ from api.auth import AdminAccess, ReadAccess, require
 from api.deps import CacheDep, StoreDep
 from api.schemas import ERRORS, ConfigPublic, PinRequest, RollbackRequest
 from autotuner.configs import MEDIA_TYPES, config_to_dict
-from autotuner.tuning import NAME_RE, NAME_RULE
+from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
-NameParam = Path(min_length=1, max_length=128, pattern=NAME_RE.pattern, description=NAME_RULE)
+NameParam = Path(min_length=1, max_length=NAME_MAX_LEN, pattern=NAME_PATTERN, description=NAME_RULE)
 Cluster = Annotated[str, NameParam]
 Workload = Annotated[str, NameParam]
 _read = require("read").dependency

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from autotuner.names import check_name
 from autotuner.store.base import NotFound
 from autotuner.store.models import Cluster, Config, ConfigGeneration, Workload
 from autotuner.store.studies import StudyRecords
@@ -18,6 +19,10 @@ class ConfigRecords(StudyRecords):
     # ------------------------------------------------------------------ configs
 
     def publish_config(self, *, cluster: str, workload: str, nodes: int, **fields: Any) -> Config:
+        """A new version for (cluster, workload, nodes). Names that could not be served (a row an
+        older version stored) are refused here: BadName."""
+        check_name("cluster", cluster)
+        check_name("workload", workload)
         cluster_row = self.cluster(cluster, create=True)
         workload_row = self.workload(workload)
         if workload_row is None:

@@ -10,6 +10,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from autotuner.names import check_name
 from autotuner.store.base import StoreBase
 from autotuner.store.models import Cluster, Study, Workload, utcnow
 from autotuner.store.states import ACTIVE, StudyState
@@ -21,10 +22,11 @@ class StudyRecords(StoreBase):
     @staticmethod
     def _named(s: Session, model: type[Any], name: str, create: dict[str, Any] | None) -> Any:
         """The row called `name`; created from `create` if missing (and not created meanwhile by a
-        concurrent process: the unique name decides, the loser reads the winner's row)."""
+        concurrent process: the unique name decides, the loser reads the winner's row). A name is
+        only ever created valid (autotuner.names): BadName otherwise."""
         row = s.scalar(select(model).where(model.name == name))
         if row is None and create is not None:
-            row = model(name=name, **create)
+            row = model(name=check_name(model.__name__.lower(), name), **create)
             try:
                 with s.begin_nested():
                     s.add(row)
@@ -71,6 +73,7 @@ class StudyRecords(StoreBase):
         state: str = StudyState.QUEUED,
         inert: dict[str, str] | None = None,
     ) -> Study:
+        check_name("study", name)
         cluster_row = self.cluster(cluster, create=True)
         workload_row = self.upsert_workload(workload_name, workload_spec)
         assert cluster_row is not None

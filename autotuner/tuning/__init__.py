@@ -4,6 +4,7 @@ create_study(store, ...) -> a queued study        StudyDriver(store, id, executo
 StudyQueue(store).start()  runs queued studies
 """
 
+from autotuner.names import NAME_PATTERN, NAME_RULE
 from autotuner.tuning.context import Progress, point_of
 from autotuner.tuning.driver import StudyDriver
 from autotuner.tuning.ingest import fingerprint
@@ -12,8 +13,6 @@ from autotuner.tuning.queue import StudyQueue
 from autotuner.tuning.search import optuna_storage, record_name
 from autotuner.tuning.settings import EXECUTORS, RequestSettings, StudySettings
 from autotuner.tuning.study import (
-    NAME_RE,
-    NAME_RULE,
     StudyError,
     StudyExists,
     baseline_batch,
@@ -26,7 +25,7 @@ from autotuner.tuning.study import (
 __all__ = [
     "EXECUTORS",
     "LEASE_S",
-    "NAME_RE",
+    "NAME_PATTERN",
     "NAME_RULE",
     "Progress",
     "RequestSettings",

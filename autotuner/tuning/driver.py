@@ -13,6 +13,7 @@ import random
 from typing import Any
 
 from autotuner.executors import Executor
+from autotuner.names import BadName, check_name
 from autotuner.store import TERMINAL, Candidate, LaunchKind, Store, Study, StudyState, utcnow
 from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide
@@ -55,6 +56,9 @@ class StudyDriver:
             assert study is not None
             if study.state in TERMINAL:
                 return study
+            bad = _bad_name(study)
+            if bad:  # stored by an older version, which let a trailing newline through
+                return self._fail(f"{bad}: this study cannot run (its config could not be served)")
             if study.state == StudyState.QUEUED:
                 self.store.update_study(self.study_id, state=StudyState.RUNNING, started_at=utcnow())
             recover(self.ctx)  # what a previous runner left running: followed, or retried
@@ -160,3 +164,14 @@ class StudyDriver:
             if (utcnow() - study.started_at).total_seconds() >= settings.time_budget_s:
                 return False
         return True
+
+
+def _bad_name(study: Study) -> str | None:
+    """Why a study's names cannot be served, or None."""
+    try:
+        check_name("cluster", study.cluster.name)
+        check_name("workload", study.workload.name)
+        check_name("study", study.name)
+    except BadName as exc:
+        return str(exc)
+    return None

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.executors import settings_options, validate_options
+from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
 from autotuner.tuning.inert import inert_variables, where_before_launching
 from autotuner.tuning.settings import RequestSettings, StudySettings
 from trials.spec import WorkloadSpec, parse_workload
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-NAME_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 class StudyError(ValueError):
@@ -32,10 +29,15 @@ class StudyExists(StudyError):
     pass
 
 
+# Where each name is in a REST request body (`POST /v1/studies`).
+_NAME_FIELDS = {"cluster": "cluster", "workload": "workload.name", "study": "name"}
+
+
 def check_name(kind: str, value: str) -> str:
-    """Cluster / workload / study names end up in URLs, file paths and job names: keep them plain."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        raise StudyError(f"{kind} name {value!r} is invalid: {NAME_RULE}")
+    """Cluster / workload / study names end up in URLs, file paths and job names: keep them plain
+    (autotuner.names: the one rule REST, the CLI and the store check)."""
+    if not is_name(value):
+        raise StudyError(str(BadName(kind, value)), where=_NAME_FIELDS.get(kind, ""))
     return value
 
 
