@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
+
+from autotuner.envvars import served_problems
+from autotuner.qcomms import PIPELINES, PRECISIONS
 
 FORMATS = ("json", "sh", "env", "slurm")
 # What REST serves each format as (`GET /v1/configs/...?format=`).
@@ -26,7 +30,27 @@ AUTOTUNER_KEYS = {
     "num_threads": "AUTOTUNER_NUM_THREADS",
     "pipeline": "AUTOTUNER_PIPELINE",
 }
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SHARDINGS = ("table_wise", "row_wise", "table_row_wise", "column_wise")
+_NAME_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # autotuner.names
+_LABEL = re.compile(rf"{_NAME_PART}/{_NAME_PART}/[1-9][0-9]{{0,9}}n/v[1-9][0-9]{{0,9}}")
+_POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
+
+
+def _one_of(choices: tuple[str, ...]) -> Any:
+    return lambda value: value in choices
+
+
+# The AUTOTUNER_* variables a config may carry (autotuner.qcomms reads them), and their values.
+_AUTOTUNER_VALUES = {
+    "AUTOTUNER_FWD_PRECISION": _one_of(PRECISIONS),
+    "AUTOTUNER_BWD_PRECISION": _one_of(PRECISIONS),
+    "AUTOTUNER_BATCH_SIZE": lambda value: _POSITIVE.fullmatch(value) is not None,
+    "AUTOTUNER_SHARDING": _one_of(SHARDINGS),
+    "AUTOTUNER_NUM_THREADS": lambda value: _POSITIVE.fullmatch(value) is not None,
+    "AUTOTUNER_PIPELINE": _one_of(PIPELINES),
+    "AUTOTUNER_CONFIG": lambda value: _LABEL.fullmatch(value) is not None,
+}
 
 
 def config_to_dict(row: Any) -> dict[str, Any]:
@@ -57,11 +81,59 @@ def config_to_dict(row: Any) -> dict[str, Any]:
     }
 
 
+def check_exports(exports: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """(what a job may be handed, {dropped name: why}) of a config's exports: the one gate between a
+    config and a job's environment. The service serves a config only when nothing is dropped
+    (api/cache.py); the pre-job hook drops what fails from every answer (autotuner.hook). NCCL and
+    fabric variables go through the registry's rules for what a publish may carry
+    (autotuner.envvars.served_problems); AUTOTUNER_* only the names above with their values."""
+    kept: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    for name, value in exports.items():
+        shown = name if isinstance(name, str) and _NAME.fullmatch(name) else _one_line(name)
+        if not isinstance(name, str) or not isinstance(value, str):
+            dropped[shown] = "not a string name and a string value"
+        elif name.startswith("AUTOTUNER_") and name in _AUTOTUNER_VALUES:
+            if _AUTOTUNER_VALUES[name](value):
+                kept[name] = value
+            else:
+                dropped[shown] = f"{_one_line(value)} is not a value of {name}"
+        else:
+            problems = served_problems(name, value)
+            if problems:
+                dropped[shown] = problems[0].message
+            else:
+                kept[name] = value
+    return kept, dropped
+
+
+def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """A config as a job may use it: (the config with only what passed the gate, {dropped: why}),
+    or (None, {"": why}) for an answer that is not a config at all (not an object, no `exports`
+    object). What a hook uses, prints or caches is only ever this."""
+    if not isinstance(answer, dict):
+        return None, {"": f"the answer is {type(answer).__name__}, not a config object"}
+    exports = answer.get("exports")
+    if not isinstance(exports, dict):
+        return None, {"": f"the answer's exports is {type(exports).__name__}, not an object"}
+    kept, dropped = check_exports(exports)
+    config = {**answer, "exports": kept}
+    if isinstance(answer.get("env"), dict):
+        config["env"] = {k: v for k, v in answer["env"].items() if k in kept}
+    return config, dropped
+
+
+def _one_line(value: object, limit: int = 60) -> str:
+    """Any value as printable ASCII on one line (repr, cut short): safe in a warning or a comment."""
+    text = repr(value).encode("ascii", "backslashreplace").decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def export_lines(exports: dict[str, str]) -> list[str]:
     """`export K='V'` lines. Names are checked, values always quoted: this text goes to a shell."""
     lines = []
     for key in sorted(exports):
-        if not _NAME.match(key):
+        if not _NAME.fullmatch(key):
             raise ValueError(f"refusing to export {key!r}: not a valid variable name")
         lines.append(f"export {key}={shlex.quote(str(exports[key]))}")
     return lines

@@ -5,6 +5,13 @@ fail-open. If the service is down, slow or answers with an error, it falls back 
 cached for this (server, cluster, workload, nodes), or to nothing; it warns on stderr, exits 0, and
 gives up within a hard time bound. Machine output (the export lines) goes alone to stdout.
 
+It trusts no answer: every one (from the service, the cache file or the store) goes through the gate
+the service publishes with (autotuner.configs.check_exports): an answer that is not a config object
+is treated like an error, and a variable that a config may not carry (LD_*, PYTHON*, BASH_ENV, PATH,
+*_PLUGIN, an unknown name, a name with '=', a value with a newline or a NUL, ...) is dropped, named
+on stderr and in a comment line. Only a checked config is ever used, printed or cached.
+`https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
+
 Standard library only on the service path (no HTTP client, no SQLAlchemy, no torch): it is imported
 and run on every job start.
 """
@@ -24,9 +31,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from autotuner.configs import FORMATS, render
+from autotuner.configs import FORMATS, checked_config, render
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
+NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
 
 
 def cache_dir() -> Path:
@@ -46,9 +54,16 @@ def _warn(message: str) -> None:
 
 
 def fetch_from_server(
-    server: str, token: str | None, cluster: str, workload: str, nodes: int | None, timeout_s: float
-) -> dict[str, Any] | None:
-    """GET /v1/configs/{cluster}/{workload} within a hard deadline. None: nothing published (404).
+    server: str,
+    token: str | None,
+    cluster: str,
+    workload: str,
+    nodes: int | None,
+    timeout_s: float,
+    ca_file: str | None = None,
+) -> Any:
+    """GET /v1/configs/{cluster}/{workload} within a hard deadline: the decoded answer, unchecked,
+    or NOT_PUBLISHED (404).
 
     urllib's timeout bounds each socket operation, not the request: a server that trickles bytes
     could hold a job forever. The request runs in a daemon thread that we stop waiting for.
@@ -57,7 +72,7 @@ def fetch_from_server(
 
     def work() -> None:
         try:
-            box["config"] = _get(server, token, cluster, workload, nodes, timeout_s)
+            box["config"] = _get(server, token, cluster, workload, nodes, timeout_s, ca_file)
         except BaseException as exc:
             box["error"] = exc
 
@@ -71,22 +86,43 @@ def fetch_from_server(
     return box["config"]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A config fetch never needs a redirect; following one could leave https or the server."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _opener(url: str, ca_file: str | None) -> urllib.request.OpenerDirector:
+    handlers: list[Any] = [_NoRedirect]
+    if url.startswith("https:"):
+        import ssl
+
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
+    return urllib.request.build_opener(*handlers)
+
+
 def _get(
-    server: str, token: str | None, cluster: str, workload: str, nodes: int | None, timeout_s: float
-) -> dict[str, Any] | None:
+    server: str,
+    token: str | None,
+    cluster: str,
+    workload: str,
+    nodes: int | None,
+    timeout_s: float,
+    ca_file: str | None = None,
+) -> Any:
     path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
     query = f"?nodes={nodes}" if nodes is not None else ""
-    request = urllib.request.Request(
-        server.rstrip("/") + path + query, headers={"Accept": "application/json"}
-    )
+    url = server.rstrip("/") + path + query
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - operator's URL
+        with _opener(url, ca_file).open(request, timeout=timeout_s) as response:
             return json.loads(response.read(1 << 20))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return None
+            return NOT_PUBLISHED
         raise
 
 
@@ -102,46 +138,96 @@ def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> d
         store.dispose()
 
 
-def resolve(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The config for this job, fail-open. Never raises for service trouble."""
+Dropped = dict[str, str]  # variable -> why it was not exported ("": the whole answer was not used)
+
+
+def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
+    """The config for this job, checked, fail-open, and what was dropped from it. Never raises for
+    service trouble; a malformed answer counts as trouble (the cache, else nothing)."""
     if not args.server:
         if not args.db:
             from autotuner.paths import default_database_url
 
             args.db = default_database_url()
-        return fetch_from_db(args.db, args.cluster, args.workload, args.nodes)
+        return _checked(fetch_from_db(args.db, args.cluster, args.workload, args.nodes), "the store")
     cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
     started = time.monotonic()
     try:
-        config = fetch_from_server(
-            args.server, args.token, args.cluster, args.workload, args.nodes, args.timeout
+        answer = fetch_from_server(
+            args.server, args.token, args.cluster, args.workload, args.nodes, args.timeout, args.ca_file
         )
     except Exception as exc:  # down, slow, 5xx, garbage: the job starts anyway
         elapsed = time.monotonic() - started
-        reason = f"{type(exc).__name__}: {exc}"
-        try:
-            config = json.loads(cache.read_text())
-        except (OSError, ValueError):
-            _warn(f"config service unreachable ({reason}, {elapsed:.1f} s) and no cached config: "
-                  "starting the job with its own environment")  # fmt: skip
-            return None
-        _warn(f"config service unreachable ({reason}, {elapsed:.1f} s): using the cached config "
-              f"{config.get('exports', {}).get('AUTOTUNER_CONFIG', '')}")  # fmt: skip
-        return config
-    if config is None:
+        return _from_cache(
+            cache, f"config service unreachable ({type(exc).__name__}: {exc}, {elapsed:.1f} s)"
+        ), {}
+    if answer is NOT_PUBLISHED:
         _warn(
             f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
         )
         cache.unlink(missing_ok=True)
-        return None
+        return None, {}
+    config, dropped = checked_config(answer)
+    if config is None:  # a 200 that is not a config: as if the service had failed
+        reason = f"the config service's answer is malformed ({dropped['']})"
+        return _from_cache(cache, reason), {"": reason}
+    _warn_dropped(dropped, "the service's answer")
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(config))
         os.replace(tmp, cache)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         _warn(f"could not cache the config ({exc})")
+    return config, dropped
+
+
+def _checked(answer: Any, source: str) -> tuple[dict[str, Any] | None, Dropped]:
+    if answer is None:
+        return None, {}
+    config, dropped = checked_config(answer)
+    if config is None:
+        _warn(f"{source} gave no usable config ({dropped['']}): starting the job with its own environment")
+        return None, {}
+    _warn_dropped(dropped, source)
+    return config, dropped
+
+
+def _from_cache(cache: Path, trouble: str) -> dict[str, Any] | None:
+    """The cached config, if there is one and it passes the gate whole (the hook only ever writes
+    checked configs: anything else in that file was put there by someone else)."""
+    trouble = _printable(trouble)
+    try:
+        cached = json.loads(cache.read_text())
+    except (OSError, ValueError, RecursionError):
+        _warn(f"{trouble} and no cached config: starting the job with its own environment")
+        return None
+    config, dropped = checked_config(cached)
+    if config is None or dropped:
+        _warn(f"{trouble} and the cached config {cache} does not pass the checks (ignored): "
+              "starting the job with its own environment")  # fmt: skip
+        return None
+    _warn(f"{trouble}: using the cached config {config['exports'].get('AUTOTUNER_CONFIG', '')}")
     return config
+
+
+def _warn_dropped(dropped: Dropped, source: str) -> None:
+    if dropped:
+        what = "; ".join(f"{name} ({why})" for name, why in dropped.items())
+        _warn(_printable(f"not exported from {source}: {what}"))
+
+
+def _printable(text: str) -> str:
+    """One line of printable ASCII: what may go to a terminal, a log or a comment line."""
+    return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
+
+
+def _comments(dropped: Dropped) -> str:
+    """Comment lines (a shell and a TaskProlog skip them) saying what was not used and why."""
+    return "".join(
+        f"# nccl-autotuner: {'not exported: ' + name if name else 'the answer was not used'}: {_printable(why)}\n"
+        for name, why in dropped.items()
+    )
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -156,6 +242,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=_int_env("AUTOTUNER_NODES", "SLURM_JOB_NUM_NODES"),
                    help="node count of this job: nearest tuned count is served")  # fmt: skip
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the service")
+    p.add_argument("--ca-file", default=os.environ.get("AUTOTUNER_CA_FILE") or None,
+                   help="CA bundle that signs an https:// server's certificate (AUTOTUNER_CA_FILE)")  # fmt: skip
     return p
 
 
@@ -178,14 +266,19 @@ def env_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     _check(p, args)
     try:
-        config = resolve(args)
+        config, dropped = resolve(args)
     except Exception as exc:  # a broken local DB is an admin error: say so, still exit 0 for the job
-        _warn(f"could not read the config: {type(exc).__name__}: {exc}")
-        config = None
-    if config is None and args.format == "json":
-        print("null")
-    elif config is not None:
-        sys.stdout.write(render(config, args.format) + ("\n" if args.format == "json" else ""))
+        _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
+        config, dropped = None, {}
+    try:
+        text = render(config, args.format) if config is not None else ""
+    except Exception as exc:  # cannot happen to a checked config; the job starts regardless
+        _warn(_printable(f"could not render the config: {type(exc).__name__}: {exc}"))
+        config, text = None, "# nccl-autotuner: no config (it could not be rendered)\n"
+    if args.format == "json":
+        print(text if config is not None else "null")
+    else:
+        sys.stdout.write(text + _comments(dropped))
     return 0
 
 
@@ -202,14 +295,13 @@ def exec_main(argv: list[str]) -> int:
     p = parser("autotuner exec")
     args = p.parse_args(own)
     _check(p, args)
-    try:
-        config = resolve(args)
-    except Exception as exc:
-        _warn(f"could not read the config: {type(exc).__name__}: {exc}")
-        config = None
     env = dict(os.environ)
-    if config is not None:
-        env.update({k: str(v) for k, v in config["exports"].items()})
+    try:
+        config, _ = resolve(args)
+        if config is not None:
+            env.update(config["exports"])  # checked: names and string values a config may set
+    except Exception as exc:
+        _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

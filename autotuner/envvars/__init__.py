@@ -31,7 +31,15 @@ from autotuner.envvars.relations import (
     Span,
     relation_problems,
 )
-from autotuner.envvars.values import MAX_VALUE_LEN, canonical, check_name, check_value, safety_problems
+from autotuner.envvars.values import (
+    MAX_VALUE_LEN,
+    canonical,
+    check_name,
+    check_value,
+    is_path_valued,
+    safety_problems,
+    served_problems,
+)
 
 __all__ = [
     "ALL_TO_ALL_SHARDING",
@@ -60,12 +68,14 @@ __all__ = [
     "errors",
     "format_problems",
     "is_decimal",
+    "is_path_valued",
     "lint_env",
     "lookup",
     "nccl_int",
     "parse_assignments",
     "relation_problems",
     "safety_problems",
+    "served_problems",
     "show_value",
     "suggest",
 ]

@@ -60,6 +60,40 @@ def _var(
     return var
 
 
+# (name, kind, default, low, high, negative, doc) of NCCL_IB_* variables that take an integer.
+_IB_INTEGERS = (
+    ("NCCL_IB_DISABLE", "bool", "0", None, None, (), "Disables the IB verbs transport (sockets instead)."),
+    ("NCCL_IB_SL", "int", "0", 0, 15, (), "InfiniBand service level."),
+    ("NCCL_IB_TC", "int", "0", 0, 255, (), "InfiniBand traffic class."),
+    ("NCCL_IB_FIFO_TC", "int", None, 0, 255, (), "Traffic class of the control messages (2.22+)."),
+    ("NCCL_IB_TIMEOUT", "int", "20", 1, 31, (), "InfiniBand verbs timeout: 4.096 us x 2^value."),
+    ("NCCL_IB_RETRY_CNT", "int", "7", 0, 7, (), "InfiniBand retry count."),
+    ("NCCL_IB_GID_INDEX", "int", "-1", 0, 255, (-1,), "GID index for RoCE (-1: chosen by NCCL)."),
+    ("NCCL_IB_ROCE_VERSION_NUM", "int", "2", 1, 2, (), "RoCE version of the GID to use."),
+    ("NCCL_IB_QPS_PER_CONNECTION", "int", "1", 1, 128, (), "Queue pairs per connection."),
+    ("NCCL_IB_SPLIT_DATA_ON_QPS", "bool", "0", None, None, (), "Splits each message over the QPs."),
+    ("NCCL_IB_PCI_RELAXED_ORDERING", "int", "2", 0, 2, (), "PCI relaxed ordering (2: when available)."),
+    ("NCCL_IB_ADAPTIVE_ROUTING", "bool", None, None, None, (), "InfiniBand adaptive routing."),
+    ("NCCL_IB_AR_THRESHOLD", "int", "8192", 0, 1 << 40, (), "Message size from which adaptive routing is used."),
+    ("NCCL_IB_ECE_ENABLE", "bool", "1", None, None, (), "Enhanced connection establishment."),
+    ("NCCL_IB_MERGE_NICS", "bool", "1", None, None, (), "Merges the ports of a dual-port NIC."),
+    ("NCCL_IB_USE_INLINE", "bool", "0", None, None, (), "Inline data in work requests."),
+)  # fmt: skip
+
+
+def _ib_integer(
+    name: str,
+    kind: str,
+    default: str | None,
+    low: int | None,
+    high: int | None,
+    negative: tuple[int, ...],
+    doc: str,
+) -> EnvVar:
+    return _var(name, kind, default, doc, low=low, high=high, negative=negative, transport="ib", safety=N,
+                passthrough=True)  # fmt: skip
+
+
 VARIABLES: tuple[EnvVar, ...] = (
     # NCCL: network transport and P2P (what all-to-all actually uses)
     _var(
@@ -263,6 +297,9 @@ VARIABLES: tuple[EnvVar, ...] = (
         safety=N,
         passthrough=True,
     ),
+    # NCCL's IB verbs settings that are integers: typed, so a value NCCL's strtoll would misread (0x10,
+    # 010, 4k) is refused like any other integer. The rest of the family (NCCL_IB_HCA, ...) is text.
+    *(_ib_integer(*row) for row in _IB_INTEGERS),
     _var(
         "NCCL_IB_*",
         "string",

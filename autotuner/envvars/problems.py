@@ -25,6 +25,8 @@ RULES: dict[str, str] = {
     "duplicate": "the same value or variable given twice",
     "schema": "the declaration has the wrong shape (field, type, file)",
     "batch-change": "a batch above the job's, which changes the training: searched only when allowed",
+    "path-value": "a path on the nodes (NCCL_TOPO_FILE, *_FILE, *_PATH), used only when listed in allow_risky",
+    "too-large": "more values or candidates than the limit (AUTOTUNER_MAX_CANDIDATES, AUTOTUNER_MAX_DIM_VALUES)",
     # warnings
     "debug-while-timing": "logging or checks that distort timings",
     "no-effect": "a setting that does nothing in this combination",

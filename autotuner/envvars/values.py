@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from autotuner.envvars.integers import is_decimal, not_decimal_message
 from autotuner.envvars.model import SAFE_CHARS, EnvVar, Safety
-from autotuner.envvars.problems import Problem, show_value
+from autotuner.envvars.problems import Problem, errors, show_value
 from autotuner.envvars.registry import lookup, suggest
 
 MAX_VALUE_LEN = 256
@@ -36,6 +36,13 @@ _INJECTION_PREFIXES = (
     "OMPI_", "PMIX_", "PMI_", "KUBERNETES_", "AUTOTUNER_",
 )  # fmt: skip
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Whose value names a file or directory on the nodes: every job handed one would read (or write) it.
+_PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
+
+
+def is_path_valued(name: str) -> bool:
+    """NCCL_TOPO_FILE, NCCL_GRAPH_FILE, *_FILE, *_PATH, *_DIR: a value that is a path on the nodes."""
+    return name.endswith(_PATH_SUFFIXES)
 
 
 def check_name(name: object) -> tuple[EnvVar | None, list[Problem]]:
@@ -87,6 +94,15 @@ def safety_problems(
             return [
                 Problem(name, "never-tune", f"{name} is never set by the tuner or a served config: {var.doc}")
             ]
+    if is_path_valued(name) and name not in set(allow_risky):
+        return [
+            Problem(
+                name,
+                "path-value",
+                f"{name} names a file on the nodes that every job would read ({var.doc}): list it in "
+                "allow_risky to pin it anyway",
+            )
+        ]
     if var.safety is Safety.RISKY and name not in set(allow_risky):
         return [
             Problem(
@@ -96,6 +112,25 @@ def safety_problems(
             )
         ]
     return []
+
+
+def served_problems(name: object, value: object) -> list[Problem]:
+    """Why a served config may not hand NAME=VALUE to a job (empty: it may). The one gate between a
+    config and a job's environment: the service serves only what passes (api/cache.py), and the
+    pre-job hook applies it again to every answer it gets (autotuner.configs.check_exports), so a
+    rogue server, a proxy or a tampered store or cache cannot put a loader, interpreter or plugin
+    variable into a job. What passes is what a publish can carry: a registered variable that is not
+    "never set" (a tunable, a correctness risk or a path the study allowed by name, a cluster
+    pass-through), with a value the registry accepts; never an injection name (LD_*, PYTHON*,
+    BASH_ENV, PATH, *_PLUGIN, ...), an unknown name, a name with '=', or a value with a control
+    character."""
+    var, found = check_name(name)
+    if var is None:
+        return found
+    assert isinstance(name, str)
+    if var.safety is Safety.NEVER and not var.passthrough:
+        return safety_problems(name, var, as_dim=False)
+    return errors(check_value(name, value, var))
 
 
 def check_value(name: str, value: object, var: EnvVar | None = None) -> list[Problem]:

@@ -21,6 +21,7 @@ from autotuner.envvars import (
     check_name,
     check_value,
     errors,
+    is_path_valued,
     relation_problems,
     safety_problems,
     show_value,
@@ -139,9 +140,9 @@ def _check_allow_risky(names: Any, problems: list[Problem]) -> set[str]:
         problems += found
         if var is None:
             continue
-        if var.safety is Safety.NEVER:
+        if var.safety is Safety.NEVER and not (var.passthrough and is_path_valued(name)):
             problems.append(Problem(name, "never-tune", f"{name} cannot be allowed: {var.doc}"))
-        elif var.safety is Safety.TUNABLE:
+        elif var.safety is Safety.TUNABLE and not is_path_valued(name):
             problems.append(
                 Problem.warn(
                     name, "no-effect", f"{name} is not risky: listing it in allow_risky changes nothing"

@@ -46,7 +46,14 @@ def rules_of(problems, variable=None, severity=None):
 
 
 def test_clean_efa_job_env_has_no_problem_at_all():
-    assert lint_env(CLEAN_EFA_ENV) == []
+    # a path on the nodes is pinned only by name, like a correctness risk (issue 21)
+    assert lint_env(CLEAN_EFA_ENV, allow_risky=["NCCL_TOPO_FILE"]) == []
+
+
+def test_a_path_valued_variable_needs_allowing_by_name():
+    problems = lint_env({"NCCL_TOPO_FILE": "/tmp/x.xml"})
+    assert rules_of(problems, "NCCL_TOPO_FILE") == {"path-value"}
+    assert "allow_risky" in problems[0].message
 
 
 @pytest.mark.parametrize(

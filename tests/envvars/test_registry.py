@@ -125,7 +125,8 @@ def test_negative_sentinel():
     ("name", "expected"),
     [
         ("NCCL_IB_HCA", "NCCL_IB_*"),
-        ("NCCL_IB_TIMEOUT", "NCCL_IB_*"),
+        ("NCCL_IB_TIMEOUT", "NCCL_IB_TIMEOUT"),  # integer-valued members are typed (issue 21)
+        ("NCCL_IB_ADDR_RANGE", "NCCL_IB_*"),
         ("NCCL_IB_", None),
         ("NCCL_IB_*", None),
         ("NCCL_BUFFSIZE", "NCCL_BUFFSIZE"),

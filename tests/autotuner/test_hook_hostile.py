@@ -1,0 +1,249 @@
+"""The pre-job hook against a hostile or broken server (issue 21): whatever a 200 says, `autotuner env`
+exits 0 and prints nothing a job could be armed with, `autotuner exec` runs the command, and the
+cache only ever holds a checked config."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotuner.configs import check_exports, checked_config
+
+GOOD = {"NCCL_NSOCKS_PERTHREAD": "4", "AUTOTUNER_FWD_PRECISION": "fp16", "AUTOTUNER_CONFIG": "c/w/1n/v3"}
+# Never published by the service (its gate refuses them): a rogue server, a proxy or a tampered
+# store or cache must not get them into a job either.
+FORBIDDEN = {
+    "LD_PRELOAD": "/tmp/evil.so",
+    "LD_LIBRARY_PATH": "/tmp",
+    "NCCL_NET_PLUGIN": "evil",
+    "NCCL_TUNER_PLUGIN": "evil",
+    "PYTHONPATH": "/tmp",
+    "PYTHONSTARTUP": "/tmp/x.py",
+    "BASH_ENV": "/tmp/x.sh",
+    "PATH": "/tmp",
+    "AUTOTUNER_SERVER": "http://evil",
+    "NCCL_CONF_FILE": "/tmp/nccl.conf",
+    "A=B": "1",
+    "NCCL_BUFFSIZE": "1\0",
+    "NCCL_SOCKET_NTHREADS": "2\nexport LD_PRELOAD=/tmp/evil.so",
+    "NCCL_IB_SL": "0x10",
+}
+# 200 answers that are not a config at all.
+MALFORMED = [[], {}, {"exports": ["a"]}, {"exports": None}, "text", None, 7, {"exports": "LD_PRELOAD=/x"}]
+
+
+def test_the_gate_keeps_what_a_config_may_set_and_names_the_rest():
+    kept, dropped = check_exports({**GOOD, **FORBIDDEN, "NCCL_MIN_NCHANNELS": 4})
+    assert kept == GOOD
+    assert set(dropped) == {*FORBIDDEN, "NCCL_MIN_NCHANNELS"} - {"A=B"} | {"'A=B'"}
+    assert "changes what runs" in dropped["LD_PRELOAD"]
+    assert "control character" in dropped["NCCL_BUFFSIZE"]
+    assert "not a plain decimal" in dropped["NCCL_IB_SL"]
+
+
+@pytest.mark.parametrize("answer", MALFORMED, ids=repr)
+def test_an_answer_that_is_not_a_config_is_none(answer):
+    config, why = checked_config(answer)
+    assert config is None and why[""]
+
+
+class FakeServer:
+    """Answers every GET with `status` and `body` (bytes), over http or https."""
+
+    def __init__(self, body: bytes, status: int = 200, tls: tuple[Path, Path] | None = None) -> None:
+        outer = self
+        self.body, self.status = body, status
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve():
+    servers: list[FakeServer] = []
+
+    def start(answer: object, **kwargs: object) -> FakeServer:
+        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        servers.append(FakeServer(body, **kwargs))  # type: ignore[arg-type]
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def hook(tmp_path: Path, url: str, *args: str, command: str = "env", extra_env: dict | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    env.update({"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache"), **(extra_env or {})})
+    cmd = [sys.executable, "-m", "autotuner", command, "--server", url, "--cluster", "c", "--workload", "w",
+           "--timeout", "10", *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+
+
+def cached_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache").rglob("*.json"))
+
+
+def assert_harmless(stdout: str) -> None:
+    """Only comment lines (one line each: a shell and a TaskProlog skip them) and export lines of the
+    names the gate allows."""
+    exported = [line.split("=")[0].removeprefix("export ") for line in stdout.splitlines() if line[:1] != "#"]
+    assert set(exported) <= set(GOOD) and not set(exported) & set(FORBIDDEN), stdout
+
+
+@pytest.mark.parametrize("answer", MALFORMED, ids=repr)
+def test_env_with_a_malformed_answer_exits_0_says_why_and_caches_nothing(tmp_path, serve, answer):
+    server = serve(answer)
+    for fmt in ("sh", "slurm"):
+        proc = hook(tmp_path, server.url, "--format", fmt)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr and "malformed" in proc.stderr
+        assert not [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+        assert "the answer was not used" in proc.stdout
+    assert cached_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("answer", MALFORMED, ids=repr)
+def test_exec_with_a_malformed_answer_runs_the_command(tmp_path, serve, answer):
+    server = serve(answer)
+    proc = hook(tmp_path, server.url, "--", sys.executable, "-c", "raise SystemExit(7)", command="exec")
+    assert proc.returncode == 7, proc.stderr  # the command ran; its exit code is its own
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["sh", "slurm", "env", "json"])
+def test_forbidden_variables_are_dropped_named_and_never_cached(tmp_path, serve, fmt):
+    server = serve({"exports": {**GOOD, **FORBIDDEN}, "env": {"LD_PRELOAD": "/tmp/evil.so"}})
+    proc = hook(tmp_path, server.url, "--format", fmt)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    if fmt == "json":
+        printed = json.loads(proc.stdout)
+        assert printed["exports"] == GOOD and printed["env"] == {}
+    else:
+        assert_harmless(proc.stdout)
+        assert "export NCCL_NSOCKS_PERTHREAD=" in proc.stdout and "AUTOTUNER_CONFIG=c/w/1n/v3" in proc.stdout
+        comments = [
+            line for line in proc.stdout.splitlines() if line.startswith("# nccl-autotuner: not exported")
+        ]
+        assert len(comments) == len(FORBIDDEN)
+    for name in ("LD_PRELOAD", "NCCL_NET_PLUGIN", "PYTHONPATH", "BASH_ENV", "NCCL_IB_SL"):
+        assert name in proc.stderr  # the warning names what was dropped
+    (cache,) = cached_files(tmp_path)
+    assert json.loads(cache.read_text())["exports"] == GOOD
+
+
+def test_exec_never_hands_a_forbidden_variable_to_the_command(tmp_path, serve):
+    server = serve({"exports": {**GOOD, **FORBIDDEN}})
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    proc = hook(tmp_path, server.url, "--", sys.executable, "-c", show, command="exec",
+                extra_env={"LD_LIBRARY_PATH": "/keep"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert "ld.so" not in proc.stderr and "LD_PRELOAD" not in seen  # the loader never saw it
+    assert seen["LD_LIBRARY_PATH"] == "/keep" and seen["PATH"] == os.environ["PATH"]  # the job's own stay
+    assert not {"NCCL_NET_PLUGIN", "PYTHONPATH", "BASH_ENV", "NCCL_BUFFSIZE", "NCCL_IB_SL"} & set(seen)
+    assert {k: seen[k] for k in GOOD} == GOOD
+
+
+def test_slurm_format_with_a_newline_in_a_value_exits_0_and_drops_only_that(tmp_path, serve):
+    server = serve({"exports": {**GOOD, "NCCL_SOCKET_IFNAME": "eth0\nexport LD_PRELOAD=/tmp/evil.so"}})
+    proc = hook(tmp_path, server.url, "--format", "slurm")
+    assert proc.returncode == 0, proc.stderr
+    assert_harmless(proc.stdout)
+    assert "export NCCL_NSOCKS_PERTHREAD=4\n" in proc.stdout
+    assert "not exported: NCCL_SOCKET_IFNAME" in proc.stdout
+
+
+def test_a_tampered_cache_is_ignored_when_the_service_is_down(tmp_path, serve):
+    server = serve({"exports": GOOD})
+    assert hook(tmp_path, server.url).returncode == 0
+    (cache,) = cached_files(tmp_path)
+    cache.write_text(json.dumps({"exports": {**GOOD, "LD_PRELOAD": "/tmp/evil.so"}}))
+    server.close()
+    proc = hook(tmp_path, server.url)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "does not pass the checks (ignored)" in proc.stderr
+
+
+def test_a_malformed_answer_falls_back_to_the_checked_cache_and_leaves_it(tmp_path, serve):
+    good = serve({"exports": GOOD})
+    assert hook(tmp_path, good.url).returncode == 0
+    (cache,) = cached_files(tmp_path)
+    before = cache.read_text()
+    good.body = json.dumps({"exports": ["LD_PRELOAD=/tmp/evil.so"]}).encode()  # same server, same cache key
+    proc = hook(tmp_path, good.url)
+    assert proc.returncode == 0 and "using the cached config c/w/1n/v3" in proc.stderr
+    assert "export NCCL_NSOCKS_PERTHREAD=4" in proc.stdout
+    assert_harmless(proc.stdout)
+    assert cache.read_text() == before
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1 (its own CA)."""
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    proc = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                           "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                           "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        pytest.skip(f"openssl cannot make a certificate here: {proc.stderr[-300:]}")
+    return cert, key
+
+
+def test_https_with_the_ca_file_is_trusted_and_without_it_is_not(tmp_path, serve, certificate):
+    server = serve({"exports": GOOD}, tls=certificate)
+    trusted = hook(tmp_path, server.url, extra_env={"AUTOTUNER_CA_FILE": str(certificate[0])})
+    assert trusted.returncode == 0 and trusted.stderr == "", trusted.stderr
+    assert "export AUTOTUNER_CONFIG=c/w/1n/v3" in trusted.stdout
+    spoofable = hook(tmp_path / "other", server.url)  # the system's CAs do not sign it
+    assert spoofable.returncode == 0 and spoofable.stdout == ""
+    assert "CERTIFICATE_VERIFY_FAILED" in spoofable.stderr
+
+
+def test_a_redirect_is_not_followed(tmp_path, serve):
+    target = serve({"exports": {**GOOD, "NCCL_MIN_NCHANNELS": "4"}})
+    redirect = serve(b"", status=302)
+    redirect.httpd.RequestHandlerClass.do_GET = _redirect_to(target.url)  # type: ignore[method-assign]
+    proc = hook(tmp_path, redirect.url)
+    assert proc.returncode == 0 and proc.stdout == "" and "302" in proc.stderr
+
+
+def _redirect_to(url: str):
+    def do_get(self) -> None:  # noqa: ANN001
+        self.send_response(302)
+        self.send_header("Location", url + self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    return do_get
