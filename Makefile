@@ -79,10 +79,12 @@ lint: setup
 bench: setup
 	$(BIN)/python -m bench.run
 
-# On a GPU node (after `make setup FLAVOR=cuda`): the dense trial on CUDA + NCCL, every precision,
-# the sparse_dist and semi_sync pipelines; writes bench/out/gpu-check.json (< 5 min).
+# On a GPU node (after `make setup FLAVOR=cuda`), < 6 min on one GPU: (a) world size 1, every precision
+# and pipeline; (b) 2 emulated nodes (nodes=hostids): NCCL's socket knobs swept, the trial with defaults
+# and the best; (c) a short study over the socket knobs. Writes bench/out/gpu-check.json; exits 2 where
+# there is no GPU. GPU_CHECK_ARGS: e.g. --phases a,b
 gpu-check:
-	$(BIN)/python -m bench.gpu_check
+	$(BIN)/python -m bench.gpu_check $(GPU_CHECK_ARGS)
 
 # Re-record the grid the search benchmark replays (real launches, ~5 min; the result is committed).
 landscape: setup

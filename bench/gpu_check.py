@@ -1,18 +1,32 @@
-"""`make gpu-check`: the dense trial on CUDA + NCCL, one short script for a lent GPU (< 5 minutes).
+"""`make gpu-check`: NCCL in the product's own loop on one GPU machine, one command, < 6 minutes.
 
-    python -m bench.gpu_check [--out bench/out/gpu-check.json] [--device cuda]
+    python -m bench.gpu_check [--out bench/out/gpu-check.json] [--phases a,b,c] [--budget-s 330]
 
-One launch of the demo job (DLRM) on one GPU (world size 1, NCCL): every comm precision under the
-`sparse_dist` and `semi_sync` pipelines, with NCCL_DEBUG=INFO parsed into what NCCL reported. Writes
-a JSON with the result's facts and a list of checks, prints a table, and exits 1 when a check fails.
-Needs torch, torchrec and fbgemm-gpu built for CUDA (`make setup FLAVOR=cuda`). `--device cpu` runs
-the same script where there is no GPU: the plumbing runs, and the CUDA-only checks fail as they should.
+Phases, each under its own timeout (clipped to what is left of the budget); one failing never stops
+the next:
+  a  world size 1 (NCCL, one GPU): the demo job, every comm precision under `sparse_dist` and `semi_sync`.
+  b  two emulated nodes (the local executor's nodes=hostids: a torchrun agent per node, each its own
+     NCCL_HOSTID, NCCL's socket transport over loopback, also when both share the one GPU): a plain
+     all_to_all sweep under NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS settings (what NCCL took, from
+     its log), then the trial with NCCL's defaults and with the sweep's best, each candidate's
+     all-to-all calls replayed alone right after it (its wire time against the same calls timed alone).
+  c  a short study: `autotuner tune --executor local --executor-option nodes=hostids --nnodes 2` over the
+     socket preset's two socket knobs (the job's precision and batch: the quality launch needs minutes),
+     published with its ladder.
+Writes the report (every check's verdict, the figures, what NCCL reported) and prints a table. Exit 0:
+every check passed; 1: some failed; 2: no GPU here (nothing is measured: no figure stands in for one).
+`--device cpu` runs the same phases on gloo, to check the plumbing where there is no GPU: NCCL's knobs
+cannot act there, and the checks that need NCCL fail as they should.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,12 +38,48 @@ from bench.trials import DEMO_WORKLOAD, torchrun
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
 PIPELINES = ("sparse_dist", "semi_sync")
+# Socket settings of the sweep (NSOCKS_PERTHREAD, SOCKET_NTHREADS); None: NCCL's defaults.
+SOCKET_SETTINGS: list[tuple[str, tuple[int, int] | None]] = [
+    ("default", None), ("1x1", (1, 1)), ("2x2", (2, 2)), ("4x4", (4, 4)), ("8x2", (8, 2)),
+]  # fmt: skip
+SWEEP_BYTES = [2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20]
+AGREE = 0.20  # a candidate's wire time within 20% of its calls timed alone
+PHASE_LIMITS = {"a": 150, "sweep": 45, "trial": 150, "c": 300}
+
+
+class Clock:
+    """The run's budget: each step gets what it asks for, or what is left."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.started = time.monotonic()
+        self.budget_s = budget_s
+
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def limit(self, wanted: float) -> float:
+        return max(0.0, min(wanted, self.left()))
 
 
 def spec(device: str, iterations: int) -> dict[str, Any]:
     return {"workload": DEMO_WORKLOAD, "device": device, "warmup": 5, "iterations": iterations,
             "candidates": [{"fwd_precision": p, "bwd_precision": p, "batch_size": 512, "pipeline": pipe}
                            for pipe in PIPELINES for p in PRECISIONS]}  # fmt: skip
+
+
+def two_node_spec(device: str, iterations: int) -> dict[str, Any]:
+    """Every precision under `sparse_dist` (the overlapped pipeline whose timing CUDA got wrong), and
+    fp32 with no pipeline; each candidate's all-to-all calls replayed alone after it."""
+    cands = [
+        {"fwd_precision": p, "bwd_precision": p, "batch_size": 512, "pipeline": "sparse_dist"}
+        for p in PRECISIONS
+    ]
+    cands.append({"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 512, "pipeline": "none"})
+    return {"workload": DEMO_WORKLOAD, "device": device, "warmup": 5, "iterations": iterations,
+            "candidates": cands, "extra": {"fidelity": True}}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- phase a
 
 
 def checks(result: dict[str, Any], device: str) -> list[dict[str, Any]]:
@@ -55,47 +105,399 @@ def checks(result: dict[str, Any], device: str) -> list[dict[str, Any]]:
     return out
 
 
+def candidate_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = ("fwd_precision", "pipeline", "status", "error", "effective_fwd_precision", "effective_bwd_precision",
+            "effective_pipeline", "samples_per_s", "iter_ms", "a2a_ms", "breakdown_ms", "quant_error",
+            "a2a_bytes_per_iter", "algbw_gbps", "dense_allreduce_bytes", "collectives")  # fmt: skip
+    return [{k: c.get(k) for k in keys} for c in result.get("candidates", [])]
+
+
+def phase_a(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
+    (work / "spec-a.json").write_text(json.dumps(spec(device, iterations)))
+    started = time.perf_counter()
+    env = {"TMPDIR": str(work)}
+    try:
+        proc = torchrun(["-m", "trials.bench", "--spec", str(work / "spec-a.json"), "--out", str(work / "a.json")],
+                        nproc=1, env=env, timeout=clock.limit(PHASE_LIMITS["a"]))  # fmt: skip
+        tail = proc.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        tail = "timed out"
+    result = _read_json(work / "a.json")
+    found = checks(result, device) if result.get("candidates") else [
+        {"check": "world size 1: the launch wrote a result", "ok": False, "saw": result.get("error") or tail}
+    ]  # fmt: skip
+    return {
+        "label": f"world size 1 on {result.get('device_name', 'unknown device')} ({device})",
+        "wall_s": time.perf_counter() - started,
+        "versions": result.get("versions"),
+        "nccl_effective": result.get("nccl_effective"),
+        "candidates": candidate_rows(result),
+        "checks": found,
+    }
+
+
+# ---------------------------------------------------------------------------------------- phase b
+
+
+def run_nodes(
+    name: str, argv: list[str], env: dict[str, str], work: Path, limit_s: float, nnodes: int = 2
+) -> int:
+    """Two (nnodes) emulated nodes as the local executor runs them with nodes=hostids: an agent each,
+    its own NCCL_HOSTID. Logs in work/NAME.nodeI.log; a launch past its limit is killed whole."""
+    from autotuner.executors.local import free_port, gpu_count, hostid_agents
+
+    if limit_s <= 0:
+        return 124
+    agents = hostid_agents(
+        name, nnodes, 1, sys.executable, f"{name}-{os.getpid()}", argv, free_port(), gpu_count()
+    )
+    procs = []
+    for i, command in enumerate(agents):
+        log = open(work / f"{name}.node{i}.log", "wb")  # noqa: SIM115 - closed below, after the wait
+        procs.append((subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True), log))  # fmt: skip
+    deadline = time.monotonic() + limit_s
+    rc = 0
+    for proc, log in procs:
+        try:
+            rc = max(rc, proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            rc = 124
+        log.close()
+    for proc, _ in procs:  # torchrun's workers run in sessions of their own: the whole group goes
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return rc
+
+
+def socket_env(setting: tuple[int, int] | None) -> dict[str, str]:
+    if setting is None:
+        return {}
+    return {"NCCL_NSOCKS_PERTHREAD": str(setting[0]), "NCCL_SOCKET_NTHREADS": str(setting[1])}
+
+
+def geomean(values: list[float]) -> float:
+    positive = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else 0.0
+
+
+def sweep(work: Path, clock: Clock) -> list[dict[str, Any]]:
+    rows = []
+    for label, setting in SOCKET_SETTINGS:
+        out = work / f"sweep-{label}.json"
+        env = {"TMPDIR": str(work), **socket_env(setting)}
+        rc = run_nodes(f"sweep-{label}", ["-m", "trials.raw_a2a", "--bytes", ",".join(map(str, SWEEP_BYTES)),
+                                           "--warmup", "3", "--iterations", "10", "--out", str(out)],
+                       env, work, clock.limit(PHASE_LIMITS["sweep"]))  # fmt: skip
+        report = _read_json(out)
+        by_size = {int(r["raw"]["bytes_per_iter"]): r["raw"]["algbw_gbps"] for r in report.get("rows", [])}
+        effective = report.get("nccl_effective") or {}
+        rows.append({
+            "setting": label, "requested": socket_env(setting), "rc": rc, "nnodes": report.get("nnodes"),
+            "algbw_gbps_by_bytes": by_size, "geomean_algbw_gbps": geomean(list(by_size.values())),
+            "nccl_reported": {k: effective.get(k) for k in ("network", "socket_nthreads", "socket_nsocks_perthread",
+                                                             "nnodes", "transport_kinds", "peer_transports",
+                                                             "nics", "set_by_environment", "env_source")},
+        })  # fmt: skip
+    return rows
+
+
+def best_setting(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    measured = [r for r in rows if r["requested"] and r["geomean_algbw_gbps"] > 0]
+    return max(measured, key=lambda r: r["geomean_algbw_gbps"]) if measured else None
+
+
+def two_node_trial(
+    name: str, env: dict[str, str], device: str, iterations: int, work: Path, clock: Clock
+) -> dict[str, Any]:
+    spec_path, out = work / f"spec-{name}.json", work / f"{name}.json"
+    spec_path.write_text(json.dumps(two_node_spec(device, iterations)))
+    rc = run_nodes(name, ["-m", "trials.bench", "--spec", str(spec_path), "--out", str(out), "--quiet"],
+                   {"TMPDIR": str(work), **env}, work, clock.limit(PHASE_LIMITS["trial"]))  # fmt: skip
+    result = _read_json(out)
+    fidelity = {f["candidate"]: f for f in result.get("fidelity", [])}
+    rows = candidate_rows(result)
+    for i, row in enumerate(rows):
+        f = fidelity.get(i)
+        if f and f.get("raw"):
+            row["a2a_alone_ms"] = f["raw"]["ms"]["median"]
+            row["wire_vs_alone"] = (
+                (row["a2a_ms"] or {}).get("median", 0.0) / f["raw"]["ms"]["median"]
+                if f["raw"]["ms"]["median"]
+                else None
+            )
+    effective = result.get("nccl_effective") or {}
+    return {"rc": rc, "env": env, "error": result.get("error"), "nnodes": result.get("nnodes"),
+            "env_per_rank": result.get("env_per_rank"), "nccl_effective": effective, "candidates": rows}  # fmt: skip
+
+
+def phase_b(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
+    started = time.perf_counter()
+    rows = sweep(work, clock)
+    best = best_setting(rows)
+    default = next((r for r in rows if r["setting"] == "default"), None)
+    trials = {"default": two_node_trial("trial-2node-default", {}, device, iterations, work, clock)}
+    if best is not None:
+        trials["best"] = two_node_trial(
+            "trial-2node-best", best["requested"], device, iterations, work, clock
+        )
+    report: dict[str, Any] = {"sweep": rows, "best": best["setting"] if best else None, "trials": trials}
+    if best and default and default["geomean_algbw_gbps"]:
+        report["best_vs_default_algbw"] = best["geomean_algbw_gbps"] / default["geomean_algbw_gbps"]
+    ok_trials = [t for t in trials.values() if t["candidates"]]
+    if len(ok_trials) == 2:
+        rate = [
+            {r["fwd_precision"] + " " + r["pipeline"]: r["samples_per_s"] for r in t["candidates"]}
+            for t in ok_trials
+        ]
+        report["best_vs_default_samples_per_s"] = {
+            k: rate[1][k] / rate[0][k] for k in rate[0] if rate[0][k] and rate[1].get(k)
+        }
+    report["checks"] = phase_b_checks(device, rows, trials)
+    report["wall_s"] = time.perf_counter() - started
+    return report
+
+
+def phase_b_checks(device: str, rows: list[dict[str, Any]], trials: dict[str, Any]) -> list[dict[str, Any]]:
+    cuda = device == "cuda"
+    default = next((r for r in rows if r["setting"] == "default"), {"nccl_reported": {}})
+    reported = default["nccl_reported"]
+    out = [
+        {"check": "2 nodes: every sweep launch measured", "ok": all(r["algbw_gbps_by_bytes"] for r in rows),
+         "saw": {r["setting"]: r["rc"] for r in rows}},
+        {"check": "2 nodes: NCCL saw nNodes 2", "ok": cuda and reported.get("nnodes") == 2, "saw": reported.get("nnodes")},
+        {"check": "2 nodes: peers reached through NET/Socket", "ok": cuda and "NET" in (reported.get("transport_kinds") or []),
+         "saw": reported.get("peer_transports")},
+    ]  # fmt: skip
+    for r in rows:
+        if r["requested"]:
+            want = (int(r["requested"]["NCCL_SOCKET_NTHREADS"]), int(r["requested"]["NCCL_NSOCKS_PERTHREAD"]))
+            took = (
+                r["nccl_reported"].get("socket_nthreads"),
+                r["nccl_reported"].get("socket_nsocks_perthread"),
+            )
+            out.append({"check": f"sweep {r['setting']}: NCCL took the requested threads x sockets", "ok": cuda and took == want,
+                        "saw": took})  # fmt: skip
+    for name, trial in trials.items():
+        out.append({"check": f"trial {name}: 2 nodes, every candidate ok",
+                    "ok": trial["nnodes"] == 2 and bool(trial["candidates"]) and all(c["status"] == "ok" for c in trial["candidates"]),
+                    "saw": trial["error"] or [c["error"] for c in trial["candidates"] if c["error"]] or trial["nnodes"]})  # fmt: skip
+        hostids = (trial.get("env_per_rank") or {}).get("NCCL_HOSTID")
+        out.append({"check": f"trial {name}: each rank's NCCL_HOSTID recorded", "ok": bool(hostids) and len(set(hostids)) == 2,
+                    "saw": hostids})  # fmt: skip
+        for c in trial["candidates"]:
+            ratio = c.get("wire_vs_alone")
+            out.append({"check": f"trial {name} {c['fwd_precision']} {c['pipeline']}: wire time within {AGREE:.0%} of the calls alone",
+                        "ok": ratio is not None and abs(ratio - 1) <= AGREE,
+                        "saw": None if ratio is None else f"{ratio:.2f}x ({(c['a2a_ms'] or {}).get('median', 0):.3f} ms vs {c.get('a2a_alone_ms', 0):.3f} ms)"})  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------- phase c
+
+
+def study_space(device: str) -> dict[str, Any]:
+    """The socket preset's two socket knobs at the job's own precision and batch. On gloo (`--device
+    cpu`) they cannot act: forced in, so the plumbing still runs (never published)."""
+    from autotuner.space.sources import read_source
+
+    preset = read_source("socket")
+    env = {k: preset["env"][k] for k in ("NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS")}
+    space: dict[str, Any] = {"env": env, "fixed_env": preset.get("fixed_env", {}), "precisions": [["fp32", "fp32"]],
+                             "batch_sizes": [512], "sharding": ["table_wise"], "num_threads": [None]}  # fmt: skip
+    if device == "cpu":
+        space["force_inert"] = sorted(env)
+    return space
+
+
+def phase_c(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
+    started = time.perf_counter()
+    study = work / "study"
+    study.mkdir(exist_ok=True)
+    (study / "space.json").write_text(json.dumps(study_space(device)))
+    (study / "workload.json").write_text(json.dumps(DEMO_WORKLOAD))
+    db = f"sqlite:///{study / 'store.db'}"
+    argv = [sys.executable, "-m", "autotuner", "tune", "--cluster", "gpu-check", "--workload", str(study / "workload.json"),
+            "--space", str(study / "space.json"), "--db", db, "--workdir", str(study / "launches"),
+            "--executor", "local", "--executor-option", "nodes=hostids", "--nnodes", "2", "--nproc", "1",
+            "--trials", "3", "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", "3",
+            "--ladder-rounds", "2", "--quality-samples", "0", "--launch-timeout", "120"]  # fmt: skip
+    log = study / "tune.log"
+    try:
+        with open(log, "wb") as f:
+            rc = subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(work)},
+                                timeout=clock.limit(PHASE_LIMITS["c"]) or 1).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        rc = 124
+    report: dict[str, Any] = {"command": " ".join(argv[1:]), "rc": rc, "wall_s": time.perf_counter() - started,
+                              "log_tail": log.read_text(errors="replace")[-3000:] if log.exists() else ""}  # fmt: skip
+    report.update(study_report(db))
+    report["checks"] = phase_c_checks(device, report)
+    return report
+
+
+def study_report(db: str) -> dict[str, Any]:
+    from autotuner.store import Store
+
+    try:
+        store = Store(db)
+        rows = store.studies()
+    except Exception as exc:  # the store may not exist if the CLI failed at once
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if not rows:
+        return {"error": "no study in the store"}
+    s = rows[-1]
+    launches = store.launches(s.id)
+    served = store.served_config("gpu-check", s.workload.name, 2)
+    return {
+        "state": str(s.state), "error": s.error, "inert": s.inert, "outcome": s.outcome,
+        "launches": [{"seq": x.seq, "kind": str(x.kind), "state": str(x.state), "env": x.env} for x in launches],
+        "published": None if served is None else {"version": served.version, "env": served.env,
+                                                  "evidence": served.evidence},
+    }  # fmt: skip
+
+
+def phase_c_checks(device: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    cuda = device == "cuda"
+    outcome = report.get("outcome") or {}
+    inert = report.get("inert") or {}
+    published = report.get("published") or {}
+    return [
+        {"check": "study: done", "ok": report.get("state") == "done", "saw": report.get("error") or report.get("state") or report.get("log_tail", "")[-300:]},
+        {"check": "study: socket knobs searched, not inert (NCCL over sockets between 2 nodes)",
+         "ok": cuda and not {"NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS"} & set(inert), "saw": inert},
+        # a gain is published with its ladder; no significant gain publishes the baseline, saying so
+        {"check": "study: published (with its ladder, or the baseline and why)",
+         "ok": bool(published) and ("ladder" in outcome or "baseline" in str(outcome.get("decision"))),
+         "saw": {"version": published.get("version"), "env": published.get("env"), "decision": outcome.get("decision")}},
+        {"check": "study: evidence labelled emulation", "ok": "emulation" in (published.get("evidence") or {}),
+         "saw": (published.get("evidence") or {}).get("emulation")},
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- the run
+
+
+def gpu_here() -> tuple[bool, str]:
+    try:
+        import torch
+    except ImportError as exc:
+        return False, f"torch does not import ({exc})"
+    if not torch.cuda.is_available():
+        return False, f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+    return True, f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "bench" / "out" / "gpu-check.json"))
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--iterations", type=int, default=30, help="measured steps per candidate")
-    args = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    (work / "spec.json").write_text(json.dumps(spec(args.device, args.iterations)))
-    started = time.perf_counter()
-    proc = torchrun(
-        ["-m", "trials.bench", "--spec", str(work / "spec.json"), "--out", str(work / "r.json")], nproc=1
+    p.add_argument(
+        "--phases", default="a,b,c", help="which phases: a (world size 1), b (2 nodes), c (a study)"
     )
-    wall = time.perf_counter() - started
-    result = json.loads((work / "r.json").read_text()) if (work / "r.json").exists() else {}
-    found = checks(result, args.device) if result else [
-        {"check": "the launch wrote a result", "ok": False, "saw": proc.stderr[-2000:]}
-    ]  # fmt: skip
-    report = {
-        "label": f"gpu-check on {result.get('device_name', 'unknown device')} ({args.device})",
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "wall_s": wall,
-        "versions": result.get("versions"),
-        "nccl_effective": result.get("nccl_effective"),
-        "candidates": [
-            {k: c.get(k) for k in ("fwd_precision", "pipeline", "status", "error", "effective_fwd_precision",
-                                   "effective_bwd_precision", "effective_pipeline", "samples_per_s", "breakdown_ms",
-                                   "quant_error", "a2a_bytes_per_iter", "dense_allreduce_bytes")}
-            for c in result.get("candidates", [])
-        ],
-        "checks": found,
-        "ok": all(c["ok"] for c in found),
-    }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    for c in found:
-        print(
-            f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']}" + ("" if c["ok"] else f": {str(c['saw'])[:120]}")
-        )
-    print(f"{report['label']}: {'all checks passed' if report['ok'] else 'some checks failed'} in {wall:.0f} s; "
-          f"wrote {args.out}")  # fmt: skip
+    p.add_argument("--iterations", type=int, default=30, help="measured steps per candidate")
+    p.add_argument("--budget-s", type=float, default=330.0, help="the whole run; phases are clipped to it")
+    p.add_argument(
+        "--work", help="where launches write (kept: logs, NCCL INFO logs, results); default a temp dir"
+    )
+    args = p.parse_args(argv)
+    if args.device == "cuda":
+        ok, saw = gpu_here()
+        if not ok:
+            print(f"make gpu-check: no GPU here: {saw}. Nothing was measured; run it on a GPU node "
+                  "(`make setup FLAVOR=cuda` first), or `--device cpu` to check the plumbing.", file=sys.stderr)  # fmt: skip
+            return 2
+    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    clock = Clock(args.budget_s)
+    report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
+                              "work": str(work), "phases": {}}  # fmt: skip
+    runners = {"a": phase_a, "b": phase_b, "c": phase_c}
+    for phase in phases:
+        print(f"phase {phase} ({clock.left():.0f} s of the budget left)", flush=True)
+        try:
+            report["phases"][phase] = runners[phase](args.device, args.iterations, work, clock)
+        except Exception as exc:  # one phase failing never stops the next
+            report["phases"][phase] = {"error": f"{type(exc).__name__}: {exc}",
+                                       "checks": [{"check": f"phase {phase} ran", "ok": False, "saw": repr(exc)}]}  # fmt: skip
+        _write(args.out, report, clock)
+    a = report["phases"].get("a", {})
+    report["label"] = a.get("label") or f"gpu-check ({args.device})"
+    report["versions"] = a.get("versions")
+    _write(args.out, report, clock)
+    print_table(report)
     return 0 if report["ok"] else 1
+
+
+def _write(out: str, report: dict[str, Any], clock: Clock) -> None:
+    found = [c for phase in report["phases"].values() for c in phase.get("checks", [])]
+    report["checks"] = found
+    report["ok"] = bool(found) and all(c["ok"] for c in found)
+    report["wall_s"] = time.monotonic() - clock.started
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=140)
+    b = report["phases"].get("b", {})
+    if b.get("sweep"):
+        sweep_table = Table(title="2 emulated nodes: plain all_to_all, algbw GB/s (NCCL's report: threads x sockets)",
+                            title_justify="left")  # fmt: skip
+        sizes = sorted({int(k) for r in b["sweep"] for k in r["algbw_gbps_by_bytes"]})
+        for col in ("setting", *(f"{s / 2**20:g} MiB" for s in sizes), "geomean", "NCCL took"):
+            sweep_table.add_column(col, justify="right")
+        for r in b["sweep"]:
+            rep = r["nccl_reported"]
+            sweep_table.add_row(r["setting"], *(f"{r['algbw_gbps_by_bytes'].get(s, 0):.2f}" for s in sizes),
+                                f"{r['geomean_algbw_gbps']:.2f}", f"{rep.get('socket_nthreads')} x {rep.get('socket_nsocks_perthread')}")  # fmt: skip
+        console.print(sweep_table)
+    for name, trial in (b.get("trials") or {}).items():
+        t = Table(title=f"2-node trial, {name} ({' '.join(f'{k}={v}' for k, v in trial['env'].items()) or 'NCCL defaults'})",
+                  title_justify="left")  # fmt: skip
+        for col in (
+            "candidate",
+            "samples/s",
+            "step ms",
+            "a2a ms",
+            "alone ms",
+            "wire/alone",
+            "input dist",
+            "sparse",
+            "dense",
+            "exposed",
+        ):
+            t.add_column(col, justify="right")
+        for c in trial["candidates"]:
+            bd = c.get("breakdown_ms") or {}
+            t.add_row(f"{c['fwd_precision']} {c['pipeline']}", f"{c['samples_per_s'] or 0:,.0f}",
+                      f"{(c['iter_ms'] or {}).get('median', 0):.2f}", f"{(c['a2a_ms'] or {}).get('median', 0):.3f}",
+                      f"{c.get('a2a_alone_ms', 0):.3f}", f"{c['wire_vs_alone']:.2f}" if c.get("wire_vs_alone") else "-",
+                      *(f"{bd.get(k, 0):.2f}" for k in ("input_dist", "sparse_comm", "dense_comm", "exposed_comm")))  # fmt: skip
+        console.print(t)
+    checks = Table(title=f"{report['label']}: checks", title_justify="left")
+    checks.add_column("")
+    checks.add_column("check")
+    checks.add_column("saw", overflow="fold")
+    for c in report["checks"]:
+        checks.add_row(
+            "ok" if c["ok"] else "[red]FAIL[/red]", c["check"], "" if c["ok"] else str(c["saw"])[:160]
+        )
+    console.print(checks)
+    verdict = "all checks passed" if report["ok"] else "some checks failed"
+    console.print(f"{report['label']}: {verdict} in {report['wall_s']:.0f} s")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 if __name__ == "__main__":

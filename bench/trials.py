@@ -26,9 +26,17 @@ DEMO_WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json")
 SPARSE_WORKLOAD = {k: v for k, v in DEMO_WORKLOAD.items() if k != "dense"}
 
 
-def torchrun(args: list[str], nproc: int = 2, netns_rate: str | None = None) -> subprocess.CompletedProcess:
+def torchrun(
+    args: list[str],
+    nproc: int = 2,
+    netns_rate: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess:
     """`torchrun --standalone` of `args` (a module's or a script's) on this machine; with `netns_rate`,
-    inside a fresh network namespace whose loopback is limited to that rate (an emulated fabric)."""
+    inside a fresh network namespace whose loopback is limited to that rate (an emulated fabric);
+    `env`: added to this process's environment."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
     ns = None
     if netns_rate:
@@ -37,7 +45,9 @@ def torchrun(args: list[str], nproc: int = 2, netns_rate: str | None = None) -> 
             subprocess.run(step, check=True, capture_output=True)
         cmd = ["ip", "netns", "exec", ns, *cmd]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        )
     finally:
         if ns:
             subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -28,6 +28,7 @@ from trials.result import (  # noqa: E402
     write_json_atomic,
 )
 from trials.spec import SpecError, load_spec  # noqa: E402
+from trials.watchdog import SHARE_OF_PG_TIMEOUT, Watchdog  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,26 +52,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trials.bench: bad spec: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from trials.runner import TrialRunner  # torch, torchrec, fbgemm: seconds of imports
+    from trials.runner import PG_TIMEOUT, TrialRunner  # torch, torchrec, fbgemm: seconds of imports
 
-    runner = TrialRunner(spec, _STARTED, launch_env)
+    def stalled(message: str) -> None:
+        if rank == 0:
+            write_json_atomic(args.out, error_result(f"TrialStalled: {message}", launch_env))
+
+    limit = PG_TIMEOUT.total_seconds() * SHARE_OF_PG_TIMEOUT
+    watchdog = Watchdog(limit, stalled, exit_code=EXIT_LAUNCH_FAILED).start()
+    runner = TrialRunner(spec, _STARTED, launch_env, watchdog)
     try:
         result = runner.run()
     except Exception as exc:
         if rank == 0:
-            write_json_atomic(
-                args.out,
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "status": "error",
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "env": launch_env,
-                },
-            )
+            write_json_atomic(args.out, error_result(f"{type(exc).__name__}: {exc}", launch_env))
         print(f"trials.bench: launch failed on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LAUNCH_FAILED
     finally:
+        watchdog.beat("shutting down")
         runner.close()
+        watchdog.stop()
 
     failed = [c for c in result["candidates"] if c["status"] != "ok"]
     result["status"] = (
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_result:
             print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
     return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
+
+
+def error_result(error: str, launch_env: dict[str, str]) -> dict[str, object]:
+    return {"schema_version": SCHEMA_VERSION, "status": "error", "error": error, "env": launch_env}
 
 
 if __name__ == "__main__":

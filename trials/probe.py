@@ -150,6 +150,7 @@ class CommProbe:
     """Records CommEvents into per-iteration buckets while installed."""
 
     cuda: bool = False
+    on_call: Any = None  # called on every collective issued, recording or not (the trial's watchdog)
     iterations: list[list[CommEvent]] = field(default_factory=list)
     markers: list[Any] = field(default_factory=list)
     _originals: dict[str, Any] = field(default_factory=dict)
@@ -193,6 +194,8 @@ class CommProbe:
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.on_call is not None:
+                self.on_call()
             if not self.recording:
                 return original(*args, **kwargs)
             pos = _SEND_POS.get(name, 1)

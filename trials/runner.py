@@ -27,6 +27,7 @@ from trials.quality import QualityContext, train_and_score
 from trials.result import SCHEMA_VERSION, read_nccl_conf_files
 from trials.spec import CandidateSpec, TrialSpec
 from trials.stats import summarize
+from trials.watchdog import Watchdog
 
 PG_TIMEOUT = timedelta(seconds=int(os.environ.get("AUTOTUNER_TRIAL_PG_TIMEOUT_S", "300")))
 
@@ -50,8 +51,11 @@ def _versions(backend: str) -> dict[str, str]:
 
 
 class TrialRunner:
-    def __init__(self, spec: TrialSpec, started: float, launch_env: dict[str, str]) -> None:
+    def __init__(
+        self, spec: TrialSpec, started: float, launch_env: dict[str, str], watchdog: Watchdog | None = None
+    ) -> None:
         self.spec = spec
+        self.watchdog = watchdog
         self.started = started
         self.launch_env = launch_env
         self.rank = int(os.environ.get("RANK", "0"))
@@ -69,7 +73,15 @@ class TrialRunner:
         if want == "cuda" and not has_gpu:
             raise RuntimeError("spec asks for device 'cuda' but no GPU is visible to this process")
         if want == "cuda" or (want == "auto" and has_gpu):
-            device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            gpus = torch.cuda.device_count()
+            if self.local_size > gpus:  # NCCL would fail init with "Duplicate GPU detected"
+                raise RuntimeError(
+                    f"{self.local_size} ranks of this host on {gpus} GPU(s): NCCL refuses two ranks of one "
+                    f"host on one GPU. Run at most {gpus} rank(s) per node (--nproc-per-node {gpus}), or "
+                    "emulate nodes that share the GPU, each a host of its own (the local executor's "
+                    "nodes=hostids)"
+                )
+            device = torch.device("cuda", self.local_rank % gpus)
             torch.cuda.set_device(device)
             return device, "nccl"
         return torch.device("cpu"), "gloo"
@@ -78,7 +90,8 @@ class TrialRunner:
         # NCCL reads these once, at communicator init: set before the first collective.
         if "NCCL_DEBUG" not in os.environ:
             os.environ["NCCL_DEBUG"] = "INFO"
-            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET")
+            # INIT also carries the per-peer transport lines ("via NET/Socket/0"); P2P their connects.
+            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET,P2P")
         if "NCCL_DEBUG_FILE" not in os.environ:
             path = Path(tempfile.gettempdir()) / f"autotuner-nccl-{os.getpid()}.log"
             os.environ["NCCL_DEBUG_FILE"] = str(path)
@@ -94,10 +107,14 @@ class TrialRunner:
         dist.init_process_group(**kwargs)
         self.pg = dist.group.WORLD
         self.default_threads = torch.get_num_threads()
-        self.probe = CommProbe(cuda=self.device.type == "cuda")
+        self.probe = CommProbe(cuda=self.device.type == "cuda", on_call=self._beat)
         self.probe.install()
 
     # ------------------------------------------------------------------ measuring
+
+    def _beat(self, stage: str | None = None) -> None:
+        if self.watchdog is not None:
+            self.watchdog.beat(stage)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -177,6 +194,7 @@ class TrialRunner:
 
     def _candidate(self, sw: ShardedWorkload, index: int, cand: CandidateSpec) -> dict[str, Any]:
         """Measure one candidate on every rank and merge the ranks' views on rank 0's side."""
+        self._beat(f"candidate {index} ({cand.label()})")
         try:
             local: dict[str, Any] = {"ok": True, **self._measure(sw, cand)}
         except Exception as exc:  # a failed candidate is a result, not a crash
@@ -263,6 +281,7 @@ class TrialRunner:
         ctx = QualityContext.make(self.spec, self.device, self.pg, self.local_size)
         results = []
         for i, cand in enumerate(self.spec.candidates):
+            self._beat(f"quality candidate {i} ({cand.label()})")
             try:
                 local: dict[str, Any] = {"ok": True, **train_and_score(
                     ctx, cand, self.spec.sharding_of(cand), self.spec.pipeline_of(cand))}  # fmt: skip
@@ -314,7 +333,7 @@ class TrialRunner:
             lines = self.nccl_log.read_text(errors="replace").splitlines()
         except OSError:
             return {}
-        return parse_nccl_info(lines)
+        return parse_nccl_info(lines, self.launch_env, read_nccl_conf_files(self.launch_env))
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -338,12 +357,23 @@ def _cpu_name() -> str:
     return "cpu"
 
 
+# Set per node by design (an emulated node's host id): reported per rank, not as a mismatch.
+PER_NODE_ENV = ("NCCL_HOSTID",)
+
+
 def env_report(rank_env: list[dict[str, str]]) -> dict[str, Any]:
     keys = sorted(set().union(*rank_env))
+    per_node = {k: [env.get(k) for env in rank_env] for k in keys if k in PER_NODE_ENV}
     mismatch = {
-        k: [env.get(k) for env in rank_env] for k in keys if len({env.get(k) for env in rank_env}) > 1
+        k: [env.get(k) for env in rank_env]
+        for k in keys
+        if k not in PER_NODE_ENV and len({env.get(k) for env in rank_env}) > 1
     }
-    return {"env": rank_env[0], "env_consistent": not mismatch, "env_mismatch": mismatch}
+    shared = {k: v for k, v in rank_env[0].items() if k not in PER_NODE_ENV}
+    report = {"env": shared, "env_consistent": not mismatch, "env_mismatch": mismatch}
+    if per_node:
+        report["env_per_rank"] = per_node
+    return report
 
 
 def failed_candidate(index: int, cand: CandidateSpec, spec: TrialSpec, error: str) -> dict[str, Any]:

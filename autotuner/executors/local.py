@@ -1,5 +1,10 @@
 """Local executor: torchrun on this machine, optionally inside an emulated bandwidth-limited fabric.
 
+Several nodes on one machine are emulation, labelled so: `ranks` (N x G ranks in one torchrun),
+`hostids` (a torchrun agent per node, each its own NCCL_HOSTID, so NCCL takes every node for a host
+of its own and talks its socket transport over loopback: NCCL's network knobs act, even with every
+node on one GPU), `namespaces` (a network namespace and hostname per node, a shaped bridge between).
+
 Each launch runs a generated `launch.sh` (the dryrun, golden-tested) in a new session. The script
 writes the trial's exit code to a file, so a tuner that was killed and restarted can still tell how
 its launches ended. torchrun puts every worker in a session of its own, so killing a launch means
@@ -11,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -32,6 +39,21 @@ from autotuner.executors.script import (
 )
 
 LAUNCH_TAG = "AUTOTUNER_LAUNCH"
+# nodes=hostids: NCCL's socket transport over loopback between the emulated nodes. NCCL takes ranks
+# with another host hash (hostname + boot id, or NCCL_HOSTID) for other hosts: no P2P or SHM between.
+HOSTID_ENV = {
+    "NCCL_NET": "Socket",
+    "NCCL_SOCKET_IFNAME": "lo",
+    "NCCL_IB_DISABLE": "1",
+    "GLOO_SOCKET_IFNAME": "lo",
+}
+# ... and where nodes share GPUs, nothing that reaches a device directly (one GPU is "on" every node).
+SHARED_GPU_ENV = {
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "NCCL_MNNVL_ENABLE": "0",
+}
 _RATE = re.compile(FABRIC_RATE)
 _NETNS = re.compile(r"^[a-z0-9][a-z0-9-]{0,14}$")
 
@@ -73,18 +95,26 @@ class LocalRequest(ScriptRequest):
 class LocalExecutor(Executor):
     name = "local"
 
-    def __init__(self, *, fabric: Fabric | None = None, nodes: str = "one") -> None:
+    def __init__(
+        self, *, fabric: Fabric | None = None, nodes: str = "one", gpus: int | None = None,
+        rdzv_port: int | None = None,
+    ) -> None:  # fmt: skip
         self.fabric = fabric
         # How N nodes run on this box (labelled as emulation in the script; never a stand-in for real
-        # nodes): "ranks", N x G ranks in one torchrun; "namespaces", a network namespace per node.
+        # nodes): "ranks", N x G ranks in one torchrun; "hostids", an agent and NCCL host id per node;
+        # "namespaces", a network namespace per node.
         self.nodes = nodes
+        self.gpus = gpu_count() if gpus is None else gpus
+        self.rdzv_port = rdzv_port  # nodes=hostids: None picks a free port per launch
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[LocalRequest]:
         if launch.nnodes != 1 and self.nodes == "one":
             raise ValueError(
-                "the local executor runs one node; nodes=ranks or nodes=namespaces emulates more"
+                "the local executor runs one node; nodes=ranks, nodes=hostids or nodes=namespaces emulates more"
             )
+        if launch.spec.get("device") != "cpu":
+            check_gpu_sharing(self.nodes, launch.nnodes, launch.nproc_per_node, self.gpus)
         tag = f"{launch.name}-{os.urandom(3).hex()}"
         q = shlex.quote
         lines = [
@@ -95,6 +125,8 @@ class LocalExecutor(Executor):
         lines += exports(launch.env)
         if self.nodes == "namespaces":
             lines += self._namespaced(launch, tag)
+        elif self.nodes == "hostids":
+            lines += self._hostids(launch, tag)
         else:
             lines += self._standalone(launch)
         exit_file = launch.workdir / EXIT_CODE_FILE  # written whole (rename), so never read half-written
@@ -133,7 +165,22 @@ class LocalExecutor(Executor):
         lines = [f"# {network.label()}", sweep_command(_study_prefix(network.prefix)), f"trap {shlex.quote(teardown)} EXIT",
                  "trap 'exit 143' TERM INT HUP",  # a cancel (SIGTERM) still runs the EXIT trap
                  f"{create} || exit {EXIT_NO_NETNS}", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure)]  # fmt: skip
-        agents = node_agents(network, launch.nproc_per_node, launch.python, tag, launch.trial_argv())
+        agents = node_agents(
+            network, launch.nproc_per_node, launch.python, tag, launch.trial_argv(), self.gpus
+        )
+        for i, command in enumerate(agents):
+            lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
+        lines.append("rc=0")
+        lines += [f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(launch.nnodes)]
+        return lines
+
+    def _hostids(self, launch: LaunchRequest, tag: str) -> list[str]:
+        """A torchrun agent per node on this host, each with its own NCCL host id (c10d rendezvous
+        on loopback); they share the machine's GPUs when there are fewer than ranks."""
+        port = self.rdzv_port or free_port()
+        agents = hostid_agents(launch.name, launch.nnodes, launch.nproc_per_node, launch.python, tag,
+                               launch.trial_argv(), port, self.gpus)  # fmt: skip
+        lines = [f"# {hostids_label(launch.nnodes, launch.nproc_per_node, self.gpus)}"]
         for i, command in enumerate(agents):
             lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
         lines.append("rc=0")
@@ -208,12 +255,82 @@ class LocalExecutor(Executor):
             child.poll()
 
 
+def gpu_count() -> int:
+    """GPUs this machine's launches can see (CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`); 0 without."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+def check_gpu_sharing(nodes_mode: str, nnodes: int, per_node: int, gpus: int) -> None:
+    """NCCL refuses two ranks of one host on one GPU ("Duplicate GPU detected"): say so before
+    launching, with the fix. Emulated nodes may share GPUs (each is a host of its own)."""
+    if gpus <= 0:
+        return
+    ranks_of_a_host = per_node * (nnodes if nodes_mode in ("one", "ranks") else 1)
+    if ranks_of_a_host > gpus:
+        raise ValueError(
+            f"{ranks_of_a_host} ranks of one host on {gpus} GPU(s): NCCL refuses two ranks of one host on "
+            f"one GPU. Run at most {gpus} rank(s) per node (--nproc {gpus}), or emulate nodes that share "
+            "the GPUs, each a host of its own (--nnodes N --executor-option nodes=hostids)"
+        )
+
+
+def hostids_label(nnodes: int, per_node: int, gpus: int) -> str:
+    where = (
+        ("each on GPUs of its own" if gpus >= nnodes * per_node else f"sharing {gpus} GPU(s)")
+        if gpus
+        else "on CPU"
+    )
+    return (f"emulated: {nnodes} nodes as torchrun agents on one machine, each its own NCCL_HOSTID, "
+            f"NCCL's socket transport over loopback (unshaped), {where}")  # fmt: skip
+
+
+def hostid_agents(
+    name: str, nnodes: int, per_node: int, python: str, tag: str, argv: list[str], port: int, gpus: int
+) -> list[list[str]]:
+    """One torchrun agent per emulated node running `argv`: its own NCCL_HOSTID, NCCL on sockets over
+    loopback, c10d rendezvous on 127.0.0.1:`port` (node 0 holds the store). Ranks of a node get GPUs
+    of their own when there are enough for every rank, else every node sees them all."""
+    own_gpus = gpus >= nnodes * per_node
+    commands = []
+    for i in range(nnodes):
+        env = {"NCCL_HOSTID": f"{name}-node{i}", **HOSTID_ENV}
+        if gpus and own_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i * per_node + r) for r in range(per_node))
+        elif gpus:
+            env.update(SHARED_GPU_ENV)
+        agent = [
+            python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={tag}",
+            f"--rdzv-conf=is_host={str(i == 0).lower()}", "--local-addr=127.0.0.1", *argv,
+        ]  # fmt: skip
+        commands.append(["env", *(f"{k}={v}" for k, v in env.items()), *agent])
+    return commands
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the rendezvous of one launch)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def node_agents(
-    network: NodeNetwork, per_node: int, python: str, tag: str, argv: list[str]
+    network: NodeNetwork, per_node: int, python: str, tag: str, argv: list[str], gpus: int = 0
 ) -> list[list[str]]:
     """One torchrun agent per emulated node running `argv` (c10d rendezvous on node 0's address),
-    each pinned to cores of its own where there are enough."""
+    each pinned to cores of its own where there are enough, in a UTS namespace named after its node
+    (NCCL tells hosts apart by hostname: two nodes on one GPU are then two hosts, not a duplicate)."""
     cores = os.cpu_count() or 1
+    own_gpus = gpus >= network.nodes * per_node
     commands = []
     for i in range(network.nodes):
         agent = [
@@ -225,8 +342,14 @@ def node_agents(
         ]  # fmt: skip
         cpus = f"{i * per_node}-{(i + 1) * per_node - 1}"
         pin = ["taskset", "-c", cpus] if cores >= network.nodes * per_node else []
-        commands.append(["ip", "netns", "exec", network.node(i), *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
-                         "NCCL_SOCKET_IFNAME=eth0", *agent])  # fmt: skip
+        devices = (
+            [f"CUDA_VISIBLE_DEVICES={','.join(str(i * per_node + r) for r in range(per_node))}"]
+            if gpus and own_gpus
+            else []
+        )
+        hostname = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', network.node(i)]
+        commands.append(["ip", "netns", "exec", network.node(i), *hostname, *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
+                         "NCCL_SOCKET_IFNAME=eth0", *devices, *agent])  # fmt: skip
     return commands
 
 

@@ -159,11 +159,14 @@ class LocalOptions(ExecutorOptions):
         None, "emulate a fabric: the ranks' loopback limited to this rate (tbf) in a network namespace (root)",
         "a number with kbit, mbit or gbit, e.g. 2gbit",
     )  # fmt: skip
-    nodes: Literal["one", "ranks", "namespaces"] = option(
+    nodes: Literal["one", "ranks", "hostids", "namespaces"] = option(
         "one",
         "how a launch of N nodes runs here: one (refused), ranks (N x nproc_per_node ranks in one torchrun), "
-        "namespaces (a network namespace per node, a shaped bridge between them, a torchrun agent each; root)",
-        "one, ranks or namespaces",
+        "hostids (a torchrun agent per node, each its own NCCL_HOSTID, NCCL's socket transport over "
+        "loopback: NCCL's own knobs act, also with every node on one GPU), "
+        "namespaces (a network namespace and hostname per node, a shaped bridge between them, a torchrun "
+        "agent each; root)",
+        "one, ranks, hostids or namespaces",
     )
 
 

@@ -26,7 +26,7 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Co
     if ctx.inert:
         evidence["inert"] = ctx.inert  # searched or fixed, but unable to act here: never exported
     emulated = [f"fabric at {ctx.settings.fabric}"] if ctx.settings.fabric else []
-    if ctx.settings.executor_options.get("nodes") in ("ranks", "namespaces"):
+    if ctx.settings.executor_options.get("nodes") in ("ranks", "hostids", "namespaces"):
         emulated.append(
             f"{ctx.settings.nnodes} node(s) as {ctx.settings.executor_options['nodes']} on one machine"
         )

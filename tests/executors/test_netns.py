@@ -29,7 +29,7 @@ def request(workdir: Path, nnodes: int = 2, **kw) -> LaunchRequest:
 
 def test_the_namespace_plan_is_golden():
     launch = request(Path("/srv/autotuner/study-1/launch-0007"))
-    script = LocalExecutor(fabric=Fabric("1gbit"), nodes="namespaces").dryrun(launch).rendered
+    script = LocalExecutor(fabric=Fabric("1gbit"), nodes="namespaces", gpus=0).dryrun(launch).rendered
     assert re.sub(r"--rdzv-id=s1-l7-[0-9a-f]{6}", "--rdzv-id=s1-l7-TAG", script) == GOLDEN.read_text()
 
 
@@ -54,7 +54,7 @@ def test_the_plan_keeps_to_its_own_namespaces():
 
 
 def test_more_nodes_than_one_need_an_emulation():
-    with pytest.raises(ValueError, match="nodes=ranks or nodes=namespaces"):
+    with pytest.raises(ValueError, match="nodes=ranks, nodes=hostids or nodes=namespaces"):
         LocalExecutor().dryrun(request(Path("/tmp/x")))
 
 

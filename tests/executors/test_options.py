@@ -30,7 +30,7 @@ LANDSCAPE = REPO / "tests" / "data" / "landscape-small.json"
 IMAGE = "registry.example.com/nccl-autotuner-trial:0.1.0"
 # The least each executor needs, a misspelt option name, and a value of the wrong type.
 CASES = {
-    "local": ({}, "node", {"nodes": "pods"}, "nodes='pods': expected one, ranks or namespaces"),
+    "local": ({}, "node", {"nodes": "pods"}, "nodes='pods': expected one, ranks, hostids or namespaces"),
     "replay": ({"landscape": str(LANDSCAPE)}, "delay", {"delay_s": "slow"}, "delay_s='slow': expected seconds"),
     "slurm": ({}, "partiton", {"rdzv_port": "29500"}, "rdzv_port='29500': expected 1..65535"),
     "kubernetes": ({"image": IMAGE}, "gpu_per_node", {"efa_per_node": "4"},
