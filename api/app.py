@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s,
                                       SharedGeneration(Path(shared)) if shared else None)  # fmt: skip
         app.state.cache.start()
-        app.state.metrics = Metrics(app.state.store)
+        app.state.metrics = Metrics(app.state.store, app.state.cache)
         app.state.scheduler = None
         if settings.scheduler:
             # `autotuner serve` starts one scheduler beside its workers and names it; an app run on its

@@ -23,7 +23,13 @@ What a client may rely on, and how it holds:
   serves every change within `refresh_s`; a client switching replicas can see an older state for
   up to `refresh_s`, never a 404 for what was published (the miss path asks the store).
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
-  catch up retries after `refresh_s`, so monotonicity holds while the store answers.
+  catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
+  that starts while the store is down starts anyway and loads when it answers.
+- One bad row never stops serving. Rows are rendered one by one: a row that cannot be rendered (a
+  name or a value an older version let into the store, a tampered row, one that does not pass the
+  gate of what a job may be handed) is logged, counted (`autotuner_configs_unservable` in
+  /metrics) and answered 500 with the reason on its own (cluster, workload); every other key is
+  served as before.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autotuner.configs import config_to_dict, render
+from autotuner.configs import check_exports, config_to_dict, render
 from autotuner.store import Config, Store, pick_served
 
 log = logging.getLogger("autotuner.api.cache")
@@ -53,6 +59,8 @@ class Served:
     id: int
     config: dict[str, Any]
     body: dict[str, bytes]  # format -> pre-rendered response
+    key: tuple[str, str] = ("", "")  # (cluster, workload)
+    error: str | None = None  # why this row cannot be served (then `body` is empty)
 
 
 class SharedGeneration:
@@ -127,7 +135,11 @@ class ConfigCache:
     def all(self) -> list[dict[str, Any]]:
         if self.shared.value > self.generation:
             self._catch_up()
-        return [s.config for entries in self._served.values() for s in entries]
+        return [s.config for entries in self._served.values() for s in entries if s.error is None]
+
+    def unservable(self) -> list[Served]:
+        """The served rows that could not be rendered (each answered 500 on its own key)."""
+        return [s for entries in self._served.values() for s in entries if s.error is not None]
 
     def refresh(self) -> None:
         """Load the store's state if it is newer than what we serve (one primary-key read if not)."""
@@ -152,13 +164,17 @@ class ConfigCache:
                 return  # another thread loaded it meanwhile
             generation, heads = self._heads_at_least(target)
             pins = dict(heads)
-            known = self._rendered
-            rows = self.store.configs_by_id([i for i, p in heads if (i, p) not in known])
+            known = {
+                key: entry for key, entry in self._rendered.items() if entry.error is None
+            }  # retry the rest
+            wanted = [i for i, p in heads if (i, p) not in known]
+            rows = self._rows(wanted)
             fresh = {row.id: self._render(row, pins[row.id]) for row in rows}
-            rendered = {(i, p): known.get((i, p)) or fresh[i] for i, p in heads}
+            fresh.update(self._unreadable(set(wanted) - set(fresh)))
+            rendered = {(i, p): entry for i, p in heads if (entry := known.get((i, p)) or fresh.get(i))}
             served: dict[tuple[str, str], list[Served]] = {}
             for entry in rendered.values():
-                served.setdefault((entry.config["cluster"], entry.config["workload"]), []).append(entry)
+                served.setdefault(entry.key, []).append(entry)
             self.shared.raise_to(generation)  # before anyone answers with it
             self._rendered, self._served = rendered, served
             self.generation = generation  # last: readers compare it first
@@ -174,16 +190,58 @@ class ConfigCache:
             generation = target  # labelled so, or every answer would try to catch up
         return generation, heads
 
+    def _rows(self, ids: list[int]) -> list[Config]:
+        """The rows of `ids`; if they cannot be read together (a row the ORM cannot load), one by
+        one, leaving out the ones that cannot be read at all."""
+        try:
+            return self.store.configs_by_id(ids)
+        except Exception as exc:
+            if len(ids) <= 1:
+                log.error("config cache: config %s cannot be read (%s: %s)", ids, type(exc).__name__, exc)
+                return []
+            return [row for i in ids for row in self._rows([i])]
+
+    def _unreadable(self, ids: set[int]) -> dict[int, Served]:
+        """Served entries that say why, for rows whose data could not be read."""
+        if not ids:
+            return {}
+        try:
+            labels = self.store.config_labels(sorted(ids))
+        except Exception:
+            log.error(
+                "config cache: configs %s cannot be read, nor named: not served", sorted(ids), exc_info=True
+            )
+            return {}
+        return {
+            i: Served(nodes, created_at, i, {}, {}, (cluster, workload),
+                      f"config {i} (v{version}, {nodes} node(s)) cannot be served: its stored data cannot be read")
+            for i, cluster, workload, nodes, version, created_at in labels
+        }  # fmt: skip
+
     @staticmethod
     def _render(row: Config, pinned: bool) -> Served:
+        """A row pre-rendered in every format, or, when it cannot be, a Served that says why."""
         # `pinned` as of the generation read: the row itself was read a moment later
-        config = {**config_to_dict(row), "pinned": pinned}
-        body = {"json": json.dumps(config).encode(), "env": render(config, "sh").encode(),
-                "slurm": render(config, "slurm").encode()}  # fmt: skip
-        return Served(row.nodes, row.created_at, row.id, config, body)
+        try:
+            key = (row.cluster.name, row.workload.name)
+            config = {**config_to_dict(row), "pinned": pinned}
+            _, dropped = check_exports(config["exports"])
+            if dropped:
+                raise ValueError("; ".join(f"{name}: {why}" for name, why in dropped.items()))
+            body = {"json": json.dumps(config).encode(), "env": render(config, "sh").encode(),
+                    "slurm": render(config, "slurm").encode()}  # fmt: skip
+        except Exception as exc:
+            error = f"config {row.id} (v{row.version}, {row.nodes} node(s)) cannot be served: {exc}"
+            log.error("config cache: %s", error)
+            key = _key_of(row)
+            return Served(row.nodes, row.created_at, row.id, {}, {}, key, error)
+        return Served(row.nodes, row.created_at, row.id, config, body, key)
 
     def start(self) -> None:
-        self._load(self.shared.value)
+        try:
+            self._load(self.shared.value)
+        except Exception:  # the store is down: start anyway, the loop loads when it answers
+            log.warning("config cache: nothing loaded at start (the store did not answer)", exc_info=True)
         self._thread = threading.Thread(target=self._loop, name="config-cache", daemon=True)
         self._thread.start()
 
@@ -198,3 +256,10 @@ class ConfigCache:
                 self.refresh()
             except Exception:  # the DB blinked: keep serving what we have, try again next tick
                 continue
+
+
+def _key_of(row: Config) -> tuple[str, str]:
+    try:
+        return (str(row.cluster.name), str(row.workload.name))
+    except Exception:  # not even its names: kept under a key no request can name
+        return ("", f"config {row.id}")

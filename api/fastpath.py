@@ -42,7 +42,7 @@ class ConfigFastPath:
             return await self.app(scope, receive, send)
         cluster, workload, nodes, fmt = request
         served = state.cache.get(cluster, workload, nodes)
-        if served is None:  # the route answers the 404 (and counts the miss)
+        if served is None or served.error:  # the route answers the 404 or 500 (and counts it)
             return await self.app(scope, receive, send)
         state.metrics.hits[fmt].inc()
         scope["route"] = _ROUTE  # the latency metric is labelled by route, as for routed requests

@@ -33,9 +33,24 @@ class StoreCollector(Collector):
         yield trials
 
 
+class CacheCollector(Collector):
+    """What this worker's config cache cannot serve (rows an older version or a tamperer stored)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "autotuner_configs_unservable",
+            "Served configs that cannot be rendered (answered 500 on their own key; the log says why)",
+            value=len(self.cache.unservable()),
+        )
+
+
 class Metrics:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, cache: Any = None) -> None:
         self.store = store
+        self.cache = cache
         self.registry = CollectorRegistry()
         self.config_fetches = Counter(
             "autotuner_config_fetches", "Config fetches by format and result", ["format", "result"],
@@ -64,4 +79,6 @@ class Metrics:
             for collector in (self.config_fetches, self.latency):
                 registry.register(collector)
         registry.register(StoreCollector(self.store))
+        if self.cache is not None:
+            registry.register(CacheCollector(self.cache))
         return generate_latest(registry)

@@ -30,7 +30,8 @@ def served(cache: CacheDep, _: ReadAccess) -> list[dict]:
     "/{cluster}/{workload}",
     response_model=ConfigPublic,
     responses={200: {"content": {"text/plain": {}}, "description": "the config (JSON, or export lines)"},
-               404: {"description": "nothing published for this cluster and workload"}},
+               404: {"description": "nothing published for this cluster and workload"},
+               500: {"description": "the config published for it cannot be served (why, in `detail`)"}},
 )  # fmt: skip
 async def fetch(
     request: Request,
@@ -50,9 +51,12 @@ async def fetch(
     served = cache.get(cluster, workload, nodes)
     if served is None:  # rare: off the event loop, the store's word
         served = await run_in_threadpool(cache.find, cluster, workload, nodes)
-    request.app.state.metrics.config_fetches.labels(format, "hit" if served else "miss").inc()
+    result = "miss" if served is None else "error" if served.error else "hit"
+    request.app.state.metrics.config_fetches.labels(format, result).inc()
     if served is None:
         raise HTTPException(404, f"no config published for {cluster}/{workload}")
+    if served.error:  # one row that cannot be rendered: said on its own key, every other is served
+        raise HTTPException(500, served.error)
     return Response(served.body[format], media_type=MEDIA_TYPES[format])
 
 

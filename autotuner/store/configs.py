@@ -114,6 +114,18 @@ class ConfigRecords(StudyRecords):
         generation = int(rows[0][0]) if rows else 0
         return generation, [(i, bool(p)) for _, i, p in rows if i is not None]
 
+    def config_labels(self, ids: Sequence[int]) -> list[tuple[int, str, str, int, int, Any]]:
+        """(id, cluster, workload, nodes, version, created_at) of configs, without reading their
+        JSON columns: what names a row whose data cannot be loaded."""
+        query = (
+            select(Config.id, Cluster.name, Workload.name, Config.nodes, Config.version, Config.created_at)
+            .join(Config.cluster)
+            .join(Config.workload)
+            .where(Config.id.in_(list(ids)))
+        )
+        with self.session() as s:
+            return [tuple(row) for row in s.execute(query)]  # type: ignore[misc]
+
     def configs_by_id(self, ids: Sequence[int]) -> list[Config]:
         with self.session() as s:
             return list(s.scalars(select(Config).where(Config.id.in_(list(ids)))).unique())

@@ -1,0 +1,87 @@
+"""One bad row never stops serving (issue 21): a config that cannot be rendered (a name with a newline
+an older version stored, a tampered env, a column that is not JSON) is answered 500 on its own key and
+counted in /metrics; every other config is served, and the service starts with it in the store."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.store import Store
+from tests.api.conftest import TOKENS, make_server
+
+FIELDS = dict(fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise", evidence={})
+GOOD = [("cpu-box", "small"), ("cpu-box", "large"), ("gpu-box", "small")]
+# Each: what an older version (or someone with the database) left in a row of workload "bad".
+BAD_ROWS = {
+    "newline in the cluster name": "UPDATE at_clusters SET name = 'evil' || char(10) WHERE name = 'evil'",
+    "a loader variable in env": """UPDATE at_configs SET env = '{"LD_PRELOAD": "/tmp/evil.so"}' WHERE {bad}""",
+    "a newline in a value": """UPDATE at_configs SET env = '{"NCCL_SOCKET_IFNAME": "a\\nb"}' WHERE {bad}""",
+    "a name with '='": """UPDATE at_configs SET env = '{"A=B": "1"}' WHERE {bad}""",
+    "env is not JSON": "UPDATE at_configs SET env = 'not json' WHERE {bad}",
+    "env is a list": "UPDATE at_configs SET env = '[1, 2]' WHERE {bad}",
+}
+BAD_ID = "id = (SELECT max(id) FROM at_configs)"
+
+
+def populate(store: Store, bad_row: str) -> None:
+    for workload in ("small", "large", "bad"):
+        store.upsert_workload(workload, {})
+    for cluster, workload in GOOD:
+        store.publish_config(cluster=cluster, workload=workload, nodes=1, env={"NCCL_NSOCKS_PERTHREAD": "4"},
+                             **FIELDS)  # fmt: skip
+    store.publish_config(cluster="evil", workload="bad", nodes=1, env={}, **FIELDS)
+    with store.engine.begin() as conn:
+        conn.execute(text(BAD_ROWS[bad_row].replace("{bad}", BAD_ID)))
+        conn.execute(text("UPDATE at_config_generation SET generation = generation + 1"))
+
+
+def unservable(metrics_text: str) -> float:
+    match = re.search(r"^autotuner_configs_unservable (\S+)$", metrics_text, re.M)
+    assert match, metrics_text
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("bad_row", list(BAD_ROWS))
+def test_every_other_config_is_served_and_the_bad_one_says_why(tmp_path, bad_row):
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    populate(store, bad_row)
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        for cluster, workload in GOOD:
+            for fmt in ("json", "env", "slurm"):
+                response = client.get(f"/v1/configs/{cluster}/{workload}", params={"format": fmt})
+                assert response.status_code == 200, (cluster, workload, fmt, response.text)
+        listing = client.get("/v1/configs").json()
+        assert sorted((c["cluster"], c["workload"]) for c in listing) == sorted(GOOD)
+        assert unservable(client.get("/metrics").text) == 1
+        if bad_row != "newline in the cluster name":  # that key no URL can name
+            response = client.get("/v1/configs/evil/bad")
+            assert response.status_code == 500 and "cannot be served" in response.json()["detail"]
+    store.dispose()
+
+
+def test_the_service_starts_and_restarts_with_a_bad_row_in_the_store(tmp_path):
+    server = make_server(tmp_path)
+    store = Store(f"sqlite:///{server.data_dir / 'autotuner.db'}")
+    populate(store, "newline in the cluster name")
+    store.dispose()
+    for _ in range(2):  # a start, then a restart, each with the row already there
+        server.start()
+        try:
+            client = server.client("read")
+            for cluster, workload in GOOD:
+                assert client.get(f"/v1/configs/{cluster}/{workload}").status_code == 200
+            assert (
+                unservable(client.get("/metrics", headers={"Authorization": f"Bearer {TOKENS['read']}"}).text)
+                == 1
+            )
+        finally:
+            server.kill(signal.SIGTERM)
+    assert "cannot be served" in server.log.read_text()
