@@ -50,19 +50,35 @@ class Guard:
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await self._reject(send)
         seen = 0
+        too_large = False
+        started = False
 
         async def limited() -> dict[str, Any]:
-            nonlocal seen
+            nonlocal seen, too_large
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
+                too_large = True
                 raise _TooLarge
             return message
 
+        async def answer(message: dict[str, Any]) -> None:
+            # The app may catch the exception above (FastAPI turns any error while reading a body into
+            # "400 There was an error parsing the body"): once the body was too large, the answer is 413.
+            nonlocal started
+            if too_large:
+                if not started:
+                    started = True
+                    await self._reject(send)
+                return
+            started = True
+            await send(message)
+
         try:
-            await self.app(scope, limited, send)
+            await self.app(scope, limited, answer)
         except _TooLarge:
-            await self._reject(send)
+            if not started:
+                await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
         body = b'{"detail":"request body too large (limit %d bytes)"}' % self.max_bytes

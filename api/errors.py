@@ -6,9 +6,12 @@ alike; locations point into the request body of `POST /v1/studies`, where these 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from autotuner.space import FIELDS as SPACE_FIELDS
@@ -35,7 +38,7 @@ async def _space(request: Request, exc: Exception) -> JSONResponse:
 
 def _space_loc(variable: str) -> list[str | int]:
     """Where a space problem is in the body: a field of the space, or a variable of its env."""
-    if not variable:
+    if not variable or variable == "space":
         return ["body", "space"]
     return ["body", "space", variable] if variable in SPACE_FIELDS else ["body", "space", "env", variable]
 
@@ -56,7 +59,25 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=404)
 
 
+async def _request(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own 422, made JSON-safe: a NaN or an infinity in the request (Python's JSON reads
+    them) was echoed back as `input`, which no JSON can carry, and the answer became a 500."""
+    assert isinstance(exc, RequestValidationError)
+    return _unprocessable(_finite(jsonable_encoder(exc.errors())))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan", "inf", "-inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _request)
     app.add_exception_handler(SpaceError, _space)
     app.add_exception_handler(SpecError, _spec)
     app.add_exception_handler(StudyError, _study)

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
+from autotuner.space import PRESETS
 from autotuner.store import Candidate, Launch, Study, StudyState
 from autotuner.tuning import RequestSettings
 
@@ -35,14 +36,21 @@ class StudyCreate(BaseModel):
     name: str | None = Field(None, **NAME_FIELD)
     cluster: str = Field(**NAME_FIELD)
     workload: dict[str, Any] = Field(description="the trial spec's workload object: name, tables, sharding")
-    space: dict[str, Any] | str = Field(description="a search space object, or a preset name (socket, efa)")
+    space: dict[str, Any] | str = Field(
+        description=f"a search space object, or a preset name ({', '.join(PRESETS)}); never a path on the server"
+    )
     settings: RequestSettings = Field(default_factory=RequestSettings)
 
     @field_validator("space")
     @classmethod
     def _preset_name(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
-        if isinstance(value, str) and len(value) > 64:
-            raise ValueError("a preset name is at most 64 characters")
+        # A string is a preset's name, nothing else: the service never opens a file a request names
+        # (that read files on the server and said in its errors what they held, or that none existed).
+        if isinstance(value, str) and value not in PRESETS:
+            raise ValueError(
+                f"not a preset: give a preset name ({', '.join(PRESETS)}) or the space as an object "
+                "(a path is never read on the server)"
+            )
         return value
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from autotuner.limits import limits
 from autotuner.paths import default_data_dir
 
 SCOPES = ("read", "write", "admin")
@@ -34,7 +35,10 @@ class Settings(BaseSettings):
     scheduler: bool = True  # run queued studies in this process
     executors: str = "local,replay"  # which executors studies may ask for
     executor_options: str = "{}"  # JSON: {"slurm": {"partition": "gpu"}, "replay": {"landscape": "..."}}
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int = Field(default_factory=lambda: limits().max_body_bytes, ge=1)  # 413 above it
+    # "module:function" names a REST request may give as the space's quality_data (comma-separated): the
+    # scheduler imports and calls it, so only the operator says which. The CLI may name any.
+    quality_data: str = ""
     config_refresh_s: float = 1.0  # how soon a publish by another replica is served
 
     @field_validator("tokens")
@@ -68,6 +72,10 @@ class Settings(BaseSettings):
     def token_scopes(self) -> dict[str, str]:
         pairs = (p.strip() for p in self.tokens.split(","))
         return {secret: scope for secret, _, scope in (p.rpartition(":") for p in pairs if p)}
+
+    @cached_property
+    def allowed_quality_data(self) -> list[str]:
+        return [q.strip() for q in self.quality_data.split(",") if q.strip()]
 
     @cached_property
     def allowed_executors(self) -> list[str]:

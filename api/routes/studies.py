@@ -20,6 +20,7 @@ from api.schemas import (
     study_public,
     trial_public,
 )
+from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
 
@@ -49,7 +50,14 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
                                           f"{executor!r} is not enabled here (enabled: {enabled})")])  # fmt: skip
     study_settings_ = study_settings(body.settings, workdir=str(settings.data_dir / "runs"),
                                      executor_options=settings.options_for(executor))  # fmt: skip
-    study = create_study(store, cluster=body.cluster, workload=body.workload, space=body.space,
+    space = load_space(body.space)  # a preset's name or an object (StudyCreate): never a file
+    if space.quality_data is not None and space.quality_data not in settings.allowed_quality_data:
+        allowed = ", ".join(settings.allowed_quality_data) or "none"
+        raise HTTPException(422, [invalid(["body", "space", "quality_data"],
+                                          f"{space.quality_data!r} is not allowed here: the scheduler imports and calls "
+                                          "it on the service host, so the operator lists the module:function names a "
+                                          f"request may give in AUTOTUNER_QUALITY_DATA (allowed: {allowed})")])  # fmt: skip
+    study = create_study(store, cluster=body.cluster, workload=body.workload, space=space,
                          settings=study_settings_, name=body.name)  # fmt: skip
     return to_public(store, study)
 

@@ -26,6 +26,7 @@ from autotuner.envvars import (
     safety_problems,
     show_value,
 )
+from autotuner.limits import limits, over
 from autotuner.space.dims import IntRange
 
 # SearchSpace's fields, for the message on an unknown one (the model imports this module, not back).
@@ -64,6 +65,10 @@ def check_declaration(data: dict[str, Any]) -> tuple[list[Problem], dict[str, An
     fixed values as exported strings) and invalid entries dropped so pydantic does not report them twice."""
     problems: list[Problem] = []
     clean = dict(data)
+    oversized = [k for k in ("env", "fixed_env", "allow_risky", "force_inert", "ladder", *INPROC_FIELDS)
+                 if _too_many(k, data.get(k), problems)]  # fmt: skip
+    if oversized:  # nothing more is read of those: their size is the error
+        data = clean = {**clean, **{k: type(data[k])() for k in oversized}}
     allowed = _check_allow_risky(data.get("allow_risky"), problems)
     dims: dict[str, list[int | str | None] | IntRange] = {}
     fixed: dict[str, str] = {}
@@ -75,9 +80,22 @@ def check_declaration(data: dict[str, Any]) -> tuple[list[Problem], dict[str, An
         searched = env if isinstance(env, Mapping) else {}
         fixed = clean["fixed_env"] = _check_fixed_env(fixed_env, searched, allowed, problems)
     for key in INPROC_FIELDS:
-        _check_inproc(key, data.get(key), problems)
+        if key not in oversized:
+            _check_inproc(key, data.get(key), problems)
     problems += _space_relations(dims, fixed, data.get("sharding", ["table_wise"]))
     return problems, clean
+
+
+def _too_many(field: str, values: Any, problems: list[Problem]) -> bool:
+    """A list or mapping of the space longer than AUTOTUNER_MAX_DIM_VALUES (a problem is recorded)."""
+    if not isinstance(values, list | Mapping):
+        return False
+    limit = limits().max_dim_values
+    if len(values) <= limit:
+        return False
+    what = f"the number of {'variables' if isinstance(values, Mapping) else 'values'} in {field}"
+    problems.append(Problem(field, "too-large", over(what, len(values), limit, "AUTOTUNER_MAX_DIM_VALUES")))
+    return True
 
 
 def _check_env(
@@ -111,12 +129,23 @@ def _check_inproc(key: str, values: Any, problems: list[Problem]) -> None:
         return  # pydantic names the type
     if not values:
         problems.append(Problem(key, "empty-dimension", f"{key} is empty: give at least one value"))
-    seen: list[Any] = []
+    seen: set[Any] = set()  # linear: a long list must not cost its square
     for value in values:
-        item = tuple(value) if isinstance(value, list) else value  # a precision pair arrives as a list
+        item = _hashable(value)
         if item in seen:
             problems.append(Problem(key, "duplicate", f"{_shown(value)} appears twice in {key}"))
-        seen.append(item)
+        seen.add(item)
+
+
+def _hashable(value: Any) -> Any:
+    """A key equal where the values are (a precision pair arrives as a list; anything odd by its JSON)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", json.dumps(value, sort_keys=True, default=repr))
+    return value
 
 
 def _space_relations(
@@ -177,6 +206,8 @@ def _check_dim(
 
 
 def _check_list(name: str, var: EnvVar, values: list[Any], problems: list[Problem]) -> list[Any]:
+    if _too_many(name, values, problems):
+        return []
     if not values:
         problems.append(
             Problem(name, "empty-dimension", f"{name} has no values: list some (null = unset) or remove it")

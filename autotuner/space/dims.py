@@ -25,8 +25,13 @@ class IntRange(BaseModel):
     step: StrictInt | None = None
 
     def values(self) -> list[int] | None:
-        """Every point when the range has a step, else None (a continuum for the sampler)."""
+        """Every point when the range has a step, else None (a continuum for the sampler). Ask
+        `count()` first: a wide range with a small step is a long list."""
         return list(range(self.low, self.high + 1, self.step)) if self.step else None
+
+    def count(self) -> int | None:
+        """How many points `values()` would list (None without a step), without listing them."""
+        return len(range(self.low, self.high + 1, self.step)) if self.step else None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from pydantic import (
 )
 
 from autotuner.envvars import Problem, errors, lint_env
-from autotuner.space.checks import SpaceError, check_declaration, schema_problems
+from autotuner.limits import limits, over
+from autotuner.space.checks import INPROC_FIELDS, SpaceError, check_declaration, schema_problems
 from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
 from autotuner.space.sources import with_preset
 
@@ -86,6 +87,9 @@ class SearchSpace(BaseModel):
             raise SpaceError(problems + schema_problems(exc)) from None
         if errors(problems):
             raise SpaceError(problems)
+        problems += _grid_problems(space)
+        if errors(problems):
+            raise SpaceError(problems)
         space._warnings = problems
         return space
 
@@ -111,14 +115,14 @@ class SearchSpace(BaseModel):
     def env_grid(self) -> list[dict[str, str]] | None:
         """Every env point as exported (unset variables omitted, fixed_env not included), leaving out the
         points check_env rejects. None when a range has no step or the grid exceeds MAX_GRID points."""
+        sizes = [dim.count() if isinstance(dim, IntRange) else len(dim) for dim in self.env.values()]
+        if None in sizes or math.prod(sizes) > MAX_GRID:  # type: ignore[arg-type]
+            return None  # a continuum, or too many points to list: sampled instead
         axes: list[list[tuple[str, int | str | None]]] = []
         for name, dim in self.env.items():
             values = dim.values() if isinstance(dim, IntRange) else list(dim)
-            if values is None:
-                return None
+            assert values is not None
             axes.append([(name, v) for v in values])
-        if math.prod(len(a) for a in axes) > MAX_GRID:
-            return None
         grid = []
         for combo in itertools.product(*axes):
             env = to_env_strings(dict(combo))
@@ -133,3 +137,17 @@ class SearchSpace(BaseModel):
     def check_env(self, env: Mapping[str, str]) -> list[Problem]:
         """Problems of one concrete point (fixed_env merged under it); errors mean: do not launch it."""
         return lint_env({**self.fixed_env, **env}, allow_risky=self.allow_risky)
+
+
+def _grid_problems(space: SearchSpace) -> list[Problem]:
+    """The in-process grid (what `inproc_points` lists and the scheduler draws from) within the cap."""
+    sizes = {key: len(getattr(space, key)) for key in INPROC_FIELDS}
+    total = math.prod(sizes.values())
+    limit = limits().max_candidates
+    if total <= limit:
+        return []
+    shape = " x ".join(f"{key} {n:,}" for key, n in sizes.items())
+    what = f"the in-process grid ({shape})"
+    return [
+        Problem("space", "too-large", over(what, total, limit, "AUTOTUNER_MAX_CANDIDATES", " candidates"))
+    ]

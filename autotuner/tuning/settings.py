@@ -35,8 +35,9 @@ class RequestSettings(BaseModel):
         6, ge=0, le=10_000, description="search launches (each measures several candidates)"
     )
     time_budget_s: float | None = Field(
-        None, gt=0, le=7 * 86400, description="seconds; no new search launch after", **_cli("time-budget")
-    )
+        None, gt=0, le=7 * 86400, allow_inf_nan=False, description="seconds; no new search launch after",
+        **_cli("time-budget"),
+    )  # fmt: skip
     candidates_per_launch: int | None = Field(
         None, ge=1, le=1000, description="cap k of candidates per launch (default: every in-process point)"
     )
@@ -57,8 +58,9 @@ class RequestSettings(BaseModel):
         description="samples each model trains on in the convergence check (0 skips it)",
     )
     launch_timeout_s: float = Field(
-        900, gt=0, le=86400, description="seconds before a launch is killed", **_cli("launch-timeout")
-    )
+        900, gt=0, le=86400, allow_inf_nan=False, description="seconds before a launch is killed",
+        **_cli("launch-timeout"),
+    )  # fmt: skip
     fabric: str | None = Field(
         None,
         max_length=16,

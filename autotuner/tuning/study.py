@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.executors import settings_options, validate_options
+from autotuner.limits import limits, over
 from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
@@ -72,6 +73,11 @@ def create_study(
     taken), each naming the problem.
     """
     check_name("cluster", cluster)
+    tables = workload.get("tables") if isinstance(workload, dict) else None
+    if isinstance(tables, list) and len(tables) > (limit := limits().max_tables):
+        raise StudyError(
+            over("the number of tables", len(tables), limit, "AUTOTUNER_MAX_TABLES"), "workload.tables"
+        )
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
