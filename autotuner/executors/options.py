@@ -184,12 +184,43 @@ class ReplayOptions(ExecutorOptions):
 
 # ---------------------------------------------------------------------------------------- slurm
 
-# Set by the executor from the launch: an extra sbatch argument may not fight them.
+# Set by the executor from the launch, or changing the environment a trial runs with: an extra sbatch
+# argument may not fight them.
 SLURM_OWN_ARGS = {
     "--job-name", "--nodes", "--ntasks-per-node", "--ntasks", "--output", "--error", "--open-mode", "--chdir",
     "--time", "--exclusive", "--partition", "--account", "--qos", "--gpus-per-node", "--cpus-per-task",
     "--constraint", "--parsable", "--wrap", "--export", "--requeue", "--no-requeue", "--array", "--wait",
+    "--export-file", "--get-user-env",
 }  # fmt: skip
+# sbatch's long options (man sbatch, Slurm 23.02-24.11). sbatch reads them with getopt_long, which takes
+# any unique prefix of an option as the option: `--outp=x` is --output, `--arr=1-1000` is --array. An
+# extra argument is judged as the option sbatch will read it as.
+SBATCH_LONG_OPTIONS = SLURM_OWN_ARGS | {
+    f"--{name}" for name in (
+        "acctg-freq", "batch", "bb", "bbf", "begin", "cluster-constraint", "clusters", "comment", "container",
+        "container-id", "contiguous", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "deadline",
+        "delay-boot", "dependency", "distribution", "exclude", "extra", "extra-node-info", "gid", "gpu-bind",
+        "gpu-freq", "gpus", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint", "hold",
+        "ignore-pbs", "input", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "nodefile", "nodelist",
+        "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "oom-kill-step", "overcommit", "oversubscribe",
+        "power", "prefer", "priority", "profile", "propagate", "quiet", "reboot", "reservation", "resv-ports",
+        "segment", "signal", "sockets-per-node", "spread-job", "stepmgr", "switches", "test-only", "thread-spec",
+        "threads-per-core", "time-min", "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes",
+        "verbose", "version", "wait-all-nodes", "wckey",
+    )
+}  # fmt: skip
+
+
+def sbatch_reads_as(name: str) -> set[str]:
+    """The options sbatch may read `--name` as: itself where it is an option, else every option it is
+    a prefix of (one: getopt_long takes it as that option; several: sbatch refuses it as ambiguous).
+    A name that is neither is left to sbatch."""
+    if name in SBATCH_LONG_OPTIONS:
+        return {name}
+    return {option for option in SBATCH_LONG_OPTIONS if option.startswith(name)} or {name}
+
+
 _SBATCH_ARG = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=%*\[\]-]+)?")
 _TIME_LIMIT = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
 
@@ -209,9 +240,11 @@ def _sbatch_arg(arg: str) -> str:
             "characters; it becomes an #SBATCH line)"
         )
     name = arg.split("=", 1)[0]
-    if name in SLURM_OWN_ARGS:
+    own = sorted(sbatch_reads_as(name) & SLURM_OWN_ARGS)
+    if own:
+        shown = name if own == [name] else f"{name} (sbatch reads it as {' or '.join(own)})"
         raise OptionError(
-            f"{name} is set by the executor; use its own option (partition, account, qos, time_limit, "
+            f"{shown} is set by the executor; use its own option (partition, account, qos, time_limit, "
             "exclusive, gpus_per_node, cpus_per_task, constraint)"
         )
     return arg
