@@ -3,8 +3,8 @@
 TorchRec binds codecs to a sharded module when it is planned. To measure many precisions in one
 process without re-planning, every comm op gets a `SwitchableCodec` whose current codec we swap
 between candidates. On CUDA the codecs are FBGEMM's (row-wise FP8, fused row-wise INT8, FP16/BF16
-with clamping); on CPU FBGEMM's FP8 path does not run, so `CpuFp8RowwiseCodec` stands in with the
-same row-wise scheme built on torch's native float8 casts.
+with clamping); on CPU FBGEMM's FP8 path does not run, so `CpuFp8RowwiseCodec` stands in and writes
+FBGEMM's row-wise FP8 wire format byte for byte (FBGEMM's own CPU reference of the element conversion).
 """
 
 from __future__ import annotations
@@ -28,18 +28,42 @@ _SPARSE_TYPE = {
 }
 
 
-class CpuFp8RowwiseCodec:
-    """Row-wise FP8 on CPU: per row of ROW_DIM values, one fp32 scale and ROW_DIM float8 bytes.
+def hfp8_format(is_fwd: bool) -> tuple[int, int, float]:
+    """(exponent bits, exponent bias, largest value) of FBGEMM's row-wise FP8 ("hfp8", 1 sign bit,
+    7 - ebits mantissa bits, the top exponent reserved): 1-4-3 with bias 15 forward, 1-5-2 with bias
+    31 backward, so every scaled row lies in [-max_pos, max_pos] with max_pos just under 1."""
+    ebits, bias = (4, 15) if is_fwd else (5, 31)
+    mbits = 7 - ebits
+    return ebits, bias, 2.0 ** ((1 << ebits) - 2 - bias) * (2 - 2.0**-mbits)
 
-    Mirrors FBGEMM's GPU FP8 row-wise codec (e4m3 forward, e5m2 backward), which fails on CPU
-    ("fp8 is not supported by CPU"). Wire format per row: ROW_DIM bytes of float8, then the scale's
-    4 bytes, so a quantized row is ROW_DIM + 4 bytes instead of 4 * ROW_DIM.
+
+def fp8_rowwise_row_bytes(row_dim: int) -> int:
+    """Bytes of one quantized row on FBGEMM's wire: the codes padded to 4 bytes, then 2 x fp32
+    (the scale and 4 unused bytes), as `QuantizedCommCodec.calc_quantized_size` counts them."""
+    return (row_dim + 3) // 4 * 4 + 2 * 4
+
+
+class CpuFp8RowwiseCodec:
+    """FBGEMM's row-wise FP8 comm codec, byte for byte, on CPU.
+
+    FBGEMM's own codec (`FloatToFP8RowwiseQuantized`) runs on CUDA only ("fp8 is not supported by
+    CPU"); this one writes the same wire format with FBGEMM's CPU reference of the same element
+    conversion (`FloatToHFP8Quantized`, FBGEMM's `float_to_hfp8`). Per row of ROW_DIM values:
+
+        ROW_DIM hfp8 codes (padded to a multiple of 4) | fp32 scale | 4 bytes unused (zero here)
+
+    with scale = max_pos / (1e-20 + max |x|) and code = hfp8(x * scale); decoding divides by the
+    scale. A row is 40 bytes for 32 values (1.25 bytes a value; fp32 is 4), so the all-to-all's
+    bytes and bandwidth are the ones the CUDA codec puts on the wire.
     """
+
+    EPSILON = 1e-20  # FBGEMM's kEpsilon: an all-zero row gets a finite scale and stays zero
 
     def __init__(self, is_fwd: bool, row_dim: int = ROW_DIM) -> None:
         self._row_dim = row_dim
-        self._fp8 = torch.float8_e4m3fn if is_fwd else torch.float8_e5m2
-        self._fp8_max = torch.finfo(self._fp8).max
+        self._ebits, self._bias, self._max_pos = hfp8_format(is_fwd)
+        self._row_bytes = fp8_rowwise_row_bytes(row_dim)
+        self._scale_at = (row_dim + 3) // 4 * 4
 
     @property
     def quantized_dtype(self) -> torch.dtype:
@@ -65,21 +89,29 @@ class CpuFp8RowwiseCodec:
                 f"fp8 row-wise codec needs a payload length divisible by {self._row_dim}, "
                 f"got {input_len} (use a batch size or embedding dims that are multiples of it)"
             )
-        return input_len // self._row_dim * (self._row_dim + 4)
+        return input_len // self._row_dim * self._row_bytes
 
     def encode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
         rows = input_tensor.reshape(-1, self._row_dim).float()
         amax = rows.abs().amax(dim=1, keepdim=True)
-        scale = torch.where(amax > 0, amax / self._fp8_max, torch.ones_like(amax))
-        q = (rows / scale).clamp(-self._fp8_max, self._fp8_max).to(self._fp8)
-        packed = torch.cat([q.view(torch.uint8), scale.contiguous().view(torch.uint8)], dim=1)
+        # A true fp32 division, as the kernel's (a scalar / tensor in torch is reciprocal x scalar).
+        scale = torch.full_like(amax, self._max_pos).div(amax + self.EPSILON)
+        codes = torch.ops.fbgemm.FloatToHFP8Quantized(
+            (rows * scale).contiguous(), self._ebits, self._bias, self._max_pos
+        )
+        packed = torch.zeros(rows.shape[0], self._row_bytes, dtype=torch.uint8, device=rows.device)
+        packed[:, : self._row_dim] = codes
+        packed[:, self._scale_at : self._scale_at + 4] = scale.view(torch.uint8)
+        if ctx is not None:
+            ctx.row_dim_quant = self._row_bytes  # as FBGEMM's encode records it
         return packed.reshape(-1)
 
     def decode(self, input_tensor: torch.Tensor, ctx: QuantizationContext | None = None) -> torch.Tensor:
-        packed = input_tensor.reshape(-1, self._row_dim + 4)
-        q = packed[:, : self._row_dim].contiguous().view(self._fp8).float()
-        scale = packed[:, self._row_dim :].contiguous().view(torch.float32)
-        return (q * scale).reshape(-1)
+        packed = input_tensor.reshape(-1, self._row_bytes)
+        codes = packed[:, : self._row_dim].contiguous()
+        scale = packed[:, self._scale_at : self._scale_at + 4].contiguous().view(torch.float32)
+        values = torch.ops.fbgemm.HFP8QuantizedToFloat(codes, self._ebits, self._bias)
+        return (values / scale).reshape(-1)
 
 
 def make_codec(precision: str, device: torch.device, is_fwd: bool) -> object:

@@ -1,11 +1,14 @@
 import pytest
 import torch
+from fbgemm_gpu.quantize_comm import QuantizedCommCodec as FbgemmCodec
+from fbgemm_gpu.split_embedding_configs import SparseType
 
 from trials.codecs import (
     ROW_DIM,
     CpuFp8RowwiseCodec,
     SwitchableCodec,
     effective_precisions,
+    hfp8_format,
     make_codec,
     relative_l2_error,
 )
@@ -52,9 +55,70 @@ def test_cpu_fp8_cuts_bytes_and_handles_zero_rows():
     out = codec.decode(codec.encode(x))
     assert torch.equal(out[:ROW_DIM], torch.zeros(ROW_DIM))  # an all-zero row stays exactly zero
     assert torch.allclose(out, x, rtol=0.07, atol=1e-6)
-    assert codec.calc_quantized_size(x.numel()) == 4 * (ROW_DIM + 4)  # ~3.6x fewer bytes than fp32
+    assert codec.calc_quantized_size(x.numel()) == 4 * (ROW_DIM + 8)  # 3.2x fewer bytes than fp32
     with pytest.raises(ValueError, match="divisible by 32"):
         codec.calc_quantized_size(33)
+
+
+def fbgemm_fp8_bytes(values: int, row_dim: int = ROW_DIM) -> int:
+    """What FBGEMM's own row-wise FP8 codec (the CUDA one) puts on the wire for `values` floats."""
+    codec = FbgemmCodec(SparseType.FP8, row_dim=row_dim)
+    return codec.calc_quantized_size(values, codec.create_context())
+
+
+@pytest.mark.parametrize("is_fwd", [True, False])
+@pytest.mark.parametrize("values", [ROW_DIM, 64 * 128, 512 * 4 * 32])
+def test_cpu_fp8_wire_bytes_are_fbgemms(is_fwd, values):
+    codec = CpuFp8RowwiseCodec(is_fwd=is_fwd)
+    x = torch.randn(values, generator=torch.Generator().manual_seed(1))
+    ctx = codec.create_context()
+    encoded = codec.encode(x, ctx)
+    expected = values // 32 * 40  # FBGEMM: ceil4(row_dim) codes + 2 x fp32 per row
+    assert fbgemm_fp8_bytes(values) == expected
+    assert codec.calc_quantized_size(values, ctx) == expected
+    assert encoded.dtype == torch.uint8 and encoded.numel() * encoded.element_size() == expected
+    assert ctx.row_dim_quant == 40  # what FBGEMM's encode records for its decode
+    # The CUDA op's own shape function (its meta kernel) agrees: 32 values -> 40 bytes a row.
+    meta = torch.ops.fbgemm.FloatToFP8RowwiseQuantized(torch.empty(values // 32, 32, device="meta"), is_fwd)
+    assert meta.numel() == expected
+
+
+@pytest.mark.parametrize("is_fwd", [True, False])
+def test_cpu_fp8_row_layout_is_fbgemms(is_fwd):
+    """Codes, then the fp32 scale (max_pos / max|x|, a multiplier), then 4 unused bytes."""
+    x = torch.randn(8 * ROW_DIM, generator=torch.Generator().manual_seed(2)) * 5
+    ebits, bias, max_pos = hfp8_format(is_fwd)
+    assert max_pos == (0.9375 if is_fwd else 0.875)
+    rows = CpuFp8RowwiseCodec(is_fwd=is_fwd).encode(x).reshape(8, 40)
+    scale = rows[:, 32:36].contiguous().view(torch.float32)
+    amax = x.reshape(8, 32).abs().amax(dim=1, keepdim=True)
+    assert torch.allclose(scale, max_pos / amax, rtol=1e-6)
+    codes = torch.ops.fbgemm.FloatToHFP8Quantized(x.reshape(8, 32) * scale, ebits, bias, max_pos)
+    assert torch.equal(rows[:, :32], codes)
+    assert torch.equal(rows[:, 36:], torch.zeros(8, 4, dtype=torch.uint8))
+
+
+# Relative L2 error of the row-wise FP8 round trip on the `payload` fixture with the earlier CPU
+# codec (torch's float8 e4m3fn / e5m2 with an amax / 448 or / 57344 divisor, 36 bytes a row).
+EARLIER_FP8_ERROR = {True: 0.02414, False: 0.04746}
+
+
+@pytest.mark.parametrize("is_fwd", [True, False])
+def test_cpu_fp8_round_trip_error_stays_as_before(is_fwd, payload):
+    err = relative_l2_error(CpuFp8RowwiseCodec(is_fwd=is_fwd), payload)
+    assert 0.9 * EARLIER_FP8_ERROR[is_fwd] < err <= 1.01 * EARLIER_FP8_ERROR[is_fwd]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FBGEMM's FP8 row-wise kernel runs on CUDA only")
+@pytest.mark.parametrize("is_fwd", [True, False])
+def test_cpu_fp8_bytes_equal_fbgemm_cuda_bytes(is_fwd):
+    x = torch.randn(256 * ROW_DIM, generator=torch.Generator().manual_seed(3)) * 7
+    cuda = torch.ops.fbgemm.FloatToFP8RowwiseQuantized(x.cuda().reshape(-1, ROW_DIM), is_fwd).cpu()
+    ours = CpuFp8RowwiseCodec(is_fwd=is_fwd).encode(x).reshape(-1, 40)
+    assert cuda.shape == ours.shape
+    assert torch.equal(cuda[:, :36], ours[:, :36])  # codes and scale; the last 4 bytes are unused
+    decoded = torch.ops.fbgemm.FP8RowwiseQuantizedToFloat(ours.cuda(), is_fwd, 0).cpu().reshape(-1)
+    assert torch.equal(decoded, CpuFp8RowwiseCodec(is_fwd=is_fwd).decode(ours.reshape(-1)))
 
 
 def test_fp8_backward_uses_wider_exponent():
