@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.trials import DEMO_WORKLOAD, torchrun
+from bench.trials import DEMO_WORKLOAD, SPARSE_WORKLOAD, torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
@@ -182,9 +182,11 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else 0.0
 
 
-def sweep(work: Path, clock: Clock) -> list[dict[str, Any]]:
+def sweep(work: Path, clock: Clock, labels: list[str]) -> list[dict[str, Any]]:
     rows = []
     for label, setting in SOCKET_SETTINGS:
+        if label not in labels:
+            continue
         out = work / f"sweep-{label}.json"
         env = {"TMPDIR": str(work), **socket_env(setting)}
         rc = run_nodes(f"sweep-{label}", ["-m", "trials.raw_a2a", "--bytes", ",".join(map(str, SWEEP_BYTES)),
@@ -228,13 +230,13 @@ def two_node_trial(
                 else None
             )
     effective = result.get("nccl_effective") or {}
-    return {"rc": rc, "env": env, "error": result.get("error"), "nnodes": result.get("nnodes"),
+    return {"rc": rc, "env": env, "error": result.get("error"), "nnodes": result.get("nnodes"), "comm_timing": result.get("comm_timing"),
             "env_per_rank": result.get("env_per_rank"), "nccl_effective": effective, "candidates": rows}  # fmt: skip
 
 
-def phase_b(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
+def phase_b(device: str, iterations: int, work: Path, clock: Clock, settings: list[str]) -> dict[str, Any]:
     started = time.perf_counter()
-    rows = sweep(work, clock)
+    rows = sweep(work, clock, settings)
     best = best_setting(rows)
     default = next((r for r in rows if r["setting"] == "default"), None)
     trials = {"default": two_node_trial("trial-2node-default", {}, device, iterations, work, clock)}
@@ -261,8 +263,9 @@ def phase_b(device: str, iterations: int, work: Path, clock: Clock) -> dict[str,
 
 def phase_b_checks(device: str, rows: list[dict[str, Any]], trials: dict[str, Any]) -> list[dict[str, Any]]:
     cuda = device == "cuda"
-    default = next((r for r in rows if r["setting"] == "default"), {"nccl_reported": {}})
-    reported = default["nccl_reported"]
+    default = next((r for r in rows if r["setting"] == "default"), None)
+    # what NCCL reported in the sweep's default launch, else in the default trial's
+    reported = default["nccl_reported"] if default else (trials.get("default") or {}).get("nccl_effective") or {}
     out = [
         {"check": "2 nodes: every sweep launch measured", "ok": all(r["algbw_gbps_by_bytes"] for r in rows),
          "saw": {r["setting"]: r["rc"] for r in rows}},
@@ -297,6 +300,13 @@ def phase_b_checks(device: str, rows: list[dict[str, Any]], trials: dict[str, An
 # ---------------------------------------------------------------------------------------- phase c
 
 
+# Phase c's job: the demo's embedding tables alone at a batch whose all-to-all carries 16 MiB per rank
+# and step, where the sweep showed NCCL's socket defaults slow (an all-to-all-bound job; at the demo's
+# batch of 512 the messages are ~1 MiB and the defaults are as fast as any setting).
+STUDY_BATCH = 16384
+STUDY_WORKLOAD = {**SPARSE_WORKLOAD, "name": f"demo-sparse-b{STUDY_BATCH}", "batch_size": STUDY_BATCH}
+
+
 def study_space(device: str) -> dict[str, Any]:
     """The socket preset's two socket knobs at the job's own precision and batch. On gloo (`--device
     cpu`) they cannot act: forced in, so the plumbing still runs (never published)."""
@@ -305,7 +315,7 @@ def study_space(device: str) -> dict[str, Any]:
     preset = read_source("socket")
     env = {k: preset["env"][k] for k in ("NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS")}
     space: dict[str, Any] = {"env": env, "fixed_env": preset.get("fixed_env", {}), "precisions": [["fp32", "fp32"]],
-                             "batch_sizes": [512], "sharding": ["table_wise"], "num_threads": [None]}  # fmt: skip
+                             "batch_sizes": [STUDY_BATCH if device == "cuda" else 512], "sharding": ["table_wise"], "num_threads": [None]}  # fmt: skip
     if device == "cpu":
         space["force_inert"] = sorted(env)
     return space
@@ -316,12 +326,15 @@ def phase_c(device: str, iterations: int, work: Path, clock: Clock) -> dict[str,
     study = work / "study"
     study.mkdir(exist_ok=True)
     (study / "space.json").write_text(json.dumps(study_space(device)))
-    (study / "workload.json").write_text(json.dumps(DEMO_WORKLOAD))
+    workload = (
+        STUDY_WORKLOAD if device == "cuda" else {**STUDY_WORKLOAD, "batch_size": 512}
+    )  # CPU: plumbing only
+    (study / "workload.json").write_text(json.dumps(workload))
     db = f"sqlite:///{study / 'store.db'}"
     argv = [sys.executable, "-m", "autotuner", "tune", "--cluster", "gpu-check", "--workload", str(study / "workload.json"),
             "--space", str(study / "space.json"), "--db", db, "--workdir", str(study / "launches"),
             "--executor", "local", "--executor-option", "nodes=hostids", "--nnodes", "2", "--nproc", "1",
-            "--trials", "3", "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", "3",
+            "--trials", "2", "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", "3",
             "--ladder-rounds", "2", "--quality-samples", "0", "--launch-timeout", "120"]  # fmt: skip
     log = study / "tune.log"
     try:
@@ -350,9 +363,12 @@ def study_report(db: str) -> dict[str, Any]:
     s = rows[-1]
     launches = store.launches(s.id)
     served = store.served_config("gpu-check", s.workload.name, 2)
+    cands = {c.launch_id: c for c in store.candidates(s.id)}
     return {
         "state": str(s.state), "error": s.error, "inert": s.inert, "outcome": s.outcome,
-        "launches": [{"seq": x.seq, "kind": str(x.kind), "state": str(x.state), "env": x.env} for x in launches],
+        "launches": [{"seq": x.seq, "kind": str(x.kind), "state": str(x.state), "env": x.env,
+                      "samples_per_s": getattr(cands.get(x.id), "samples_per_s", None),
+                      "a2a_ms": getattr(cands.get(x.id), "a2a_ms", None)} for x in launches],
         "published": None if served is None else {"version": served.version, "env": served.env,
                                                   "evidence": served.evidence},
     }  # fmt: skip
@@ -399,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=30, help="measured steps per candidate")
     p.add_argument("--budget-s", type=float, default=330.0, help="the whole run; phases are clipped to it")
     p.add_argument(
+        "--sweep",
+        default=",".join(label for label, _ in SOCKET_SETTINGS),
+        help="phase b's socket settings (none: the trial with NCCL's defaults only)",
+    )
+    p.add_argument(
         "--work", help="where launches write (kept: logs, NCCL INFO logs, results); default a temp dir"
     )
     args = p.parse_args(argv)
@@ -414,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock(args.budget_s)
     report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
                               "work": str(work), "phases": {}}  # fmt: skip
-    runners = {"a": phase_a, "b": phase_b, "c": phase_c}
+    settings = [x for x in args.sweep.split(",") if x]
+    runners = {"a": phase_a, "b": lambda *a: phase_b(*a, settings), "c": phase_c}
     for phase in phases:
         print(f"phase {phase} ({clock.left():.0f} s of the budget left)", flush=True)
         try:

@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = runner.run()
     except Exception as exc:
-        if rank == 0:
+        # Rank 0 writes; also every rank that failed before the process group formed (the launcher
+        # may stop rank 0 before it gets there; the error is the same on every rank).
+        if rank == 0 or not runner.joined:
             write_json_atomic(args.out, error_result(f"{type(exc).__name__}: {exc}", launch_env))
         print(f"trials.bench: launch failed on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LAUNCH_FAILED

@@ -9,6 +9,8 @@ ids of batch i+1 are waited on in step i+1), and that work is not time on the wi
 stamped through the work's future: on CPU its callback runs on gloo's thread when the backend
 finishes (a perf_counter); on CUDA (NCCL) the callback runs at once on a stream made to wait for the
 collective's own events, so an event recorded there completes when the collective does on the device.
+On NCCL the start is the one NCCL records on its own stream (TORCH_NCCL_ENABLE_TIMING, which the trial
+sets): a collective queued behind another one, or behind the issuing stream's kernels, is not on the wire.
 """
 
 from __future__ import annotations
@@ -73,14 +75,34 @@ class CommEvent:
     out_numel: int = 0
     in_splits: list[int] | None = None
     out_splits: list[int] | None = None
+    # NCCL with TORCH_NCCL_ENABLE_TIMING: the work, until its own start/end events on NCCL's stream
+    # are read (after the loop's synchronize), and the seconds between them.
+    work: Any = None
+    device_s: float | None = None
 
     def interval(self, marker: Any) -> tuple[float, float] | None:
-        """(start, end) in seconds after `marker` (the iteration's start), or None if never waited."""
+        """(start, end) in seconds after `marker` (the iteration's start), or None if never waited.
+
+        Where NCCL timed the collective on its own stream, the start is its kernel's, not the issuing
+        stream's: queued behind other collectives or the issuing stream's work is not time on the wire."""
         if self.end is None:
             return None
         if isinstance(self.start, float):
             return self.start - marker, self.end - marker
-        return marker.elapsed_time(self.start) / 1000.0, marker.elapsed_time(self.end) / 1000.0
+        end = marker.elapsed_time(self.end) / 1000.0
+        if self.device_s is not None:
+            return end - self.device_s, end
+        return marker.elapsed_time(self.start) / 1000.0, end
+
+    def read_device_time(self) -> None:
+        """NCCL's own duration of the collective (Work._get_duration, ms), once it completed."""
+        if self.work is None:
+            return
+        try:
+            self.device_s = float(self.work._get_duration()) / 1000.0
+        except (RuntimeError, AttributeError, ValueError):  # timing off, or an older torch
+            self.device_s = None
+        self.work = None
 
 
 def serialized(intervals: list[tuple[float, float]]) -> list[float]:
@@ -110,6 +132,8 @@ class _TimedWork(dist.Work):
         self._work = work
         self._probe = probe
         self._event = event
+        if probe.nccl_timing:
+            event.work = work
         self._stamp_completion()
 
     def _stamp_completion(self) -> None:
@@ -150,6 +174,8 @@ class CommProbe:
     """Records CommEvents into per-iteration buckets while installed."""
 
     cuda: bool = False
+    # NCCL records start/end events on its own stream (TORCH_NCCL_ENABLE_TIMING=1 at process-group creation)
+    nccl_timing: bool = False
     on_call: Any = None  # called on every collective issued, recording or not (the trial's watchdog)
     iterations: list[list[CommEvent]] = field(default_factory=list)
     markers: list[Any] = field(default_factory=list)
@@ -220,6 +246,8 @@ class CommProbe:
         """
         out = []
         for marker, events in zip(self.markers, self.iterations, strict=True):
+            for e in events:
+                e.read_device_time()
             spans = [e.interval(marker) for e in events]
             waited = [iv for iv in spans if iv is not None]
             durations = iter(serialized(waited))

@@ -63,6 +63,7 @@ class TrialRunner:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(self.world_size)))
         self.nccl_log: Path | None = None
+        self.joined = False  # in the process group
         self._batches: dict[int, list[Any]] = {}
 
     # ------------------------------------------------------------------ setup
@@ -101,13 +102,20 @@ class TrialRunner:
         self.device, self.backend = self._pick_device()
         if self.backend == "nccl":
             self._route_nccl_debug()
+            # NCCL's own start/end events per collective (read by the probe): set before the group exists
+            os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         kwargs: dict[str, Any] = {"backend": self.backend, "timeout": PG_TIMEOUT}
         if self.device.type == "cuda":
             kwargs["device_id"] = self.device
         dist.init_process_group(**kwargs)
+        self.joined = True
         self.pg = dist.group.WORLD
         self.default_threads = torch.get_num_threads()
-        self.probe = CommProbe(cuda=self.device.type == "cuda", on_call=self._beat)
+        self.probe = CommProbe(
+            cuda=self.device.type == "cuda",
+            nccl_timing=self.backend == "nccl" and os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1",
+            on_call=self._beat,
+        )
         self.probe.install()
 
     # ------------------------------------------------------------------ measuring
@@ -250,6 +258,10 @@ class TrialRunner:
             **env_report(rank_env),
             "nccl_conf": read_nccl_conf_files(self.launch_env),
             "nccl_effective": nccl_effective,
+            # how a collective's wire time was taken (the breakdown's comm columns)
+            "comm_timing": "NCCL's own start/end events on its stream"
+            if self.probe.nccl_timing
+            else "issue to completion (the backend's future)",
             "setup_s": setup_s,
             "wall_s": wall_s,
             "candidates": results,

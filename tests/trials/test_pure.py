@@ -151,3 +151,44 @@ def test_cuda_collective_is_stamped_when_its_work_completes_not_when_a_later_ste
     assert done_at == 2 and event.end == 2
     # DDP waits on the future: it gets the work's own, already stamped
     assert timed.get_future() is work.future
+
+
+class _At:
+    """A CUDA event stand-in recorded at time `t` (seconds)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def elapsed_time(self, other: "_At") -> float:
+        return (other.t - self.t) * 1000.0
+
+
+class _TimedByNccl(_LateWork):
+    def _get_duration(self) -> float:
+        return 500.0  # ms between NCCL's own start and end events on its stream
+
+
+def test_with_nccl_timing_a_collective_starts_when_ncclstream_runs_it_not_when_it_was_issued():
+    from trials.probe import CommProbe
+
+    for nccl_timing, expected in ((True, (4.5, 5.0)), (False, (1.0, 5.0))):
+        probe = CommProbe(cuda=True, nccl_timing=nccl_timing)
+        clock = iter([_At(0.0), _At(1.0), _At(5.0)])  # iteration start, issue, completion
+        probe.now = lambda: next(clock)  # type: ignore[method-assign]
+        work = _TimedByNccl()
+        probe.begin_iteration()
+        timed = probe._wrap("all_to_all_single", lambda *a, **k: work)
+        handle = timed(_tensor(4), _tensor(4), async_op=True)
+        work.future.set_result(None)  # done on the device at t=5
+        handle.wait()
+        event = probe.iterations[0][0]
+        assert event.interval(probe.markers[0]) is not None
+        (_, _, seconds, _), = probe.per_iteration()[0]
+        assert seconds == pytest.approx(expected[1] - expected[0])
+        assert event.work is None  # NCCL's events read once, the work released
+
+
+def _tensor(n: int):
+    import torch
+
+    return torch.zeros(n)
