@@ -30,6 +30,7 @@ def serve(
     from api.scheduler import SchedulerProcess, scheduler_env
     from api.settings import Settings
     from autotuner.store import Store
+    from autotuner.tuning import optuna_storage
 
     overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
                                                    "database_url": db, "scheduler": scheduler}.items()
@@ -41,7 +42,10 @@ def serve(
         raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _export_for_workers(settings)
-    Store(settings.url).dispose()  # migrate once, before workers race to
+    # Every schema the service uses, ours and Optuna's, exists before any worker or the scheduler opens
+    # it (the first study of a fresh service failed when two of them created Optuna's at once).
+    Store(settings.url).dispose()
+    optuna_storage(settings.url).engine.dispose()
     # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     SharedGeneration.create(settings.data_dir / "config-generation")

@@ -6,6 +6,9 @@ wait instead of failing), any SQLAlchemy URL (PostgreSQL) for a multi-replica de
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "at_alembic_version"  # Optuna owns `alembic_version` in the same database
@@ -58,7 +62,9 @@ def alembic_config(engine: Engine) -> AlembicConfig:
 def migrate(engine: Engine) -> None:
     """Bring the schema to the latest revision (idempotent; safe to call at every start).
 
-    On PostgreSQL an advisory lock keeps two replicas starting at once from racing.
+    Processes starting at once take turns: on PostgreSQL an advisory lock, on SQLite a lock file
+    beside the database (without it, two processes creating the tables of a fresh file failed with
+    `table at_clusters already exists`).
     """
     cfg = alembic_config(engine)
     if engine.dialect.name == "postgresql":
@@ -72,6 +78,43 @@ def migrate(engine: Engine) -> None:
                 conn.execute(text("SELECT pg_advisory_unlock(727001)"))
                 conn.commit()
         return
-    with engine.begin() as conn:
+    with schema_lock(engine.url.render_as_string(hide_password=False)), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+@contextmanager
+def schema_lock(url: str, key: int = 727002) -> Iterator[None]:
+    """Held by one process at a time per database, across processes and hosts that share it: around
+    creating or migrating a schema (ours, Optuna's), which neither SQLite nor Alembic makes safe
+    against a concurrent creator. SQLite: an flock on `<database>.schema-lock`; PostgreSQL: an
+    advisory lock (`key`) on a connection of its own."""
+    if is_sqlite(url):
+        database = make_url(url).database
+        if not database or database == ":memory:":
+            yield
+            return
+        path = Path(database).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.schema-lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return
+    if make_url(url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                conn.commit()
+    finally:
+        engine.dispose()

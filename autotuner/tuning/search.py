@@ -12,29 +12,55 @@ in-memory state is rebuilt from it after a restart, and a record that missed tri
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotuner.space import InProcPoint, IntRange, SearchSpace, to_env_strings
 from autotuner.store import Candidate, CandidateState, LaunchKind, env_hash
+from autotuner.store.db import schema_lock
 from autotuner.tuning.context import StudyContext, point_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger("autotuner.tuning")
 
 PRECISION = "precision"  # the Optuna parameter holding "fwd/bwd"
 INPROC_PARAMS = (PRECISION, "batch_size", "sharding", "num_threads", "pipeline")
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage in our database. Creating it creates Optuna's tables the first time, which
+    is not safe against a concurrent creator (a fresh service's scheduler and an API worker both
+    opening one failed a study with `UNIQUE constraint failed: alembic_version.version_num`): one
+    process at a time creates (schema_lock), and a creator that does not take the lock (another
+    version of this, another tool) costs a retry, never an error."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
     else:
         kwargs["pool_pre_ping"] = True
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    for attempt in range(1, 6):
+        try:
+            with schema_lock(url):
+                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except sqlalchemy.exc.DBAPIError as exc:
+            if attempt == 5 or not _created_meanwhile(exc):
+                raise
+            log.info("Optuna's schema was being created by another process: trying again (%s)", exc.orig)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _created_meanwhile(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(
+        s in text for s in ("already exists", "unique constraint", "duplicate key", "database is locked")
+    )
 
 
 def record_name(study_id: int) -> str:
