@@ -42,7 +42,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from trials.codecs import ROW_DIM, Effective, SwitchableCodec, effective_precisions, make_codec
-from trials.spec import DenseSpec, OptimizerSpec, WorkloadSpec
+from trials.spec import DenseSpec, OptimizerSpec, WorkloadSpec, comm_precision_problem
 
 # DLRM_DCN's cross net, as torchrec's DLRM example configures it.
 DCN_LAYERS, DCN_LOW_RANK = 3, 512
@@ -256,7 +256,15 @@ class ShardedWorkload:
         return sum(p.numel() * p.element_size() for p in self.ddp.parameters() if p.requires_grad)
 
     def set_precision(self, fwd: str, bwd: str) -> Effective:
-        """Point every comm op at the codecs of (fwd, bwd); returns what actually runs."""
+        """Point every comm op at the codecs of (fwd, bwd); returns what actually runs.
+
+        Precisions this sharding cannot carry (int8 on a reduce-scatter) are refused here, before any
+        step and identically on every rank, with the reason (the candidate is reported failed);
+        otherwise FBGEMM would assert inside the collective.
+        """
+        problem = comm_precision_problem(fwd, bwd, self.sharding)
+        if problem:
+            raise ValueError(problem)
         for slots, is_rs in ((self.a2a, False), (self.reduce_scatter, True)):
             eff = effective_precisions(fwd, bwd, self.backend, reduce_scatter=is_rs)
             slots.fwd.current = make_codec(eff.fwd, self.device, is_fwd=True)

@@ -25,6 +25,30 @@ DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
 # Embedding rows are materialised on every launch: keep a typo from allocating a terabyte.
 MAX_TABLE_BYTES = 8 * 1024**3
+# Shardings whose pooled embeddings leave through a reduce-scatter (row_wise always; table_row_wise
+# inside a host, then an all-to-all across hosts).
+REDUCE_SCATTER_SHARDINGS = ("row_wise", "table_row_wise")
+
+
+def comm_precision_problem(fwd: str, bwd: str, sharding: str) -> str | None:
+    """Why comm precisions (fwd, bwd) cannot run with `sharding`; None when they can.
+
+    int8 on a reduce-scatter: the forward reduce-scatter sums what is on the wire, and fused row-wise
+    int8 (uint8 codes with a per-row fp32 scale and bias) cannot be summed, so no context makes it
+    right. TorchRec also calls FBGEMM's int8 codec there without the context it needs, forward and
+    in the backward all-gather alike, so a job with QCommsConfig int8 fails with FBGEMM's
+    AssertionError 'Unexpected `None`'. (fp8 is no such case: TorchRec's registry swaps it for
+    fp16 / bf16 on a reduce-scatter, see trials.codecs.effective_precisions.)
+    """
+    if sharding not in REDUCE_SCATTER_SHARDINGS or "int8" not in (fwd, bwd):
+        return None
+    return (
+        f"int8 comms cannot run with {sharding} sharding: its pooled embeddings leave through a "
+        "reduce-scatter, which sums the bytes on the wire, and row-wise int8 (uint8 codes with a "
+        "per-row scale and bias) cannot be summed; TorchRec also gives FBGEMM's int8 codec no "
+        "context there, forward or backward (AssertionError 'Unexpected None'). Use int8 with "
+        f"table_wise or column_wise, or fp16/bf16 with {sharding}"
+    )
 
 
 class SpecError(ValueError):
@@ -314,6 +338,10 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
         raise SpecError(
             f"{where}.optimizer.embedding", "exact_rowwise_adagrad runs fused only (compute_kernel fused)"
         )
+    comm_precision = _precision_pair(obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision")
+    problem = comm_precision_problem(*comm_precision, sharding)
+    if problem:  # the job as declared cannot run: its baseline would fail in TorchRec
+        raise SpecError(f"{where}.comm_precision", problem)
     return WorkloadSpec(
         name=name,
         tables=tables,
@@ -322,9 +350,7 @@ def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
         dense=None if dense is None else parse_dense(dense, tables, f"{where}.dense"),
         optimizer=optimizer,
         compute_kernel=kernel,
-        comm_precision=_precision_pair(
-            obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision"
-        ),
+        comm_precision=comm_precision,
     )
 
 

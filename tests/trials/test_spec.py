@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from trials.spec import SpecError, load_spec, parse_spec
+from trials.spec import SpecError, comm_precision_problem, load_spec, parse_spec
 
 TABLE = {"name": "t0", "num_embeddings": 100, "embedding_dim": 32, "pooling_factor": 2}
 
@@ -175,3 +175,35 @@ def test_a_bad_pipeline_names_the_candidate():
     with pytest.raises(SpecError, match="none, base, sparse_dist, semi_sync, fused_sparse_dist") as err:
         parse_spec(bad)
     assert err.value.where == "candidates[0].pipeline"
+
+
+@pytest.mark.parametrize("sharding", ["row_wise", "table_row_wise"])
+@pytest.mark.parametrize("pair", [["int8", "int8"], ["int8", "fp16"], ["fp16", "int8"]])
+def test_a_job_with_int8_on_a_reduce_scatter_is_refused_with_the_reason(sharding, pair):
+    bad = spec()
+    bad["workload"].update(sharding=sharding, comm_precision=pair)
+    with pytest.raises(SpecError) as err:
+        parse_spec(bad)
+    assert err.value.where == "workload.comm_precision"
+    assert f"int8 comms cannot run with {sharding} sharding" in str(err.value)
+    assert "reduce-scatter" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("fwd", "bwd", "sharding", "refused"),
+    [
+        ("int8", "int8", "row_wise", True),
+        ("fp32", "int8", "row_wise", True),  # the backward all-gather: no context there either
+        ("int8", "fp32", "table_row_wise", True),
+        ("int8", "int8", "table_wise", False),
+        ("int8", "int8", "column_wise", False),
+        ("fp8", "fp8", "row_wise", False),  # TorchRec swaps fp8 for fp16/bf16 on a reduce-scatter
+        ("fp16", "bf16", "table_row_wise", False),
+    ],
+)
+def test_comm_precision_problem_names_int8_on_a_reduce_scatter_only(fwd, bwd, sharding, refused):
+    assert bool(comm_precision_problem(fwd, bwd, sharding)) == refused
+    # int8 on an all-to-all sharding stays a valid job and a valid candidate
+    ok = spec()
+    ok["workload"].update(sharding="table_wise", comm_precision=["int8", "int8"])
+    assert parse_spec(ok).workload.comm_precision == ("int8", "int8")
