@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
+from trials.spec import comm_precision_problem
+
 
 class IntRange(BaseModel):
     """An integer dimension sampled between low and high (inclusive); `step` makes it a grid."""
@@ -49,6 +51,10 @@ class InProcPoint:
         threads = "-" if self.num_threads is None else str(self.num_threads)
         key = f"{self.fwd_precision}/{self.bwd_precision}|{self.batch_size}|{self.sharding}|t{threads}"
         return key if self.pipeline is None else f"{key}|{self.pipeline}"
+
+    def problem(self) -> str | None:
+        """Why this point cannot run at all (int8 comms on a reduce-scatter sharding); None when it can."""
+        return comm_precision_problem(self.fwd_precision, self.bwd_precision, self.sharding)
 
     def to_candidate(self) -> dict[str, Any]:
         out: dict[str, Any] = {

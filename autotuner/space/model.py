@@ -87,7 +87,7 @@ class SearchSpace(BaseModel):
             raise SpaceError(problems + schema_problems(exc)) from None
         if errors(problems):
             raise SpaceError(problems)
-        problems += _grid_problems(space)
+        problems += _grid_problems(space) + _combination_problems(space)
         if errors(problems):
             raise SpaceError(problems)
         space._warnings = problems
@@ -100,14 +100,16 @@ class SearchSpace(BaseModel):
 
     def inproc_points(self, default_pipeline: str | None = None) -> list[InProcPoint]:
         """precisions x batch_sizes x sharding x num_threads x pipelines, in declaration order; a null
-        pipeline becomes `default_pipeline` (the workload's)."""
+        pipeline becomes `default_pipeline` (the workload's). Combinations that cannot run (int8 comms
+        on a reduce-scatter sharding: InProcPoint.problem) are left out; validation warned of them."""
         pipelines = list(dict.fromkeys(p or default_pipeline for p in self.pipelines))
-        return [
+        points = (
             InProcPoint(fwd, bwd, batch, sharding, threads, pipeline)
             for (fwd, bwd), batch, sharding, threads, pipeline in itertools.product(
                 self.precisions, self.batch_sizes, self.sharding, self.num_threads, pipelines
             )
-        ]
+        )
+        return [p for p in points if p.problem() is None]
 
     def env_dims(self) -> dict[str, list[int | str | None] | IntRange]:
         return dict(self.env)
@@ -137,6 +139,25 @@ class SearchSpace(BaseModel):
     def check_env(self, env: Mapping[str, str]) -> list[Problem]:
         """Problems of one concrete point (fixed_env merged under it); errors mean: do not launch it."""
         return lint_env({**self.fixed_env, **env}, allow_risky=self.allow_risky)
+
+
+def _combination_problems(space: SearchSpace) -> list[Problem]:
+    """Precision x sharding pairs that cannot run are never searched: a warning for each, an error when
+    nothing is left to search."""
+    problems = []
+    for (fwd, bwd), sharding in itertools.product(space.precisions, space.sharding):
+        why = InProcPoint(fwd, bwd, 1, sharding).problem()
+        if why:
+            problems.append(
+                Problem.warn("precisions", "cannot-run", f"{fwd}/{bwd} x {sharding} is not searched: {why}")
+            )
+    if problems and len(problems) == len(space.precisions) * len(space.sharding):
+        return [
+            Problem(
+                "precisions", "cannot-run", f"no precision x sharding pair can run: {problems[0].message}"
+            )
+        ]
+    return problems
 
 
 def _grid_problems(space: SearchSpace) -> list[Problem]:

@@ -39,21 +39,39 @@ def climb(
     ctx: StudyContext, baseline: Setting, target: Setting, steps: list[dict[str, Any]]
 ) -> tuple[Setting, Candidate | None]:
     """Walk the ladder; `steps` holds the steps done so far (a resumed study keeps them) and grows
-    as they are measured. Returns the setting at the top and a row that measured it."""
+    as they are measured. Returns the setting at the top and a row that measured it.
+
+    A group whose step cannot run where the ladder stands (int8 comms onto the baseline's row_wise
+    sharding when the finalist's is table_wise: InProcPoint.problem) is taken after the later groups;
+    if it still cannot run there, its step is recorded as such and never launched."""
     current, row, cumulative = baseline, None, 1.0
-    for i, group in enumerate(ctx.space.ladder):
+    order, deferred, walked = list(ctx.space.ladder), set(), 0
+    while order:
+        group = order.pop(0)
+        i = ctx.space.ladder.index(group)  # the launches' tag: the group's place in the ladder
         read, put = GROUPS[group]
         nxt = put(current, target)
         if nxt == current:
             continue
-        if i < len(steps) and steps[i]["step"] == group:  # done before the study was interrupted
-            step = steps[i]
+        problem = nxt.point.problem()
+        if problem and order and group not in deferred:
+            # int8 onto a reduce-scatter sharding (the finalist's is another): after the later groups
+            deferred.add(group)
+            order.append(group)
+            continue
+        if walked < len(steps) and steps[walked]["step"] == group:  # done before the study was interrupted
+            step = steps[walked]
+        elif problem:  # never launched: it cannot run where the ladder stands
+            step = {"step": group, "changed": _changed(group, read(current), read(nxt)), "kept": False,
+                    "verdict": f"cannot run: {problem}", "candidate": None, "cumulative": cumulative}  # fmt: skip
+            steps.append(step)
         else:
             # A step from the baseline straight to the finalist is the confirmation itself: its
             # rounds are reused, so the ladder never contradicts the confirmation with fresh noise.
             same_as_confirmed = current == baseline and nxt == target and ctx.settings.confirm_rounds > 0
             step = _step(ctx, i, group, current, nxt, read, cumulative, same_as_confirmed)
             steps.append(step)
+        walked += 1
         if step["kept"]:
             current, cumulative = nxt, step["cumulative"]
             row = ctx.store.candidate(step["candidate"]) or row

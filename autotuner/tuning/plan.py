@@ -12,6 +12,8 @@ import logging
 import random
 from dataclasses import dataclass, field
 
+import optuna
+
 from autotuner.envvars import Severity
 from autotuner.space import InProcPoint
 from autotuner.store import Candidate, LaunchKind, env_hash
@@ -55,7 +57,7 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
             continue
         measured = search.measured_at(env)
         plan = PlannedLaunch(env, [], [])
-        _add(plan, search, first.number, search.point_of(first.params), measured)
+        _add(plan, search, first, search.point_of(first.params), measured)
         if len(measured) < len(ctx.points):  # else this env is exhausted: propose another
             _ask_at(plan, search, first.params, measured, k)
             _fill(plan, ctx.points, measured, k, rng)
@@ -76,14 +78,22 @@ def _ask_at(
     while len(plan.points) < k and echoes < k:
         before = len(plan.points)
         trial = search.ask(env_params)
-        _add(plan, search, trial.number, search.point_of(trial.params), measured)
+        _add(plan, search, trial, search.point_of(trial.params), measured)
         echoes = 0 if len(plan.points) > before else echoes + 1
 
 
 def _add(
-    plan: PlannedLaunch, search: Search, number: int, point: InProcPoint, measured: dict[str, Candidate]
+    plan: PlannedLaunch,
+    search: Search,
+    trial: optuna.trial.Trial,
+    point: InProcPoint,
+    measured: dict[str, Candidate],
 ) -> None:
-    if point.key() in measured:
+    number = trial.number
+    problem = point.problem()
+    if problem:  # precision and sharding are sampled apart: a pair that cannot run is never launched
+        search.skip(trial, problem)
+    elif point.key() in measured:
         search.answer(number, measured[point.key()])
     elif point in plan.points:
         plan.echoes[number] = plan.points.index(point)

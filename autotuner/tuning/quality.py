@@ -32,7 +32,7 @@ def check(ctx: StudyContext, baseline: Setting, tuned: Setting) -> tuple[dict[st
         return {"skipped": skipped}, tuned
     variants = {"baseline": baseline, "baseline_seed": baseline, "tuned": tuned}
     if len(knobs) > 1:
-        variants.update({f"only_{k}": GROUPS[k][1](baseline, tuned) for k in knobs})
+        variants.update({f"only_{k}": _alone(k, baseline, tuned) for k in knobs})
     launch, scores = _scores(ctx, variants)
     if scores is None:
         return {"skipped": f"the convergence check did not run: {launch.error or launch.state}"}, tuned
@@ -41,6 +41,13 @@ def check(ctx: StudyContext, baseline: Setting, tuned: Setting) -> tuple[dict[st
     for knob in evidence["refused"]:
         kept = GROUPS[knob][1](kept, baseline)
     return evidence, kept
+
+
+def _alone(knob: str, baseline: Setting, tuned: Setting) -> Setting:
+    """The baseline with the tuned `knob`; with the tuned sharding too where the knob cannot run on the
+    baseline's (int8 comms onto a reduce-scatter sharding: InProcPoint.problem)."""
+    alone = GROUPS[knob][1](baseline, tuned)
+    return GROUPS["sharding"][1](alone, tuned) if alone.point.problem() else alone
 
 
 def _why_not(ctx: StudyContext, knobs: list[str]) -> str | None:
