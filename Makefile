@@ -1,12 +1,14 @@
 # nccl-autotuner: `make demo` and `make test` set everything up on a fresh clone.
 #
 # CPU (this repo's CI, laptops): torch's CPU wheel + fbgemm-gpu-cpu + torchrec.
-# GPU cluster: `make setup FLAVOR=cuda` installs the CUDA builds instead (see README).
+# GPU node: `make setup FLAVOR=cuda` keeps the CUDA torch already there and adds the fbgemm-gpu /
+# torchrec pair of its release train (deploy/install/cuda_stack.py; see README).
 
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
-FLAVOR   ?= cpu
+# A venv set up for CUDA stays CUDA (a plain `make test` must not install the CPU torch over it).
+FLAVOR   ?= $(if $(wildcard $(VENV)/.installed-cuda),cuda,cpu)
 TORCH_VERSION   ?= 2.13.0
 FBGEMM_VERSION  ?= 1.8.0
 TORCHREC_VERSION ?= 1.8.0
@@ -31,9 +33,22 @@ define torch_stack
 	$(1)/bin/pip install --quiet --no-deps "torchrec==$(TORCHREC_VERSION)"
 endef
 
-$(STAMP): pyproject.toml Makefile
+# FLAVOR=cuda: into an environment that already has a CUDA torch, never replacing it: the venv sees
+# PYTHON's packages (--system-site-packages; or install a CUDA torch into $(VENV) first), and
+# cuda_stack.py reads that torch and installs the fbgemm-gpu / torchrec pair of its train from its one
+# table (exit 2 naming the versions it knows otherwise). FBGEMM_INDEX: an index for fbgemm-gpu's CUDA
+# build when pip's default one lacks the torch's CUDA version (e.g. https://download.pytorch.org/whl/cu130).
+CUDA_STACK := deploy/install/cuda_stack.py
+STAMP_DEPS_cuda := $(CUDA_STACK)
+
+$(STAMP): pyproject.toml Makefile $(STAMP_DEPS_$(FLAVOR))
+ifeq ($(FLAVOR),cuda)
+	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python $(CUDA_STACK) --pip $(BIN)/pip $(if $(FBGEMM_INDEX),--index-url $(FBGEMM_INDEX)) $(TORCHREC_DEPS)
+else
 	$(call torch_stack,$(VENV))
 	$(BIN)/pip install --quiet $(TORCHREC_DEPS)
+endif
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"
 	touch $@
