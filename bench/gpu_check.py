@@ -265,7 +265,9 @@ def phase_b_checks(device: str, rows: list[dict[str, Any]], trials: dict[str, An
     cuda = device == "cuda"
     default = next((r for r in rows if r["setting"] == "default"), None)
     # what NCCL reported in the sweep's default launch, else in the default trial's
-    reported = default["nccl_reported"] if default else (trials.get("default") or {}).get("nccl_effective") or {}
+    reported = (
+        default["nccl_reported"] if default else (trials.get("default") or {}).get("nccl_effective") or {}
+    )
     out = [
         {"check": "2 nodes: every sweep launch measured", "ok": all(r["algbw_gbps_by_bytes"] for r in rows),
          "saw": {r["setting"]: r["rc"] for r in rows}},
@@ -321,7 +323,9 @@ def study_space(device: str) -> dict[str, Any]:
     return space
 
 
-def phase_c(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
+def phase_c(
+    device: str, iterations: int, work: Path, clock: Clock, trials: int = 2, confirm_rounds: int = 3
+) -> dict[str, Any]:
     started = time.perf_counter()
     study = work / "study"
     study.mkdir(exist_ok=True)
@@ -334,7 +338,7 @@ def phase_c(device: str, iterations: int, work: Path, clock: Clock) -> dict[str,
     argv = [sys.executable, "-m", "autotuner", "tune", "--cluster", "gpu-check", "--workload", str(study / "workload.json"),
             "--space", str(study / "space.json"), "--db", db, "--workdir", str(study / "launches"),
             "--executor", "local", "--executor-option", "nodes=hostids", "--nnodes", "2", "--nproc", "1",
-            "--trials", "2", "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", "3",
+            "--trials", str(trials), "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", str(confirm_rounds),
             "--ladder-rounds", "2", "--quality-samples", "0", "--launch-timeout", "120"]  # fmt: skip
     log = study / "tune.log"
     try:
@@ -414,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--iterations", type=int, default=30, help="measured steps per candidate")
     p.add_argument("--budget-s", type=float, default=330.0, help="the whole run; phases are clipped to it")
+    p.add_argument("--study-trials", type=int, default=2, help="phase c's search launches")
+    p.add_argument("--confirm-rounds", type=int, default=3, help="phase c's interleaved confirmation rounds")
     p.add_argument(
         "--sweep",
         default=",".join(label for label, _ in SOCKET_SETTINGS),
@@ -436,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
                               "work": str(work), "phases": {}}  # fmt: skip
     settings = [x for x in args.sweep.split(",") if x]
-    runners = {"a": phase_a, "b": lambda *a: phase_b(*a, settings), "c": phase_c}
+    runners = {"a": phase_a, "b": lambda *a: phase_b(*a, settings),
+               "c": lambda *a: phase_c(*a, args.study_trials, args.confirm_rounds)}  # fmt: skip
     for phase in phases:
         print(f"phase {phase} ({clock.left():.0f} s of the budget left)", flush=True)
         try:
