@@ -87,7 +87,10 @@ class SearchSpace(BaseModel):
             raise SpaceError(problems + schema_problems(exc)) from None
         if errors(problems):
             raise SpaceError(problems)
-        problems += _grid_problems(space) + _combination_problems(space)
+        problems += _grid_problems(space)
+        if errors(problems):
+            raise SpaceError(problems)
+        problems += _combination_problems(space)
         if errors(problems):
             raise SpaceError(problems)
         space._warnings = problems
