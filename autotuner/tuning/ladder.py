@@ -45,7 +45,8 @@ def climb(
     sharding when the finalist's is table_wise: InProcPoint.problem) is taken after the later groups;
     if it still cannot run there, its step is recorded as such and never launched."""
     current, row, cumulative = baseline, None, 1.0
-    order, deferred, walked = list(ctx.space.ladder), set(), 0
+    order, walked = list(ctx.space.ladder), 0
+    deferred: set[str] = set()
     while order:
         group = order.pop(0)
         i = ctx.space.ladder.index(group)  # the launches' tag: the group's place in the ladder
