@@ -68,13 +68,13 @@ def test_autotuner_tune_started_together_on_one_fresh_store(tmp_path):
     space = tmp_path / "space.json"  # points the recorded landscape has
     space.write_text(json.dumps({"env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]}, "precisions": [["fp32", "fp32"]],
                                  "batch_sizes": [64], "force_inert": ["NCCL_NSOCKS_PERTHREAD"]}))  # fmt: skip
-    gate = (
-        "import sys; print('ready', flush=True); sys.stdin.readline(); from autotuner.__main__ import main; "
-    )
+    # everything imported before the gate, so that all of them reach the fresh store at the same moment
+    gate = ("import sys, optuna, autotuner.cli, autotuner.executors, autotuner.store, autotuner.tuning; "
+            "from autotuner.__main__ import main; print('ready', flush=True); sys.stdin.readline(); ")  # fmt: skip
     argvs = [[sys.executable, "-c", gate + "sys.argv = ['autotuner', *sys.argv[1:]]; main()",
               "tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space), "--study", f"s{i}",
               "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "1", "--confirm-rounds", "0",
               "--ladder-rounds", "0", "--quality-samples", "0", "--workdir", str(tmp_path / f"runs{i}"), "--db", db]
-             for i in range(4)]  # fmt: skip
+             for i in range(OPENERS)]  # fmt: skip
     results = start_together(argvs, timeout_s=300)
     assert [(r.returncode, r.stderr[-800:]) for r in results if r.returncode != 0] == []
