@@ -44,6 +44,8 @@ _PLUGIN_LOADED = re.compile(
 _PLUGIN_NONE = re.compile(
     r"NET/Plugin\s*:\s*(?:Could not find|No plugin found|dlerror=|Plugin load returned)"
 )
+# NCCL 2.2x: "Assigned NET plugin Socket to comm" (the network plugin this communicator uses)
+_PLUGIN_ASSIGNED = re.compile(r"Assigned NET plugin (\S.*?) to comm")
 _INIT_COMPLETE = re.compile(r"comm \S+ rank (\d+) nranks (\d+) .*Init COMPLETE")
 
 
@@ -84,6 +86,8 @@ def parse_nccl_info(
             found["net_plugin"] = m.group(1)
         elif _PLUGIN_NONE.search(line):
             found.setdefault("net_plugin", "none (NCCL's internal network)")
+        if m := _PLUGIN_ASSIGNED.search(line):
+            found["net_plugin_assigned"] = m.group(1)
         if m := _INIT_COMPLETE.search(line):
             comms.add((m.group(1), m.group(2)))
         for key, pattern in _PATTERNS:

@@ -1,4 +1,5 @@
-"""The prepared GPU check runs its whole path here on CPU: one real launch, the report, the checks."""
+"""`make gpu-check`: where there is no GPU it measures nothing and says so (exit 2); `--device cpu` runs
+its whole path here (real launches, two emulated nodes, a study), the NCCL-only checks failing as they should."""
 
 import json
 import subprocess
@@ -9,12 +10,28 @@ import pytest
 from tests.conftest import REPO
 
 
-@pytest.mark.slow
-def test_gpu_check_on_cpu_reports_what_needs_cuda(tmp_path):
+def gpu_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.gpu_check", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def test_without_a_gpu_it_exits_2_saying_why_and_writes_no_figure(tmp_path):
     out = tmp_path / "gpu-check.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--iterations", "2",
-                           "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = gpu_check("--out", str(out), timeout=120)
+    assert proc.returncode == 2
+    assert "no GPU here" in proc.stderr and "Nothing was measured" in proc.stderr
+    assert not out.exists()
+
+
+def test_make_gpu_check_exits_2_on_this_machine():
+    proc = subprocess.run(["make", "-s", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no GPU here" in proc.stderr
+
+
+@pytest.mark.slow
+def test_world_size_1_on_cpu_reports_what_needs_cuda(tmp_path):
+    out = tmp_path / "gpu-check.json"
+    proc = gpu_check("--device", "cpu", "--phases", "a", "--iterations", "2", "--out", str(out))
     assert proc.returncode == 1, proc.stderr[-2000:]  # semi_sync needs CUDA streams: a check fails
     report = json.loads(out.read_text())
     by_name = {c["check"]: c for c in report["checks"]}
@@ -23,5 +40,30 @@ def test_gpu_check_on_cpu_reports_what_needs_cuda(tmp_path):
         assert by_name[f"candidate {precision} sparse_dist"]["ok"]
         semi = by_name[f"candidate {precision} semi_sync"]
         assert not semi["ok"] and "need CUDA" in semi["saw"]
-    assert len(report["candidates"]) == 10 and report["ok"] is False
-    assert "FAIL candidate fp32 semi_sync" in proc.stdout
+    assert len(report["phases"]["a"]["candidates"]) == 10 and report["ok"] is False
+    assert "FAIL" in proc.stdout and "candidate fp32 semi_sync" in proc.stdout
+
+
+@pytest.mark.slow
+def test_two_emulated_nodes_and_a_study_run_their_whole_path_on_cpu(tmp_path):
+    out = tmp_path / "gpu-check.json"
+    proc = gpu_check("--device", "cpu", "--phases", "b,c", "--sweep", "default", "--iterations", "3",
+                     "--study-trials", "1", "--confirm-rounds", "2", "--work", str(tmp_path / "w"), "--out", str(out))  # fmt: skip
+    report = json.loads(out.read_text())
+    b, c = report["phases"]["b"], report["phases"]["c"]
+    assert [r["setting"] for r in b["sweep"]] == ["default"] and b["sweep"][0]["algbw_gbps_by_bytes"], (
+        proc.stdout
+    )
+    trial = b["trials"]["default"]
+    assert trial["nnodes"] == 2 and trial["env_per_rank"]["NCCL_HOSTID"] == [
+        "trial-2node-default-node0", "trial-2node-default-node1"]  # fmt: skip
+    assert all(r["status"] == "ok" and r["a2a_alone_ms"] > 0 for r in trial["candidates"])
+    assert c["state"] == "done" and c["published"]["evidence"]["emulation"].startswith(
+        "emulated 2 node(s) as hostids"
+    )
+    by_name = {x["check"]: x for x in report["checks"]}
+    assert not by_name["2 nodes: NCCL saw nNodes 2"]["ok"]  # gloo: NCCL never ran, and nothing says it did
+    assert "gloo" in str(
+        by_name["study: socket knobs searched, not inert (NCCL over sockets between 2 nodes)"]["saw"]
+    )
+    assert "2-node trial, default" in proc.stdout and report["ok"] is False
