@@ -285,7 +285,73 @@ SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "serving": _md_serving, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 
-def render(results: dict[str, Any]) -> str:
+def _trial_rows(trial: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in trial["candidates"]:
+        bd = c.get("breakdown_ms") or {}
+        ratio = c.get("wire_vs_alone")
+        rows.append([f"{c['fwd_precision']} {c['pipeline']}", _f(c.get("samples_per_s")),
+                     f"{(c.get('iter_ms') or {}).get('median', 0):.2f}", f"{(c.get('a2a_ms') or {}).get('median', 0):.3f}",
+                     f"{c.get('a2a_alone_ms', 0):.3f}", f"{ratio:.2f}x" if ratio else "-",
+                     f"{bd.get('input_dist', 0):.2f}", f"{bd.get('dense_comm', 0):.2f}"])  # fmt: skip
+    return rows
+
+
+TRIAL_HEAD = [
+    "candidate",
+    "samples/s",
+    "step ms",
+    "a2a ms",
+    "alone ms",
+    "a2a / alone",
+    "input dist ms",
+    "dense ms",
+]
+
+
+def _md_gpu(g: dict[str, Any]) -> list[str]:
+    """bench/out/gpu-check.json (`make gpu-check` on a lent GPU, committed by hand): what NCCL did in the loop."""
+    runs = {r["run"]: r for r in g["runs"]}
+    lines = ["## GPU check: NCCL in the loop", "", f"{g['label']}. `make gpu-check` (`python -m bench.gpu_check`); "
+             f"{g['checks_passed']} of {g['checks_total']} checks passed over the runs, every verdict in "
+             "bench/out/gpu-check.json. Two nodes are emulated on the one GPU (`nodes=hostids`: a torchrun agent "
+             "and NCCL_HOSTID per node, NCCL's socket transport over loopback): emulation, not a cluster.", ""]  # fmt: skip
+    sweep = runs[1]["phases"]["b"]["sweep"]
+    sizes = sorted({int(k) for r in sweep for k in r["algbw_gbps_by_bytes"]})
+    lines += [f"Plain all_to_all between the 2 nodes, algbw GB/s (run {1}, commit {runs[1]['commit']}); NCCL's report "
+              "says what it took:", ""]  # fmt: skip
+    lines.append(table(["setting", *(f"{s / 2**20:g} MiB" for s in sizes), "geomean", "NCCL took threads x sockets"],
+                       [[r["setting"], *(f"{r['algbw_gbps_by_bytes'].get(str(s), r['algbw_gbps_by_bytes'].get(s, 0)):.2f}" for s in sizes),
+                         f"{r['geomean_algbw_gbps']:.2f}",
+                         f"{r['nccl_reported'].get('socket_nthreads')} x {r['nccl_reported'].get('socket_nsocks_perthread')}"]
+                        for r in sweep]))  # fmt: skip
+    lines.append("")
+    for run, phase, what in ((1, "b", "the start on the issuing stream"), (2, "b", "NCCL's own events on its stream"),
+                             (2, "b_under_mps", "NCCL's stream, both processes through CUDA MPS")):  # fmt: skip
+        ph = runs.get(run, {}).get("phases", {}).get(phase)
+        if not ph:
+            continue
+        trial = ph["trials"]["default"]
+        lines += [f"The demo job on 2 nodes, NCCL's defaults, timed with {what} (run {run}, commit "
+                  f"{runs[run]['commit']}); `alone`: the same calls replayed in a plain loop right after:", ""]  # fmt: skip
+        lines += [table(TRIAL_HEAD, _trial_rows(trial)), ""]
+    for run in (1, 2, 3):
+        c = runs.get(run, {}).get("phases", {}).get("c")
+        if not c:
+            continue
+        o = c.get("outcome") or {}
+        fin = o.get("finalist") or o
+        ladder = "; ".join(f"{st['step']} {st['verdict']} {st['speedup_vs_previous']:.2f}x [{st['ci_low']:.2f}-{st['ci_high']:.2f}]"
+                           for st in o.get("ladder") or [])  # fmt: skip
+        lines.append(f"- Study (run {run}, commit {runs[run]['commit']}, {c['wall_s']:.0f} s, "
+                     f"{len(c.get('launches', []))} launches): {o.get('decision')}; "
+                     + (f"finalist {fin['speedup']:.2f}x [{fin['ci_low']:.2f}-{fin['ci_high']:.2f}], " if "ci_low" in fin else "")
+                     + f"published env {c['published']['env']}" + (f"; ladder: {ladder}" if ladder else "") + ".")  # fmt: skip
+    lines += [""] + [f"- Run {r['run']}: {r['note']}" for r in g["runs"] if r.get("note")] + [""]
+    return lines
+
+
+def render(results: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
     s = results["sections"]
     m = results.get("machine", {})
     lines = [
@@ -306,6 +372,8 @@ def render(results: dict[str, Any]) -> str:
     for key, section_md in SECTION_MD.items():
         if s.get(key):
             lines += section_md(s[key])
+    if gpu:
+        lines += _md_gpu(gpu)
     # Sections can be re-run alone (--only): the whole bench costs the sum of their last runs.
     total = sum(sec.get("seconds", 0) for sec in s.values())
     when = sorted(sec["measured_at"] for sec in s.values() if "measured_at" in sec)

@@ -16,7 +16,9 @@ def test_readme_headline_is_the_committed_run():
     block = readme.split(HEADLINE_START, 1)[1].split(HEADLINE_END, 1)[0]
     assert block.strip() == headline_table(RESULTS)
     assert headline_table(RESULTS) in (ROOT / "bench" / "RESULTS.md").read_text()
-    assert render(RESULTS) == (ROOT / "bench" / "RESULTS.md").read_text()
+    from bench.run import gpu_report
+
+    assert render(RESULTS, gpu_report()) == (ROOT / "bench" / "RESULTS.md").read_text()
 
 
 def test_splice_replaces_only_the_block():
@@ -30,3 +32,17 @@ def test_splice_replaces_only_the_block():
 def test_a_readme_without_the_block_is_named():
     with pytest.raises(ValueError, match="bench:headline"):
         splice_headline("# no markers\n", RESULTS)
+
+
+def test_the_committed_gpu_check_has_its_section_with_the_sweep_the_timing_and_the_study():
+    from bench.report import render
+    from bench.run import RESULTS_JSON, gpu_report
+
+    gpu = gpu_report()
+    assert gpu is not None and gpu["runs"], "bench/out/gpu-check.json (the H200 run) is committed"
+    md = render(json.loads(RESULTS_JSON.read_text()), gpu)
+    section = md.split("## GPU check: NCCL in the loop", 1)[1]
+    assert "| 8x2 |" in section and "NCCL took threads x sockets" in section
+    assert "timed with NCCL's own events on its stream" in section and "a2a / alone" in section
+    assert "NCCL_NSOCKS_PERTHREAD" in section and "ladder: env kept" in section
+    assert "## GPU check" not in render(json.loads(RESULTS_JSON.read_text()))  # only when a report is there
