@@ -37,7 +37,7 @@ endef
 # PYTHON's packages (--system-site-packages; or install a CUDA torch into $(VENV) first), and
 # cuda_stack.py reads that torch and installs the fbgemm-gpu / torchrec pair of its train from its one
 # table (exit 2 naming the versions it knows otherwise). FBGEMM_INDEX: an index for fbgemm-gpu's CUDA
-# build when pip's default one lacks the torch's CUDA version (e.g. https://download.pytorch.org/whl/cu130).
+# build when pip's default one lacks the torch's CUDA version (the URL of the index that has it).
 CUDA_STACK := deploy/install/cuda_stack.py
 STAMP_DEPS_cuda := $(CUDA_STACK)
 

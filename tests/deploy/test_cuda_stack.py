@@ -64,8 +64,8 @@ def test_the_pip_commands_pin_the_installed_torch(torch, expected):
 
 
 def test_an_index_for_fbgemm_goes_to_its_command_only():
-    commands = cuda_stack.pip_commands("PIP", "2.13.0+cu126", [], "https://download.pytorch.org/whl/cu126")
-    assert commands[0][-2:] == ["--index-url", "https://download.pytorch.org/whl/cu126"]
+    commands = cuda_stack.pip_commands("PIP", "2.13.0+cu126", [], "https://wheels.example/whl/cu126")
+    assert commands[0][-2:] == ["--index-url", "https://wheels.example/whl/cu126"]
     assert all("--index-url" not in c for c in commands[1:])
 
 
