@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make gpu-check` on a bare single-GPU machine without network (how bench/out/gpu-check.json was made).
+#
+# On a machine with the package index: copy ../shared/gpu to .gpu (ignored), build its payload
+# (`.gpu/tools/build_payload.sh`: sm_90 fbgemm-gpu 1.6.0, torchrec 1.6.1 and pure wheels), add the
+# engine's wheels to .gpu/whl (optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet: `pip download
+# --no-deps --python-version 3.12 ...`), and `git archive HEAD trials bench autotuner deploy/examples
+# pyproject.toml` into .gpu/main. On the GPU machine, from the project root:
+#   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
+#                                                MPS=1 to run the phases with CUDA MPS started
+set -u
+G=$(pwd)/.gpu
+OUT=${OUT:-/tmp/gpu-check-out}
+mkdir -p "$OUT"
+cd "$G/main" || { echo "no $G/main: build the payload first (see the top of this script)" >&2; exit 2; }
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then  # fbgemm_gpu_py.so needs it
+  NVML=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64 -maxdepth 3 \
+    -name 'libnvidia-ml.so.1' 2>/dev/null | head -1)
+  [ -n "$NVML" ] && export LD_LIBRARY_PATH="$(dirname "$NVML")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+timeout 150 python3 "$G/unpack.py" /tmp/site > "$OUT/unpack.txt" 2>&1 || { echo "unpack failed: $OUT/unpack.txt" >&2; exit 1; }
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 CUDA_MODULE_LOADING=LAZY AUTOTUNER_TRIAL_PG_TIMEOUT_S=120
+if [ "${MPS:-0}" = 1 ]; then  # nodes sharing the GPU then run kernels side by side instead of time-slicing it
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || /usr/local/nvidia/bin/nvidia-cuda-mps-control -d
+fi
+mkdir -p /tmp/gpu-check-work
+python3 -m bench.gpu_check --out "$OUT/gpu-check.json" --work /tmp/gpu-check-work --phases "${PHASES:-a,b,c}" \
+  --budget-s "${BUDGET:-400}" 2>&1 | tee "$OUT/gpu-check.txt"
+rc=${PIPESTATUS[0]}
+[ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C /tmp/gpu-check-work --exclude='*.db' --exclude='torchelastic_*' . 2>/dev/null
+exit "$rc"
