@@ -168,11 +168,7 @@ class LocalExecutor(Executor):
         agents = node_agents(
             network, launch.nproc_per_node, launch.python, tag, launch.trial_argv(), self.gpus
         )
-        for i, command in enumerate(agents):
-            lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
-        lines.append("rc=0")
-        lines += [f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(launch.nnodes)]
-        return lines
+        return lines + _in_parallel(agents)
 
     def _hostids(self, launch: LaunchRequest, tag: str) -> list[str]:
         """A torchrun agent per node on this host, each with its own NCCL host id (c10d rendezvous
@@ -180,12 +176,7 @@ class LocalExecutor(Executor):
         port = self.rdzv_port or free_port()
         agents = hostid_agents(launch.name, launch.nnodes, launch.nproc_per_node, launch.python, tag,
                                launch.trial_argv(), port, self.gpus)  # fmt: skip
-        lines = [f"# {hostids_label(launch.nnodes, launch.nproc_per_node, self.gpus)}"]
-        for i, command in enumerate(agents):
-            lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
-        lines.append("rc=0")
-        lines += [f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(launch.nnodes)]
-        return lines
+        return [f"# {hostids_label(launch.nnodes, launch.nproc_per_node, self.gpus)}", *_in_parallel(agents)]
 
     def schedule(self, dryrun: AppDryrun[LocalRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
@@ -253,6 +244,18 @@ class LocalExecutor(Executor):
     def _reap(self) -> None:
         for child in list(self._children.values()):
             child.poll()
+
+
+def _in_parallel(agents: list[list[str]]) -> list[str]:
+    """Shell: every node's agent in the background; the launch's exit code is the worst of theirs."""
+    lines = []
+    for i, command in enumerate(agents):
+        lines += [f"{shlex.join(command)} &", f"node{i}=$!"]
+    return [
+        *lines,
+        "rc=0",
+        *(f'wait "$node{i}"; r=$?; [ "$r" -gt "$rc" ] && rc=$r' for i in range(len(agents))),
+    ]
 
 
 def gpu_count() -> int:
