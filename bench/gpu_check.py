@@ -113,6 +113,30 @@ def candidate_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: c.get(k) for k in keys} for c in result.get("candidates", [])]
 
 
+def fp8_bytes_check(device: str) -> dict[str, Any]:
+    """The CPU fp8 codec (what CPU trials put on the wire) writes FBGEMM's CUDA kernel's bytes: codes and
+    scale equal, the last 4 bytes of a row unused; FBGEMM decodes ours as our decoder does."""
+    name = "CPU fp8 codec writes FBGEMM's CUDA row-wise FP8 bytes"
+    if device != "cuda":
+        return {"check": name, "ok": False, "saw": "needs CUDA (FBGEMM's FP8 kernel)"}
+    import torch
+
+    from trials.codecs import ROW_DIM, CpuFp8RowwiseCodec
+
+    saw = []
+    for is_fwd in (True, False):
+        x = torch.randn(256 * ROW_DIM, generator=torch.Generator().manual_seed(3)) * 7
+        cuda = torch.ops.fbgemm.FloatToFP8RowwiseQuantized(x.cuda().reshape(-1, ROW_DIM), is_fwd).cpu()
+        ours = CpuFp8RowwiseCodec(is_fwd=is_fwd).encode(x).reshape(-1, ROW_DIM + 8)
+        decoded = torch.ops.fbgemm.FP8RowwiseQuantizedToFloat(ours.cuda(), is_fwd, 0).cpu().reshape(-1)
+        same = cuda.shape == ours.shape and torch.equal(cuda[:, : ROW_DIM + 4], ours[:, : ROW_DIM + 4])
+        saw.append({"fwd" if is_fwd else "bwd": {"bytes_equal": same, "rows_differing": int(
+            (cuda[:, : ROW_DIM + 4] != ours[:, : ROW_DIM + 4]).any(dim=1).sum()) if cuda.shape == ours.shape else None,
+            "decode_equal": torch.equal(decoded, CpuFp8RowwiseCodec(is_fwd=is_fwd).decode(ours.reshape(-1)))}})  # fmt: skip
+    ok = all(v["bytes_equal"] and v["decode_equal"] for d in saw for v in d.values())
+    return {"check": name, "ok": ok, "saw": saw}
+
+
 def phase_a(device: str, iterations: int, work: Path, clock: Clock) -> dict[str, Any]:
     (work / "spec-a.json").write_text(json.dumps(spec(device, iterations)))
     started = time.perf_counter()
@@ -127,6 +151,12 @@ def phase_a(device: str, iterations: int, work: Path, clock: Clock) -> dict[str,
     found = checks(result, device) if result.get("candidates") else [
         {"check": "world size 1: the launch wrote a result", "ok": False, "saw": result.get("error") or tail}
     ]  # fmt: skip
+    try:
+        found.append(fp8_bytes_check(device))
+    except Exception as exc:  # an op missing from the installed FBGEMM is a finding, not a crash
+        found.append(
+            {"check": "CPU fp8 codec writes FBGEMM's CUDA row-wise FP8 bytes", "ok": False, "saw": repr(exc)}
+        )
     return {
         "label": f"world size 1 on {result.get('device_name', 'unknown device')} ({device})",
         "wall_s": time.perf_counter() - started,

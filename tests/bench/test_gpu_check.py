@@ -41,6 +41,7 @@ def test_world_size_1_on_cpu_reports_what_needs_cuda(tmp_path):
         semi = by_name[f"candidate {precision} semi_sync"]
         assert not semi["ok"] and "need CUDA" in semi["saw"]
     assert len(report["phases"]["a"]["candidates"]) == 10 and report["ok"] is False
+    assert "needs CUDA" in by_name["CPU fp8 codec writes FBGEMM's CUDA row-wise FP8 bytes"]["saw"]
     assert "FAIL" in proc.stdout and "candidate fp32 semi_sync" in proc.stdout
 
 
