@@ -24,7 +24,7 @@ from trials.nccl_log import parse_nccl_info
 from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
 from trials.probe import COMM_KINDS, CommProbe
 from trials.quality import QualityContext, train_and_score
-from trials.result import SCHEMA_VERSION, read_nccl_conf_files
+from trials.result import SCHEMA_VERSION, nvidia_driver_version, read_nccl_conf_files
 from trials.spec import CandidateSpec, TrialSpec
 from trials.stats import summarize
 from trials.watchdog import Watchdog
@@ -109,6 +109,7 @@ class TrialRunner:
             kwargs["device_id"] = self.device
         dist.init_process_group(**kwargs)
         self.joined = True
+        assert dist.group.WORLD is not None  # init_process_group just made it
         self.pg = dist.group.WORLD
         self.default_threads = torch.get_num_threads()
         self.probe = CommProbe(
@@ -255,6 +256,7 @@ class TrialRunner:
             if self.device.type == "cuda"
             else _cpu_name(),
             "versions": _versions(self.backend),
+            "driver_version": nvidia_driver_version(),
             **env_report(rank_env),
             "nccl_conf": read_nccl_conf_files(self.launch_env),
             "nccl_effective": nccl_effective,
@@ -282,9 +284,9 @@ class TrialRunner:
             if sw is None:
                 continue
             for i in indices:
-                results[i] = self._candidate(sw, i, self.spec.candidates[i])
-                if self.spec.extra.get("fidelity") and results[i]["status"] == "ok":
-                    fidelity.append(self._replay(i, results[i]))
+                measured = results[i] = self._candidate(sw, i, self.spec.candidates[i])
+                if self.spec.extra.get("fidelity") and measured["status"] == "ok":
+                    fidelity.append(self._replay(i, measured))
             del sw
         return results
 
