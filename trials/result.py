@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,18 @@ def read_nccl_conf_files(environ: Mapping[str, str]) -> dict[str, str]:
         except OSError:
             continue
     return found
+
+
+def nvidia_driver_version(proc: str = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA kernel driver of this node (`... Kernel Module  550.54.15  ...`), None without one:
+    part of the fingerprint a published config is validated on (autotuner.fingerprint reads the same
+    file on the job side)."""
+    try:
+        text = Path(proc).read_text(errors="replace")[:4096]
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module\b[^\n]*?\s(\d+\.\d+(?:\.\d+)*)\s", text)
+    return m.group(1) if m else None
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:

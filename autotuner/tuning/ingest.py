@@ -27,8 +27,8 @@ def ingest(
                 row["optuna_number"] = search.claim_number()
     saved = ctx.store.add_candidates(rows)
     summary = {k: v for k, v in (outcome.result or {}).items() if k != "candidates"} or None
-    ctx.store.update_launch(launch.id, state=outcome.state.value, finished_at=utcnow(), summary=summary,
-                            error=outcome.reason or None, log_tail=outcome.log_tail or None)  # fmt: skip
+    launch = ctx.store.update_launch(launch.id, state=outcome.state.value, finished_at=utcnow(), summary=summary,
+                                     error=outcome.reason or None, log_tail=outcome.log_tail or None)  # fmt: skip
     if result is not None:
         ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))
     elif launch.kind == LaunchKind.SEARCH and outcome.state != LaunchState.CANCELLED:
@@ -94,7 +94,8 @@ def _measurement(ctx: StudyContext, measured: dict[str, Any]) -> dict[str, Any]:
 
 
 def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
-    """What identifies a cluster's comm stack: a config tuned on one may not hold on another."""
+    """What identifies a cluster's comm stack: a config tuned on one may not hold on another
+    (autotuner.fingerprint.comparable reads it as a job's hook reports its own)."""
     effective = result.get("nccl_effective") or {}
     env = result.get("env") or {}
     return {
@@ -104,6 +105,7 @@ def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
         "nnodes": result.get("nnodes"),
         "world_size": result.get("world_size"),
         "versions": result.get("versions"),
+        "driver": result.get("driver_version"),
         "network": effective.get("network"),
         "ofi_plugin": effective.get("ofi_plugin_version"),
         "efa": effective.get("ofi_provider") == "efa" or env.get("FI_PROVIDER") == "efa",
