@@ -25,6 +25,14 @@ What a client may rely on, and how it holds:
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
   that starts while the store is down starts anyway and loads when it answers.
+- Configs are immutable but for their pin and what their re-validations say (when, on what stack,
+  flagged): the store's heads carry the last finished re-validation's id beside the pin, and a
+  finished re-validation bumps the generation, so a version is rendered again only when either moved.
+- The job's fingerprint (the `X-Autotuner-Fingerprint` header the hook sends) is compared with what
+  the served version was validated on, and the answer says `fingerprint_match` (true, false or
+  "unknown") and what differs. The comparison and its bodies are kept per (version, header): jobs of
+  one cluster send a handful of distinct headers, so it is a dict lookup after the first. A stack
+  that differs is counted for the store (`FingerprintReports`, written off the request path).
 - One bad row never stops serving. Rows are rendered one by one: a row that cannot be rendered (a
   name or a value an older version let into the store, a tampered row, one that does not pass the
   gate of what a job may be handed) is logged, counted (`autotuner_configs_unservable` in
@@ -41,15 +49,30 @@ import mmap
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from autotuner.configs import check_exports, config_to_dict, render
+from autotuner.fingerprint import compare, decode, describe, describe_diff, stack_changed
 from autotuner.store import Config, Store, pick_served
 
 log = logging.getLogger("autotuner.api.cache")
+
+
+UNKNOWN = b', "fingerprint_match": "unknown", "fingerprint_diff": {}}'
+MAX_VARIANTS = 256  # distinct job fingerprints kept per version; more are answered, not kept
+
+
+@dataclass(frozen=True)
+class Match:
+    """One job fingerprint against one served version: the verdict and the bodies that say it."""
+
+    match: bool | str
+    diff: dict[str, list[str]]
+    body: dict[str, bytes]
+    stale: bool  # the stack differs (not only the node count): counted, and may ask for a re-validation
 
 
 @dataclass(frozen=True)
@@ -58,9 +81,37 @@ class Served:
     created_at: datetime
     id: int
     config: dict[str, Any]
-    body: dict[str, bytes]  # format -> pre-rendered response
+    body: dict[str, bytes]  # format -> pre-rendered response (no fingerprint: "unknown")
     key: tuple[str, str] = ("", "")  # (cluster, workload)
     error: str | None = None  # why this row cannot be served (then `body` is empty)
+    unverified: bool = False  # rendered without its re-validations (the store did not say): redo next load
+    variants: dict[bytes, Match] = field(default_factory=dict, compare=False, repr=False)
+
+    def matched(self, header: bytes) -> Match:
+        """The answer to a job that sent this fingerprint header (kept: the next is a lookup)."""
+        found = self.variants.get(header)
+        if found is None:
+            found = self._match(header)
+            if len(self.variants) < MAX_VARIANTS:
+                self.variants[header] = found
+        return found
+
+    def _match(self, header: bytes) -> Match:
+        job = decode(header)
+        match, diff = compare(self.config.get("validated_on") or {}, job)
+        if match == "unknown":
+            return Match(match, diff, self.body, False)
+        tail = b', "fingerprint_match": %s, "fingerprint_diff": %s}' % (
+            json.dumps(match).encode(), json.dumps(diff).encode())  # fmt: skip
+        body = {"json": self.body["json"][: -len(UNKNOWN)] + tail, "env": self.body["env"],
+                "slurm": self.body["slurm"]}  # fmt: skip
+        if diff:
+            label = self.config.get("exports", {}).get("AUTOTUNER_CONFIG", "")
+            note = (f"# nccl-autotuner: {label} was validated on {describe(self.config.get('validated_on'))}; "
+                    f"this job differs: {describe_diff(diff)}\n").encode()  # fmt: skip
+            body["env"] += note
+            body["slurm"] += note
+        return Match(match, diff, body, stack_changed(diff))
 
 
 class SharedGeneration:
@@ -102,13 +153,15 @@ class SharedGeneration:
 
 
 class ConfigCache:
-    def __init__(self, store: Store, refresh_s: float = 1.0, shared: SharedGeneration | None = None) -> None:
+    def __init__(self, store: Store, refresh_s: float = 1.0, shared: SharedGeneration | None = None,
+                 reports: Any = None) -> None:  # fmt: skip
         self.store = store
+        self.reports = reports  # api.fingerprints.FingerprintReports: written by the refresh thread
         self.refresh_s = refresh_s
         self.shared = shared or SharedGeneration()
         self.generation = -1  # the store generation of what we serve (exactly); -1: nothing loaded
         self._served: dict[tuple[str, str], list[Served]] = {}
-        self._rendered: dict[tuple[int, bool], Served] = {}
+        self._rendered: dict[tuple[int, bool, int], Served] = {}
         self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
         self._retry_at = 0.0  # after a failed catch-up: serve what we have until then
         self._stop = threading.Event()
@@ -163,15 +216,18 @@ class ConfigCache:
             if self.generation >= target:
                 return  # another thread loaded it meanwhile
             generation, heads = self._heads_at_least(target)
-            pins = dict(heads)
+            pins = {i: p for i, p, _ in heads}
             known = {
-                key: entry for key, entry in self._rendered.items() if entry.error is None
+                key: entry
+                for key, entry in self._rendered.items()
+                if entry.error is None and not entry.unverified
             }  # retry the rest
-            wanted = [i for i, p in heads if (i, p) not in known]
+            wanted = [i for i, p, v in heads if (i, p, v) not in known]
             rows = self._rows(wanted)
-            fresh = {row.id: self._render(row, pins[row.id]) for row in rows}
+            views = self._views(rows)
+            fresh = {row.id: self._render(row, pins[row.id], views) for row in rows}
             fresh.update(self._unreadable(set(wanted) - set(fresh)))
-            rendered = {(i, p): entry for i, p in heads if (entry := known.get((i, p)) or fresh.get(i))}
+            rendered = {head: entry for head in heads if (entry := known.get(head) or fresh.get(head[0]))}
             served: dict[tuple[str, str], list[Served]] = {}
             for entry in rendered.values():
                 served.setdefault(entry.key, []).append(entry)
@@ -179,7 +235,7 @@ class ConfigCache:
             self._rendered, self._served = rendered, served
             self.generation = generation  # last: readers compare it first
 
-    def _heads_at_least(self, target: int) -> tuple[int, list[tuple[int, bool]]]:
+    def _heads_at_least(self, target: int) -> tuple[int, list[tuple[int, bool, int]]]:
         """The store's served heads, at `target` or newer. The shared counter is only ever raised to a
         generation read from the store, so a read that starts after it was raised sees at least that."""
         generation, heads = self.store.served_heads()
@@ -201,6 +257,15 @@ class ConfigCache:
                 return []
             return [row for i in ids for row in self._rows([i])]
 
+    def _views(self, rows: list[Config]) -> dict[int, dict[str, Any]] | None:
+        """What each row's re-validations say; None when the store cannot say (the rows are then
+        served as published, and rendered again at the next load): serving never waits on it."""
+        try:
+            return self.store.validation_views(rows) if rows else {}
+        except Exception:
+            log.warning("config cache: re-validations could not be read", exc_info=True)
+            return None
+
     def _unreadable(self, ids: set[int]) -> dict[int, Served]:
         """Served entries that say why, for rows whose data could not be read."""
         if not ids:
@@ -219,23 +284,23 @@ class ConfigCache:
         }  # fmt: skip
 
     @staticmethod
-    def _render(row: Config, pinned: bool) -> Served:
+    def _render(row: Config, pinned: bool, views: dict[int, dict[str, Any]] | None = None) -> Served:
         """A row pre-rendered in every format, or, when it cannot be, a Served that says why."""
         # `pinned` as of the generation read: the row itself was read a moment later
         try:
             key = (row.cluster.name, row.workload.name)
-            config = {**config_to_dict(row), "pinned": pinned}
+            config = {**config_to_dict(row, (views or {}).get(row.id)), "pinned": pinned}
             _, dropped = check_exports(config["exports"])
             if dropped:
                 raise ValueError("; ".join(f"{name}: {why}" for name, why in dropped.items()))
-            body = {"json": json.dumps(config).encode(), "env": render(config, "sh").encode(),
+            body = {"json": json.dumps(config).encode()[:-1] + UNKNOWN, "env": render(config, "sh").encode(),
                     "slurm": render(config, "slurm").encode()}  # fmt: skip
         except Exception as exc:
             error = f"config {row.id} (v{row.version}, {row.nodes} node(s)) cannot be served: {exc}"
             log.error("config cache: %s", error)
             key = _key_of(row)
             return Served(row.nodes, row.created_at, row.id, {}, {}, key, error)
-        return Served(row.nodes, row.created_at, row.id, config, body, key)
+        return Served(row.nodes, row.created_at, row.id, config, body, key, unverified=views is None)
 
     def start(self) -> None:
         try:
@@ -249,13 +314,22 @@ class ConfigCache:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._flush_reports()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
             try:
                 self.refresh()
             except Exception:  # the DB blinked: keep serving what we have, try again next tick
-                continue
+                pass
+            self._flush_reports()
+
+    def _flush_reports(self) -> None:
+        if self.reports is not None:
+            try:
+                self.reports.flush()
+            except Exception:  # counted again at the next tick: the reports stay pending
+                log.warning("config cache: fingerprint reports not written", exc_info=True)
 
 
 def _key_of(row: Config) -> tuple[str, str]:

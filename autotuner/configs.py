@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotuner.envvars import served_problems
+from autotuner.fingerprint import comparable
 from autotuner.qcomms import PIPELINES, PRECISIONS
 
 FORMATS = ("json", "sh", "env", "slurm")
@@ -53,8 +54,10 @@ _AUTOTUNER_VALUES = {
 }
 
 
-def config_to_dict(row: Any) -> dict[str, Any]:
-    """The public JSON of a stored Config row (what REST returns and the hook caches)."""
+def config_to_dict(row: Any, validation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The public JSON of a stored Config row (what REST returns and the hook caches). `validation`:
+    what its re-validations say (autotuner.store.validations.validation_view); without it, the
+    version stands on its study, validated when published on the fingerprint it recorded."""
     exports = dict(row.env)
     for attr, var in AUTOTUNER_KEYS.items():
         value = getattr(row, attr)
@@ -78,7 +81,17 @@ def config_to_dict(row: Any) -> dict[str, Any]:
         "evidence": row.evidence,
         "fingerprint": row.fingerprint,
         "study_id": row.study_id,
+        "validated_at": _iso((validation or {}).get("validated_at") or row.created_at),
+        "validated_on": dict(
+            (validation or {}).get("validated_on") or comparable(row.fingerprint, row.nodes)
+        ),
+        "last_validation": (validation or {}).get("last_validation"),
+        "flagged": (validation or {}).get("flagged"),
     }
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def check_exports(exports: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str, str]]:

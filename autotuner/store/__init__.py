@@ -1,6 +1,17 @@
 """Persistence: SQLAlchemy models, migrations, and the Store every component goes through."""
 
-from autotuner.store.models import Candidate, Cluster, Config, Launch, Quarantine, Study, Workload, utcnow
+from autotuner.store.models import (
+    Candidate,
+    Cluster,
+    Config,
+    ConfigValidation,
+    FingerprintReport,
+    Launch,
+    Quarantine,
+    Study,
+    Workload,
+    utcnow,
+)
 from autotuner.store.repo import (
     CANDIDATE_SORT_KEYS,
     NotFound,
@@ -12,9 +23,13 @@ from autotuner.store.states import (
     ACTIVE,
     MEASURED,
     TERMINAL,
+    VALIDATION_DONE,
+    VALIDATION_PENDING,
     CandidateState,
     LaunchKind,
     StudyState,
+    ValidationState,
+    ValidationTrigger,
 )
 
 __all__ = [
@@ -25,6 +40,12 @@ __all__ = [
     "CandidateState",
     "LaunchKind",
     "StudyState",
+    "VALIDATION_DONE",
+    "VALIDATION_PENDING",
+    "ValidationState",
+    "ValidationTrigger",
+    "ConfigValidation",
+    "FingerprintReport",
     "Candidate",
     "Cluster",
     "Config",

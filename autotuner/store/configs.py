@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
 from autotuner.store.base import NotFound
-from autotuner.store.models import Cluster, Config, ConfigGeneration, Workload
+from autotuner.store.models import Cluster, Config, ConfigGeneration, ConfigValidation, Workload
 from autotuner.store.studies import StudyRecords
 
 
@@ -99,12 +99,19 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             return int(s.scalar(select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)) or 0)
 
-    def served_heads(self) -> tuple[int, list[tuple[int, bool]]]:
-        """The generation and (id, pinned) of every served config at that generation, without loading
-        rows: what a cache diffs against. One statement, so one snapshot on SQLite and PostgreSQL alike
-        (two statements could straddle a commit and label a state with the wrong generation)."""
+    def served_heads(self) -> tuple[int, list[tuple[int, bool, int]]]:
+        """The generation and (id, pinned, last finished re-validation id or 0) of every served
+        config at that generation, without loading rows: what a cache diffs against. One statement,
+        so one snapshot on SQLite and PostgreSQL alike (two statements could straddle a commit and
+        label a state with the wrong generation)."""
+        checked = (
+            select(func.max(ConfigValidation.id))
+            .where(ConfigValidation.config_id == Config.id, ConfigValidation.finished_at.is_not(None))
+            .correlate(Config)
+            .scalar_subquery()
+        )
         query = (
-            select(ConfigGeneration.generation, Config.id, Config.pinned)
+            select(ConfigGeneration.generation, Config.id, Config.pinned, checked)
             .select_from(ConfigGeneration)
             .outerjoin(Config, Config.id.in_(self._head_ids()))
             .where(ConfigGeneration.id == 1)
@@ -112,7 +119,7 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             rows = s.execute(query).all()
         generation = int(rows[0][0]) if rows else 0
-        return generation, [(i, bool(p)) for _, i, p in rows if i is not None]
+        return generation, [(i, bool(p), int(v or 0)) for _, i, p, v in rows if i is not None]
 
     def config_labels(self, ids: Sequence[int]) -> list[tuple[int, str, str, int, int, Any]]:
         """(id, cluster, workload, nodes, version, created_at) of configs, without reading their

@@ -14,13 +14,17 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+PENDING_SQL = "state IN ('queued', 'running')"  # store.states.VALIDATION_PENDING
 
 
 def utcnow() -> datetime:
@@ -206,6 +210,55 @@ class Config(Base):
 
     cluster: Mapped[Cluster] = relationship(lazy="joined")
     workload: Mapped[Workload] = relationship(lazy="joined")
+
+
+class ConfigValidation(Base):
+    """A re-validation of one published version: its setting against the study's baseline in
+    interleaved launches (recorded in that study, tagged `revalidate-<id>`), what it found on which
+    stack, and what it did. Requested rows are the queue the scheduler runs (queued -> running ->
+    held | failed | error); every finished one is an evidence entry of its version."""
+
+    __tablename__ = "at_config_validations"
+    # One queued or running re-validation per version, whoever asks (a job storm, two replicas).
+    __table_args__ = (
+        Index("uq_at_config_validations_pending", "config_id", unique=True,
+              sqlite_where=text(PENDING_SQL), postgresql_where=text(PENDING_SQL)),
+    )  # fmt: skip
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("at_configs.id"), index=True)
+    study_id: Mapped[int | None] = mapped_column(ForeignKey("at_studies.id"))
+    trigger: Mapped[str] = mapped_column(Label)  # store.states.ValidationTrigger
+    reason: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Label, index=True)  # store.states.ValidationState
+    # What the jobs that asked for it run on (a fingerprint trigger), and what it ran on.
+    requested_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # speedup, interval, rounds, why
+    action: Mapped[str | None] = mapped_column(Text)  # kept, replaced by vN, flagged (pinned), recorded
+    new_config_id: Mapped[int | None] = mapped_column(ForeignKey("at_configs.id"))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class FingerprintReport(Base):
+    """Jobs served a config from a stack other than the one it was validated on: one row per
+    (config, job fingerprint), counted, and the re-validation it asked for."""
+
+    __tablename__ = "at_fingerprint_reports"
+    __table_args__ = (UniqueConstraint("config_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("at_configs.id"), index=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[dict[str, Any]]  # the jobs' (autotuner.fingerprint keys)
+    diff: Mapped[dict[str, Any]]  # key -> [validated on, jobs']
+    jobs: Mapped[int] = mapped_column(BigInteger, default=0)
+    first_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    validation_id: Mapped[int | None] = mapped_column(ForeignKey("at_config_validations.id"))
 
 
 class ConfigGeneration(Base):

@@ -1,16 +1,18 @@
 """The store: every read and write of our tables goes through here, one short transaction each.
 
-One class over the table families (studies.py, launches.py, configs.py), so callers hold one object.
+One class over the table families (studies.py, launches.py, configs.py, validations.py), so callers
+hold one object.
 """
 
 from __future__ import annotations
 
 from autotuner.store.base import NotFound, env_hash
-from autotuner.store.configs import ConfigRecords, pick_served
+from autotuner.store.configs import pick_served
 from autotuner.store.launches import CANDIDATE_SORT_KEYS, LaunchRecords
+from autotuner.store.validations import ValidationRecords
 
 
-class Store(ConfigRecords, LaunchRecords):
+class Store(ValidationRecords, LaunchRecords):
     pass
 
 

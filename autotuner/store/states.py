@@ -25,12 +25,35 @@ class LaunchKind(StrEnum):
     LADDER = "ladder"  # one knob group at a time, from the baseline to the tuned config
     QUALITY = "quality"  # the convergence check: training, not timing
     SCALING = "scaling"
+    REVALIDATE = "revalidate"  # a published config against the baseline again, after the study
 
 
 class CandidateState(StrEnum):
     OK = "ok"
     FAILED = "failed"
     INFEASIBLE = "infeasible"  # measured, but its codec's error is over the tolerance
+
+
+class ValidationState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    HELD = "held"  # still faster than the baseline with 95% confidence (or the baseline itself)
+    FAILED = "failed"  # no longer faster with 95% confidence, or no longer runs
+    ERROR = "error"  # could not be measured (the baseline failed too): nothing concluded
+
+
+class ValidationTrigger(StrEnum):
+    MANUAL = "manual"  # autotuner revalidate, POST .../revalidate
+    SCHEDULE = "schedule"  # AUTOTUNER_REVALIDATE_EVERY
+    FINGERPRINT = "fingerprint"  # jobs reported a stack other than the one it was validated on
+
+
+VALIDATION_PENDING: tuple[ValidationState, ...] = (ValidationState.QUEUED, ValidationState.RUNNING)
+VALIDATION_DONE: tuple[ValidationState, ...] = (
+    ValidationState.HELD,
+    ValidationState.FAILED,
+    ValidationState.ERROR,
+)
 
 
 # A study in one of these never runs again; the others are what a scheduler picks up.

@@ -132,12 +132,12 @@ def test_every_change_to_what_is_served_bumps_the_generation_in_its_transaction(
     v1 = publish(store)
     v2 = publish(store)
     assert store.config_generation() == 2
-    assert store.served_heads() == (2, [(v2.id, False)])
+    assert store.served_heads() == (2, [(v2.id, False, 0)])
     store.rollback_config("c", "w", 2)
     store.served_config("c", "w", 2)  # reads change nothing
-    assert store.served_heads() == (3, [(v1.id, True)])
+    assert store.served_heads() == (3, [(v1.id, True, 0)])
     store.pin_config("c", "w", 2, None)
-    assert store.served_heads() == (4, [(v2.id, False)])
+    assert store.served_heads() == (4, [(v2.id, False, 0)])
     with pytest.raises(NotFound):
         store.pin_config("c", "w", 2, 42)  # refused: nothing changed, no generation spent
     assert store.config_generation() == 4

@@ -1,0 +1,415 @@
+"""Re-validation: a published config measured against the job's baseline again, after the study.
+
+A config is a measurement of one cluster at one moment; drivers, NCCL and aws-ofi-nccl change under
+it. A re-validation runs the study's own confirmation again (the version's setting against the
+study's baseline in interleaved launches, the study's rounds and executor settings), recorded in
+that study as `revalidate` launches tagged `revalidate-<id>`, and ends as an evidence entry of the
+version (`at_config_validations`):
+
+- held: still faster with 95% confidence (a version that is the baseline itself holds by definition:
+  one launch says it still runs, and on what) -> the same version, validated now on this stack;
+- failed: no longer faster with 95% confidence, or slower, or it no longer runs -> if it is the
+  served version and nobody pinned it, a new version is published with the reason: the last older
+  version whose own re-validation held on this same stack, else the baseline (no changes). A pinned
+  version is flagged, never replaced: the operator decided what jobs get;
+- error: not even the baseline could be measured: nothing concluded, nothing changed.
+
+What asks for one: `autotuner revalidate`, `POST /v1/configs/{cluster}/{workload}/revalidate`, the
+schedule (`AUTOTUNER_REVALIDATE_EVERY`, run by the service's scheduler), and jobs whose hook reports
+a stack other than the one the version was validated on (api.fingerprints).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from autotuner.executors import Executor
+from autotuner.fingerprint import comparable, compare, describe, describe_diff, stack_changed
+from autotuner.space import InProcPoint
+from autotuner.store import (
+    Candidate,
+    Config,
+    ConfigValidation,
+    LaunchKind,
+    NotFound,
+    Store,
+    ValidationState,
+    ValidationTrigger,
+    utcnow,
+)
+from autotuner.tuning.context import Progress, StudyContext
+from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
+from autotuner.tuning.launch import run_launch
+from autotuner.tuning.lease import Lease
+from autotuner.tuning.pairs import Setting, measured
+from autotuner.tuning.pairs import compare as compare_settings
+from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.recover import recover
+from autotuner.tuning.stats import Speedup
+
+log = logging.getLogger("autotuner.tuning")
+DEFAULT_ROUNDS = 3  # for a study that skipped its confirmation (confirm_rounds=0)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|s)?\s*")
+_UNIT_S = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, None: 1}
+
+
+class CannotRevalidate(ValueError):
+    """This version cannot be re-validated (no study says how it was measured)."""
+
+
+def parse_every(text: str | None) -> float | None:
+    """`7d`, `12h`, `30m`, `90s`, `2w` or plain seconds -> seconds; empty, `0` or `off` -> None (no
+    schedule)."""
+    if text is None or text.strip().lower() in ("", "0", "off", "none", "never"):
+        return None
+    m = _DURATION.fullmatch(text)
+    if m is None or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 7d, 12h, 30m, 3600s (or off)")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def show_duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{seconds:.0f} s"
+
+
+# ---------------------------------------------------------------------------------- asking
+
+
+def config_to_revalidate(
+    store: Store, cluster: str, workload: str, nodes: int | None = None, version: int | None = None
+) -> Config:
+    """The served version of (cluster, workload) at `nodes` (exactly, when given), or `version`."""
+    if version is not None:
+        rows = [r for r in store.config_history(cluster, workload, nodes) if r.version == version]
+        if not rows:
+            raise NotFound(f"{cluster}/{workload}{_at(nodes)} has no version {version}")
+        if len(rows) > 1:
+            raise NotFound(
+                f"{cluster}/{workload} has a version {version} at several node counts: give --nodes"
+            )
+        return rows[0]
+    served = store.served_config(cluster, workload, nodes)
+    if served is None or (nodes is not None and served.nodes != nodes):
+        raise NotFound(f"no config published for {cluster}/{workload}{_at(nodes)}")
+    return served
+
+
+def _at(nodes: int | None) -> str:
+    return "" if nodes is None else f" at {nodes} node{'' if nodes == 1 else 's'}"
+
+
+def request(
+    store: Store, config: Config, trigger: str = ValidationTrigger.MANUAL, reason: str | None = None,
+    requested_fingerprint: dict[str, Any] | None = None,
+) -> tuple[ConfigValidation, bool]:  # fmt: skip
+    """Queue a re-validation of `config` (or find the one queued or running for it: then False)."""
+    if config.study_id is None:
+        raise CannotRevalidate(
+            f"{label(config)} was not published by a study: nothing records how it was measured"
+        )
+    return store.request_validation(
+        config.id, trigger, reason or f"requested ({trigger})", requested_fingerprint
+    )
+
+
+def label(config: Config) -> str:
+    return f"{config.cluster.name}/{config.workload.name}/{config.nodes}n/v{config.version}"
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+class Revalidation:
+    """Runs one queued (or interrupted) re-validation to its end, under its study's lease."""
+
+    def __init__(
+        self,
+        store: Store,
+        validation_id: int,
+        executor: Executor,
+        *,
+        owner: str | None = None,
+        progress: Progress | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.validation_id = validation_id
+        self.executor = executor
+        self.owner = owner
+        self.progress = progress or Progress()
+        self.poll_s = poll_s
+
+    def run(self) -> ConfigValidation:
+        row = self.store.validation(self.validation_id)
+        if row is None:
+            raise NotFound(f"validation {self.validation_id}")
+        if row.state not in (ValidationState.QUEUED, ValidationState.RUNNING):
+            return row
+        config = self.store.configs_by_id([row.config_id])[0]
+        if config.study_id is None:
+            return self.store.finish_validation(row.id, ValidationState.ERROR,
+                                                error="no study records how this version was measured")  # fmt: skip
+        lease = Lease(self.store, config.study_id, self.owner)
+        lease.acquire()  # StudyBusy: someone else runs it (or its study) now; the queue tries later
+        try:
+            return self._run(row, config, lease)
+        except Exception as exc:
+            log.exception("re-validation %s failed", row.id)
+            return self.store.finish_validation(row.id, ValidationState.ERROR, error=f"{type(exc).__name__}: {exc}",
+                                                action="nothing changed")  # fmt: skip
+        finally:
+            lease.release()
+
+    def _run(self, row: ConfigValidation, config: Config, lease: Lease) -> ConfigValidation:
+        started_at = row.started_at or utcnow()
+        self.store.update_validation(row.id, state=ValidationState.RUNNING, started_at=started_at)
+        ctx = StudyContext.load(self.store, config.study_id, self.executor, lease,  # type: ignore[arg-type]
+                                progress=self.progress, poll_s=self.poll_s)  # fmt: skip
+        study = self.store.study(ctx.study_id)
+        assert study is not None
+        ctx.inert = dict(study.inert or {})
+        recover(ctx)  # a re-validation interrupted before keeps the rounds it measured
+        baseline = self._baseline_row(ctx, study)
+        if baseline is None:
+            return self.store.finish_validation(row.id, ValidationState.ERROR, action="nothing changed",
+                                                error=f"study {ctx.study_id} has no baseline measurement")  # fmt: skip
+        base = Setting.of(baseline)
+        mine = published_setting(ctx, config, base)
+        tag = f"revalidate-{row.id}"
+        rounds = ctx.settings.confirm_rounds if ctx.settings.confirm_rounds >= 2 else DEFAULT_ROUNDS
+        self.progress.on_phase("revalidate")
+        if mine == base:
+            state, result = self._baseline_runs(ctx, base, tag)
+        else:
+            speedup, _ = compare_settings(ctx, mine, base, rounds, LaunchKind.REVALIDATE, tag)
+            state, result = verdict(speedup, *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag))
+        result["rounds_asked"] = 1 if mine == base else rounds
+        result["wall_s"] = (utcnow() - started_at).total_seconds()
+        result["measured_on"] = self.executor.name
+        recorded = self._recorded_fingerprint(ctx, tag)
+        fp = comparable(recorded, config.nodes)
+        result["recorded_fingerprint"] = recorded
+        action, new_config_id = "nothing changed (not measured)", None
+        if state == ValidationState.HELD:
+            action = f"kept v{config.version}: validated on {describe(fp)}"
+        elif state == ValidationState.FAILED:
+            action, new_config_id = self._act(ctx, row, config, base, baseline, fp, result)
+        log.info(
+            "re-validation %s of %s: %s (%s); %s", row.id, label(config), state, result.get("why"), action
+        )
+        return self.store.finish_validation(row.id, state, result=result, fingerprint=fp, action=action,
+                                            new_config_id=new_config_id)  # fmt: skip
+
+    def _baseline_row(self, ctx: StudyContext, study: Any) -> Candidate | None:
+        if study.baseline_candidate_id:
+            row = self.store.candidate(study.baseline_candidate_id)
+            if row is not None:
+                return row
+        return ctx.baseline()
+
+    def _baseline_runs(self, ctx: StudyContext, base: Setting, tag: str) -> tuple[str, dict[str, Any]]:
+        """A version that is the job's own settings cannot lose against them: one launch says it
+        still runs, and on which stack."""
+        rows, _ = measured(ctx, base, base, LaunchKind.REVALIDATE, tag)
+        if not rows:
+            run_launch(ctx, PlannedLaunch.of(base.env, [base.point], LaunchKind.REVALIDATE, tag=tag), None)
+            rows, _ = measured(ctx, base, base, LaunchKind.REVALIDATE, tag)
+        if not rows:
+            return ValidationState.ERROR, {"why": "the job's own settings did not run: see the launch log"}
+        return ValidationState.HELD, {
+            "speedup": 1.0,
+            "baseline_samples_per_s": rows[-1].samples_per_s,
+            "why": "the job's own settings (no changes): nothing to lose against the baseline; it still runs",
+        }
+
+    def _recorded_fingerprint(self, ctx: StudyContext, tag: str) -> dict[str, Any]:
+        """What the last launch of this re-validation that ran reported of its stack."""
+        for launch in reversed(self.store.launches(ctx.study_id)):
+            if launch.kind == LaunchKind.REVALIDATE and (launch.spec.get("extra") or {}).get("tag") == tag:
+                if launch.summary:
+                    return recorded_fingerprint(launch.summary)
+        return {}
+
+    def _act(
+        self, ctx: StudyContext, row: ConfigValidation, config: Config, base: Setting, baseline: Candidate,
+        fp: dict[str, str], result: dict[str, Any],
+    ) -> tuple[str, int | None]:  # fmt: skip
+        """What a failed re-validation does to what jobs get."""
+        served = self.store.served_config(config.cluster.name, config.workload.name, config.nodes)
+        if served is None or served.id != config.id or served.nodes != config.nodes:
+            return f"v{config.version} is not the served version: recorded only", None
+        if served.pinned:  # as it is now: pinned or unpinned while this ran
+            return (f"v{config.version} is pinned by an operator: flagged, not replaced (unpin it, or pin "
+                    "another version, to change what jobs get)"), None  # fmt: skip
+        why = f"re-validation {row.id} of v{config.version} failed on {describe(fp)}: {result['why']}"
+        figures = {k: result[k] for k in ("speedup", "ci_low", "ci_high", "rounds") if k in result}
+        common = {"study_id": ctx.study_id, "measured_on": self.executor.name, "replaces_version": config.version,
+                  "revalidation": {"id": row.id, "of_version": config.version, **figures}}  # fmt: skip
+        if ctx.inert:
+            common["inert"] = ctx.inert
+        holding = holding_version(self.store, config, fp)
+        if holding is not None:
+            older, check = holding
+            evidence = {**(older.evidence or {}), **common, "republished_version": older.version,
+                        **{k: v for k, v in (check.result or {}).items() if k in ("speedup", "ci_low", "ci_high", "rounds")},
+                        "decision": f"{why}: published v{older.version}'s setting again (re-validation {check.id} "
+                                    f"found it holds on this stack)"}  # fmt: skip
+            setting = {"env": dict(older.env), "fwd_precision": older.fwd_precision, "bwd_precision": older.bwd_precision,
+                       "batch_size": older.batch_size, "sharding": older.sharding, "num_threads": older.num_threads,
+                       "pipeline": older.pipeline}  # fmt: skip
+            what = f"v{older.version}'s setting, which still holds"
+        else:
+            evidence = {**common, "speedup": 1.0, "candidate_id": baseline.id, "no_changes": True,
+                        "decision": f"{why}: published the baseline (no changes)"}  # fmt: skip
+            point = base.point
+            setting = {"env": {k: v for k, v in base.env.items() if k not in ctx.inert},
+                       "fwd_precision": point.fwd_precision, "bwd_precision": point.bwd_precision,
+                       "batch_size": point.batch_size, "sharding": point.sharding, "num_threads": point.num_threads,
+                       "pipeline": point.pipeline}  # fmt: skip
+            what = "the baseline (no changes)"
+        new = self.store.publish_config(cluster=config.cluster.name, workload=config.workload.name, nodes=config.nodes,
+                                        evidence=evidence, study_id=ctx.study_id, **setting)  # fmt: skip
+        return f"replaced: published v{new.version}, {what}", new.id
+
+
+def published_setting(ctx: StudyContext, config: Config, base: Setting) -> Setting:
+    """What jobs get from `config`, as a launch runs it. Variables that cannot act where the study
+    measures were never exported; they are run at the baseline's values, so the two settings share
+    one process environment whenever the exported ones allow it."""
+    env = {**{k: v for k, v in base.env.items() if k in ctx.inert}, **config.env}
+    point = InProcPoint(config.fwd_precision, config.bwd_precision, config.batch_size, config.sharding,
+                        config.num_threads, config.pipeline or ctx.workload.default_pipeline)  # fmt: skip
+    return Setting(env, point)
+
+
+def verdict(
+    speedup: Speedup | None, mine: list[Candidate], base: list[Candidate]
+) -> tuple[str, dict[str, Any]]:
+    """held / failed / error, and why, from the interleaved rounds."""
+    if speedup is None:
+        if len(base) >= 2 and len(mine) < 2:
+            return ValidationState.FAILED, {"why": "the published config no longer runs (the baseline does): see the launch log"}  # fmt: skip
+        return ValidationState.ERROR, {"why": "not enough rounds could be measured: see the launch logs"}
+    figures = speedup.as_dict()
+    shown = f"{speedup.ratio:.2f}x [{speedup.ci_low:.2f}-{speedup.ci_high:.2f}] over {speedup.rounds} rounds"
+    if speedup.significant:
+        return ValidationState.HELD, {**figures, "why": f"still faster with 95% confidence: {shown}"}
+    if speedup.ci_high < 1.0:
+        return ValidationState.FAILED, {**figures, "why": f"now slower than the baseline: {shown}"}
+    return ValidationState.FAILED, {**figures, "why": f"no longer faster with 95% confidence: {shown}"}
+
+
+def holding_version(
+    store: Store, config: Config, fp: dict[str, str]
+) -> tuple[Config, ConfigValidation] | None:
+    """The newest older version whose last concluded re-validation held, on the stack just measured,
+    with a setting other than `config`'s: the last version that still holds, if re-checked."""
+    older = [r for r in store.config_history(config.cluster.name, config.workload.name, config.nodes)
+             if r.version < config.version and _setting(r) != _setting(config)]  # fmt: skip
+    finished = store.finished_validations(r.id for r in older)
+    for row in older:  # newest first
+        concluded = [v for v in finished[row.id] if v.state in (ValidationState.HELD, ValidationState.FAILED)]
+        if concluded and concluded[-1].state == ValidationState.HELD:
+            match, _ = compare(concluded[-1].fingerprint or {}, fp)
+            if match is not False:
+                return row, concluded[-1]
+    return None
+
+
+def _setting(row: Config) -> tuple[Any, ...]:
+    return (sorted(row.env.items()), row.fwd_precision, row.bwd_precision, row.batch_size, row.sharding,
+            row.num_threads, row.pipeline)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- the queue
+
+
+def run_pending(
+    store: Store, make_executor: Any, *, owner: str | None = None, progress: Progress | None = None,
+    poll_s: float = 0.5,
+) -> bool:  # fmt: skip
+    """Run the first queued (or abandoned) re-validation whose study's lease can be had."""
+    from autotuner.tuning.lease import StudyBusy
+    from autotuner.tuning.settings import StudySettings
+
+    for row in store.pending_validations():
+        study = store.study(row.study_id) if row.study_id is not None else None
+        if study is None:
+            store.finish_validation(
+                row.id, ValidationState.ERROR, error="its study is gone", action="nothing changed"
+            )
+            return True
+        try:
+            executor = make_executor(StudySettings.model_validate(study.settings))
+            Revalidation(store, row.id, executor, owner=owner, progress=progress, poll_s=poll_s).run()
+        except StudyBusy:
+            continue
+        return True
+    return False
+
+
+def schedule_due(
+    store: Store, every_s: float, now: datetime | None = None, text: str = ""
+) -> list[ConfigValidation]:
+    """Ask for a re-validation of every served version last validated (or last tried) `every_s` ago."""
+    now = now or utcnow()
+    served = [c for c in store.served_configs() if c.study_id is not None]
+    views = store.validation_views(served)
+    tried = {}
+    for v in store.validations(config_ids=[c.id for c in served], limit=100_000):
+        tried[v.config_id] = max(tried.get(v.config_id, v.created_at), v.created_at)
+    asked = []
+    for config in served:
+        validated_at = views[config.id]["validated_at"]
+        last = max(validated_at, tried.get(config.id, validated_at))
+        if now - last < timedelta(seconds=every_s):
+            continue
+        reason = (f"last validated {show_duration((now - validated_at).total_seconds())} ago "
+                  f"(AUTOTUNER_REVALIDATE_EVERY={text or show_duration(every_s)})")  # fmt: skip
+        row, created = request(store, config, ValidationTrigger.SCHEDULE, reason)
+        if created:
+            asked.append(row)
+    return asked
+
+
+# ---------------------------------------------------------------------------------- staleness
+
+
+def staleness(
+    config: dict[str, Any], reports: list[Any], every_s: float | None, now: datetime | None = None
+) -> dict[str, Any]:
+    """Whether a served version is stale, and why: jobs report another stack than it was validated on
+    since then (`fingerprint`), its last re-validation failed and it was kept (`failed`), or it is
+    older than the schedule (`overdue`)."""
+    now = now or utcnow()
+    validated_at = datetime.fromisoformat(config["validated_at"])
+    age_s = max(0.0, (now - validated_at).total_seconds())
+    reasons: dict[str, str] = {}
+    validated_on = config.get("validated_on") or {}
+    seen = []
+    for report in reports:
+        if report.last_seen <= validated_at:
+            continue
+        match, diff = compare(validated_on, report.fingerprint)
+        if match is False and stack_changed(diff):
+            stack = {k: v for k, v in diff.items() if k != "nodes"}
+            seen.append(
+                f"{describe_diff(stack)} since validation ({report.jobs} job{'' if report.jobs == 1 else 's'})"
+            )
+    if seen:
+        reasons["fingerprint"] = "; ".join(dict.fromkeys(seen))
+    if config.get("flagged"):
+        reasons["failed"] = config["flagged"]
+    if every_s is not None and age_s > every_s:
+        reasons["overdue"] = f"validated {show_duration(age_s)} ago, every {show_duration(every_s)} asked"
+    return {"age_s": age_s, "stale": bool(reasons), "reasons": reasons}
+
+
+__all__ = ["CannotRevalidate", "Revalidation", "config_to_revalidate", "parse_every", "request", "run_pending",
+           "schedule_due", "staleness"]  # fmt: skip

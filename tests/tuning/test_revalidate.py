@@ -1,0 +1,262 @@
+"""Re-validation on the replay executor, where the recorded landscape changes between the study and
+the re-validation (an upgrade under a published config): the gain disappears, holds, or the version
+is pinned; an older version that still holds; the job's own settings; the schedule; a resumed run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autotuner.executors import Landscape, ReplayExecutor
+from autotuner.store import NotFound, ValidationState, ValidationTrigger
+from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.revalidate import (
+    CannotRevalidate,
+    Revalidation,
+    config_to_revalidate,
+    parse_every,
+    request,
+    run_pending,
+    schedule_due,
+    staleness,
+)
+from tests.autotuner.test_driver import RECORDED, SPACE
+
+OLD_STACK = {"driver_version": "550.54.15", "nccl": "2.21.5"}
+NEW_STACK = {"driver_version": "570.86.15", "nccl": "2.23.4"}
+
+
+def landscape(path: Path, stack: dict, *, gain: bool = True) -> Path:
+    """The recorded small landscape on a given stack; `gain=False`: every batch-256 point measures
+    what the job's batch 64 measures at its env and precision (the tuned batch gains nothing)."""
+    data = copy.deepcopy(RECORDED)
+    data["driver_version"] = stack["driver_version"]
+    data["versions"] = {**data["versions"], "nccl": stack["nccl"]}
+    if not gain:
+        at64 = {(json.dumps(p["env"], sort_keys=True), p["candidate"]["fwd_precision"], p["candidate"]["bwd_precision"]): p
+                for p in data["points"] if p["candidate"]["batch_size"] == 64}  # fmt: skip
+        for point in data["points"]:
+            c = point["candidate"]
+            if c["batch_size"] != 256:
+                continue
+            base = at64[(json.dumps(point["env"], sort_keys=True), c["fwd_precision"], c["bwd_precision"])]
+            point["results"] = [{**r, "samples_per_s": b["samples_per_s"] * f}
+                                for r, b, f in zip(point["results"], base["results"], (1.03, 0.97), strict=False)]  # fmt: skip
+    path.write_text(json.dumps(data))
+    return path
+
+
+def make_executor(settings: StudySettings) -> ReplayExecutor:
+    return ReplayExecutor(Landscape.load(settings.executor_options["landscape"]), seed=settings.seed)
+
+
+@pytest.fixture
+def published(store, tmp_path):
+    """A study on the old stack that published batch 256 (about 3.7x the job's batch 64)."""
+    recorded = landscape(tmp_path / "landscape.json", OLD_STACK)
+    settings = StudySettings(executor="replay", trials=3, candidates_per_launch=3, confirm_rounds=3, seed=7,
+                             workdir=str(tmp_path / "runs"), executor_options={"landscape": str(recorded)})  # fmt: skip
+    study = create_study(
+        store, cluster="cpu-box", workload=RECORDED["workload"], space=SPACE, settings=settings
+    )
+    final = StudyDriver(store, study.id, make_executor(settings), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    config = store.served_config("cpu-box", "small")
+    assert config.batch_size == 256 and config.evidence["significant"]
+    assert config.fingerprint["driver"] == "550.54.15"
+    return recorded, config
+
+
+def revalidate(store, config, **kwargs):
+    row, created = request(store, config, **kwargs)
+    assert created
+    settings = StudySettings.model_validate(store.study(config.study_id).settings)
+    return Revalidation(store, row.id, make_executor(settings), poll_s=0.01).run()
+
+
+def test_the_gain_disappears_after_an_upgrade_a_baseline_version_is_published_with_the_reason(
+    store, published
+):
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=False)
+    done = revalidate(store, v1, reason="after the NCCL upgrade")
+    assert done.state == ValidationState.FAILED
+    assert "no longer faster with 95% confidence" in done.result["why"], done.result
+    assert done.result["rounds"] == 3 and done.result["ci_low"] <= 1.0 <= done.result["ci_high"]
+    assert done.fingerprint == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
+    # the published config and the baseline, interleaved, in the study: 3 rounds each
+    launches = [la for la in store.launches(v1.study_id) if la.kind == "revalidate"]
+    assert {la.spec["extra"]["tag"] for la in launches} == {f"revalidate-{done.id}"}
+    points = [(c["batch_size"]) for la in launches for c in la.spec["candidates"]]
+    assert points == [256, 64] * 3
+    # a new version: the baseline, with the reason; v1 untouched
+    v2 = store.served_config("cpu-box", "small")
+    assert (
+        v2.version == 2 and done.new_config_id == v2.id and done.action.startswith("replaced: published v2")
+    )
+    assert (v2.batch_size, v2.fwd_precision, v2.env, v2.pipeline) == (64, "fp32", {}, "none")
+    assert v2.evidence["speedup"] == 1.0 and v2.evidence["replaces_version"] == 1
+    assert v2.evidence["decision"].startswith(
+        f"re-validation {done.id} of v1 failed on driver 570.86.15, NCCL 2.23.4"
+    )
+    assert v2.evidence["decision"].endswith("published the baseline (no changes)")
+    assert v2.fingerprint["driver"] == "570.86.15"
+    history = store.config_history("cpu-box", "small")
+    assert [(c.version, c.batch_size) for c in history] == [(2, 64), (1, 256)]
+    assert history[1].evidence == v1.evidence and history[1].env == v1.env  # never edited in place
+    # what the versions say of themselves
+    views = store.validation_views(history)
+    assert views[v1.id]["flagged"].startswith(f"re-validation {done.id} failed: no longer faster")
+    assert views[v2.id]["validated_on"]["driver"] == "570.86.15" and views[v2.id]["flagged"] is None
+
+
+def test_the_gain_holds_the_same_version_gains_a_validation_entry_on_the_new_stack(store, published):
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=True)
+    before = store.config_generation()
+    done = revalidate(store, v1)
+    assert done.state == ValidationState.HELD and done.result["significant"], done.result
+    assert done.result["why"].startswith("still faster with 95% confidence")
+    assert (
+        done.action == "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node"
+        and done.new_config_id is None
+    )
+    assert [c.version for c in store.config_history("cpu-box", "small")] == [1]
+    view = store.validation_views([v1])[v1.id]
+    assert view["validated_on"] == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
+    assert view["validated_at"] == done.finished_at and view["last_validation"]["id"] == done.id
+    assert store.config_generation() > before  # services render the version again
+    public = store.public_config(store.served_config("cpu-box", "small"))
+    assert public["validated_on"]["driver"] == "570.86.15" and public["last_validation"]["state"] == "held"
+
+
+def test_a_pinned_version_is_flagged_not_replaced(store, published):
+    recorded, v1 = published
+    store.pin_config("cpu-box", "small", 1, 1)
+    landscape(recorded, NEW_STACK, gain=False)
+    done = revalidate(store, store.served_config("cpu-box", "small"))
+    assert done.state == ValidationState.FAILED and done.new_config_id is None
+    assert done.action.startswith("v1 is pinned by an operator: flagged, not replaced")
+    served = store.served_config("cpu-box", "small")
+    assert (served.version, served.pinned) == (1, True) and len(store.config_history("cpu-box", "small")) == 1
+    public = store.public_config(served)
+    assert "pinned by an operator" in public["flagged"] and "no longer faster" in public["flagged"]
+    assert staleness(public, [], None)["reasons"]["failed"] == public["flagged"]
+
+
+def test_the_last_older_version_that_still_holds_on_this_stack_is_published_again(store, published):
+    recorded, v1 = published
+    # v2: another setting (fp16 at batch 256), published later by hand in the same study's name
+    store.publish_config(cluster="cpu-box", workload="small", nodes=1, env={}, fwd_precision="fp16",
+                         bwd_precision="fp16", batch_size=256, sharding="table_wise", pipeline="none",
+                         evidence={"speedup": 3.0}, study_id=v1.study_id)  # fmt: skip
+    v2 = store.served_config("cpu-box", "small")
+    landscape(recorded, NEW_STACK, gain=True)
+    checked = revalidate(store, v1, reason="re-check the older one first")  # v1 holds on the new stack
+    assert checked.state == ValidationState.HELD and checked.action.endswith("recorded only") is False
+    landscape(recorded, NEW_STACK, gain=False)
+    # only fp32 batch 256 still gains: make fp16 at 256 lose it too, and v1's point keep it
+    data = json.loads(recorded.read_text())
+    good = json.loads(json.dumps(RECORDED))
+    for point, old in zip(data["points"], good["points"], strict=True):
+        if point["candidate"]["batch_size"] == 256 and point["candidate"]["fwd_precision"] == "fp32":
+            point["results"] = old["results"]
+    recorded.write_text(json.dumps(data))
+    done = revalidate(store, v2)
+    assert done.state == ValidationState.FAILED, done.result
+    v3 = store.served_config("cpu-box", "small")
+    assert v3.version == 3 and (v3.fwd_precision, v3.batch_size) == ("fp32", 256)
+    assert (
+        v3.evidence["republished_version"] == 1 and "published v1's setting again" in v3.evidence["decision"]
+    )
+    assert done.action == "replaced: published v3, v1's setting, which still holds"
+
+
+def test_a_version_that_is_the_baseline_holds_after_one_launch_on_the_stack(store, published):
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=False)
+    failed = revalidate(store, v1)
+    v2 = store.served_config("cpu-box", "small")
+    assert failed.state == ValidationState.FAILED and v2.evidence["no_changes"]
+    done = revalidate(store, v2)
+    assert done.state == ValidationState.HELD and "the job's own settings" in done.result["why"]
+    launches = [
+        la
+        for la in store.launches(v1.study_id)
+        if la.spec.get("extra", {}).get("tag") == f"revalidate-{done.id}"
+    ]
+    assert len(launches) == 1 and len(launches[0].spec["candidates"]) == 1
+
+
+def test_one_pending_revalidation_per_version_and_none_without_a_study(store, published):
+    _, v1 = published
+    first, created = request(store, v1, ValidationTrigger.FINGERPRINT, "jobs report driver 550 -> 570")
+    again, created_again = request(store, v1)
+    assert created and not created_again and again.id == first.id
+    store.upsert_workload("other", {"name": "other", "tables": []})
+    store.publish_config(cluster="cpu-box", workload="other", nodes=1, env={}, fwd_precision="fp32",
+                         bwd_precision="fp32", batch_size=64, sharding="table_wise")  # fmt: skip
+    with pytest.raises(CannotRevalidate, match="not published by a study"):
+        request(store, store.served_config("cpu-box", "other"))
+    with pytest.raises(NotFound, match="at 4 nodes"):
+        config_to_revalidate(store, "cpu-box", "small", nodes=4)
+    with pytest.raises(NotFound, match="no version 9"):
+        config_to_revalidate(store, "cpu-box", "small", version=9)
+
+
+def test_the_queue_runs_pending_revalidations_and_a_resumed_one_keeps_its_rounds(store, published):
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=True)
+    row, _ = request(store, v1)
+    settings = StudySettings.model_validate(store.study(v1.study_id).settings)
+    # a runner that died after measuring two launches of its rounds
+    reval = Revalidation(store, row.id, make_executor(settings), poll_s=0.01)
+    launched = []
+    reval.progress.on_launch_end = lambda launch, rows: launched.append(launch.id)
+    store.update_validation(row.id, state=ValidationState.RUNNING)
+    from autotuner.tuning import revalidate as module
+
+    real = module.compare_settings
+
+    def dies_after_one_launch(ctx, a, b, rounds, kind, tag):
+        from autotuner.tuning.pairs import measure
+
+        measure(ctx, a, b, 1, kind, tag)
+        raise KeyboardInterrupt  # as if killed
+
+    module.compare_settings = dies_after_one_launch
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            reval.run()
+    finally:
+        module.compare_settings = real
+    assert store.validation(row.id).state == ValidationState.RUNNING
+    assert run_pending(store, make_executor, poll_s=0.01)
+    done = store.validation(row.id)
+    assert done.state == ValidationState.HELD
+    launches = [la for la in store.launches(v1.study_id) if la.kind == "revalidate"]
+    assert sum(len(la.spec["candidates"]) for la in launches) == 6  # the first round was kept
+    assert not run_pending(store, make_executor, poll_s=0.01)
+
+
+def test_the_schedule_asks_for_versions_validated_too_long_ago(store, published):
+    _, v1 = published
+    assert parse_every("7d") == 7 * 86400 and parse_every("12h") == 43200 and parse_every("off") is None
+    assert parse_every("90") == 90
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_every("weekly")
+    now = v1.created_at + timedelta(days=3)
+    assert schedule_due(store, 7 * 86400, now, "7d") == []
+    later = v1.created_at + timedelta(days=8)
+    asked = schedule_due(store, 7 * 86400, later, "7d")
+    assert [(a.config_id, a.trigger) for a in asked] == [(v1.id, "schedule")]
+    assert asked[0].reason == "last validated 8 d ago (AUTOTUNER_REVALIDATE_EVERY=7d)"
+    assert schedule_due(store, 7 * 86400, later, "7d") == []  # asked already
+    public = store.public_config(v1)
+    assert staleness(public, [], 7 * 86400, later)["reasons"] == {
+        "overdue": "validated 8 d ago, every 7 d asked"
+    }
