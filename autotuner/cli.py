@@ -204,6 +204,9 @@ def _progress_bar(total: int) -> Iterator[Any]:
             status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
                 f", best {best:,.0f} samples/s" if best else ""
             )
+            wall = (launch.summary or {}).get("wall_s")
+            if launch.kind == LaunchKind.QUALITY and wall:  # the convergence check's cost, said as it ends
+                status += f", {len(rows)} models trained in {wall:.0f} s"
             if launch.kind in (LaunchKind.BASELINE, LaunchKind.SEARCH):
                 bar.advance(task)
             bar.update(task, status=status)

@@ -150,9 +150,22 @@ def _follow(client: httpx.Client, study: dict) -> dict:
             time.sleep(1)
             study = client.get(f"/v1/studies/{study['id']}").json()
             best = study["best"]["samples_per_s"] if study["best"] else None
-            bar.update(task, description=study["state"], completed=study["launches_done"],
-                       best=f"best {best:,.0f} samples/s" if best else "")  # fmt: skip
+            said = f"best {best:,.0f} samples/s" if best else ""
+            if study["state"] == StudyState.CONFIRMING:
+                said = _quality_progress(client, study["id"]) or said
+            bar.update(task, description=study["state"], completed=study["launches_done"], best=said)
     return study
+
+
+def _quality_progress(client: httpx.Client, study_id: int) -> str | None:
+    """The convergence check while it trains, and its cost once done (None before it starts)."""
+    launches = [x for x in client.get(f"/v1/studies/{study_id}/launches").json() if x["kind"] == "quality"]
+    if not launches:
+        return None
+    last = launches[-1]
+    if last["wall_s"] is not None:
+        return f"convergence check: {last['candidates']} models trained in {last['wall_s']:.0f} s"
+    return f"convergence check: training {last['candidates']} models"
 
 
 def _linger(url: str, data: Path, service: subprocess.Popen, keep: bool) -> None:

@@ -3,9 +3,13 @@
 A proxy, said plainly: a fixed hidden teacher (random embeddings over the workload's tables and a
 linear map of the dense features) labels samples with Bernoulli(sigmoid(logit)); each candidate
 trains a fresh model on the same samples (a bigger batch takes fewer steps), then is scored on the
-same held-out set: log loss and AUC. A second model seed of the baseline measures how much the
-score moves by chance alone. A user's own data replaces the teacher with `data: "module:function"`,
-a function `(workload, split, rank, world_size, samples) -> Samples` (split "train" or "eval").
+same held-out set: log loss and AUC. A candidate's model seed sets both its initialization and the
+order it sees the samples in, so a baseline and a variant of the same seed differ only by what the
+variant changes (a paired comparison); several seeds measure how much the score moves by chance.
+With `quality.checkpoints` the held-out log loss is also taken along the way (the curve that time
+to quality is read from), and a candidate may train past the common budget (`train_samples`) at the
+same spacing. A user's own data replaces the teacher with `data: "module:function"`, a function
+`(workload, split, rank, world_size, samples) -> Samples` (split "train" or "eval").
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -31,6 +35,7 @@ TEACHER_SEED = 1234
 ID_SKEW = 3.0  # id = rows x u**3: a tenth of the rows draws almost half the lookups
 LOGIT_STD = 2.0
 SPARSE_SHARE = 0.8  # a task neither trivial nor hopeless (AUC about 0.8 for the teacher itself)
+ORDER_SEED = 7919  # the samples' order of model seed s: a permutation drawn from ORDER_SEED + s
 
 
 @dataclass
@@ -43,6 +48,10 @@ class Samples:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    def subset(self, index: torch.Tensor) -> Samples:
+        """These samples at `index`, in that order."""
+        return Samples([ids[index] for ids in self.ids], self.dense[index], self.labels[index])
 
     def batches(self, workload: WorkloadSpec, batch_size: int, device: torch.device) -> Iterator[Batch]:
         """The samples in order, `batch_size` at a time (a last partial batch is dropped)."""
@@ -82,9 +91,11 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
     return Samples(ids, dense, labels)
 
 
-def rank_samples(workload: WorkloadSpec, quality: QualitySpec, split: str, rank: int, world: int) -> Samples:
-    """This rank's share of the train or eval split."""
-    total = quality.train_samples if split == "train" else quality.eval_samples
+def rank_samples(
+    workload: WorkloadSpec, quality: QualitySpec, split: str, rank: int, world: int, total: int | None = None
+) -> Samples:
+    """This rank's share of the train or eval split (`total` samples over all ranks, else the spec's)."""
+    total = total or (quality.train_samples if split == "train" else quality.eval_samples)
     n = total // world
     if quality.data is not None:
         module, _, function = quality.data.partition(":")
@@ -127,31 +138,79 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 def train_and_score(
     ctx: QualityContext, cand: CandidateSpec, sharding: str, pipeline_name: str
 ) -> dict[str, Any]:
-    """Train a fresh model of the candidate's kind on this rank's samples (one pass), then score it."""
+    """Train a fresh model of the candidate's kind on this rank's samples (in its seed's order, up to
+    its budget), scoring it on the held-out set at each checkpoint; its score is the one at the
+    common budget (`quality.train_samples`), where every candidate has seen the same samples."""
     seed = ctx.seed if cand.model_seed is None else cand.model_seed
-    sw = ShardedWorkload(ctx.workload, sharding, ctx.device, ctx.pg, ctx.local_size, seed=seed, learn=True)
+    workload = ctx.workload if cand.lr_scale is None else scaled_lr(ctx.workload, cand.lr_scale)
+    sw = ShardedWorkload(workload, sharding, ctx.device, ctx.pg, ctx.local_size, seed=seed, learn=True)
     sw.check_row_alignment(cand.fwd_precision, cand.bwd_precision, cand.batch_size)
     effective = sw.set_precision(cand.fwd_precision, cand.bwd_precision)
     if ctx.damaged is not None and ctx.damaged == cand.fwd_precision:
         sw.output_slots.fwd.current = sw.output_slots.bwd.current = DamagedCodec()
+    world, batch = dist.get_world_size(), cand.batch_size
+    order = ctx.order(seed)[: (cand.train_samples or ctx.quality.train_samples) // world]
+    common = ctx.quality.train_samples // world // batch  # steps at the common budget
+    marks = checkpoint_steps(common, len(order) // batch, ctx.quality.checkpoints)
+    scored_at = min(common, marks[-1])  # a candidate's score: at the common budget (or its own end)
+    curve: list[list[float]] = []
+    steps, train_s, eval_s = 0, 0.0, 0.0
+    for mark in marks:
+        started = time.perf_counter()
+        steps += train_pass(
+            sw, pipeline_name, ctx.train.subset(order[steps * batch : mark * batch]), ctx, batch
+        )
+        scored = time.perf_counter()
+        now = evaluate(sw.model, ctx.workload, ctx.eval, ctx.eval_batch, ctx.device)
+        train_s, eval_s = train_s + scored - started, eval_s + time.perf_counter() - scored
+        curve.append([steps * batch * world, now[0]])
+        if mark == scored_at:
+            logloss, score, samples = now
+    return {"effective_fwd_precision": effective.fwd, "effective_bwd_precision": effective.bwd,
+            "effective_pipeline": pipeline_name, "logloss": logloss, "auc": score, "eval_samples": samples,
+            "train_samples": scored_at * batch * world, "train_steps": scored_at,
+            "budget_samples": steps * batch * world, "curve": curve, "model_seed": seed,
+            "lr_scale": 1.0 if cand.lr_scale is None else cand.lr_scale,
+            "train_s": train_s, "eval_s": eval_s, "damaged_codec": ctx.damaged == cand.fwd_precision}  # fmt: skip
+
+
+def checkpoint_steps(common: int, total: int, checkpoints: int) -> list[int]:
+    """The steps after which a candidate is scored: every common/checkpoints steps (the common
+    budget among them) until its own last step, which is always one."""
+    if total <= 0:
+        raise ValueError("fewer samples than one batch per rank: nothing to train on")
+    spacing = max(common, 1) / checkpoints
+    marks = {
+        total,
+        *(s for m in range(1, int(total / spacing) + 1) if 0 < (s := round(m * spacing)) <= total),
+    }
+    return sorted(marks | ({common} if 0 < common <= total else set()))
+
+
+def train_pass(
+    sw: ShardedWorkload, pipeline_name: str, samples: Samples, ctx: QualityContext, batch: int
+) -> int:
+    """One pass over `samples` under the candidate's pipeline (made anew for each stretch between
+    checkpoints, so the model is scored with its own forwards); returns the steps taken."""
     pipeline = make_pipeline(pipeline_name, sw.model, sw.optimizer, ctx.device)
-    batches = ctx.train.batches(ctx.workload, cand.batch_size, ctx.device)
-    started, steps = time.perf_counter(), 0
+    batches, steps = samples.batches(ctx.workload, batch, ctx.device), 0
     try:
         while True:
             try:
                 pipeline.progress(batches)
-            except StopIteration:  # one pass over the samples: the same ones for every candidate
+            except StopIteration:
                 break
             steps += 1
     finally:
         release(pipeline)
-    train_s = time.perf_counter() - started
-    logloss, score, samples = evaluate(sw.model, ctx.workload, ctx.eval, ctx.eval_batch, ctx.device)
-    return {"effective_fwd_precision": effective.fwd, "effective_bwd_precision": effective.bwd,
-            "effective_pipeline": pipeline_name, "logloss": logloss, "auc": score, "eval_samples": samples,
-            "train_samples": steps * cand.batch_size * dist.get_world_size(), "train_steps": steps,
-            "train_s": train_s, "damaged_codec": ctx.damaged == cand.fwd_precision}  # fmt: skip
+    return steps
+
+
+def scaled_lr(workload: WorkloadSpec, scale: float) -> WorkloadSpec:
+    """The workload with both learning rates multiplied (a learning-rate rule for a batch change)."""
+    opt = workload.optimizer
+    return replace(workload, optimizer=replace(opt, embedding_lr=opt.embedding_lr * scale,
+                                               dense_lr=opt.dense_lr * scale))  # fmt: skip
 
 
 @dataclass
@@ -169,11 +228,16 @@ class QualityContext:
     eval: Samples
     eval_batch: int = 4096
 
+    def order(self, seed: int) -> torch.Tensor:
+        """The order model seed `seed` sees this rank's samples in (the same for every candidate)."""
+        return torch.randperm(len(self.train), generator=torch.Generator().manual_seed(ORDER_SEED + seed))
+
     @classmethod
     def make(cls, spec: TrialSpec, device: torch.device, pg: Any, local_size: int) -> QualityContext:
         assert spec.quality is not None
         rank, world = dist.get_rank(), dist.get_world_size()
-        train = rank_samples(spec.workload, spec.quality, "train", rank, world)
+        most = max(c.train_samples or spec.quality.train_samples for c in spec.candidates)
+        train = rank_samples(spec.workload, spec.quality, "train", rank, world, most)
         held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
         return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,
                    spec.extra.get("damaged_codec"), train, held_out)  # fmt: skip

@@ -47,20 +47,41 @@ COLUMNS: list[tuple[str, Cell, bool]] = [
 ]
 
 
+def _quality(key: str, spec: str) -> Cell:
+    return _ok(lambda c: _fmt(c["quality"].get(key), spec))
+
+
+# A convergence check (a `quality` launch) trains and scores: its own columns.
+QUALITY_COLUMNS: list[tuple[str, Cell, bool]] = [
+    *COLUMNS[:2],
+    ("batch", lambda c: str(c["batch_size"]), True),
+    ("seed", _quality("model_seed", "d"), True),
+    ("lr x", _quality("lr_scale", "g"), True),
+    ("samples", _quality("train_samples", ",d"), True),
+    ("log loss", _quality("logloss", ".4f"), True),
+    ("AUC", _quality("auc", ".3f"), True),
+    ("trained", _quality("budget_samples", ",d"), True),
+    ("train s", _quality("train_s", ".1f"), True),
+    COLUMNS[-1],
+]
+
+
 def format_table(result: dict[str, Any]) -> str:
-    rows = [[cell(c) for _, cell, _ in COLUMNS] for c in result["candidates"]]
-    widths = [max(len(head), *(len(r[i]) for r in rows)) for i, (head, _, _) in enumerate(COLUMNS)]
+    quality = any("quality" in c for c in result["candidates"])
+    columns = QUALITY_COLUMNS if quality else COLUMNS
+    rows = [[cell(c) for _, cell, _ in columns] for c in result["candidates"]]
+    widths = [max(len(head), *(len(r[i]) for r in rows)) for i, (head, _, _) in enumerate(columns)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(
             c.rjust(w) if right else c.ljust(w)
-            for c, w, (_, _, right) in zip(cells, widths, COLUMNS, strict=True)
+            for c, w, (_, _, right) in zip(cells, widths, columns, strict=True)
         ).rstrip()
 
     title = (
         f"{result['workload']['name']}: {result['world_size']} ranks, {result['backend']} on "
         f"{result['device']}, setup {result['setup_s']:.1f} s, wall {result['wall_s']:.1f} s"
     )
-    out = [title, line([head for head, _, _ in COLUMNS]), line(["-" * w for w in widths])]
+    out = [title, line([head for head, _, _ in columns]), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     return "\n".join(out)

@@ -125,6 +125,10 @@ class CandidateSpec:
     num_threads: int | None = None
     pipeline: str | None = None
     model_seed: int | None = None  # quality launches: the model's initialization (None: the spec's seed)
+    # quality launches: the learning rates' multiplier (a rule for a batch change) and this candidate's
+    # training budget in samples over all ranks (None: quality.train_samples)
+    lr_scale: float | None = None
+    train_samples: int | None = None
 
     def label(self) -> str:
         parts = [f"{self.fwd_precision}/{self.bwd_precision}", f"b{self.batch_size}"]
@@ -136,6 +140,8 @@ class CandidateSpec:
             parts.append(self.pipeline)
         if self.model_seed is not None:
             parts.append(f"seed {self.model_seed}")
+        if self.lr_scale is not None:
+            parts.append(f"lr x{self.lr_scale:g}")
         return " ".join(parts)
 
 
@@ -149,6 +155,9 @@ class QualitySpec:
     eval_samples: int = 1 << 15
     data_seed: int = 0
     data: str | None = None
+    # Held-out log loss every train_samples/checkpoints samples along the way (a candidate with a
+    # larger budget goes on at the same spacing): the curve that time to quality is read from.
+    checkpoints: int = 1
 
 
 @dataclass(frozen=True)
@@ -369,6 +378,8 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
         "num_threads",
         "pipeline",
         "model_seed",
+        "lr_scale",
+        "train_samples",
     }
     if not isinstance(obj, dict):
         raise SpecError(where, f"must be an object, got {type(obj).__name__}")
@@ -377,6 +388,8 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
     threads = obj.get("num_threads")
     pipeline = obj.get("pipeline")
     model_seed = obj.get("model_seed")
+    lr_scale = obj.get("lr_scale")
+    budget = obj.get("train_samples")
     return CandidateSpec(
         fwd_precision=_choice(_require(obj, "fwd_precision", where), f"{where}.fwd_precision", PRECISIONS),
         bwd_precision=_choice(_require(obj, "bwd_precision", where), f"{where}.bwd_precision", PRECISIONS),
@@ -385,13 +398,15 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
         num_threads=None if threads is None else _int(threads, f"{where}.num_threads", high=1024),
         pipeline=None if pipeline is None else _choice(pipeline, f"{where}.pipeline", PIPELINES),
         model_seed=None if model_seed is None else _int(model_seed, f"{where}.model_seed", low=0),
+        lr_scale=None if lr_scale is None else _float(lr_scale, f"{where}.lr_scale", high=1024),
+        train_samples=None if budget is None else _int(budget, f"{where}.train_samples", high=1 << 30),
     )
 
 
 def parse_quality(obj: Any, workload: WorkloadSpec) -> QualitySpec:
     if not isinstance(obj, dict):
         raise SpecError("quality", f"must be an object, got {type(obj).__name__}")
-    _unknown_keys(obj, {"train_samples", "eval_samples", "data_seed", "data"}, "quality")
+    _unknown_keys(obj, {"train_samples", "eval_samples", "data_seed", "data", "checkpoints"}, "quality")
     if workload.dense is None:
         raise SpecError("quality", "a convergence check trains a DLRM: the workload needs a dense part")
     data = obj.get("data")
@@ -407,6 +422,7 @@ def parse_quality(obj: Any, workload: WorkloadSpec) -> QualitySpec:
         ),
         data_seed=_int(obj.get("data_seed", 0), "quality.data_seed", low=0),
         data=data,
+        checkpoints=_int(obj.get("checkpoints", 1), "quality.checkpoints", high=64),
     )
 
 

@@ -513,7 +513,8 @@
     let before = 1;
     const rel = ladder.map((s) => { const d = s.kept ? s.cumulative - before : 0; before = s.cumulative; return d; });
     const text = ladder.map((s) => (isNum(s.ci_low) ? `${num2(s.speedup_vs_previous)}× [${num2(s.ci_low)}–${num2(s.ci_high)}]` : s.verdict)
-      + (s.kept ? "" : " · dropped"));
+      + (s.kept ? "" : " · dropped")
+      + (s.time_to_quality ? `<br>to quality ${s.time_to_quality.never ? "never" : `${num2(s.time_to_quality.speedup)}× [${num2(s.time_to_quality.ci_low)}–${num2(s.time_to_quality.ci_high)}]`} · ${s.time_to_quality.verdict || "-"}` : ""));
     const changes = ladder.map((s) => Object.entries(s.changed).map(([k, v]) => `${plain(k)}: ${plain(JSON.stringify(v[0]))} → ${plain(JSON.stringify(v[1]))}`).join("<br>"));
     plot("chart-ladder", [{
       type: "waterfall", orientation: "v", x: ["baseline", ...ladder.map((s) => plain(s.step))],
@@ -552,13 +553,38 @@
       }));
   }
 
+  // The convergence check: the tuned config's paired log-loss delta with its 95% CI over k model
+  // seeds and its verdict, then each knob's (a batch change's on its time to quality).
   function qualityText(q) {
     if (!q) return "";
     if (q.skipped) return `Quality: not checked (${q.skipped}).`;
-    const verdict = q.refused.length ? `refused ${q.refused.join(", ")} (costs more than ${q.max_logloss_delta})` : `within ${q.max_logloss_delta}: kept`;
-    return `Quality: log loss ${q.tuned_logloss.toFixed(4)} vs ${q.baseline_logloss.toFixed(4)} (Δ ${q.delta >= 0 ? "+" : ""}${q.delta.toFixed(4)}; `
-      + `another seed moves it ${q.seed_noise.toFixed(4)}), AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}, `
-      + `${num0(q.samples)} samples, ${q.data}: ${verdict}.`;
+    if (!isNum(q.ci_low)) {  // evidence published before the check had seeds and intervals
+      const verdict = q.refused.length ? `refused ${q.refused.join(", ")} (costs more than ${q.max_logloss_delta})` : `within ${q.max_logloss_delta}: kept`;
+      return `Quality: log loss ${q.tuned_logloss.toFixed(4)} vs ${q.baseline_logloss.toFixed(4)} (Δ ${signed(q.delta)}; `
+        + `another seed moves it ${q.seed_noise.toFixed(4)}), AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}, `
+        + `${num0(q.samples)} samples, ${q.data}: ${verdict}.`;
+    }
+    const knobs = Object.entries(q.knobs || {}).map(([k, f]) => {
+      const t = k === "batch" ? q.time_to_quality : null;
+      return t && t.verdict ? `${k}: ${timeToQualityText(t)}: ${t.verdict}` : `${k}: ${costsText(f)}: ${verdictText(f, q)}`;
+    });
+    return `Quality: tuned ${costsText(q)} log loss at equal samples: ${verdictText(q, q)} (${q.k} paired model seeds; `
+      + `baseline ${q.baseline_logloss.toFixed(4)} ± ${q.seed_spread.toFixed(4)} seed spread; AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}; `
+      + `${num0(q.samples)} samples, ${q.data}${isNum(q.cost_s) ? `; quality launch ${q.cost_s.toFixed(0)} s` : ""}) → ${knobs.join("; ")}.`;
+  }
+
+  function signed(x) { return `${x >= 0 ? "+" : ""}${x.toFixed(4)}`; }
+  function costsText(f) { return `costs ${signed(f.delta)} [${signed(f.ci_low)}, ${signed(f.ci_high)}]`; }
+  function verdictText(f, q) {
+    if (f.verdict === "not resolved") return `not resolved at k=${q.k}${f.k_to_resolve ? ` (k=${f.k_to_resolve} would resolve it)` : ""}`;
+    return f.verdict === "refused" ? `refused (more than ${q.max_logloss_delta})` : `passed (within ${q.max_logloss_delta})`;
+  }
+  // A batch change: throughput gain x sample efficiency = time to quality, with its 95% CI.
+  function timeToQualityText(t) {
+    const lr = t.lr_scaling && t.lr_scaling !== "none" ? `, lr ${t.lr_scaling}` : "";
+    if (t.never) return `never reached the baseline's log loss within ${num0(t.trained_samples)} samples${lr}`;
+    const gain = t.throughput_gain ? `${num2(t.throughput_gain.ratio)}× samples/s, ` : "";
+    return `${gain}${num2(1 / t.efficiency)}× the samples to the baseline's log loss: ${num2(t.speedup)}× time to quality [${num2(t.ci_low)}–${num2(t.ci_high)}]${lr}`;
   }
 
   function inertText(inert) {

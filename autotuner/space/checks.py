@@ -43,6 +43,8 @@ FIELDS = (
     "allow_batch_change",
     "ladder",
     "max_logloss_delta",
+    "quality_seeds",
+    "lr_scaling",
     "quality_data",
     "force_inert",
 )

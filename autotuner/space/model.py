@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -36,12 +37,20 @@ Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
 Sharding = Literal["table_wise", "row_wise", "table_row_wise", "column_wise"]
 Pipeline = Literal["none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist"]
 Knob = Literal["precision", "batch", "pipeline", "env", "sharding", "threads"]
+LrScaling = Literal["none", "sqrt", "linear"]
 KNOBS: tuple[str, ...] = ("precision", "batch", "pipeline", "env", "sharding", "threads")
 MAX_BATCH = 1 << 20  # as trials.spec: a typo must not allocate a terabyte
 MAX_THREADS = 1024
 MAX_GRID = 10_000  # env_grid() enumerates up to this many points; beyond, sample instead
 
 EnvDim = list[StrictInt | str | None] | IntRange
+
+
+def _distinct(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("each rule at most once")
+    return values
+
 BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
 Threads = Annotated[StrictInt, Field(ge=1, le=MAX_THREADS)]
 
@@ -68,6 +77,13 @@ class SearchSpace(BaseModel):
     # The path from the baseline to the tuned config, one knob group at a time (the published case's order).
     ladder: list[Knob] = Field(default_factory=lambda: list(KNOBS))
     max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
+    # The convergence check trains baseline and variants under this many paired model seeds (a 95% CI
+    # over the pairs), and a batch change under each learning-rate rule listed (lr x (batch / the
+    # job's) ** 0, 0.5 or 1): more than one is searched, in the quality launch.
+    quality_seeds: Annotated[StrictInt, Field(ge=2, le=32)] = 3
+    lr_scaling: Annotated[list[LrScaling], AfterValidator(_distinct)] = Field(
+        default_factory=lambda: ["none"], min_length=1, max_length=3
+    )
     quality_data: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # "module:function"
     # Variables searched even where they cannot act (reported "inert here", never published).
     force_inert: list[str] = Field(default_factory=list)

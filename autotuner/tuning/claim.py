@@ -21,6 +21,8 @@ NOTHING_HELPED = "no knob gave a measurable gain on its own: published the basel
 QUALITY_REFUSED = (
     "what gave a gain costs quality ({knobs}: see the convergence check): published the baseline (no changes)"
 )
+QUALITY_UNRESOLVED = ("what gave a gain was not shown to cost no quality ({knobs}: see the convergence check): "
+                      "published the baseline (no changes)")  # fmt: skip
 
 
 def honest_claim(
@@ -31,12 +33,13 @@ def honest_claim(
     base, target = Setting.of(baseline), Setting.of(best)
     steps: list[dict[str, Any]] = list(outcome.get("ladder") or [])
     top, row = climb(ctx, base, target, steps) if ctx.settings.ladder_rounds else (target, best)
-    quality, kept = check(ctx, base, top)
+    quality, kept = check(ctx, base, top, steps)
+    time_to_quality(steps, quality)
     claim: dict[str, Any] = {"ladder": steps, "quality": quality}
     if kept == target:
         return claim
     if kept == base:
-        why = NOTHING_HELPED if top == base else QUALITY_REFUSED.format(knobs=", ".join(quality["refused"]))
+        why = NOTHING_HELPED if top == base else _quality_why(quality)
         return {**claim, "chosen_candidate": baseline.id, "decision": why}
     speedup, row = compare(ctx, kept, base, ctx.settings.confirm_rounds or 2, LaunchKind.CONFIRM, "reconfirm")
     if speedup is None or row is None or not speedup.significant:
@@ -44,3 +47,20 @@ def honest_claim(
                 **({} if speedup is None else {"reconfirmed": speedup.as_dict()})}  # fmt: skip
     return {**claim, **speedup.as_dict(), "chosen_candidate": row.id, "decision": ADOPTED,
             "reconfirmed": speedup.as_dict(), "finalist": finalist_figures(outcome)}  # fmt: skip
+
+
+def _quality_why(quality: dict[str, Any]) -> str:
+    if quality.get("refused"):
+        return QUALITY_REFUSED.format(knobs=", ".join(quality["refused"]))
+    return QUALITY_UNRESOLVED.format(knobs=", ".join(quality.get("unresolved") or []))
+
+
+def time_to_quality(steps: list[dict[str, Any]], quality: dict[str, Any]) -> None:
+    """The batch step's time-to-quality figure (its throughput gain x the sample-efficiency ratio of
+    the convergence check), beside its throughput gain: the verdict on a batch change is on that."""
+    ttq = quality.get("time_to_quality")
+    for step in steps:
+        if step.get("step") == "batch" and ttq and "ci_low" in step:
+            step["time_to_quality"] = {k: ttq[k] for k in ("efficiency", "efficiency_ci", "speedup", "ci_low",
+                                                            "ci_high", "verdict", "never", "speedup_at_most",
+                                                            "lr_scaling", "trained_samples") if k in ttq}  # fmt: skip

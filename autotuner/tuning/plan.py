@@ -34,7 +34,8 @@ class PlannedLaunch:
     nnodes: int | None = None  # None: the study's
     tag: str | None = None  # the comparison a confirmation / ladder launch belongs to
     quality: dict | None = None  # a convergence check's `quality` section (trials.spec.QualitySpec)
-    model_seeds: list[int] | None = None  # quality launches: each candidate's model initialization
+    # quality launches: each candidate's model seed, learning-rate scale, sample budget (trials.spec)
+    extras: list[dict] | None = None
 
     @classmethod
     def of(

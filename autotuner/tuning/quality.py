@@ -1,15 +1,31 @@
-"""The convergence check: what the tuned config costs in quality, against the noise of a seed.
+"""The convergence check: what the tuned config costs in quality, decided with statistics.
 
-One launch of kind `quality` trains, on the same samples each, a fresh model of: the baseline, the
-baseline with a second model seed (the yardstick of chance), the tuned config, and with several
-training-changing knobs (precision, batch, pipeline) each of them alone. A tuned config whose log
-loss is worse than the baseline's by more than the space's `max_logloss_delta` is not published
-with the knob that costs it. The task is a proxy (trials/quality.py: a hidden teacher over the
-workload's tables), or the user's data with `quality_data: "module:function"`.
+One launch of kind `quality` trains, on the same samples each, fresh models of the baseline, the
+tuned config and, with several training-changing knobs (precision, batch, pipeline), each of them
+alone, every one under the same k model seeds (`quality_seeds`, default 3). A seed fixes both the
+initialization and the order of the samples, so the baseline and a variant of one seed differ only
+by what the variant changes: each seed gives a paired log-loss delta, and the k deltas a mean with a
+95% t-interval (trials over the pairs). The verdict comes from the interval (stats.Delta.verdict):
+passed when its upper end is within `max_logloss_delta`; refused when the cost is shown to exceed
+it; "not resolved" when the interval is too wide to tell, with the k that would resolve it at the
+spread seen. Only what passed is published.
+
+A bigger batch is judged by time to quality, not by quality at equal samples: its model trains on
+past the common budget, scored along the way, and the samples it needs to reach the baseline's final
+log loss (per seed, interpolated between checkpoints) give a sample-efficiency ratio; times the
+ladder's throughput gain for the batch step, that is its time-to-quality speedup, with a 95%
+interval, and the verdict is on that product. A learning-rate rule for the batch change
+(`lr_scaling`: none, sqrt, linear) is a knob of its own: each rule the space lists is trained, and
+the best one is taken. The task is a proxy (trials/quality.py: a hidden teacher over the workload's
+tables), or the user's data with `quality_data: "module:function"`.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import LaunchState
@@ -19,28 +35,64 @@ from autotuner.tuning.ladder import GROUPS
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio, paired_delta, product, ratio_over
 
 KNOBS = ("precision", "batch", "pipeline")  # what changes the training, not only its speed
-SECOND_SEED = 1
+LR_POWER = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # lr x (batch / the job's batch) ** power
+CHECKPOINTS = 4  # held-out scores per common budget, for a launch with a batch change
+MIN_EXTENSION, MAX_EXTENSION = 1.25, 2.0  # how far past the common budget a bigger batch trains
+SYNTHETIC = "synthetic teacher task (a proxy: trials/quality.py)"
 
 
-def check(ctx: StudyContext, baseline: Setting, tuned: Setting) -> tuple[dict[str, Any], Setting]:
-    """The quality evidence, and the tuned setting without the knobs that cost quality."""
+@dataclass(frozen=True)
+class Variant:
+    """One model trained in the quality launch under every seed: a setting, and for a batch change
+    its learning-rate rule."""
+
+    name: str  # "baseline", "tuned", "only_batch", ...; "@rule" appended when several rules are tried
+    setting: Setting
+    batch_change: bool = False
+    lr_rule: str | None = None
+
+
+def check(
+    ctx: StudyContext, baseline: Setting, tuned: Setting, ladder: Sequence[dict[str, Any]] = ()
+) -> tuple[dict[str, Any], Setting]:
+    """The quality evidence, and the tuned setting without the knobs that did not pass."""
     knobs = [k for k in KNOBS if GROUPS[k][0](baseline) != GROUPS[k][0](tuned)]
     skipped = _why_not(ctx, knobs)
     if skipped:
         return {"skipped": skipped}, tuned
-    variants = {"baseline": baseline, "baseline_seed": baseline, "tuned": tuned}
-    if len(knobs) > 1:
-        variants.update({f"only_{k}": _alone(k, baseline, tuned) for k in knobs})
-    launch, scores = _scores(ctx, variants)
+    variants = _variants(ctx, baseline, tuned, knobs)
+    gain = batch_gain(ladder)
+    seeds = list(range(ctx.space.quality_seeds))
+    ctx.progress.on_phase("quality")
+    launch, scores = _scores(ctx, variants, seeds, gain)
     if scores is None:
         return {"skipped": f"the convergence check did not run: {launch.error or launch.state}"}, tuned
-    evidence = _evidence(ctx, scores, knobs, launch)
+    summary = launch.summary or {}
+    evidence = judge(scores, knobs, variants, ctx.space.max_logloss_delta, gain,
+                     data=ctx.space.quality_data or SYNTHETIC, cost_s=summary.get("wall_s"))  # fmt: skip
     kept = tuned
-    for knob in evidence["refused"]:
+    for knob in evidence["refused"] + evidence["unresolved"]:
         kept = GROUPS[knob][1](kept, baseline)
     return evidence, kept
+
+
+def _variants(ctx: StudyContext, baseline: Setting, tuned: Setting, knobs: list[str]) -> list[Variant]:
+    settings = {"baseline": baseline, "tuned": tuned}
+    if len(knobs) > 1:
+        settings.update({f"only_{k}": _alone(k, baseline, tuned) for k in knobs})
+    out = []
+    for name, setting in settings.items():
+        if name != "baseline" and setting.point.batch_size != baseline.point.batch_size:
+            rules = ctx.space.lr_scaling
+            out += [
+                Variant(name if len(rules) == 1 else f"{name}@{rule}", setting, True, rule) for rule in rules
+            ]
+        else:
+            out.append(Variant(name, setting))
+    return out
 
 
 def _alone(knob: str, baseline: Setting, tuned: Setting) -> Setting:
@@ -62,50 +114,203 @@ def _why_not(ctx: StudyContext, knobs: list[str]) -> str | None:
     return None
 
 
+def batch_gain(ladder: Sequence[dict[str, Any]]) -> Ratio | None:
+    """The throughput gain of the ladder's batch step, with its interval (None: not measured)."""
+    for step in ladder:
+        if step.get("step") == "batch" and "ci_low" in step:
+            return Ratio.of_interval(
+                step["speedup_vs_previous"], step["ci_low"], step["ci_high"], step["rounds"]
+            )
+    return None
+
+
+def extension(gain: Ratio | None) -> float:
+    """How far past the common budget a bigger batch trains: as far as its throughput gain could
+    carry it (the upper end of the interval), so a model that has not reached the baseline's log loss
+    by then would be slower to it even at the best gain; in steps of the checkpoint spacing."""
+    wanted = 1.5 if gain is None else gain.ci_high
+    return min(MAX_EXTENSION, max(MIN_EXTENSION, math.ceil(wanted * CHECKPOINTS) / CHECKPOINTS))
+
+
 def _scores(
-    ctx: StudyContext, variants: dict[str, Setting]
-) -> tuple[Launch, dict[str, dict[str, Any]] | None]:
-    """Each variant's score from the study's quality launch (run now, or by the runner before a restart)."""
+    ctx: StudyContext, variants: list[Variant], seeds: list[int], gain: Ratio | None
+) -> tuple[Launch, dict[str, list[dict[str, Any]]] | None]:
+    """Each variant's score under each seed, from the study's quality launch (run now, or by the runner
+    before a restart)."""
+    budget = ctx.settings.quality_samples
+    baseline_batch = variants[0].setting.point.batch_size
+    slots = [(v, seed) for v in variants for seed in seeds]
     done = [x for x in ctx.store.launches(ctx.study_id) if x.kind == LaunchKind.QUALITY]
-    if not done or done[-1].state != LaunchState.SUCCEEDED.value:
-        seeds = [SECOND_SEED if name == "baseline_seed" else 0 for name in variants]
-        quality = {"train_samples": ctx.settings.quality_samples, "eval_samples": max(8192, ctx.settings.quality_samples // 8),
-                   "data_seed": ctx.settings.seed, **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
-        plan = PlannedLaunch.of(next(iter(variants.values())).env, [v.point for v in variants.values()],
-                                LaunchKind.QUALITY, model_seeds=seeds, quality=quality)  # fmt: skip
+    if (
+        not done
+        or done[-1].state != LaunchState.SUCCEEDED.value
+        or len(done[-1].spec["candidates"]) != len(slots)
+    ):
+        batch_change = any(v.batch_change for v in variants)
+        quality = {"train_samples": budget, "eval_samples": max(8192, budget // 8), "data_seed": ctx.settings.seed,
+                   **({"checkpoints": CHECKPOINTS} if batch_change else {}),
+                   **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
+        extras = [_extra(v, seed, baseline_batch, budget, gain) for v, seed in slots]
+        plan = PlannedLaunch.of(variants[0].setting.env, [v.setting.point for v, _ in slots],
+                                LaunchKind.QUALITY, extras=extras, quality=quality)  # fmt: skip
         run_launch(ctx, plan, None)
     launch = [x for x in ctx.store.launches(ctx.study_id) if x.kind == LaunchKind.QUALITY][-1]
     rows = ctx.store.candidates(ctx.study_id, launch_id=launch.id)
     if launch.state != LaunchState.SUCCEEDED.value or any(r.state != "ok" for r in rows):
         return launch, None
-    return launch, {name: row.metrics["quality"] for name, row in zip(variants, rows, strict=True)}
+    scores: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
+    for (variant, _), row in zip(slots, rows, strict=True):
+        scores[variant.name].append(row.metrics["quality"])
+    return launch, scores
 
 
-def _evidence(
-    ctx: StudyContext, scores: dict[str, dict[str, Any]], knobs: list[str], launch: Launch
+def _extra(
+    variant: Variant, seed: int, baseline_batch: int, budget: int, gain: Ratio | None
 ) -> dict[str, Any]:
-    base, tuned, limit = scores["baseline"], scores["tuned"], ctx.space.max_logloss_delta
-    delta = tuned["logloss"] - base["logloss"]
-    alone = {k: scores[f"only_{k}"]["logloss"] - base["logloss"] for k in knobs if f"only_{k}" in scores}
-    if delta <= limit:
-        refused: list[str] = []
-    elif len(knobs) == 1:
-        refused = knobs
-    else:  # the knobs that cost quality on their own; all of them if only their mix does
-        refused = [k for k in knobs if alone.get(k, 0.0) > limit] or list(knobs)
-    summary = launch.summary or {}
-    return {
-        "baseline_logloss": base["logloss"],
-        "tuned_logloss": tuned["logloss"],
-        "delta": delta,
-        "seed_noise": abs(scores["baseline_seed"]["logloss"] - base["logloss"]),
-        "baseline_auc": base["auc"],
-        "tuned_auc": tuned["auc"],
-        "samples": base["train_samples"],
-        "eval_samples": base["eval_samples"],
-        "max_logloss_delta": limit,
-        "knobs": alone or {k: delta for k in knobs},
-        "refused": refused,
-        "data": ctx.space.quality_data or "synthetic teacher task (a proxy: trials/quality.py)",
-        "cost_s": summary.get("wall_s"),
+    """A candidate's seed, and for a batch change its learning-rate scale and longer budget."""
+    extra: dict[str, Any] = {"model_seed": seed}
+    if variant.batch_change:
+        power = LR_POWER[variant.lr_rule or "none"]
+        if power:
+            extra["lr_scale"] = (variant.setting.point.batch_size / baseline_batch) ** power
+        extra["train_samples"] = int(budget * extension(gain))
+    return extra
+
+
+# ------------------------------------------------------------------------------ the verdicts
+
+
+def judge(
+    scores: dict[str, list[dict[str, Any]]], knobs: list[str], variants: list[Variant], limit: float,
+    gain: Ratio | None, *, data: str = SYNTHETIC, cost_s: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The evidence from every variant's per-seed scores (the same seeds, in the same order)."""
+    base = scores["baseline"]
+    base_loss = [s["logloss"] for s in base]
+    figures = {
+        v.name: _figures(v, scores[v.name], base, limit, gain) for v in variants if v.name != "baseline"
     }
+    chosen = {name: _best_rule(name, variants, figures) for name in ("tuned", *(f"only_{k}" for k in knobs))}
+    chosen = {name: rule for name, rule in chosen.items() if rule is not None}
+
+    def verdict(name: str) -> str:
+        return figures[chosen[name]]["verdict"]
+
+    if len(knobs) == 1:
+        status = {knobs[0]: verdict("tuned")}
+    else:  # each knob alone; if each passes alone but not together, none of them
+        status = {k: verdict(f"only_{k}") for k in knobs}
+        if all(v == PASSED for v in status.values()) and verdict("tuned") != PASSED:
+            status = dict.fromkeys(knobs, verdict("tuned"))
+    tuned = figures[chosen["tuned"]]
+    evidence: dict[str, Any] = {
+        "k": len(base),
+        "seeds": [s.get("model_seed") for s in base],
+        "baseline_logloss": statistics.fmean(base_loss),
+        "tuned_logloss": statistics.fmean(tuned["logloss"]),
+        "baseline_per_seed": base_loss,
+        "tuned_per_seed": tuned["logloss"],
+        **{k: tuned[k] for k in ("delta", "ci_low", "ci_high", "sd", "k_to_resolve")},
+        "verdict": tuned["equal_samples_verdict"],
+        "seed_spread": statistics.stdev(base_loss),
+        "baseline_auc": statistics.fmean(s["auc"] for s in base),
+        "tuned_auc": statistics.fmean(tuned["auc"]),
+        "samples": base[0]["train_samples"],
+        "eval_samples": base[0]["eval_samples"],
+        "max_logloss_delta": limit,
+        "variants": figures,
+        "knobs": {k: _knob(k, knobs, chosen, figures) for k in knobs},
+        "refused": [k for k in knobs if status[k] == REFUSED],
+        "unresolved": [k for k in knobs if status[k] == NOT_RESOLVED],
+        "data": data,
+        "cost_s": cost_s,
+    }
+    batch = chosen.get("only_batch" if len(knobs) > 1 else "tuned")
+    if "batch" in knobs and batch is not None and "time_to_quality" in figures[batch]:
+        evidence["time_to_quality"] = {**figures[batch]["time_to_quality"], "variant": batch,
+                                       "lr_scaling": figures[batch]["lr_scaling"]}  # fmt: skip
+    return evidence
+
+
+def _knob(knob: str, knobs: list[str], chosen: dict[str, str], figures: dict[str, Any]) -> dict[str, Any]:
+    f = figures[chosen["tuned" if len(knobs) == 1 else f"only_{knob}"]]
+    return {k: f[k] for k in ("delta", "ci_low", "ci_high", "verdict", "k_to_resolve")}
+
+
+def _best_rule(name: str, variants: list[Variant], figures: dict[str, Any]) -> str | None:
+    """The variant of `name` under the learning-rate rule that did best (time to quality, else the
+    equal-samples delta)."""
+    tried = [v.name for v in variants if v.name == name or v.name.startswith(f"{name}@")]
+    if not tried:
+        return None
+
+    def merit(n: str) -> tuple[float, float]:
+        ttq = figures[n].get("time_to_quality") or {}
+        return (ttq.get("speedup") or ttq.get("efficiency") or 0.0, -figures[n]["delta"])
+
+    return max(tried, key=merit)
+
+
+def _figures(
+    variant: Variant,
+    scores: list[dict[str, Any]],
+    base: list[dict[str, Any]],
+    limit: float,
+    gain: Ratio | None,
+) -> dict[str, Any]:
+    """A variant against the baseline: per-seed losses, the paired delta with its interval and verdict,
+    and for a batch change its time to quality (whose verdict is then the variant's)."""
+    loss = [s["logloss"] for s in scores]
+    delta = paired_delta(loss, [s["logloss"] for s in base]).as_dict(limit)
+    out: dict[str, Any] = {"logloss": loss, "auc": [s["auc"] for s in scores], **delta,
+                           "equal_samples_verdict": delta["verdict"]}  # fmt: skip
+    if variant.batch_change:
+        out["lr_scaling"] = variant.lr_rule or "none"
+        out["lr_scale"] = scores[0].get("lr_scale", 1.0)
+        ttq = time_to_quality(scores, base, gain)
+        out["time_to_quality"] = ttq
+        if ttq.get("verdict"):
+            out["verdict"] = ttq["verdict"]
+    return out
+
+
+def time_to_quality(
+    scores: list[dict[str, Any]], base: list[dict[str, Any]], gain: Ratio | None
+) -> dict[str, Any]:
+    """Per seed, the samples the variant needs to reach that seed's baseline final log loss; their
+    ratio to the baseline's budget (sample efficiency, > 1: fewer samples), and times the throughput
+    gain, the time-to-quality speedup with its 95% interval and verdict."""
+    budget = base[0]["train_samples"]
+    needed = [samples_to_reach(s.get("curve") or [], b["logloss"]) for s, b in zip(scores, base, strict=True)]
+    trained = max(s.get("budget_samples", budget) for s in scores)
+    out: dict[str, Any] = {"baseline_samples": budget, "samples": needed, "trained_samples": trained}
+    if gain is not None:
+        out["throughput_gain"] = gain.as_dict()
+    if any(n is None for n in needed):
+        # Never within the budget: fewer than budget/trained as efficient, so at best this fast.
+        best = None if gain is None else gain.ci_high * budget / trained
+        out.update(never=True, speedup_at_most=best)
+        if best is not None:
+            out["verdict"] = REFUSED if best <= 1 else NOT_RESOLVED
+        return out
+    efficiency = ratio_over([budget / n for n in needed])  # type: ignore[operator]
+    out["efficiency"], out["efficiency_ci"] = efficiency.ratio, [efficiency.ci_low, efficiency.ci_high]
+    if gain is not None:
+        speedup = product(gain, efficiency)
+        out.update(speedup=speedup.ratio, ci_low=speedup.ci_low, ci_high=speedup.ci_high)
+        out["verdict"] = PASSED if speedup.ci_low > 1 else REFUSED if speedup.ci_high < 1 else NOT_RESOLVED
+    return out
+
+
+def samples_to_reach(curve: Sequence[Sequence[float]], target: float) -> float | None:
+    """The samples at which a held-out curve first reaches `target` (linear between checkpoints; the
+    first checkpoint itself when it is already there); None when it never does."""
+    before: Sequence[float] | None = None
+    for point in curve:
+        samples, loss = point[0], point[1]
+        if loss <= target:
+            if before is None or before[1] == loss:
+                return float(samples)
+            return before[0] + (samples - before[0]) * (before[1] - target) / (before[1] - loss)
+        before = point
+    return None

@@ -1,21 +1,25 @@
-"""Speedup with a confidence interval, from paired (tuned, baseline) measurements."""
+"""Confidence intervals from paired measurements: a speedup (tuned vs baseline rounds), a quality
+delta (a variant vs the baseline under the same model seeds), a ratio over seeds, and a product of
+two such ratios."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Two-sided 95% Student t quantiles t(0.975, df) for small samples (df -> value); normal beyond.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}  # fmt: skip
+from scipy.special import stdtrit
+
+PASSED, REFUSED, NOT_RESOLVED = "passed", "refused", "not resolved"
+MAX_SEEDS = 1000  # "would resolve at k=..." says no more than this
 
 
-def t975(df: int) -> float:
+def t975(df: float) -> float:
+    """The two-sided 95% Student t quantile t(0.975, df)."""
     if df < 1:
         raise ValueError("need at least 2 pairs for an interval")
-    known = [d for d in _T975 if d <= df]
-    return _T975[max(known)] if df <= 30 else 1.96
+    return float(stdtrit(df, 0.975))
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,93 @@ def paired_speedup(tuned: Sequence[float], baseline: Sequence[float]) -> Speedup
     half = t975(n - 1) * sd / math.sqrt(n)
     low, high = math.exp(mean - half), math.exp(mean + half)
     return Speedup(math.exp(mean), low, high, n, sum(tuned) / n, sum(baseline) / n)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The mean of paired differences (variant - baseline, one per model seed) with its 95% t-interval."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    sd: float  # of the paired differences
+    k: int
+
+    def verdict(self, limit: float) -> str:
+        """Passed when the interval's upper end is within `limit`; refused when its lower end is
+        above it, or when the interval is narrower than `limit` and its upper end above it; else not
+        resolved (the interval is too wide to tell a cost from chance)."""
+        if self.ci_high <= limit:
+            return PASSED
+        if self.ci_low > limit or self.ci_high - self.ci_low <= limit:
+            return REFUSED
+        return NOT_RESOLVED
+
+    def k_to_resolve(self, limit: float) -> int | None:
+        """The fewest seeds whose interval would be no wider than `limit` at this spread (None: more
+        than MAX_SEEDS)."""
+        return seeds_to_resolve(self.sd, limit)
+
+    def as_dict(self, limit: float) -> dict[str, float | int | str | None]:
+        verdict = self.verdict(limit)
+        return {"delta": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high, "sd": self.sd, "k": self.k,
+                "verdict": verdict, "k_to_resolve": self.k_to_resolve(limit) if verdict == NOT_RESOLVED else None}  # fmt: skip
+
+
+def paired_delta(variant: Sequence[float], baseline: Sequence[float]) -> Delta:
+    """95% t-interval on the mean of `variant[i] - baseline[i]` over the k pairs (k >= 2)."""
+    if len(variant) != len(baseline) or len(variant) < 2:
+        raise ValueError("need the same number (at least 2) of variant and baseline seeds")
+    diffs = [v - b for v, b in zip(variant, baseline, strict=True)]
+    k, mean, sd = len(diffs), statistics.fmean(diffs), statistics.stdev(diffs)
+    half = t975(k - 1) * sd / math.sqrt(k)
+    return Delta(mean, mean - half, mean + half, sd, k)
+
+
+def seeds_to_resolve(sd: float, limit: float) -> int | None:
+    """The fewest pairs k (>= 2) whose 95% interval, 2 t(k-1) sd / sqrt(k), is no wider than `limit`."""
+    for k in range(2, MAX_SEEDS + 1):
+        if 2 * t975(k - 1) * sd / math.sqrt(k) <= limit:
+            return k
+    return None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A geometric-mean ratio with its 95% interval, and the spread of its log (for a product)."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    se: float  # standard error of the mean log ratio
+    df: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ratio": self.ratio, "ci_low": self.ci_low, "ci_high": self.ci_high}
+
+    @classmethod
+    def of_interval(cls, ratio: float, ci_low: float, ci_high: float, n: int) -> Ratio:
+        """A ratio known by its 95% t-interval over n pairs (a ladder step's gain)."""
+        df = max(n - 1, 1)
+        return cls(ratio, ci_low, ci_high, math.log(ci_high / ci_low) / (2 * t975(df)), df)
+
+
+def ratio_over(ratios: Sequence[float]) -> Ratio:
+    """95% t-interval on the geometric mean of per-seed ratios (k >= 2)."""
+    if len(ratios) < 2 or min(ratios) <= 0:
+        raise ValueError("need at least 2 positive ratios")
+    logs = [math.log(r) for r in ratios]
+    mean, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t975(len(logs) - 1) * se
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, len(logs) - 1)
+
+
+def product(a: Ratio, b: Ratio) -> Ratio:
+    """a x b with a 95% interval: the logs' standard errors add in quadrature (the two are measured
+    independently: throughput rounds, model seeds), with the fewer degrees of freedom of the two (the
+    conservative choice; Welch-Satterthwaite's would be narrower at a handful of seeds)."""
+    var = a.se**2 + b.se**2
+    ratio = a.ratio * b.ratio
+    df = min(a.df, b.df)
+    half = t975(df) * math.sqrt(var)
+    return Ratio(ratio, ratio * math.exp(-half), ratio * math.exp(half), math.sqrt(var), df)

@@ -152,14 +152,16 @@ def test_hook_entry_point_skips_heavy_imports(tmp_path):
     assert "unreachable" in out.stderr
 
 
-def test_the_progress_line_of_a_quality_launch_has_no_throughput(caplog):
-    # A quality launch trains and scores models: its rows carry no samples/s (the bar must say so, not fail)
+def test_the_progress_line_of_a_quality_launch_has_no_throughput_and_says_its_cost(caplog, capsys):
+    # A quality launch trains and scores models: its rows carry no samples/s (the bar must say so, not
+    # fail), and its wall time is said as it ends (the convergence check's cost)
     from types import SimpleNamespace
 
     from autotuner.cli import _progress_bar
 
-    launch = SimpleNamespace(seq=7, kind="quality")
+    launch = SimpleNamespace(seq=7, kind="quality", summary={"wall_s": 41.6})
     rows = [SimpleNamespace(state="ok", samples_per_s=None), SimpleNamespace(state="ok", samples_per_s=None)]
     with _progress_bar(3) as progress:
         progress.on_launch_end(launch, rows)
     assert "progress callback" not in caplog.text
+    assert "launch 7 quality: 2/2 ok, 2 models trained in 42 s" in capsys.readouterr().err

@@ -39,6 +39,8 @@ BASE = {
     "allow_batch_change": True,
     "ladder": ["precision", "batch", "pipeline", "env", "sharding", "threads"],
     "max_logloss_delta": 0.002,
+    "quality_seeds": 3,
+    "lr_scaling": ["none"],
     "quality_data": None,
     "force_inert": [],
 }

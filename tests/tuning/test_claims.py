@@ -11,7 +11,7 @@ from autotuner.space import SpaceError
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
 from autotuner.tuning.confirm import baseline_published
-from autotuner.tuning.quality import _evidence
+from autotuner.tuning.quality import Variant, judge
 from tests.api.conftest import LANDSCAPE
 
 RECORDED = json.loads(LANDSCAPE.read_text())  # recorded on 2 CPU ranks: gloo
@@ -93,24 +93,27 @@ def test_a_batch_above_the_jobs_needs_allow_batch_change(store, tmp_path):
 
 
 def test_quality_refuses_the_knob_that_costs_it():
-    class Ctx:
-        class space:  # noqa: N801 - the one attribute read
-            max_logloss_delta = 0.002
-            quality_data = None
+    # Three paired seeds: precision alone costs nothing, batch alone costs 0.006 +- 0.0003 (no ladder
+    # gain known, so it is judged at equal samples), together as much.
+    def scores(*losses):
+        return [{"logloss": loss, "auc": 0.8, "train_samples": 1000, "eval_samples": 100, "model_seed": i}
+                for i, loss in enumerate(losses)]  # fmt: skip
 
-    class Launch:
-        summary = {"wall_s": 42.0}
-
-    def score(loss):
-        return {"logloss": loss, "auc": 0.8, "train_samples": 1000, "eval_samples": 100}
-
-    scores = {"baseline": score(0.500), "baseline_seed": score(0.5005), "tuned": score(0.507),
-              "only_precision": score(0.5003), "only_batch": score(0.506)}  # fmt: skip
-    evidence = _evidence(Ctx, scores, ["precision", "batch"], Launch)
-    assert evidence["refused"] == ["batch"] and evidence["delta"] == pytest.approx(0.007)
-    assert evidence["seed_noise"] == pytest.approx(0.0005) and evidence["cost_s"] == 42.0
-    within = _evidence(Ctx, {**scores, "tuned": score(0.5015)}, ["precision", "batch"], Launch)
-    assert within["refused"] == []
+    base = (0.500, 0.503, 0.498)
+    variants = [Variant("baseline", None), Variant("tuned", None, True), Variant("only_precision", None),
+                Variant("only_batch", None, True)]  # fmt: skip
+    measured = {"baseline": scores(*base), "tuned": scores(0.5062, 0.5087, 0.5041),
+                "only_precision": scores(0.5001, 0.5029, 0.4981), "only_batch": scores(0.5058, 0.5093, 0.5040)}  # fmt: skip
+    evidence = judge(measured, ["precision", "batch"], variants, 0.002, None, cost_s=42.0)
+    assert evidence["refused"] == ["batch"] and evidence["unresolved"] == []
+    assert evidence["delta"] == pytest.approx(0.006) and evidence["cost_s"] == 42.0
+    assert evidence["ci_low"] < evidence["delta"] < evidence["ci_high"] and evidence["k"] == 3
+    assert evidence["baseline_per_seed"] == list(base)
+    assert evidence["seed_spread"] == pytest.approx(0.002517, abs=1e-5)
+    assert evidence["knobs"]["precision"]["verdict"] == "passed"
+    within = judge({**measured, "tuned": measured["only_precision"], "only_batch": measured["only_precision"]},
+                   ["precision", "batch"], variants, 0.002, None)  # fmt: skip
+    assert within["refused"] == [] == within["unresolved"]
 
 
 @pytest.mark.parametrize(
@@ -128,7 +131,7 @@ def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to,
     baseline, best = row(1, 512), row(2, 1024)
     settings = type("S", (), {"ladder_rounds": 5})()
     monkeypatch.setattr(claim, "climb", lambda ctx, base, target, steps: (base if climbed_to == "baseline" else target, None))  # fmt: skip
-    monkeypatch.setattr(claim, "check", lambda ctx, base, top: ({"refused": refused}, base))
+    monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: ({"refused": refused}, base))
     outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, {})
     assert outcome["chosen_candidate"] == baseline.id and says in outcome["decision"]
 
