@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from api import errors
 from api.cache import ConfigCache, SharedGeneration
 from api.fastpath import ConfigFastPath
+from api.fingerprints import FingerprintReports
 from api.metrics import Metrics
 from api.routes import configs, studies, system
 from api.scheduler import RunningScheduler, SchedulerProcess, die_with_parent, scheduler_env
@@ -99,10 +100,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.store = store or Store(settings.url)
         # `autotuner serve` gives its workers one generation file: what one has served, all serve.
         shared = os.environ.get("AUTOTUNER_GENERATION_FILE")
+        reports = FingerprintReports(app.state.store, trigger=settings.revalidate_on_mismatch)
         app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s,
-                                      SharedGeneration(Path(shared)) if shared else None)  # fmt: skip
+                                      SharedGeneration(Path(shared)) if shared else None, reports)  # fmt: skip
         app.state.cache.start()
-        app.state.metrics = Metrics(app.state.store, app.state.cache)
+        app.state.metrics = Metrics(app.state.store, app.state.cache, settings.revalidate_every_s)
         app.state.scheduler = None
         if settings.scheduler:
             # `autotuner serve` starts one scheduler beside its workers and names it; an app run on its

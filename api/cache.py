@@ -186,9 +186,13 @@ class ConfigCache:
         return served
 
     def all(self) -> list[dict[str, Any]]:
+        return [s.config for s in self.entries()]
+
+    def entries(self) -> list[Served]:
+        """Every served config that can be served."""
         if self.shared.value > self.generation:
             self._catch_up()
-        return [s.config for entries in self._served.values() for s in entries if s.error is None]
+        return [s for entries in self._served.values() for s in entries if s.error is None]
 
     def unservable(self) -> list[Served]:
         """The served rows that could not be rendered (each answered 500 on its own key)."""

@@ -1,4 +1,5 @@
-"""Prometheus metrics: studies and trials by state (read at scrape time), config fetches, latency."""
+"""Prometheus metrics: studies and trials by state (read at scrape time), config fetches, latency, each
+served config's age since validation and stale flags, re-validations."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from autotuner.configs import MEDIA_TYPES
-from autotuner.store import Candidate, Store, Study
+from autotuner.store import Candidate, ConfigValidation, Store, Study, ValidationState, utcnow
+from autotuner.tuning.revalidate import staleness
 
 
 class StoreCollector(Collector):
@@ -33,6 +35,48 @@ class StoreCollector(Collector):
         yield trials
 
 
+class ValidationCollector(Collector):
+    """Per served config: seconds since it was last validated and whether it is stale, by reason
+    (jobs on another stack since: `fingerprint`; a failed re-validation kept by a pin: `failed`;
+    older than AUTOTUNER_REVALIDATE_EVERY: `overdue`); re-validations by state."""
+
+    REASONS = ("fingerprint", "failed", "overdue")
+
+    def __init__(self, store: Store, cache: Any, every_s: float | None) -> None:
+        self.store = store
+        self.cache = cache
+        self.every_s = every_s
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["cluster", "workload", "nodes", "version"]
+        age = GaugeMetricFamily("autotuner_config_validation_age_seconds",
+                                "Seconds since the served config was last shown to hold (re-validated, else published)",
+                                labels=labels)  # fmt: skip
+        stale = GaugeMetricFamily("autotuner_config_stale",
+                                  "1: the served config is stale for this reason (fingerprint, failed, overdue)",
+                                  labels=[*labels, "reason"])  # fmt: skip
+        served = sorted(self.cache.entries(), key=lambda e: (e.key, e.nodes))
+        reports = self.store.fingerprint_reports(e.id for e in served)
+        now = utcnow()
+        for entry in served:
+            config = entry.config
+            values = [config["cluster"], config["workload"], str(config["nodes"]), str(config["version"])]
+            found = staleness(config, reports[entry.id], self.every_s, now)
+            age.add_metric(values, found["age_s"])
+            for reason in self.REASONS:
+                stale.add_metric([*values, reason], 1.0 if reason in found["reasons"] else 0.0)
+        yield age
+        yield stale
+        states = GaugeMetricFamily("autotuner_revalidations", "Re-validations of published configs by state",
+                                   labels=["state"])  # fmt: skip
+        with self.store.session() as s:
+            counted = dict(s.execute(select(ConfigValidation.state, func.count(ConfigValidation.id))
+                                     .group_by(ConfigValidation.state)).all())  # fmt: skip
+        for state in ValidationState:
+            states.add_metric([state.value], counted.get(state.value, 0))
+        yield states
+
+
 class CacheCollector(Collector):
     """What this worker's config cache cannot serve (rows an older version or a tamperer stored)."""
 
@@ -48,9 +92,10 @@ class CacheCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, store: Store, cache: Any = None) -> None:
+    def __init__(self, store: Store, cache: Any = None, revalidate_every_s: float | None = None) -> None:
         self.store = store
         self.cache = cache
+        self.revalidate_every_s = revalidate_every_s
         self.registry = CollectorRegistry()
         self.config_fetches = Counter(
             "autotuner_config_fetches", "Config fetches by format and result", ["format", "result"],
@@ -60,6 +105,12 @@ class Metrics:
             "autotuner_request_seconds", "Request latency by route", ["route"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
+        self.fingerprint_mismatches = Counter(
+            "autotuner_fingerprint_mismatches",
+            "Config fetches from jobs whose stack (driver, NCCL, aws-ofi-nccl, GPU) differs from the one the "
+            "served version was validated on",
+            registry=self.registry,
+        )
         # Labelled children bound once: `labels()` takes a lock and checks its arguments on every call.
         self.hits = {fmt: self.config_fetches.labels(fmt, "hit") for fmt in MEDIA_TYPES}
         self._latency: dict[str, Any] = {}
@@ -76,9 +127,10 @@ class Metrics:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             multiprocess.MultiProcessCollector(registry)
         else:
-            for collector in (self.config_fetches, self.latency):
+            for collector in (self.config_fetches, self.latency, self.fingerprint_mismatches):
                 registry.register(collector)
         registry.register(StoreCollector(self.store))
         if self.cache is not None:
             registry.register(CacheCollector(self.cache))
+            registry.register(ValidationCollector(self.store, self.cache, self.revalidate_every_s))
         return generate_latest(registry)

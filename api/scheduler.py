@@ -1,4 +1,6 @@
-"""The service's scheduler: the engine's study queue (autotuner.tuning.StudyQueue) in a child process.
+"""The service's scheduler: the engine's study queue (autotuner.tuning.StudyQueue) in a child process:
+studies, then re-validations of published configs (asked over REST, by the AUTOTUNER_REVALIDATE_EVERY
+schedule, or by jobs reporting another stack).
 
 It runs beside `autotuner serve`'s workers (`python -m api.scheduler`), so study work (Optuna,
 writes, polling launches) never holds the interpreter lock of a process that answers config
@@ -107,7 +109,8 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
-    queue = StudyQueue(Store(settings.url))
+    queue = StudyQueue(Store(settings.url), revalidate_every_s=settings.revalidate_every_s,
+                       revalidate_every=settings.revalidate_every)  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # launches live on; the next scheduler re-attaches
     log.info("scheduler %s running studies from %s", queue.owner, settings.url)
     queue.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -165,6 +165,90 @@ class ConfigPublic(BaseModel):
     evidence: dict[str, Any]
     fingerprint: dict[str, Any]
     study_id: int | None
+    validated_at: str | None = Field(
+        None,
+        description="when it was last shown to hold: its last re-validation that held, else when published",
+    )
+    validated_on: dict[str, str] = Field(
+        default_factory=dict,
+        description="the stack it was validated on: gpu, driver, nccl, aws_ofi_nccl, nodes",
+    )
+    last_validation: dict[str, Any] | None = Field(None, description="its last finished re-validation")
+    flagged: str | None = Field(
+        None, description="its last re-validation failed and it was kept (pinned): why"
+    )
+    fingerprint_match: bool | Literal["unknown"] | None = Field(
+        None,
+        description="a single config's fetch: whether the job's X-Autotuner-Fingerprint matches validated_on",
+    )
+    fingerprint_diff: dict[str, list[str]] | None = Field(
+        None, description="what differs: key -> [validated on, the job's]"
+    )
+
+
+class ValidationPublic(BaseModel):
+    """One re-validation of a version: its published setting against the study's baseline again."""
+
+    id: int
+    config_id: int
+    version: int | None = None
+    state: str = Field(description="queued | running | held | failed | error")
+    trigger: str = Field(description="manual | schedule | fingerprint")
+    reason: str
+    requested_at: str
+    started_at: str | None
+    finished_at: str | None
+    fingerprint: dict[str, str] | None = Field(description="the stack it ran on")
+    requested_fingerprint: dict[str, str] | None = Field(description="the jobs' stack that asked for it")
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int | None
+    why: str | None
+    wall_s: float | None
+    action: str | None = Field(description="what it did: kept, replaced by a new version, flagged (pinned)")
+    new_config_id: int | None
+    new_version: int | None = None
+    error: str | None
+
+
+class FingerprintReportPublic(BaseModel):
+    fingerprint: dict[str, str] = Field(description="what the jobs run on")
+    diff: dict[str, list[str]] = Field(description="key -> [validated on, the jobs']")
+    jobs: int
+    first_seen: str
+    last_seen: str
+    validation_id: int | None
+
+
+class ValidationStatus(BaseModel):
+    """Where the served version of (cluster, workload, nodes) stands: validated when and on what,
+    stale or not and why, the re-validations of its versions and what jobs reported."""
+
+    cluster: str
+    workload: str
+    nodes: int
+    version: int
+    validated_at: str
+    validated_on: dict[str, str]
+    age_s: float
+    stale: bool
+    stale_reasons: dict[str, str] = Field(description="fingerprint | failed | overdue -> why")
+    revalidate_every_s: float | None
+    validations: list[ValidationPublic] = Field(
+        description="of every version at this node count, newest first"
+    )
+    reports: list[FingerprintReportPublic]
+
+
+class RevalidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int | None = Field(
+        None, ge=1, le=4096, description="the node count of the config (default: the served one)"
+    )
+    version: int | None = Field(None, ge=1, description="re-check this version (default: the served one)")
+    reason: str | None = Field(None, max_length=500)
 
 
 class PinRequest(BaseModel):

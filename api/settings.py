@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     # scheduler imports and calls it, so only the operator says which. The CLI may name any.
     quality_data: str = ""
     config_refresh_s: float = 1.0  # how soon a publish by another replica is served
+    # Re-validate every served config this often (`7d`, `12h`; empty: no schedule), and whenever jobs
+    # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
+    revalidate_every: str = ""
+    revalidate_on_mismatch: bool = True
 
     @field_validator("tokens")
     @classmethod
@@ -51,6 +55,23 @@ class Settings(BaseSettings):
                     f"AUTOTUNER_TOKENS entry {pair[:4]}...: use secret:scope, scope one of {SCOPES}"
                 )
         return value
+
+    @field_validator("revalidate_every")
+    @classmethod
+    def _every(cls, value: str) -> str:
+        from autotuner.tuning.revalidate import parse_every
+
+        try:
+            parse_every(value)
+        except ValueError as exc:
+            raise ValueError(f"AUTOTUNER_REVALIDATE_EVERY: {exc}") from exc
+        return value.strip()
+
+    @property
+    def revalidate_every_s(self) -> float | None:
+        from autotuner.tuning.revalidate import parse_every
+
+        return parse_every(self.revalidate_every)
 
     @field_validator("executor_options")
     @classmethod

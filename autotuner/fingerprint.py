@@ -280,8 +280,7 @@ def decode(text: str | bytes) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for key, value in pairs:
-        value = value.strip()
-        if key not in KEYS or not _VALUE.fullmatch(value):
+        if key not in KEYS or not _VALUE.fullmatch(value) or value != value.strip():
             continue
         if key == "nodes" and not (value.isascii() and value.isdigit() and 0 < int(value) <= 1_000_000):
             continue

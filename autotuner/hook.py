@@ -12,6 +12,12 @@ is treated like an error, and a variable that a config may not carry (LD_*, PYTH
 on stderr and in a comment line. Only a checked config is ever used, printed or cached.
 `https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
 
+It says what the job runs on (autotuner.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
+the files the job would load, node count; read in milliseconds, taken off the fetch's deadline) in
+the X-Autotuner-Fingerprint header, so the service learns of jobs on another stack than the config
+was validated on; and when they differ, a comment line and a warning say what (from the service,
+its cache or the store alike).
+
 Standard library only on the service path (no HTTP client, no SQLAlchemy, no torch): it is imported
 and run on every job start.
 """
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.configs import FORMATS, checked_config, render
+from autotuner.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
@@ -61,9 +68,10 @@ def fetch_from_server(
     nodes: int | None,
     timeout_s: float,
     ca_file: str | None = None,
+    fingerprint: str = "",
 ) -> Any:
     """GET /v1/configs/{cluster}/{workload} within a hard deadline: the decoded answer, unchecked,
-    or NOT_PUBLISHED (404).
+    or NOT_PUBLISHED (404). `fingerprint`: the job's, as the header's value ("": not sent).
 
     urllib's timeout bounds each socket operation, not the request: a server that trickles bytes
     could hold a job forever. The request runs in a daemon thread that we stop waiting for.
@@ -72,7 +80,7 @@ def fetch_from_server(
 
     def work() -> None:
         try:
-            box["config"] = _get(server, token, cluster, workload, nodes, timeout_s, ca_file)
+            box["config"] = _get(server, token, cluster, workload, nodes, timeout_s, ca_file, fingerprint)
         except BaseException as exc:
             box["error"] = exc
 
@@ -110,6 +118,7 @@ def _get(
     nodes: int | None,
     timeout_s: float,
     ca_file: str | None = None,
+    fingerprint: str = "",
 ) -> Any:
     path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
     query = f"?nodes={nodes}" if nodes is not None else ""
@@ -117,6 +126,8 @@ def _get(
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    if fingerprint:
+        request.add_header(HEADER, fingerprint)
     try:
         with _opener(url, ca_file).open(request, timeout=timeout_s) as response:
             return json.loads(response.read(1 << 20))
@@ -127,23 +138,25 @@ def _get(
 
 
 def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> dict[str, Any] | None:
-    from autotuner.configs import config_to_dict
     from autotuner.store import Store
 
     store = Store(url, migrate_schema=False)
     try:
         row = store.served_config(cluster, workload, nodes)
-        return config_to_dict(row) if row is not None else None
+        return store.public_config(row) if row is not None else None
     finally:
         store.dispose()
 
 
 Dropped = dict[str, str]  # variable -> why it was not exported ("": the whole answer was not used)
+PER_JOB = ("fingerprint_match", "fingerprint_diff")  # said to one job: never cached for the next
 
 
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     """The config for this job, checked, fail-open, and what was dropped from it. Never raises for
-    service trouble; a malformed answer counts as trouble (the cache, else nothing)."""
+    service trouble; a malformed answer counts as trouble (the cache, else nothing). Leaves the
+    job's fingerprint in `args.job_fingerprint`."""
+    args.job_fingerprint, spent = timed_detect(nodes=args.nodes)
     if not args.server:
         if not args.db:
             from autotuner.paths import default_database_url
@@ -153,9 +166,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
     started = time.monotonic()
     try:
-        answer = fetch_from_server(
-            args.server, args.token, args.cluster, args.workload, args.nodes, args.timeout, args.ca_file
-        )
+        answer = fetch_from_server(args.server, args.token, args.cluster, args.workload, args.nodes,
+                                   max(0.05, args.timeout - spent), args.ca_file, encode(args.job_fingerprint))  # fmt: skip
     except Exception as exc:  # down, slow, 5xx, garbage: the job starts anyway
         elapsed = time.monotonic() - started
         return _from_cache(
@@ -175,7 +187,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(config))
+        tmp.write_text(json.dumps({k: v for k, v in config.items() if k not in PER_JOB}))
         os.replace(tmp, cache)
     except (OSError, ValueError) as exc:
         _warn(f"could not cache the config ({exc})")
@@ -215,6 +227,22 @@ def _warn_dropped(dropped: Dropped, source: str) -> None:
     if dropped:
         what = "; ".join(f"{name} ({why})" for name, why in dropped.items())
         _warn(_printable(f"not exported from {source}: {what}"))
+
+
+def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str | None:
+    """What differs between the stack the config was validated on and this job's, as one line; None
+    when nothing known differs. Computed here for every source alike (service, cache, store): what
+    a config says it was validated on is only compared and printed, never acted on."""
+    if config is None or not job:
+        return None
+    validated_on = config.get("validated_on")
+    validated_on = validated_on if isinstance(validated_on, dict) else {}
+    match, diff = compare(validated_on, job)
+    if match is not False:
+        return None
+    label = config["exports"].get("AUTOTUNER_CONFIG", "the config")
+    return _printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
+                      f"{describe_diff(diff)}")[:600]  # fmt: skip
 
 
 def _printable(text: str) -> str:
@@ -275,10 +303,13 @@ def env_main(argv: list[str]) -> int:
     except Exception as exc:  # cannot happen to a checked config; the job starts regardless
         _warn(_printable(f"could not render the config: {type(exc).__name__}: {exc}"))
         config, text = None, "# nccl-autotuner: no config (it could not be rendered)\n"
+    note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
+    if note:
+        _warn(f"{note} (the service is told; `autotuner revalidate` checks it holds here)")
     if args.format == "json":
         print(text if config is not None else "null")
     else:
-        sys.stdout.write(text + _comments(dropped))
+        sys.stdout.write(text + _comments(dropped) + (f"# nccl-autotuner: {note}\n" if note else ""))
     return 0
 
 
@@ -300,6 +331,9 @@ def exec_main(argv: list[str]) -> int:
         config, _ = resolve(args)
         if config is not None:
             env.update(config["exports"])  # checked: names and string values a config may set
+        note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
+        if note:
+            _warn(note)
     except Exception as exc:
         _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
     try:

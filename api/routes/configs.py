@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.auth import AdminAccess, ReadAccess, require
-from api.deps import CacheDep, StoreDep
-from api.schemas import ERRORS, ConfigPublic, PinRequest, RollbackRequest
-from autotuner.configs import MEDIA_TYPES, config_to_dict
+from api.auth import AdminAccess, ReadAccess, WriteAccess, require
+from api.deps import CacheDep, SettingsDep, StoreDep
+from api.fastpath import note_stale
+from api.schemas import (
+    ERRORS,
+    ConfigPublic,
+    PinRequest,
+    RevalidateRequest,
+    RollbackRequest,
+    ValidationPublic,
+    ValidationStatus,
+)
+from autotuner.configs import MEDIA_TYPES
+from autotuner.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
+from autotuner.store import ValidationTrigger
+from autotuner.store.validations import brief
+from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
+from autotuner.tuning.revalidate import request as ask
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
 NameParam = Path(min_length=1, max_length=NAME_MAX_LEN, pattern=NAME_PATTERN, description=NAME_RULE)
@@ -39,9 +53,15 @@ async def fetch(
     workload: Workload,
     nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
     format: Annotated[Literal["json", "env", "slurm"], Query()] = "json",
+    fingerprint: Annotated[str | None, Header(alias=HEADER)] = None,
 ) -> Response:
     """The tuned config for a job: JSON with its evidence, `format=env` export lines (values quoted),
     `format=slurm` TaskProlog lines. `nodes` picks the nearest tuned node count.
+
+    The job's stack in `X-Autotuner-Fingerprint` (`driver=550.54.15&nccl=2.21.5&gpu=...&nodes=2`, as
+    the hook sends it) is compared with the one the version was validated on: the JSON says
+    `fingerprint_match` (true, false, "unknown") and `fingerprint_diff`; the export lines carry a
+    comment line when they differ. A stack that differs is recorded, and asks for a re-validation.
 
     Served from memory (no database access, no Optuna, no torch): thousands of jobs start at once.
     A miss asks the store before answering 404: what was just published elsewhere is served.
@@ -57,13 +77,70 @@ async def fetch(
         raise HTTPException(404, f"no config published for {cluster}/{workload}")
     if served.error:  # one row that cannot be rendered: said on its own key, every other is served
         raise HTTPException(500, served.error)
-    return Response(served.body[format], media_type=MEDIA_TYPES[format])
+    if fingerprint is None:
+        return Response(served.body[format], media_type=MEDIA_TYPES[format])
+    header = fingerprint.encode("latin-1", "replace")
+    match = served.matched(header)
+    if match.stale:
+        note_stale(request.app.state, served.id, header, match.diff)
+    return Response(match.body[format], media_type=MEDIA_TYPES[format])
 
 
 @router.get("/{cluster}/{workload}/history", response_model=list[ConfigPublic])
 def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess) -> list[dict]:
-    """Every published version, newest first."""
-    return [config_to_dict(row) for row in store.config_history(cluster, workload)]
+    """Every published version, newest first, with what its re-validations say."""
+    return store.public_configs(store.config_history(cluster, workload))
+
+
+@router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,
+             responses={409: {"description": "the version was not published by a study"}})  # fmt: skip
+def revalidate(cluster: Cluster, workload: Workload, body: RevalidateRequest, store: StoreDep,
+               response: Response, _: WriteAccess) -> dict:  # fmt: skip
+    """Re-validate the served config (or `version`): its setting against the study's baseline in
+    interleaved launches, the study's rounds and executor settings, run by the scheduler. Answers the
+    queued re-validation (202), or the one already queued or running for that version (200). Held:
+    the version gains the entry; failed: a new version (the last that still holds, else the
+    baseline) unless the version is pinned (then flagged)."""
+    config = config_to_revalidate(store, cluster, workload, body.nodes, body.version)
+    try:
+        row, created = ask(store, config, ValidationTrigger.MANUAL, body.reason or "requested over REST")
+    except CannotRevalidate as exc:
+        raise HTTPException(409, str(exc)) from exc
+    if not created:
+        response.status_code = 200
+    return _validation(row, {config.id: config.version})
+
+
+@router.get("/{cluster}/{workload}/validations", response_model=ValidationStatus)
+def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings: SettingsDep, _: ReadAccess,
+                nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> dict:  # fmt: skip
+    """The served version's validation: when and on what, stale or not (jobs on another stack since,
+    a failed re-validation kept by a pin, older than AUTOTUNER_REVALIDATE_EVERY), every
+    re-validation of the versions at its node count, and the stacks jobs reported."""
+    served = store.served_config(cluster, workload, nodes)
+    if served is None:
+        raise HTTPException(404, f"no config published for {cluster}/{workload}")
+    public = store.public_config(served)
+    versions = {row.id: row.version for row in store.config_history(cluster, workload, served.nodes)}
+    reports = store.fingerprint_reports([served.id])[served.id]
+    every = settings.revalidate_every_s
+    stale = staleness(public, reports, every)
+    return {
+        "cluster": cluster, "workload": workload, "nodes": served.nodes, "version": served.version,
+        "validated_at": public["validated_at"], "validated_on": public["validated_on"], "age_s": stale["age_s"],
+        "stale": stale["stale"], "stale_reasons": stale["reasons"], "revalidate_every_s": every,
+        "validations": [_validation(v, versions) for v in store.validations(config_ids=list(versions))],
+        "reports": [{"fingerprint": r.fingerprint, "diff": r.diff, "jobs": r.jobs, "first_seen": r.first_seen.isoformat(),
+                     "last_seen": r.last_seen.isoformat(), "validation_id": r.validation_id} for r in reports],
+    }  # fmt: skip
+
+
+def _validation(row: Any, versions: dict[int, int]) -> dict:
+    return {
+        **brief(row),
+        "version": versions.get(row.config_id),
+        "new_version": versions.get(row.new_config_id),
+    }
 
 
 @router.post("/{cluster}/{workload}/pin", response_model=ConfigPublic)
@@ -73,7 +150,7 @@ def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep,
     row = store.pin_config(cluster, workload, body.nodes, body.version)
     cache.refresh()
     assert row is not None
-    return config_to_dict(row)
+    return store.public_config(row)
 
 
 @router.post("/{cluster}/{workload}/rollback", response_model=ConfigPublic)
@@ -82,4 +159,4 @@ def rollback(cluster: Cluster, workload: Workload, body: RollbackRequest, store:
     """Serve the version before the current one (pins it)."""
     row = store.rollback_config(cluster, workload, body.nodes)
     cache.refresh()
-    return config_to_dict(row)
+    return store.public_config(row)

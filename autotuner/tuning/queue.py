@@ -1,14 +1,17 @@
-"""The study queue: runs queued studies (and resumes interrupted ones), one at a time.
+"""The study queue: runs queued studies (and resumes interrupted ones), one at a time, then queued
+re-validations of published configs, and asks for the re-validations the schedule says are due.
 
 The service's scheduler process and `autotuner tune` both go through it. Studies are taken through
 the store's lease, so several replicas on one PostgreSQL never run the same study twice, and a
-runner that dies (SIGKILL) loses its lease: another one, or itself restarted, resumes the study.
+runner that dies (SIGKILL) loses its lease: another one, or itself restarted, resumes the study. A
+re-validation runs under its study's lease the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +19,11 @@ from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import StudyDriver
 from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
+from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
 
 log = logging.getLogger("autotuner.queue")
+SCHEDULE_CHECK_S = 60.0  # how often (at most) the schedule looks for versions due for re-validation
 
 
 class StudyQueue:
@@ -29,8 +34,13 @@ class StudyQueue:
         *,
         poll_s: float = 1.0,
         on_study_end: Callable[[], None] = lambda: None,
+        revalidate_every_s: float | None = None,
+        revalidate_every: str = "",
     ) -> None:
         self.store = store
+        self.revalidate_every_s = revalidate_every_s  # None: no schedule
+        self.revalidate_every = revalidate_every  # as the operator wrote it, for the reason it gives
+        self._schedule_checked = float("-inf")
         self.make_executor = make_executor
         self.poll_s = poll_s
         self.on_study_end = on_study_end
@@ -76,7 +86,20 @@ class StudyQueue:
                 self.current = None
                 self.on_study_end()
             return True
-        return False
+        self.check_schedule()
+        return run_pending(self.store, self.make_executor, owner=self.owner)
+
+    def check_schedule(self, force: bool = False) -> None:
+        """Ask for the re-validations due (at most every SCHEDULE_CHECK_S)."""
+        if self.revalidate_every_s is None:
+            return
+        now = time.monotonic()
+        every_check = min(SCHEDULE_CHECK_S, max(1.0, self.revalidate_every_s / 4))
+        if not force and now - self._schedule_checked < every_check:
+            return
+        self._schedule_checked = now
+        for row in schedule_due(self.store, self.revalidate_every_s, text=self.revalidate_every):
+            log.info("config %s: re-validation %s queued: %s", row.config_id, row.id, row.reason)
 
     def loop(self) -> None:
         while not self._stop.is_set():

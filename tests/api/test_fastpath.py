@@ -50,6 +50,8 @@ def apps(tmp_path):
     """(fast, routed, paths that reached the router of the fast one)."""
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
     store.upsert_workload("w", {"name": "w", "tables": []})
+    cluster = store.cluster("c", create=True)
+    store.update_fingerprint(cluster.id, {"driver": "550.54.15", "versions": {"nccl": "2.21.5"}})
     for nodes in (2, 8):
         store.publish_config(cluster="c", workload="w", nodes=nodes, env={"NCCL_NSOCKS_PERTHREAD": "4"},
                              fwd_precision="fp8", bwd_precision="bf16", batch_size=1024 * nodes,
@@ -92,6 +94,79 @@ def test_same_answers_as_the_route(apps, path, token, status, contains, answered
     assert ours.headers == theirs.headers
     assert ours.content == theirs.content and contains in ours.text
     assert (seen == []) is answered_by_fast_path, seen
+
+
+STALE_NOTE = ("# nccl-autotuner: c/w/8n/v1 was validated on driver 550.54.15, NCCL 2.21.5, 8 nodes; this job differs: "
+              "driver 550.54.15 -> 570.86.15")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "fingerprint", "contains"),
+    [
+        ("/v1/configs/c/w", None, '"fingerprint_match": "unknown", "fingerprint_diff": {}}'),
+        (
+            "/v1/configs/c/w",
+            "driver=550.54.15&nccl=2.21.5&nodes=8",
+            '"fingerprint_match": true, "fingerprint_diff": {}}',
+        ),
+        (
+            "/v1/configs/c/w",
+            "driver=570.86.15",
+            '"fingerprint_diff": {"driver": ["550.54.15", "570.86.15"]}}',
+        ),
+        (
+            "/v1/configs/c/w?nodes=3",
+            "nodes=3",
+            '"fingerprint_match": false, "fingerprint_diff": {"nodes": ["2", "3"]}}',
+        ),
+        ("/v1/configs/c/w?format=env", "driver=570.86.15", STALE_NOTE),
+        ("/v1/configs/c/w?format=slurm", "driver=570.86.15&nccl=2.21.5+cuda12.4", STALE_NOTE),
+        ("/v1/configs/c/w?format=env", "driver=550.54.15", "export AUTOTUNER_BATCH_SIZE=8192\n"),
+        ("/v1/configs/c/w", "", '"fingerprint_match": "unknown"'),
+        (
+            "/v1/configs/c/w",
+            "gpu=NVIDIA+H100&unknown=1",
+            '"fingerprint_match": "unknown"',
+        ),  # nothing to compare
+        ("/v1/configs/c/w", "driver=%0a570&nodes=-1&nodes=x", '"fingerprint_match": "unknown"'),
+        ("/v1/configs/c/w", "driver=" + "9" * 2000, '"fingerprint_match": "unknown"'),  # too long to read
+    ],
+)
+def test_a_fingerprint_gets_the_same_answer_as_from_the_route(apps, path, fingerprint, contains):
+    fast, routed, seen = apps
+    headers = {"Authorization": "Bearer jobs"} | (
+        {"X-Autotuner-Fingerprint": fingerprint} if fingerprint is not None else {}
+    )
+    ours, theirs = fast.get(path, headers=headers), routed.get(path, headers=headers)
+    assert ours.status_code == theirs.status_code == 200, ours.text
+    assert (ours.headers, ours.content) == (theirs.headers, theirs.content)
+    assert contains in ours.text and seen == []
+    if "format" not in path:
+        assert ours.json()["validated_on"]["driver"] == "550.54.15"
+
+
+def test_jobs_on_another_stack_are_counted_and_written_off_the_request_path(apps):
+    fast, routed, seen = apps
+    headers = {"Authorization": "Bearer jobs", "X-Autotuner-Fingerprint": "driver=570.86.15&nodes=8"}
+    for client in (fast, fast, routed):
+        assert client.get("/v1/configs/c/w", headers=headers).json()["fingerprint_match"] is False
+    nodes_only = {
+        **headers,
+        "X-Autotuner-Fingerprint": "driver=550.54.15&nodes=4",
+    }  # served the nearest count
+    assert fast.get("/v1/configs/c/w?nodes=4", headers=nodes_only).json()["fingerprint_diff"] == {
+        "nodes": ["2", "4"]
+    }
+    assert "autotuner_fingerprint_mismatches_total 2.0" in fetch(fast, "/metrics").text
+    store = fast.app.state.store
+    assert store.fingerprint_reports([1, 2]) == {1: [], 2: []}  # nothing written while answering
+    for client in (fast, routed):
+        client.app.state.cache.reports.flush()
+    (report,) = store.fingerprint_reports([2])[2]
+    assert (report.jobs, report.fingerprint, report.diff) == (3, {"driver": "570.86.15", "nodes": "8"},
+                                                              {"driver": ["550.54.15", "570.86.15"]})  # fmt: skip
+    assert store.fingerprint_reports([1])[1] == []  # a node count apart is not a stale stack
+    assert seen == ["/metrics"]
 
 
 def test_a_basic_auth_header_is_left_to_the_route(apps):
