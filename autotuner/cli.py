@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotuner.configs import config_to_dict, render
+from autotuner.configs import render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.tuning.settings import RequestSettings, StudySettings
@@ -377,14 +377,99 @@ def configs_show(
     db: DbOption = None,
 ) -> None:  # fmt: skip
     """Print the served config as json, sh or slurm."""
-    row = _store(db).served_config(cluster, workload, nodes)
+    store = _store(db)
+    row = store.served_config(cluster, workload, nodes)
     if row is None:
         raise _fail(f"no config published for {cluster}/{workload}", 1)
     evidence = row.evidence or {}
     _print_claim(
         evidence.get("ladder"), evidence.get("quality"), evidence.get("inert")
     )  # stderr: the config stays clean
-    sys.stdout.write(render(config_to_dict(row), fmt) + "\n")
+    sys.stdout.write(render(store.public_config(row), fmt) + "\n")
+
+
+@configs_app.command("validations")
+def configs_validations(cluster: str, workload: str, nodes: int | None = None, db: DbOption = None) -> None:
+    """The re-validations of a (cluster, workload)'s versions, newest first."""
+    from autotuner.fingerprint import describe
+
+    store = _store(db)
+    versions = {c.id: c.version for c in store.config_history(cluster, workload, nodes)}
+    table = Table(title=f"re-validations of {cluster}/{workload}", title_justify="left")
+    for col in ("id", "version", "trigger", "state", "speedup", "on", "action", "when"):
+        table.add_column(col, overflow="fold")
+    for v in store.validations(config_ids=list(versions)):
+        result = v.result or {}
+        speed = f"{result['speedup']:.2f}x" if result.get("speedup") else "-"
+        if result.get("ci_low"):
+            speed += f" [{result['ci_low']:.2f}-{result['ci_high']:.2f}]"
+        table.add_row(str(v.id), f"v{versions[v.config_id]}", v.trigger, v.state, speed,
+                      describe(v.fingerprint) if v.fingerprint else "-", v.action or v.reason,
+                      (v.finished_at or v.created_at).strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------------------- revalidate
+
+
+@app.command()
+def revalidate(
+    cluster: str,
+    workload: str,
+    nodes: Annotated[
+        int | None, typer.Option(help="the node count of the config (default: the served one)")
+    ] = None,
+    version: Annotated[
+        int | None, typer.Option(help="re-check this version (default: the served one)")
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="recorded with the re-validation")] = None,
+    db: DbOption = None,
+) -> None:
+    """Re-validate the published config: its setting against its study's baseline in interleaved
+    launches (the study's rounds, executor and settings), recorded as an entry of that version. Held:
+    exit 0. Failed: a new version (the last that still holds here, else the baseline) unless the version
+    is pinned (flagged), exit 1. Not measured: exit 3."""
+    from autotuner.executors import make_executor
+    from autotuner.fingerprint import describe
+    from autotuner.store import NotFound, ValidationState, ValidationTrigger
+    from autotuner.tuning import Progress as DriverProgress
+    from autotuner.tuning import StudyBusy
+    from autotuner.tuning.revalidate import (
+        CannotRevalidate,
+        Revalidation,
+        config_to_revalidate,
+        label,
+        request,
+    )
+
+    store = _store(db)
+    try:
+        config = config_to_revalidate(store, cluster, workload, nodes, version)
+        row, created = request(store, config, ValidationTrigger.MANUAL, reason or "autotuner revalidate")
+    except (NotFound, CannotRevalidate) as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"re-validation {row.id} of {label(config)}" + ("" if created else f" (was {row.state})"))
+    settings = StudySettings.model_validate(store.study(config.study_id).settings)  # type: ignore[union-attr]
+
+    def ended(launch: Any, rows: list[Any]) -> None:
+        shown = ", ".join(f"b{r.batch_size} {r.samples_per_s:,.0f}/s" if r.samples_per_s else f"b{r.batch_size} {r.state}"
+                          for r in rows)  # fmt: skip
+        err.print(f"  launch {launch.seq}: {shown}", highlight=False)
+
+    try:
+        done = Revalidation(
+            store, row.id, make_executor(settings), progress=DriverProgress(on_launch_end=ended)
+        ).run()
+    except StudyBusy as exc:
+        raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
+    result = done.result or {}
+    err.print(f"[bold]{done.state}[/bold]: {result.get('why') or done.error}", highlight=False)
+    if done.fingerprint is not None:
+        err.print(
+            f"measured on {describe(done.fingerprint)} in {result.get('wall_s', 0):.0f} s", highlight=False
+        )
+    err.print(done.action or "", highlight=False)
+    raise typer.Exit({ValidationState.HELD: 0, ValidationState.FAILED: 1}.get(done.state, 3))
 
 
 # ---------------------------------------------------------------------------------------- lint

@@ -1,0 +1,51 @@
+"""`autotuner revalidate` and `autotuner configs validations`, on a replay study whose recorded
+landscape changes after it published (tests/tuning/test_revalidate.py makes both)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+from tests.tuning.test_revalidate import NEW_STACK, landscape, published  # noqa: F401 - a fixture
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def db(store, published):  # noqa: F811 - the fixture imported above
+    return store.url
+
+
+def test_held_exits_0_and_says_on_what(store, published, db):  # noqa: F811
+    recorded, _ = published
+    landscape(recorded, NEW_STACK, gain=True)
+    result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--nodes", "1", "--reason", "after the upgrade",
+                                 "--db", db])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "held: still faster with 95% confidence" in result.output
+    assert "measured on driver 570.86.15, NCCL 2.23.4, 1 node in" in result.output
+    assert "kept v1" in result.output and "launch" in result.output
+    (entry,) = store.validations("cpu-box", "small")
+    assert (entry.trigger, entry.reason, entry.state) == ("manual", "after the upgrade", "held")
+    table = runner.invoke(app, ["configs", "validations", "cpu-box", "small", "--db", db])
+    assert table.exit_code == 0 and "manual" in table.output and "held" in table.output
+
+
+def test_failed_exits_1_and_publishes_the_baseline(store, published, db):  # noqa: F811
+    recorded, _ = published
+    landscape(recorded, NEW_STACK, gain=False)
+    result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert result.exit_code == 1, result.output
+    assert "failed: no longer faster with 95% confidence" in result.output
+    assert "replaced: published v2, the baseline (no changes)" in result.output
+    assert store.served_config("cpu-box", "small").version == 2
+    shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--db", db])
+    assert '"validated_on": {' in shown.output and '"driver": "570.86.15"' in shown.output
+
+
+def test_nothing_to_revalidate_exits_2(db):
+    result = runner.invoke(app, ["revalidate", "cpu-box", "nope", "--db", db])
+    assert result.exit_code == 2 and "no config published for cpu-box/nope" in result.output
+    result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--version", "5", "--db", db])
+    assert result.exit_code == 2 and "has no version 5" in result.output
