@@ -144,7 +144,10 @@ def _nvidia_smi(environ: Mapping[str, str], timeout_s: float) -> tuple[str | Non
     try:
         stdout, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()  # not waited for: one stuck in the driver dies when the driver lets it
+        try:  # its whole session; not waited for: one stuck in the driver dies when the driver lets it
+            os.killpg(proc.pid, 9)
+        except OSError:
+            proc.kill()
         return None, None
     rows = [line.split(",", 1) for line in stdout.splitlines() if "," in line]
     if proc.returncode != 0 or not rows:
@@ -253,9 +256,9 @@ def _ofi_version_in(path: str, size: int) -> str | None:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             m = re.search(rb"aws-ofi-nccl (\d+\.\d+[0-9A-Za-z.+-]*)", data)  # type: ignore[call-overload]
+            return bytes(m.group(1)).decode() if m else None  # read before the map closes
     except (OSError, ValueError):
         return None
-    return m.group(1).decode() if m else None
 
 
 # ------------------------------------------------------------------------------ on the wire

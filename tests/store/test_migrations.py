@@ -1,0 +1,55 @@
+"""Migrations and models agree, and a store of the version before re-validation (0005) upgrades
+with its configs served as they were (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from autotuner.store import Store
+from autotuner.store.db import VERSION_TABLE, alembic_config, make_engine
+from autotuner.store.models import Base
+
+
+def _ours(name: str | None, type_: str, parent_names: object) -> bool:
+    return type_ != "table" or bool(name and name.startswith("at_"))
+
+
+def test_the_migrated_schema_is_the_models(store_url):
+    store = Store(store_url)
+    try:
+        with store.engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "version_table": VERSION_TABLE, "include_name": _ours}
+            )
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        store.dispose()
+
+
+def test_a_store_from_before_revalidation_upgrades_and_serves_as_before(store_url):
+    engine = make_engine(store_url)
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0005")
+    with engine.begin() as conn:  # one published config, as 0005 stored it
+        conn.execute(text("INSERT INTO at_clusters (id, name, fingerprint, created_at, updated_at) "
+                          "VALUES (1, 'c', '{\"driver\": \"550.54.15\"}', '2026-12-01 00:00:00+00', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(text("INSERT INTO at_workloads (id, name, spec, created_at, updated_at) "
+                          "VALUES (1, 'w', '{}', '2026-12-01 00:00:00+00', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(text("INSERT INTO at_configs (id, cluster_id, workload_id, nodes, version, env, fwd_precision, "
+                          "bwd_precision, batch_size, sharding, evidence, fingerprint, pinned, created_at) VALUES "
+                          "(1, 1, 1, 2, 1, '{}', 'fp32', 'fp32', 512, 'table_wise', '{}', '{\"driver\": \"550.54.15\"}', "
+                          "false, '2026-12-01 00:00:00+00')"))  # fmt: skip
+    engine.dispose()
+    store = Store(store_url)  # migrates to head
+    try:
+        assert store.served_heads()[1] == [(1, False, 0)]
+        public = store.public_config(store.served_config("c", "w"))
+        assert public["validated_on"] == {"driver": "550.54.15", "nodes": "2"}
+        assert public["validated_at"].startswith("2026-12-01") and public["last_validation"] is None
+    finally:
+        store.dispose()
