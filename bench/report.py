@@ -71,6 +71,11 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
             rows.append([f"tuned vs default, {row['fabric']}", f"finalist {_speedup(row)}",
                          f"published {_f(row['published_speedup'], '.2f')}x", row["published"], "95% CI, ladder, quality",
                          "confirmed" if row.get("ci_low") and row["ci_low"] > 1 else "not significant"])  # fmt: skip
+    if q := s.get("quality"):
+        rows.append([f"convergence check cost (quality launch, demo tables, k={q['k']} paired seeds)",
+                     f"{q['after_s']:.0f} s ({q['models']['after']} models)",
+                     f"{q['before_s']:.0f} s ({q['models']['before']} models, one seed each)", f"{q['ratio']:.2f}x",
+                     "demo total within 1.5x", "-"])  # fmt: skip
     if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
         for n, run in v.items():
             fetch = run["fetch"]
@@ -233,8 +238,47 @@ def _quality(r: dict[str, Any]) -> str:
     q = r.get("quality") or {}
     if q.get("delta") is None:
         return q.get("skipped") or "-"
-    refused = f"; refused {', '.join(q['refused'])}" if q.get("refused") else "; kept"
-    return f"log loss {q['delta']:+.4f} (seed noise {q['seed_noise']:.4f}){refused}"
+    if q.get("ci_low") is None:  # measured before the check had paired seeds
+        refused = f"; refused {', '.join(q['refused'])}" if q.get("refused") else "; kept"
+        return f"log loss {q['delta']:+.4f} (seed noise {q['seed_noise']:.4f}){refused}"
+    left = [f"refused {', '.join(q['refused'])}"] if q.get("refused") else []
+    left += [f"not resolved {', '.join(q['unresolved'])}"] if q.get("unresolved") else []
+    return (f"log loss {q['delta']:+.4f} [{q['ci_low']:+.4f}, {q['ci_high']:+.4f}] (k={q['k']}, seed spread "
+            f"{q['seed_spread']:.4f}); {'; '.join(left) or 'passed'}")  # fmt: skip
+
+
+def _md_quality(q: dict[str, Any]) -> list[str]:
+    a = q["after"]
+    rows = [[n, " ".join(f"{x:.4f}" for x in a["per_seed"][n]),
+             *(["-", "-", "-"] if n == "baseline" else
+               [f"{a['variants'][n]['delta']:+.4f} [{a['variants'][n]['ci_low']:+.4f}, {a['variants'][n]['ci_high']:+.4f}]",
+                f"{a['paired_sd'][n]:.4f}", a["variants"][n]["equal_samples_verdict"]
+                + (f" (k={a['variants'][n]['k_to_resolve']} would resolve it)" if a["variants"][n].get("k_to_resolve") else "")])]
+            for n in a["per_seed"]]  # fmt: skip
+    eff = a["batch_efficiency"]
+    said = ("never within the budget" if eff.get("never") else
+            f"{eff['efficiency']:.2f} [{eff['efficiency_ci'][0]:.2f}-{eff['efficiency_ci'][1]:.2f}] (samples to the "
+            f"baseline's final log loss: {', '.join(f'{s:,.0f}' for s in eff['samples'])} of {q['samples']:,})")  # fmt: skip
+    return ["## Convergence check", "", f"`{CMD.format('quality')}` — real 2-rank quality launches on the demo "
+            f"tables ({q['samples']:,} samples a model), the launch the engine plans now ({q['models']['after']} "
+            f"models: baseline, fp8/bf16 + batch 1024, each alone, under k={q['k']} paired seeds; the batch change "
+            f"trained past the budget, {q['checkpoints']} held-out checkpoints a budget) against the one it planned "
+            f"before ({q['models']['before']} models: one seed each and a second seed of the baseline), in turns "
+            f"({len(q['wall_s']['after'])} each).", "",
+            table(["launch", "models", "wall s (median)", "each run"],
+                  [["before", str(q["models"]["before"]), f"{q['before_s']:.1f}", ", ".join(f"{x:.1f}" for x in q["wall_s"]["before"])],
+                   ["now", str(q["models"]["after"]), f"{q['after_s']:.1f}", ", ".join(f"{x:.1f}" for x in q["wall_s"]["after"])]]),
+            "", f"Cost now / before: **{q['ratio']:.2f}x** (training {a['train_s']:.1f} s and held-out scoring "
+            f"{a['eval_s']:.1f} s over all models of the last launch, rank 0). What the last launch found "
+            f"(baseline seed spread {a['seed_spread']:.4f}; paired delta vs the baseline, 95% CI over the seeds, "
+            f"verdict at equal samples against {LIMIT}):", "",
+            table(["variant", "log loss per seed", "delta [95% CI]", "paired sd", "verdict"], rows), "",
+            f"Batch 1024's sample efficiency (baseline samples / its own, geometric mean over seeds, 95% CI): {said}. "
+            "In a study this times the ladder's throughput gain for the batch step is its time-to-quality speedup.",
+            ""]  # fmt: skip
+
+
+LIMIT = 0.002
 
 
 def _md_tuned(u: dict[str, Any]) -> list[str]:
@@ -281,7 +325,7 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 # Each section's Markdown, in the order RESULTS.md shows them.
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
-              "tuned": _md_tuned,
+              "tuned": _md_tuned, "quality": _md_quality,
               "serving": _md_serving, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 

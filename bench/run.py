@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,serving,scaling,scaling-emulated]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,quality,serving,scaling,scaling-emulated]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -88,6 +88,12 @@ def _tuned() -> dict[str, Any]:
     return tuned.run(fabrics)
 
 
+def _quality() -> dict[str, Any]:
+    from bench import quality
+
+    return quality.run()
+
+
 def _serving() -> dict[str, Any]:
     from bench import serving
 
@@ -107,7 +113,7 @@ def _scaling() -> dict[str, Any]:
 
 
 SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
-            "search": _search, "planning": _planning, "tuned": _tuned, "serving": _serving,
+            "search": _search, "planning": _planning, "tuned": _tuned, "quality": _quality, "serving": _serving,
             "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
 
 

@@ -22,7 +22,8 @@ SPACE = yaml.safe_load((ROOT / "deploy" / "examples" / "space-demo.yaml").read_t
 
 
 LADDER = ("step", "speedup_vs_previous", "ci_low", "ci_high", "kept")
-QUALITY = ("delta", "seed_noise", "refused", "skipped")
+QUALITY = ("delta", "ci_low", "ci_high", "k", "seed_spread", "verdict", "refused", "unresolved", "time_to_quality",
+           "cost_s", "skipped")  # fmt: skip
 
 
 def study(fabric: str | None) -> dict[str, Any]:

@@ -33,9 +33,11 @@ from autotuner.tuning.stats import (
 
 LIMIT = 0.002  # the space's default max_logloss_delta
 K = 3  # the space's default quality_seeds
-# The demo's figures (bench "quality", a real 2-rank launch): baseline losses move by ~0.0023 from seed
-# to seed; a variant that changes nothing but a codec moves with its seed, apart by ~0.0005.
-SEED_SD, PAIR_SD, MEAN = 0.0023, 0.0005, 0.575
+# The demo's figures (bench "quality", a real 2-rank launch on its tables): the baseline's log loss moves
+# by 0.0023 (sd) from seed to seed; fp8/bf16 comms, which change nothing that matters, move with their
+# seed, the paired deltas' sd 0.0006. (Past a paired sd of ~0.0008 three seeds no longer refuse a 3x cost
+# 95% of the time: the interval is too wide, and says so with the k that would resolve it.)
+SEED_SD, PAIR_SD, MEAN = 0.0023, 0.0006, 0.575
 DRAWS = 200
 
 
