@@ -50,8 +50,10 @@ def honest_claim(
 
 
 def _quality_why(quality: dict[str, Any]) -> str:
+    """Why the baseline is published after the convergence check: what it refused, else what it could
+    not resolve."""
     if quality.get("refused"):
-        return QUALITY_REFUSED.format(knobs=", ".join(quality["refused"]))
+        return QUALITY_REFUSED.format(knobs=", ".join(quality["refused"] + quality.get("unresolved", [])))
     return QUALITY_UNRESOLVED.format(knobs=", ".join(quality.get("unresolved") or []))
 
 

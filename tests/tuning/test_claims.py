@@ -118,8 +118,9 @@ def test_quality_refuses_the_knob_that_costs_it():
 
 @pytest.mark.parametrize(
     ("climbed_to", "refused", "says"),
-    [("baseline", [], "no knob gave a measurable gain"), ("tuned", ["batch"], "costs quality (batch:")],
-)
+    [("baseline", [], "no knob gave a measurable gain"), ("tuned", ["batch"], "costs quality (batch:"),
+     ("unresolved", [], "not shown to cost no quality (batch:")],
+)  # fmt: skip
 def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to, refused, says):
     from autotuner.store import Candidate
     from autotuner.tuning import claim
@@ -131,7 +132,8 @@ def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to,
     baseline, best = row(1, 512), row(2, 1024)
     settings = type("S", (), {"ladder_rounds": 5})()
     monkeypatch.setattr(claim, "climb", lambda ctx, base, target, steps: (base if climbed_to == "baseline" else target, None))  # fmt: skip
-    monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: ({"refused": refused}, base))
+    unresolved = ["batch"] if climbed_to == "unresolved" else []
+    monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: ({"refused": refused, "unresolved": unresolved}, base))  # fmt: skip
     outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, {})
     assert outcome["chosen_candidate"] == baseline.id and says in outcome["decision"]
 
