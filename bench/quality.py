@@ -45,7 +45,8 @@ def before_spec() -> dict[str, Any]:
     return {"workload": WORKLOAD, "quality": _quality(1), "candidates": cands}
 
 
-VARIANTS = {"baseline": {}, "tuned": {**PRECISION, **BATCH}, "only_precision": PRECISION, "only_batch": BATCH}
+VARIANTS: dict[str, dict[str, Any]] = {"baseline": {}, "tuned": {**PRECISION, **BATCH}, "only_precision": PRECISION,
+                                       "only_batch": BATCH}  # fmt: skip
 
 
 def after_spec() -> dict[str, Any]:

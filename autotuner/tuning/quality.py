@@ -50,9 +50,14 @@ class Variant:
     its learning-rate rule."""
 
     name: str  # "baseline", "tuned", "only_batch", ...; "@rule" appended when several rules are tried
-    setting: Setting
+    setting: Setting | None  # None: scores judged without a launch (bench, tests)
     batch_change: bool = False
     lr_rule: str | None = None
+
+    @property
+    def planned(self) -> Setting:
+        assert self.setting is not None, "a variant without a setting is judged, never launched"
+        return self.setting
 
 
 def check(
@@ -138,7 +143,7 @@ def _scores(
     """Each variant's score under each seed, from the study's quality launch (run now, or by the runner
     before a restart)."""
     budget = ctx.settings.quality_samples
-    baseline_batch = variants[0].setting.point.batch_size
+    baseline_batch = variants[0].planned.point.batch_size
     slots = [(v, seed) for v in variants for seed in seeds]
     done = [x for x in ctx.store.launches(ctx.study_id) if x.kind == LaunchKind.QUALITY]
     if (
@@ -151,7 +156,7 @@ def _scores(
                    **({"checkpoints": CHECKPOINTS} if batch_change else {}),
                    **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
         extras = [_extra(v, seed, baseline_batch, budget, gain) for v, seed in slots]
-        plan = PlannedLaunch.of(variants[0].setting.env, [v.setting.point for v, _ in slots],
+        plan = PlannedLaunch.of(variants[0].planned.env, [v.planned.point for v, _ in slots],
                                 LaunchKind.QUALITY, extras=extras, quality=quality)  # fmt: skip
         run_launch(ctx, plan, None)
     launch = [x for x in ctx.store.launches(ctx.study_id) if x.kind == LaunchKind.QUALITY][-1]
@@ -172,7 +177,7 @@ def _extra(
     if variant.batch_change:
         power = LR_POWER[variant.lr_rule or "none"]
         if power:
-            extra["lr_scale"] = (variant.setting.point.batch_size / baseline_batch) ** power
+            extra["lr_scale"] = (variant.planned.point.batch_size / baseline_batch) ** power
         extra["train_samples"] = int(budget * extension(gain))
     return extra
 
@@ -190,8 +195,8 @@ def judge(
     figures = {
         v.name: _figures(v, scores[v.name], base, limit, gain) for v in variants if v.name != "baseline"
     }
-    chosen = {name: _best_rule(name, variants, figures) for name in ("tuned", *(f"only_{k}" for k in knobs))}
-    chosen = {name: rule for name, rule in chosen.items() if rule is not None}
+    names = ("tuned", *(f"only_{k}" for k in knobs))
+    chosen = {name: best for name in names if (best := _best_rule(name, variants, figures)) is not None}
 
     def verdict(name: str) -> str:
         return figures[chosen[name]]["verdict"]
