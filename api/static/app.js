@@ -793,24 +793,59 @@
 
   function configsPage() {
     let lastKey = null;
+    let lastShown = null;
+    let details = [];
     every(async () => {
       const served = await api("/v1/configs");
       const key = JSON.stringify(served);
       if (key !== lastKey) {
-        const details = await Promise.all(served.map(async (c) => {
+        details = await Promise.all(served.map(async (c) => {
           const base = `/v1/configs/${encodeURIComponent(c.cluster)}/${encodeURIComponent(c.workload)}`;
           const [lines, history] = await Promise.all([
             api(`${base}?format=env&nodes=${c.nodes}`, { text: true }),
             api(`${base}/history`),
           ]);
-          return { config: c, lines, history: history.filter((h) => h.nodes === c.nodes) };
+          return { config: c, base, lines, history: history.filter((h) => h.nodes === c.nodes) };
         }));
-        renderConfigs(details);
         lastKey = key;
+      }
+      // Staleness moves without a new version (jobs report another stack, time passes): read every time.
+      const validations = await Promise.all(details.map((d) => api(`${d.base}/validations?nodes=${d.config.nodes}`)));
+      const shown = JSON.stringify([key, validations]);
+      if (shown !== lastShown) {
+        renderConfigs(details.map((d, i) => ({ ...d, validation: validations[i] })));
+        lastShown = shown;
       }
       setLive(true, "live");
       return 10000;
     });
+  }
+
+  /** The stack a config was validated on: "NVIDIA H100 · driver 550.54.15 · NCCL 2.21.5 · 2 nodes". */
+  function stackText(fp) {
+    if (!fp) return "an unrecorded stack";
+    const parts = [fp.gpu, fp.driver ? `driver ${fp.driver}` : null, fp.nccl ? `NCCL ${fp.nccl}` : null,
+      fp.aws_ofi_nccl ? `aws-ofi-nccl ${fp.aws_ofi_nccl}` : null,
+      fp.nodes ? `${fp.nodes} node${String(fp.nodes) === "1" ? "" : "s"}` : null];
+    return parts.filter(Boolean).join(" · ") || "an unrecorded stack";
+  }
+
+  function validationSection(v) {
+    const rows = v ? v.validations : [];
+    return el("div", { class: "history revalidations" }, el("h3", {}, `Re-validations (${rows.length})`),
+      rows.length ? el("table", { class: "data" },
+        el("thead", {}, el("tr", {}, ...["Requested", "Version", "Trigger", "Result", "Speedup", "On", "What it did"].map(
+          (h, i) => el("th", { class: i === 4 ? "num" : null }, h)))),
+        el("tbody", {}, ...rows.map((r) => el("tr", { dataset: { validation: r.id } },
+          el("td", { title: r.reason }, when(r.requested_at)),
+          el("td", {}, r.version ? `v${r.version}` : "—"),
+          el("td", {}, r.trigger),
+          el("td", {}, el("span", { class: `badge s-${r.state === "held" ? "ok" : r.state}` }, r.state)),
+          el("td", { class: "num" }, isNum(r.speedup) ? times(r.speedup) : "—",
+            isNum(r.ci_low) ? el("span", { class: "ci" }, ` [${num2(r.ci_low)}, ${num2(r.ci_high)}]`) : null),
+          el("td", {}, r.fingerprint ? stackText(r.fingerprint) : "—"),
+          el("td", { title: r.why || r.error || "" }, r.action || r.error || r.reason))))) :
+        el("p", { class: "empty" }, "None yet: autotuner revalidate, the schedule, or jobs on another stack ask for one."));
   }
 
   function renderConfigs(details) {
@@ -819,7 +854,7 @@
       fill(root, el("p", { class: "empty" }, "Nothing published yet: a study publishes its config when it finishes."));
       return;
     }
-    fill(root, ...details.map(({ config: c, lines, history }) => {
+    fill(root, ...details.map(({ config: c, lines, history, validation }) => {
       const ev = c.evidence || {};
       const hasCi = isNum(ev.ci_low) && isNum(ev.ci_high);
       const pre = el("pre", {}, lines);
@@ -839,7 +874,10 @@
         ["Evidence", c.study_id ? el("span", {}, el("a", { href: `/studies/${c.study_id}` }, `study #${c.study_id}`),
           ev.measured_on ? ` · measured with ${ev.measured_on}` : "") : "—"],
         ["Cluster", fingerprint(c.fingerprint)],
+        ["Validated", el("span", { class: "validated" }, `validated ${ago(c.validated_at) || "just now"} on ${stackText(c.validated_on)}`)],
       ];
+      const stale = Object.entries((validation && validation.stale_reasons) || {}).map(([reason, why]) =>
+        el("div", { class: "warn-note stale", dataset: { reason } }, `stale: ${why}`));
       return el("article", { class: "config-card", dataset: { key: `${c.cluster}/${c.workload}/${c.nodes}` } },
         el("header", {},
           el("h2", {}, `${c.cluster} / ${c.workload}`),
@@ -850,8 +888,9 @@
         el("div", { class: "config-body" },
           el("div", { class: "config-facts" },
             el("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-            ev.emulation ? el("div", { class: "warn-note" }, ev.emulation) : null),
+            ev.emulation ? el("div", { class: "warn-note" }, ev.emulation) : null, ...stale),
           el("div", { class: "config-exports" }, el("div", { class: "pre-wrap" }, pre, copy))),
+        validationSection(validation),
         el("div", { class: "history" }, el("h3", {}, `Version history (${history.length})`),
           el("table", { class: "data" },
             el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
@@ -867,7 +906,8 @@
                 el("td", { class: "num" }, num0(h.batch_size)),
                 el("td", {}, h.study_id ? el("a", { href: `/studies/${h.study_id}` }, `#${h.study_id}`) : "—"),
                 el("td", {}, h.version === c.version ? el("span", { class: "badge s-ok" }, "serving") : null,
-                  h.pinned ? el("span", { class: "badge pinned" }, "pinned") : null));
+                  h.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
+                  h.flagged ? el("span", { class: "badge s-failed", title: h.flagged }, "re-validation failed") : null));
             })))));
     }));
   }

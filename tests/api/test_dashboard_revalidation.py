@@ -1,0 +1,60 @@
+"""The configs page in real headless Chromium: when and on what the served config was validated,
+the stale note when jobs run on another stack, and the re-validation history as it happens."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import TOKENS
+from tests.api.test_dashboard import ARTIFACTS, browser, enter_token, open_page  # noqa: F401 - a fixture
+from tests.api.test_revalidation import HEADER, UPGRADED, serve, until
+from tests.tuning.test_revalidate import NEW_STACK, landscape
+
+
+@pytest.mark.browser
+def test_the_config_card_shows_validation_staleness_and_history(browser, tmp_path):  # noqa: F811
+    server, recorded = serve(tmp_path, AUTOTUNER_REVALIDATE_ON_MISMATCH="0")
+    errors: list[str] = []
+    try:
+        jobs = server.client("read")
+        assert (
+            jobs.get("/v1/configs/cpu-box/small", headers={HEADER: UPGRADED}).json()["fingerprint_match"]
+            is False
+        )
+        until(
+            "the report is written", lambda: jobs.get("/v1/configs/cpu-box/small/validations").json()["stale"]
+        )
+        page = open_page(browser, errors)
+        page.goto(server.url + "/configs")
+        enter_token(page, TOKENS["read"])
+        page.wait_for_selector(".config-card .warn-note.stale", timeout=20_000)
+        card = page.inner_text(".config-card")
+        assert "validated just now on driver 550.54.15 · NCCL 2.21.5 · 1 node" in card
+        assert page.inner_text(".config-card .warn-note.stale[data-reason=fingerprint]") == (
+            "stale: driver 550.54.15 -> 570.86.15, NCCL 2.21.5 -> 2.23.4 since validation (1 job)")  # fmt: skip
+        assert "re-validations (0)" in card.lower()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-config-stale.png"), full_page=True)
+
+        landscape(recorded, NEW_STACK, gain=True)
+        asked = server.client("write").post(
+            "/v1/configs/cpu-box/small/revalidate", json={"reason": "after the upgrade"}
+        )
+        assert asked.status_code == 202, asked.text
+        # the page polls: the held re-validation appears, the stale note goes, the stack is the new one
+        page.wait_for_selector(".revalidations tr[data-validation] .badge.s-ok", timeout=60_000)
+        page.wait_for_selector(".config-card .warn-note.stale", state="detached", timeout=30_000)
+        page.wait_for_function("document.querySelector('.config-card .validated').textContent.includes('570.86.15')",
+                               timeout=30_000)  # fmt: skip
+        row = page.inner_text(".revalidations tr[data-validation]")
+        assert (
+            "v1" in row
+            and "manual" in row
+            and "held" in row
+            and "driver 570.86.15 · NCCL 2.23.4 · 1 node" in row
+        )
+        assert "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node" in row
+        page.screenshot(path=str(ARTIFACTS / "dashboard-config-revalidated.png"), full_page=True)
+        assert errors == []
+    finally:
+        server.kill()
