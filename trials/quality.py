@@ -177,7 +177,7 @@ def train_and_score(
 def checkpoint_steps(common: int, total: int, checkpoints: int) -> list[int]:
     """The steps after which a candidate is scored: every common/checkpoints steps (the common
     budget among them) until its own last step, which is always one."""
-    if total <= 0:
+    if total <= 0 or common <= 0:
         raise ValueError("fewer samples than one batch per rank: nothing to train on")
     spacing = max(common, 1) / checkpoints
     marks = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.trials.test_launch import run_trial
-from trials.quality import auc, teacher_samples
+from trials.quality import auc, checkpoint_steps, teacher_samples
 from trials.spec import parse_workload
 
 TABLES = [
@@ -20,6 +20,16 @@ LIMIT = 0.002  # the space's default max_logloss_delta
 def test_auc_is_the_chance_a_positive_outranks_a_negative():
     assert auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0.0, 0.0, 1.0, 1.0])) == 0.75
     assert auc(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0])) == 0.5  # a tie counts half
+
+
+def test_checkpoints_are_evenly_spaced_over_the_common_budget_and_go_on_past_it():
+    assert checkpoint_steps(128, 128, 1) == [128]  # one score at the end: as before checkpoints
+    assert checkpoint_steps(128, 128, 4) == [32, 64, 96, 128]
+    assert checkpoint_steps(64, 96, 4) == [16, 32, 48, 64, 80, 96]  # a bigger batch trained 1.5x as far
+    assert checkpoint_steps(64, 90, 4) == [16, 32, 48, 64, 80, 90]  # its own last step is always one
+    assert checkpoint_steps(10, 10, 4) == [2, 5, 8, 10]
+    with pytest.raises(ValueError, match="one batch per rank"):
+        checkpoint_steps(0, 4, 4)
 
 
 def test_the_teacher_task_is_the_same_for_every_candidate():
