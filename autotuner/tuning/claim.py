@@ -34,7 +34,7 @@ def honest_claim(
     steps: list[dict[str, Any]] = list(outcome.get("ladder") or [])
     top, row = climb(ctx, base, target, steps) if ctx.settings.ladder_rounds else (target, best)
     quality, kept = check(ctx, base, top, steps)
-    time_to_quality(steps, quality)
+    batch_step_to_quality(steps, quality)
     claim: dict[str, Any] = {"ladder": steps, "quality": quality}
     if kept == target:
         return claim
@@ -57,7 +57,7 @@ def _quality_why(quality: dict[str, Any]) -> str:
     return QUALITY_UNRESOLVED.format(knobs=", ".join(quality.get("unresolved") or []))
 
 
-def time_to_quality(steps: list[dict[str, Any]], quality: dict[str, Any]) -> None:
+def batch_step_to_quality(steps: list[dict[str, Any]], quality: dict[str, Any]) -> None:
     """The batch step's time-to-quality figure (its throughput gain x the sample-efficiency ratio of
     the convergence check), beside its throughput gain: the verdict on a batch change is on that."""
     ttq = quality.get("time_to_quality")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from rich.console import Console
 
-from autotuner.claim_report import quality_line
+from autotuner.claim_report import ladder_table, quality_line
 from autotuner.store import Store
-from autotuner.tuning.claim import time_to_quality
+from autotuner.tuning.claim import batch_step_to_quality
 from autotuner.tuning.quality import Variant, batch_gain, judge
 from tests.api.conftest import LANDSCAPE
 from tests.api.test_dashboard import ARTIFACTS, browser, finished, study_page  # noqa: F401 - fixtures
@@ -33,7 +34,7 @@ def evidence_and_ladder() -> tuple[dict, list[dict]]:
     evidence = judge(
         {"baseline": base, "tuned": batch}, ["batch"], variants, 0.002, batch_gain(ladder), cost_s=34.0
     )
-    time_to_quality(ladder, evidence)
+    batch_step_to_quality(ladder, evidence)
     return evidence, ladder
 
 
@@ -64,6 +65,12 @@ def test_the_terminal_says_the_interval_the_verdict_and_the_time_to_quality():
     ttq = ladder[0]["time_to_quality"]
     assert f"{ttq['speedup']:.2f}x time to quality [{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}]" in line
     assert f"batch: 1.33x samples/s, {1 / ttq['efficiency']:.2f}x the samples" in line
+    console = Console(width=80, record=True)
+    console.print(ladder_table(ladder))
+    table = console.export_text()
+    row = next(r for r in table.splitlines() if "to quality" in r)  # beside the batch step's own gain
+    assert f"{ttq['speedup']:.2f}x" in row and f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}" in row
+    assert ttq["verdict"] in row and f"{1 / ttq['efficiency'] - 1:+.0%} samples" in row
 
 
 @pytest.mark.browser
