@@ -1,0 +1,38 @@
+"""The example Prometheus alert rules read the metrics the service exports, under their names."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import yaml
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.store import Store
+from tests.conftest import REPO
+
+RULES = REPO / "deploy" / "prometheus" / "autotuner-alerts.yaml"
+
+
+def test_every_rule_reads_metrics_the_service_exports(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("w", {"name": "w", "tables": []})
+    store.publish_config(cluster="c", workload="w", nodes=1, env={}, fwd_precision="fp32", bwd_precision="fp32",
+                         batch_size=64, sharding="table_wise")  # fmt: skip
+    with TestClient(
+        create_app(Settings(data_dir=tmp_path, public_read=True, scheduler=False), store=store)
+    ) as client:
+        exported = client.get("/metrics").text
+    names = set(re.findall(r"^([a-z_]+)(?:\{| )", exported, re.M))
+    rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    assert {r["alert"] for r in rules} == {"AutotunerConfigStale", "AutotunerConfigNotValidatedFor30Days",
+                                          "AutotunerRevalidationErrors"}  # fmt: skip
+    for rule in rules:
+        used = set(re.findall(r"\b(autotuner_[a-z_]+)\b", rule["expr"]))
+        assert used and used <= names, (rule["alert"], used - names)
+        assert {"summary", "description"} <= set(rule["annotations"])
+    if shutil.which("promtool"):  # where Prometheus's own checker is installed, it has the last word
+        subprocess.run(["promtool", "check", "rules", str(RULES)], check=True)
