@@ -11,7 +11,8 @@
 #   AUTOTUNER_SERVER, AUTOTUNER_TOKEN (a read-scope token), AUTOTUNER_CLUSTER, AUTOTUNER_WORKLOAD,
 #   AUTOTUNER_HOOK (the autotuner executable; default: `autotuner` on PATH),
 #   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, default 5), AUTOTUNER_DISABLE=1 to opt a job out,
-#   AUTOTUNER_CA_FILE (the CA that signs an https:// service's certificate).
+#   AUTOTUNER_CA_FILE (the CA that signs an https:// service's certificate),
+#   AUTOTUNER_FINGERPRINT (what the jobs run on, where the hook cannot see it; see hook.env.example).
 #
 # It never fails the task: always exit 0, bounded time, and nothing at all is printed when unconfigured.
 # Slurm discards a TaskProlog's stderr: the hook's warnings (service down, no config published) go to
@@ -28,7 +29,8 @@ if [ -r "$conf" ]; then
     value=${line#*=}
     case "$key" in
       AUTOTUNER_SERVER|AUTOTUNER_TOKEN|AUTOTUNER_CLUSTER|AUTOTUNER_WORKLOAD|AUTOTUNER_HOOK|\
-      AUTOTUNER_HOOK_TIMEOUT|AUTOTUNER_HOOK_VERBOSE|AUTOTUNER_CACHE_DIR|AUTOTUNER_DISABLE|AUTOTUNER_CA_FILE) ;;
+      AUTOTUNER_HOOK_TIMEOUT|AUTOTUNER_HOOK_VERBOSE|AUTOTUNER_CACHE_DIR|AUTOTUNER_DISABLE|AUTOTUNER_CA_FILE|\
+      AUTOTUNER_FINGERPRINT) ;;
       *) continue ;;
     esac
     # one level of surrounding quotes is allowed in the file
