@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.serving import ab_table, abba, against, summarise
+from bench.serving import ab_table, abba, against, hook_table, summarise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +52,18 @@ def test_medians_and_ratios():
     assert "abc123" in text and "1.33x" in text and "0.44x" in text and "1,200" in text
 
 
+def test_the_hook_table_says_each_side_and_the_ratios():
+    side = {"up": {"median_ms": 140.0, "max_ms": 150.0}, "down": {"median_ms": 150.0, "max_ms": 160.0},
+            "hanging": {"median_ms": 1650.0, "max_ms": 1700.0}}  # fmt: skip
+    slower = {k: {**v, "median_ms": v["median_ms"] * 1.1} for k, v in side.items()}
+    result = {"ref": "abc123", "hook": {"runs": 20, "this": slower, "baseline": side,
+                                        "ratio": {"up": 1.1, "down": 1.1, "hanging": 1.1}}}  # fmt: skip
+    console = Console(record=True, width=120)
+    console.print(hook_table(result))
+    text = console.export_text()
+    assert "abc123" in text and "154" in text and "1815 (max 1700)" in text and "1.10x" in text
+
+
 def test_a_ref_that_is_not_a_commit_is_named():
     with pytest.raises(SystemExit, match="'no-such-ref': not a commit"):
         against("no-such-ref", rounds=1, duration_s=1, connections=1)
@@ -59,7 +71,7 @@ def test_a_ref_that_is_not_a_commit_is_named():
 
 @pytest.mark.slow
 def test_both_checkouts_serve_and_the_baseline_worktree_is_removed():
-    result = against("HEAD", rounds=1, duration_s=1, connections=8)
+    result = against("HEAD", rounds=1, duration_s=1, connections=8, hook_runs=1)
     assert (
         result["ref_commit"]
         == subprocess.check_output(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True).strip()
@@ -67,5 +79,11 @@ def test_both_checkouts_serve_and_the_baseline_worktree_is_removed():
     assert [r["side"] for r in result["runs"]] == ["baseline", "this"]
     for side in ("this", "baseline"):
         assert result[side]["requests_per_s"] > 0 and result[side]["errors"] == 0, result[side]
+        fingerprinted = result["with_fingerprint"][side]
+        assert fingerprinted["requests_per_s"] > 0 and fingerprinted["errors"] == 0, fingerprinted
+        hooks = result["hook"][side]  # each checkout's own hook: up twice, down and hanging once a round
+        assert (hooks["up"]["runs"], hooks["down"]["runs"], hooks["hanging"]["runs"]) == (2, 1, 1)
+        assert hooks["hanging"]["max_ms"] < 2000
+    assert set(result["hook"]["ratio"]) == {"up", "down", "hanging"}
     worktrees = subprocess.check_output(["git", "-C", ROOT, "worktree", "list", "--porcelain"], text=True)
     assert "bench-serving-ab-" not in worktrees
