@@ -45,7 +45,7 @@ def ladder_table(ladder: list[dict[str, Any]]) -> Table:
                 "-" if never else f"{ttq['speedup']:.2f}x",
                 "-" if never else f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}",
                 "",
-                "kept" if ttq.get("verdict") == "passed" else f"[yellow]{ttq.get('verdict', '-')}[/yellow]",
+                "kept" if ttq.get("verdict") == "passed" else "[yellow]dropped[/yellow]",  # why: the quality line
             )  # fmt: skip
     return table
 
