@@ -41,8 +41,9 @@ OVERRIDE = (
     "AUTOTUNER_FINGERPRINT"  # set by a site: `driver=570.86.15&nccl=2.23.4` overrides, `off` sends none
 )
 MAX_HEADER = 1024
-_VALUE = re.compile(r"[ -~]{1,128}")  # printable ASCII, one line
-_VERSION = re.compile(r"\d+(?:\.\d+)*")
+# Patterns compiled at first use (re's cache), not at import: the hook imports this at every job start.
+_VALUE = r"[ -~]{1,128}"  # printable ASCII, one line
+_VERSION = r"\d+(?:\.\d+)*"
 
 PROC_NVIDIA = "/proc/driver/nvidia"
 SYSTEM_LIB_DIRS = ("/usr/local/nccl/lib", "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu",
@@ -130,11 +131,11 @@ def gpu_from_proc(proc: str = PROC_NVIDIA) -> str | None:
 def _nvidia_smi(environ: Mapping[str, str], timeout_s: float) -> tuple[str | None, str | None]:
     """`nvidia-smi`, only where /proc did not say, killed after `timeout_s`: a GPU in a bad state can
     hold it for seconds, and the hook's time bound is the job's."""
-    import subprocess
-
     path = environ.get("PATH", os.defpath)
     if not any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in path.split(os.pathsep) if d):
-        return None, None  # not installed: no fork to find that out
+        return None, None  # not installed: no fork (nor import) to find that out
+    import subprocess
+
     command = ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"]
     try:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -154,7 +155,7 @@ def _nvidia_smi(environ: Mapping[str, str], timeout_s: float) -> tuple[str | Non
         return None, None
     drivers = sorted({r[0].strip() for r in rows})
     models = sorted({r[1].strip() for r in rows})
-    return drivers[0] if _VERSION.fullmatch(drivers[0]) else None, " + ".join(models) or None
+    return drivers[0] if re.fullmatch(_VERSION, drivers[0]) else None, " + ".join(models) or None
 
 
 def _search_dirs(environ: Mapping[str, str], system_dirs: tuple[str, ...]) -> list[str]:
@@ -283,7 +284,7 @@ def decode(text: str | bytes) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for key, value in pairs:
-        if key not in KEYS or not _VALUE.fullmatch(value) or value != value.strip():
+        if key not in KEYS or not re.fullmatch(_VALUE, value) or value != value.strip():
             continue
         if key == "nodes" and not (value.isascii() and value.isdigit() and 0 < int(value) <= 1_000_000):
             continue
@@ -316,7 +317,7 @@ def comparable(recorded: Mapping[str, Any] | None, nodes: int | None = None) -> 
 def _same(key: str, a: str, b: str) -> bool:
     if key == "gpu":
         return a.strip() == b.strip()
-    va, vb = _VERSION.match(a.strip()), _VERSION.match(b.strip())
+    va, vb = re.match(_VERSION, a.strip()), re.match(_VERSION, b.strip())
     if va and vb:  # 2.21.5 and 2.21.5+cuda12.4 are one NCCL; 1.9.1-aws and 1.9.1 one plugin
         return va.group(0) == vb.group(0)
     return a.strip() == b.strip()

@@ -43,7 +43,7 @@ from autotuner.store import (
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
 from autotuner.tuning.launch import run_launch
-from autotuner.tuning.lease import Lease
+from autotuner.tuning.lease import Lease, StudyBusy
 from autotuner.tuning.pairs import Setting, measured
 from autotuner.tuning.pairs import compare as compare_settings
 from autotuner.tuning.plan import PlannedLaunch
@@ -159,6 +159,8 @@ class Revalidation:
         lease.acquire()  # StudyBusy: someone else runs it (or its study) now; the queue tries later
         try:
             return self._run(row, config, lease)
+        except StudyBusy:  # another process took the lease over: it finishes this one
+            raise
         except Exception as exc:
             log.exception("re-validation %s failed", row.id)
             return self.store.finish_validation(row.id, ValidationState.ERROR, error=f"{type(exc).__name__}: {exc}",
@@ -335,7 +337,6 @@ def run_pending(
     poll_s: float = 0.5,
 ) -> bool:  # fmt: skip
     """Run the first queued (or abandoned) re-validation whose study's lease can be had."""
-    from autotuner.tuning.lease import StudyBusy
     from autotuner.tuning.settings import StudySettings
 
     for row in store.pending_validations():
