@@ -40,7 +40,7 @@ from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio, paired_
 KNOBS = ("precision", "batch", "pipeline")  # what changes the training, not only its speed
 LR_POWER = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # lr x (batch / the job's batch) ** power
 CHECKPOINTS = 4  # held-out scores per common budget, for a launch with a batch change
-MIN_EXTENSION, MAX_EXTENSION = 1.25, 2.0  # how far past the common budget a bigger batch trains
+MIN_EXTENSION, MAX_EXTENSION = 1.25, 1.5  # how far past the common budget a bigger batch trains
 SYNTHETIC = "synthetic teacher task (a proxy: trials/quality.py)"
 
 

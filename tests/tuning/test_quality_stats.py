@@ -18,7 +18,16 @@ from autotuner.tuning.ingest import candidate_row
 from autotuner.tuning.launch import spec_of
 from autotuner.tuning.lease import Lease
 from autotuner.tuning.pairs import Setting
-from autotuner.tuning.quality import CHECKPOINTS, Variant, check, judge, samples_to_reach, time_to_quality
+from autotuner.tuning.quality import (
+    CHECKPOINTS,
+    MAX_EXTENSION,
+    Variant,
+    check,
+    extension,
+    judge,
+    samples_to_reach,
+    time_to_quality,
+)
 from autotuner.tuning.stats import (
     NOT_RESOLVED,
     PASSED,
@@ -154,6 +163,13 @@ def test_time_to_quality_is_the_gain_times_the_sample_efficiency():
     )
 
 
+def test_a_bigger_batch_trains_as_far_as_its_gain_could_carry_it_within_bounds():
+    assert extension(Ratio.of_interval(1.15, 1.1, 1.2, 5)) == 1.25
+    assert extension(Ratio.of_interval(1.3, 1.22, 1.38, 5)) == 1.5  # 1.38 rounded up to a quarter budget
+    assert extension(Ratio.of_interval(3.9, 3.5, 4.4, 5)) == MAX_EXTENSION == 1.5  # the cost bound
+    assert extension(None) == 1.5
+
+
 def test_a_product_interval_is_no_narrower_than_its_wider_part():
     a, b = Ratio.of_interval(1.33, 1.22, 1.46, 5), ratio_over([0.84, 0.98, 1.05])
     p = product(a, b)
@@ -223,7 +239,7 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
     monkeypatch.setattr(quality, "run_launch", fake_launch)
     base = Setting({}, ctx.baseline_point)
     tuned = base.but(fwd_precision="int8", bwd_precision="int8", batch_size=1024)
-    ladder = [{"step": "batch", "speedup_vs_previous": 1.5, "ci_low": 1.4, "ci_high": 1.6, "rounds": 5}]
+    ladder = [{"step": "batch", "speedup_vs_previous": 1.15, "ci_low": 1.1, "ci_high": 1.2, "rounds": 5}]
     evidence, kept = check(ctx, base, tuned, ladder)
     (spec,) = launched
     assert spec["quality"]["checkpoints"] == CHECKPOINTS and spec["quality"]["train_samples"] == budget
@@ -232,10 +248,14 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
     assert len(cands) == 6 * 4 and [c["model_seed"] for c in cands[:8]] == [0, 1, 2, 3] * 2
     batch = [c for c in cands if c["batch_size"] == 1024]
     assert sorted(c.get("lr_scale") or 1.0 for c in batch) == [1.0] * 8 + [pytest.approx(2**0.5)] * 8
-    assert all(c["train_samples"] == int(budget * 1.75) for c in batch)  # as far as the gain could carry it
+    assert all(c["train_samples"] == int(budget * 1.25) for c in batch)  # as far as the gain could carry it
     assert all("train_samples" not in c and "lr_scale" not in c for c in cands if c["batch_size"] == 512)
     assert evidence["k"] == 4 and evidence["cost_s"] == 12.5
     assert evidence["time_to_quality"]["lr_scaling"] == "sqrt"  # the rule that got there sooner
+    none = evidence["variants"]["only_batch@none"]["time_to_quality"]  # 1.4x the samples: not within 1.25x
+    assert (
+        none["never"] and none["verdict"] == REFUSED and none["speedup_at_most"] == pytest.approx(1.2 / 1.25)
+    )
     assert (
         evidence["knobs"]["precision"]["verdict"] == PASSED
         and evidence["knobs"]["batch"]["verdict"] == PASSED
