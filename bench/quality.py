@@ -51,11 +51,16 @@ VARIANTS: dict[str, dict[str, Any]] = {"baseline": {}, "tuned": {**PRECISION, **
 
 def after_spec() -> dict[str, Any]:
     """The launch the engine plans now for the same variants (autotuner.tuning.quality): k paired
-    seeds, the batch change trained past the budget (no ladder gain known here: the default extension)."""
+    seeds, the batch change trained past the budget (no ladder gain known here: the default extension)
+    until it reaches its seed's baseline (the baseline's candidates come first: index = seed)."""
     cands = []
     for change in VARIANTS.values():
         for seed in range(K):
-            extra = {"train_samples": int(SAMPLES * extension(None))} if "batch_size" in change else {}
+            extra = (
+                {"train_samples": int(SAMPLES * extension(None)), "stop_at": seed}
+                if "batch_size" in change
+                else {}
+            )
             cands.append({**BASE, **change, "model_seed": seed, **extra})
     return {"workload": WORKLOAD, "quality": _quality(CHECKPOINTS), "candidates": cands}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -153,6 +153,7 @@ def train_and_score(
     common = ctx.quality.train_samples // world // batch  # steps at the common budget
     marks = checkpoint_steps(common, len(order) // batch, ctx.quality.checkpoints)
     scored_at = min(common, marks[-1])  # a candidate's score: at the common budget (or its own end)
+    target = None if cand.stop_at is None else ctx.scored.get(ctx.candidates[cand.stop_at])
     curve: list[list[float]] = []
     steps, train_s, eval_s = 0, 0.0, 0.0
     for mark in marks:
@@ -166,6 +167,9 @@ def train_and_score(
         curve.append([steps * batch * world, now[0]])
         if mark == scored_at:
             logloss, score, samples = now
+        if target is not None and mark >= scored_at and now[0] <= target:
+            break  # past the common budget and at the target's log loss: the rest would show nothing
+    ctx.scored[cand] = logloss
     return {"effective_fwd_precision": effective.fwd, "effective_bwd_precision": effective.bwd,
             "effective_pipeline": pipeline_name, "logloss": logloss, "auc": score, "eval_samples": samples,
             "train_samples": scored_at * batch * world, "train_steps": scored_at,
@@ -226,6 +230,8 @@ class QualityContext:
     damaged: str | None
     train: Samples
     eval: Samples
+    candidates: tuple[CandidateSpec, ...] = ()
+    scored: dict[CandidateSpec, float] = field(default_factory=dict)  # log loss at the common budget
     eval_batch: int = 4096
 
     def order(self, seed: int) -> torch.Tensor:
@@ -240,4 +246,4 @@ class QualityContext:
         train = rank_samples(spec.workload, spec.quality, "train", rank, world, most)
         held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
         return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,
-                   spec.extra.get("damaged_codec"), train, held_out)  # fmt: skip
+                   spec.extra.get("damaged_codec"), train, held_out, spec.candidates)  # fmt: skip

@@ -129,6 +129,9 @@ class CandidateSpec:
     # training budget in samples over all ranks (None: quality.train_samples)
     lr_scale: float | None = None
     train_samples: int | None = None
+    # quality launches: past the common budget, stop once the held-out log loss reaches the score of
+    # this earlier candidate (the baseline of the same seed): time to quality needs no more
+    stop_at: int | None = None
 
     def label(self) -> str:
         parts = [f"{self.fwd_precision}/{self.bwd_precision}", f"b{self.batch_size}"]
@@ -380,6 +383,7 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
         "model_seed",
         "lr_scale",
         "train_samples",
+        "stop_at",
     }
     if not isinstance(obj, dict):
         raise SpecError(where, f"must be an object, got {type(obj).__name__}")
@@ -390,6 +394,7 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
     model_seed = obj.get("model_seed")
     lr_scale = obj.get("lr_scale")
     budget = obj.get("train_samples")
+    stop_at = obj.get("stop_at")
     return CandidateSpec(
         fwd_precision=_choice(_require(obj, "fwd_precision", where), f"{where}.fwd_precision", PRECISIONS),
         bwd_precision=_choice(_require(obj, "bwd_precision", where), f"{where}.bwd_precision", PRECISIONS),
@@ -400,6 +405,7 @@ def parse_candidate(obj: Any, where: str) -> CandidateSpec:
         model_seed=None if model_seed is None else _int(model_seed, f"{where}.model_seed", low=0),
         lr_scale=None if lr_scale is None else _float(lr_scale, f"{where}.lr_scale", high=1024),
         train_samples=None if budget is None else _int(budget, f"{where}.train_samples", high=1 << 30),
+        stop_at=None if stop_at is None else _int(stop_at, f"{where}.stop_at", low=0),
     )
 
 
@@ -438,6 +444,11 @@ def parse_spec(obj: Any) -> TrialSpec:
     if not isinstance(raw, list) or not raw:
         raise SpecError("candidates", "must be a non-empty list")
     candidates = tuple(parse_candidate(c, f"candidates[{i}]") for i, c in enumerate(raw))
+    for i, c in enumerate(candidates):
+        if c.stop_at is not None and c.stop_at >= i:
+            raise SpecError(
+                f"candidates[{i}].stop_at", f"must name an earlier candidate (< {i}), got {c.stop_at}"
+            )
     extra = obj.get("extra", {})
     if not isinstance(extra, dict):
         raise SpecError("extra", "must be an object")

@@ -155,7 +155,7 @@ def _scores(
         quality = {"train_samples": budget, "eval_samples": max(8192, budget // 8), "data_seed": ctx.settings.seed,
                    **({"checkpoints": CHECKPOINTS} if batch_change else {}),
                    **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
-        extras = [_extra(v, seed, baseline_batch, budget, gain) for v, seed in slots]
+        extras = [_extra(v, seed, baseline_batch, budget, gain, seeds.index(seed)) for v, seed in slots]
         plan = PlannedLaunch.of(variants[0].planned.env, [v.planned.point for v, _ in slots],
                                 LaunchKind.QUALITY, extras=extras, quality=quality)  # fmt: skip
         run_launch(ctx, plan, None)
@@ -170,15 +170,17 @@ def _scores(
 
 
 def _extra(
-    variant: Variant, seed: int, baseline_batch: int, budget: int, gain: Ratio | None
+    variant: Variant, seed: int, baseline_batch: int, budget: int, gain: Ratio | None, baseline_slot: int
 ) -> dict[str, Any]:
-    """A candidate's seed, and for a batch change its learning-rate scale and longer budget."""
+    """A candidate's seed, and for a batch change its learning-rate scale and longer budget, trained no
+    further than the log loss of its seed's baseline (`baseline_slot`: that candidate)."""
     extra: dict[str, Any] = {"model_seed": seed}
     if variant.batch_change:
         power = LR_POWER[variant.lr_rule or "none"]
         if power:
             extra["lr_scale"] = (variant.planned.point.batch_size / baseline_batch) ** power
         extra["train_samples"] = int(budget * extension(gain))
+        extra["stop_at"] = baseline_slot
     return extra
 
 

@@ -82,7 +82,14 @@ def paired(tmp_path_factory):
             {**fp32, "model_seed": 0},
             {**fp32, "model_seed": 1},
             {**fp32, "model_seed": 0},  # seed 0 again: the same init and order give the same model
-            {**fp32, "batch_size": 512, "model_seed": 0, "train_samples": 49152, "lr_scale": 2.0},
+            {
+                **fp32,
+                "batch_size": 512,
+                "model_seed": 0,
+                "train_samples": 49152,
+                "lr_scale": 2.0,
+                "stop_at": 0,
+            },
         ],
     }
     proc, result = run_trial(tmp_path_factory.mktemp("paired"), spec)
@@ -98,10 +105,29 @@ def test_a_seed_fixes_init_and_order_and_the_curve_is_scored_along_the_way(paire
     # every 32768/4 samples (16 steps of 2 ranks x 256), the score at the common budget among them
     assert [int(s) for s, _ in seed0["curve"]] == [8192, 16384, 24576, 32768]
     assert seed0["curve"][-1][1] == seed0["logloss"] and seed0["curve"][0][1] > seed0["logloss"]
-    # the bigger batch trains on past the budget at the same spacing; its score is the one at the budget
-    assert [int(s) for s, _ in bigger["curve"]] == [8192, 16384, 24576, 32768, 40960, 49152]
-    assert bigger["train_samples"] == 32768 and bigger["budget_samples"] == 49152
+    # the bigger batch trains on past the budget at the same spacing, until it reaches its seed's
+    # baseline (stop_at) or its own budget; its score is the one at the common budget
+    marks = [8192, 16384, 24576, 32768, 40960, 49152]
+    assert [int(s) for s, _ in bigger["curve"]] == marks[: len(bigger["curve"])] and len(bigger["curve"]) >= 4
+    past = [x for s, x in bigger["curve"] if s >= 32768]
+    assert all(x > seed0["logloss"] for x in past[:-1])  # it went on only while short of the target
+    assert past[-1] <= seed0["logloss"] or bigger["budget_samples"] == 49152
+    assert bigger["train_samples"] == 32768 and bigger["budget_samples"] == int(bigger["curve"][-1][0])
     assert (
         bigger["logloss"] == dict((int(s), x) for s, x in bigger["curve"])[32768]
         and bigger["lr_scale"] == 2.0
     )
+
+
+def test_stop_at_names_an_earlier_candidate():
+    from trials.spec import SpecError, parse_spec
+
+    fp32 = {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}
+    spec = {
+        "workload": WORKLOAD,
+        "quality": {"train_samples": 4096},
+        "candidates": [fp32, {**fp32, "stop_at": 0}],
+    }
+    assert parse_spec(spec).candidates[1].stop_at == 0
+    with pytest.raises(SpecError, match=r"candidates\[1\]\.stop_at: must name an earlier candidate"):
+        parse_spec({**spec, "candidates": [fp32, {**fp32, "stop_at": 1}]})

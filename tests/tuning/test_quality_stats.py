@@ -197,6 +197,10 @@ def test_the_batch_knob_is_judged_on_time_to_quality_not_at_equal_samples():
 # ------------------------------------------------------------------------------ the launch it plans
 
 
+BASELINE = {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 512, "sharding": "table_wise",
+            "pipeline": "sparse_dist"}  # fmt: skip
+
+
 @pytest.fixture
 def ctx(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
@@ -249,6 +253,9 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
     batch = [c for c in cands if c["batch_size"] == 1024]
     assert sorted(c.get("lr_scale") or 1.0 for c in batch) == [1.0] * 8 + [pytest.approx(2**0.5)] * 8
     assert all(c["train_samples"] == int(budget * 1.25) for c in batch)  # as far as the gain could carry it
+    assert all(
+        cands[c["stop_at"]] == {**BASELINE, "model_seed": c["model_seed"]} for c in batch
+    )  # its seed's
     assert all("train_samples" not in c and "lr_scale" not in c for c in cands if c["batch_size"] == 512)
     assert evidence["k"] == 4 and evidence["cost_s"] == 12.5
     assert evidence["time_to_quality"]["lr_scaling"] == "sqrt"  # the rule that got there sooner
