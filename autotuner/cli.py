@@ -469,7 +469,8 @@ def revalidate(
             f"measured on {describe(done.fingerprint)} in {result.get('wall_s', 0):.0f} s", highlight=False
         )
     err.print(done.action or "", highlight=False)
-    raise typer.Exit({ValidationState.HELD: 0, ValidationState.FAILED: 1}.get(done.state, 3))
+    codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
+    raise typer.Exit(codes.get(done.state, 3))
 
 
 # ---------------------------------------------------------------------------------------- lint

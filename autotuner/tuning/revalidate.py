@@ -251,7 +251,7 @@ class Revalidation:
                     "another version, to change what jobs get)"), None  # fmt: skip
         why = f"re-validation {row.id} of v{config.version} failed on {describe(fp)}: {result['why']}"
         figures = {k: result[k] for k in ("speedup", "ci_low", "ci_high", "rounds") if k in result}
-        common = {"study_id": ctx.study_id, "measured_on": self.executor.name, "replaces_version": config.version,
+        common: dict[str, Any] = {"study_id": ctx.study_id, "measured_on": self.executor.name, "replaces_version": config.version,
                   "revalidation": {"id": row.id, "of_version": config.version, **figures}}  # fmt: skip
         if ctx.inert:
             common["inert"] = ctx.inert
@@ -362,7 +362,7 @@ def schedule_due(
     now = now or utcnow()
     served = [c for c in store.served_configs() if c.study_id is not None]
     views = store.validation_views(served)
-    tried = {}
+    tried: dict[int, datetime] = {}
     for v in store.validations(config_ids=[c.id for c in served], limit=100_000):
         tried[v.config_id] = max(tried.get(v.config_id, v.created_at), v.created_at)
     asked = []
