@@ -51,6 +51,7 @@ def _distinct(values: list[str]) -> list[str]:
         raise ValueError("each rule at most once")
     return values
 
+
 BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
 Threads = Annotated[StrictInt, Field(ge=1, le=MAX_THREADS)]
 

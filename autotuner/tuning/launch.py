@@ -21,8 +21,7 @@ def spec_of(ctx: StudyContext, plan: PlannedLaunch) -> dict[str, Any]:
     spec = {
         "workload": ctx.workload_obj,
         "candidates": [
-            {**p.to_candidate(), **(plan.extras[i] if plan.extras else {})}
-            for i, p in enumerate(plan.points)
+            {**p.to_candidate(), **(plan.extras[i] if plan.extras else {})} for i, p in enumerate(plan.points)
         ],
         "warmup": ctx.settings.warmup,
         "iterations": ctx.settings.iterations,
