@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from autotuner.executors import LocalExecutor
+from autotuner.space import load_space
 from autotuner.store import LaunchKind, Store
 from autotuner.tuning import StudySettings, create_study
 from autotuner.tuning.context import StudyContext
@@ -40,8 +41,9 @@ from autotuner.tuning.stats import (
     t975,
 )
 
-LIMIT = 0.002  # the space's default max_logloss_delta
-K = 3  # the space's default quality_seeds
+DEFAULTS = load_space({})
+LIMIT = DEFAULTS.max_logloss_delta  # 0.002
+K = DEFAULTS.quality_seeds  # 3
 # The demo's figures (bench "quality", a real 2-rank launch on its tables): the baseline's log loss moves
 # by 0.0023 (sd) from seed to seed; fp8/bf16 comms, which change nothing that matters, move with their
 # seed, the paired deltas' sd 0.0006. (Past a paired sd of ~0.0008 three seeds no longer refuse a 3x cost
