@@ -30,7 +30,7 @@ def scope_of(request: Request) -> str | None:
     return token_scope(request.headers.get("authorization", ""), request.app.state.settings.token_scopes)
 
 
-def require(scope: str):  # noqa: ANN201 - a FastAPI dependency factory
+def require(scope: str):  # a FastAPI dependency factory
     def check(request: Request) -> str | None:
         if scope == "read" and request.app.state.settings.public_read:
             return None

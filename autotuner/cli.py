@@ -45,7 +45,7 @@ DbOption = Annotated[
 KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _store(db: str | None):  # noqa: ANN202
+def _store(db: str | None):
     from autotuner.store import Store
 
     return Store(db or default_database_url())

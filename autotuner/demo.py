@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
            "AUTOTUNER_TOKENS": f"{token}:admin", "AUTOTUNER_PUBLIC_READ": "1",
            "AUTOTUNER_CACHE_DIR": str(data / "hook-cache")}  # fmt: skip
     env.pop("AUTOTUNER_DATABASE_URL", None)
-    log = open(data / "service.log", "wb")  # noqa: SIM115 - lives as long as the service
+    log = open(data / "service.log", "wb")  # lives as long as the service
     service = subprocess.Popen([sys.executable, "-m", "autotuner", "serve"], env=env, stdout=log, stderr=log)
     try:
         return _run(url, token, env, service, data, args.keep)

@@ -82,7 +82,7 @@ def detect(
     for probe in probes:
         try:
             found.update({k: v for k, v in probe().items() if v})
-        except Exception:  # noqa: S112 - best effort: what cannot be read is not sent
+        except Exception:  # best effort: what cannot be read is not sent
             continue
     if nodes is not None and nodes > 0:
         found["nodes"] = str(nodes)

@@ -184,7 +184,7 @@ def run_nodes(
     )
     procs = []
     for i, command in enumerate(agents):
-        log = open(work / f"{name}.node{i}.log", "wb")  # noqa: SIM115 - closed below, after the wait
+        log = open(work / f"{name}.node{i}.log", "wb")  # closed below, after the wait
         procs.append((subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True), log))  # fmt: skip
     deadline = time.monotonic() + limit_s

@@ -156,7 +156,7 @@ class SwitchableCodec:
     def create_context(self) -> QuantizationContext | None:
         return self.current.create_context()  # type: ignore[attr-defined]
 
-    def padded_size(self, *args, **kwargs):  # noqa: ANN002, ANN003 - protocol passthrough
+    def padded_size(self, *args, **kwargs):  # protocol passthrough
         return self.current.padded_size(*args, **kwargs)  # type: ignore[attr-defined]
 
     def calc_quantized_size(self, input_len: int, ctx: QuantizationContext | None = None) -> int:

@@ -6,7 +6,7 @@ Only the shape of an entry lives here; the entries themselves are in `catalog`, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 KINDS = ("int", "bool", "enum", "list", "string")
 TRANSPORTS = ("socket", "efa", "ib", "any")
@@ -20,7 +20,7 @@ EVERY_OP = P2P + COLLECTIVES
 SAFE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,:^=/+-"
 
 
-class Safety(str, Enum):
+class Safety(StrEnum):
     TUNABLE = "tunable"
     RISKY = "risky"  # can corrupt results or fail init: searched only when the user allows it by name
     NEVER = "never"  # not a search dimension (cluster settings, logging, safety checks)

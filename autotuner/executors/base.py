@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -23,7 +23,7 @@ from trials.result import SCHEMA_VERSION
 T = TypeVar("T")
 
 
-class LaunchState(str, Enum):
+class LaunchState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

@@ -63,7 +63,8 @@ def test_every_other_config_is_served_and_the_bad_one_says_why(tmp_path, bad_row
         assert unservable(client.get("/metrics").text) == 1
         if bad_row != "newline in the cluster name":  # that key no URL can name
             response = client.get("/v1/configs/evil/bad")
-            assert response.status_code == 500 and "cannot be served" in response.json()["detail"]
+            assert response.status_code == 500
+            assert "cannot be served" in response.json()["detail"]
     store.dispose()
 
 

@@ -35,7 +35,8 @@ def test_once_one_worker_loaded_a_change_the_other_serves_it_too(store, tmp_path
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
     store.rollback_config("c", "w", 1)
     b.refresh()
-    assert a.get("c", "w", 1).config["version"] == 1 and a.get("c", "w", 1).config["pinned"]
+    assert a.get("c", "w", 1).config["version"] == 1
+    assert a.get("c", "w", 1).config["pinned"]
 
 
 def test_a_miss_asks_the_store_and_a_hit_does_not(store, tmp_path):

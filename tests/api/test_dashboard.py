@@ -113,7 +113,8 @@ def test_pages_are_served_without_a_token_and_carry_no_data(finished):
         assert page.status_code == 200, path
         assert page.headers["content-type"].startswith("text/html")
         assert "/static/app.js" in page.text
-        assert study["name"] not in page.text and "cpu-box" not in page.text  # the data comes from /v1
+        assert study["name"] not in page.text
+        assert "cpu-box" not in page.text  # the data comes from /v1
         # Offline clusters: every script and stylesheet is ours.
         assert not re.search(r'(src|href)="(https?:)?//', page.text), path
     assert '<script src="/static/plotly.min.js?v=' in httpx.get(f"{srv.url}/studies/{study['id']}").text
@@ -124,9 +125,11 @@ def test_assets_are_served_locally_with_the_right_types(finished):
     plotly = httpx.get(f"{srv.url}/static/plotly.min.js")
     assert plotly.status_code == 200
     assert "javascript" in plotly.headers["content-type"]
-    assert len(plotly.content) > 1_000_000 and b"plotly.js" in plotly.content[:2000]
+    assert len(plotly.content) > 1_000_000
+    assert b"plotly.js" in plotly.content[:2000]
     app_js = httpx.get(f"{srv.url}/static/app.js")
-    assert app_js.status_code == 200 and "javascript" in app_js.headers["content-type"]
+    assert app_js.status_code == 200
+    assert "javascript" in app_js.headers["content-type"]
     assert "innerHTML" not in app_js.text  # data goes into the page as text only
     assert httpx.get(f"{srv.url}/static/app.css").headers["content-type"].startswith("text/css")
     assert httpx.get(f"{srv.url}/static/nope.js").status_code == 404
@@ -155,7 +158,8 @@ def test_insights_of_a_finished_study(finished):
 
     importance = data["importance"]
     assert importance["reason"] is None, importance
-    assert importance["params"] and sum(p["importance"] for p in importance["params"]) == pytest.approx(1.0)
+    assert importance["params"]
+    assert sum(p["importance"] for p in importance["params"]) == pytest.approx(1.0)
     assert {p["name"] for p in importance["params"]} <= {"precision", "batch_size", "NCCL_NSOCKS_PERTHREAD"}
 
     matrix = data["matrix"]
@@ -215,7 +219,8 @@ def test_templates_autoescape():
     from api.dashboard import templates
 
     rendered = templates.env.from_string("{{ value }}").render(value=HOSTILE)
-    assert "<script>" not in rendered and "&lt;script&gt;" in rendered
+    assert "<script>" not in rendered
+    assert "&lt;script&gt;" in rendered
     autoescape = templates.env.autoescape  # a flag, or a function of the template name (newer Starlette)
     assert (autoescape("study.html") if callable(autoescape) else autoescape) is True
 
@@ -328,7 +333,8 @@ def check_sorting(page) -> None:
     page.wait_for_selector("#trials th[data-sort=samples_per_s][aria-sort=descending]")
     values = [float(v.replace(",", "")) for v in page.locator("#trials tbody tr[data-trial] td:nth-child(9)")
               .all_inner_texts() if v != "—"]  # fmt: skip
-    assert len(values) >= 4 and values == sorted(values, reverse=True)
+    assert len(values) >= 4
+    assert values == sorted(values, reverse=True)
 
 
 def check_studies_list(page, srv, client, study_id: int) -> None:
@@ -339,7 +345,9 @@ def check_studies_list(page, srv, client, study_id: int) -> None:
     page.wait_for_selector(f"#studies a[href='/studies/{study_id}']", timeout=10_000)
     row = page.locator("#studies tbody tr", has_text="nsocks-fp8-sweep").inner_text()
     best = client.get(f"/v1/studies/{study_id}").json()["best"]["samples_per_s"]
-    assert "done" in row and "8 / 8" in row and f"{best:,.0f}" in row  # thousands separators
+    assert "done" in row
+    assert "8 / 8" in row
+    assert f"{best:,.0f}" in row  # thousands separators
     assert "cancelled" in page.locator("#studies tbody tr", has_text="cancelled-probe").inner_text()
     page.screenshot(path=str(ARTIFACTS / "dashboard-studies.png"), full_page=True)
 
@@ -391,9 +399,8 @@ def test_insights_say_where_each_step_goes(finished):
     srv, _, _, timed = finished
     rows = srv.client("read").get(f"/v1/studies/{timed}/insights").json()["breakdown"]
     recorded = TIMED_RESULT["candidates"]
-    assert rows[0]["kind"] == "baseline" and rows[0]["compute"] == pytest.approx(
-        recorded[0]["breakdown_ms"]["compute"]
-    )
+    assert rows[0]["kind"] == "baseline"
+    assert rows[0]["compute"] == pytest.approx(recorded[0]["breakdown_ms"]["compute"])
     fastest = sorted(recorded[1:], key=lambda c: -c["samples_per_s"])
     assert [r["samples_per_s"] for r in rows[1:]] == pytest.approx([c["samples_per_s"] for c in fastest])
     assert all({"input_dist", "sparse_comm", "dense_comm", "exposed_comm", "step_ms"} <= set(r) for r in rows)
@@ -406,7 +413,8 @@ def test_the_step_breakdown_is_drawn_as_stacked_bars(browser, finished):
     # one bar per candidate and part: compute and exposed comm, three candidates
     assert page.locator("#chart-breakdown .barlayer .point").count() == 2 * len(TIMED_RESULT["candidates"])
     legend = page.text_content("#chart-breakdown .legend")  # SVG: text_content, not inner_text
-    assert "compute" in legend and "exposed comm" in legend
+    assert "compute" in legend
+    assert "exposed comm" in legend
     assert "(baseline)" in page.text_content("#chart-breakdown .yaxislayer-above")
     assert "sparse_dist" in page.inner_text("#trials tbody")  # the pipeline column
     ARTIFACTS.mkdir(exist_ok=True)

@@ -61,7 +61,9 @@ def test_the_terminal_says_the_interval_the_verdict_and_the_time_to_quality():
     quality, ladder = evidence_and_ladder()
     line = quality_line(quality)
     assert f"costs {quality['delta']:+.4f} [{quality['ci_low']:+.4f}, {quality['ci_high']:+.4f}]" in line
-    assert "not resolved at k=3" in line and "3 paired model seeds" in line and "quality launch 34 s" in line
+    assert "not resolved at k=3" in line
+    assert "3 paired model seeds" in line
+    assert "quality launch 34 s" in line
     ttq = ladder[0]["time_to_quality"]
     assert f"{ttq['speedup']:.2f}x time to quality [{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}]" in line
     assert f"batch: 1.33x samples/s, {1 / ttq['efficiency']:.2f}x the samples" in line
@@ -69,11 +71,12 @@ def test_the_terminal_says_the_interval_the_verdict_and_the_time_to_quality():
     console.print(ladder_table(ladder))
     table = console.export_text()
     row = next(r for r in table.splitlines() if "to quality" in r)  # beside the batch step's own gain
-    assert f"{ttq['speedup']:.2f}x" in row and f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}" in row
-    assert (
-        row.rstrip().endswith("dropped") and f"{1 / ttq['efficiency'] - 1:+.0%} samples" in row
-    )  # not resolved
-    assert max(len(r) for r in table.splitlines()) <= 80 and "not resolved" in line
+    assert f"{ttq['speedup']:.2f}x" in row
+    assert f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}" in row
+    assert row.rstrip().endswith("dropped")  # not resolved
+    assert f"{1 / ttq['efficiency'] - 1:+.0%} samples" in row
+    assert max(len(r) for r in table.splitlines()) <= 80
+    assert "not resolved" in line
 
 
 @pytest.mark.browser
@@ -85,12 +88,14 @@ def test_the_study_page_shows_the_quality_ci_verdict_and_time_to_quality(browser
     page.wait_for_function("document.getElementById('ladder-quality').textContent.length > 0", timeout=15_000)
     text = page.inner_text("#ladder-quality")
     assert f"costs {quality['delta']:+.4f} [{quality['ci_low']:+.4f}, {quality['ci_high']:+.4f}]" in text
-    assert "not resolved at k=3" in text and f"(k={quality['k_to_resolve']} would resolve it)" in text
+    assert "not resolved at k=3" in text
+    assert f"(k={quality['k_to_resolve']} would resolve it)" in text
     ttq = ladder[0]["time_to_quality"]
     assert f"{ttq['speedup']:.2f}× time to quality [{ttq['ci_low']:.2f}–{ttq['ci_high']:.2f}]" in text
     page.wait_for_selector("#chart-ladder .main-svg", timeout=15_000)
     bars = page.text_content("#chart-ladder .main-svg")  # the bars' labels (SVG text)
-    assert "1.33× [1.22–1.46]" in bars and f"to quality {ttq['speedup']:.2f}×" in bars
+    assert "1.33× [1.22–1.46]" in bars
+    assert f"to quality {ttq['speedup']:.2f}×" in bars
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-quality.png"), full_page=True)
     assert errors == []

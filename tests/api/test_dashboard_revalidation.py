@@ -47,12 +47,10 @@ def test_the_config_card_shows_validation_staleness_and_history(browser, tmp_pat
         page.wait_for_function("document.querySelector('.config-card .validated').textContent.includes('570.86.15')",
                                timeout=30_000)  # fmt: skip
         row = page.inner_text(".revalidations tr[data-validation]")
-        assert (
-            "v1" in row
-            and "manual" in row
-            and "held" in row
-            and "driver 570.86.15 · NCCL 2.23.4 · 1 node" in row
-        )
+        assert "v1" in row
+        assert "manual" in row
+        assert "held" in row
+        assert "driver 570.86.15 · NCCL 2.23.4 · 1 node" in row
         assert "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node" in row
         page.screenshot(path=str(ARTIFACTS / "dashboard-config-revalidated.png"), full_page=True)
         assert errors == []

@@ -41,7 +41,8 @@ def serve(tmp_path, **env):
     study = client.post("/v1/studies", json=replay_study_body("study", confirm_rounds=3, seed=7)).json()
     assert wait_for_state(client, study["id"], ("done", "failed"))["state"] == "done"
     config = served_config(client).json()
-    assert config["batch_size"] == 256 and config["validated_on"] == {
+    assert config["batch_size"] == 256
+    assert config["validated_on"] == {
         "driver": "550.54.15",
         "nccl": "2.21.5",
         "nodes": "1",
@@ -95,12 +96,12 @@ def test_a_job_on_another_stack_is_told_recorded_seen_stale_and_a_revalidation_c
         "AUTOTUNER_FINGERPRINT": "driver=570.86.15",
     }
     proc, _ = hook(server.url, *PATIENT, "--nodes", "1", env=env)
-    assert proc.returncode == 0 and "export AUTOTUNER_BATCH_SIZE=256" in proc.stdout
+    assert proc.returncode == 0
+    assert "export AUTOTUNER_BATCH_SIZE=256" in proc.stdout
     note = ("# nccl-autotuner: cpu-box/small/1n/v1 was validated on driver 550.54.15, NCCL 2.21.5, 1 node; "
             "this job differs: driver 550.54.15 -> 570.86.15")  # fmt: skip
-    assert (
-        note in proc.stdout.splitlines() and "this job differs: driver 550.54.15 -> 570.86.15" in proc.stderr
-    )
+    assert note in proc.stdout.splitlines()
+    assert "this job differs: driver 550.54.15 -> 570.86.15" in proc.stderr
     # ... from its cache too, with the service gone
     matching, _ = hook(
         server.url, *PATIENT, "--nodes", "1", env={**env, "AUTOTUNER_FINGERPRINT": "driver=550.54.15"}
@@ -115,7 +116,8 @@ def test_a_job_on_another_stack_is_told_recorded_seen_stale_and_a_revalidation_c
     status = until("the reports are written", stale)
     assert set(status["stale_reasons"]) == {"fingerprint"}
     assert status["stale_reasons"]["fingerprint"].startswith("driver 550.54.15 -> 570.86.15")
-    assert status["validations"] == [] and status["version"] == 1
+    assert status["validations"] == []
+    assert status["version"] == 1
     metrics = jobs.get("/metrics").text
     labels = {"cluster": "cpu-box", "workload": "small", "nodes": "1", "version": "1"}
     assert metric(metrics, "autotuner_config_stale", **labels, reason="fingerprint") == 1.0
@@ -128,7 +130,8 @@ def test_a_job_on_another_stack_is_told_recorded_seen_stale_and_a_revalidation_c
     landscape(recorded, NEW_STACK, gain=True)  # the nodes were upgraded: the gain holds there
     writer = server.client("write")
     asked = writer.post("/v1/configs/cpu-box/small/revalidate", json={"reason": "after the upgrade"})
-    assert asked.status_code in (200, 202) and asked.json()["trigger"] == "manual"
+    assert asked.status_code in (200, 202)
+    assert asked.json()["trigger"] == "manual"
 
     def held():
         status = jobs.get("/v1/configs/cpu-box/small/validations").json()
@@ -137,18 +140,20 @@ def test_a_job_on_another_stack_is_told_recorded_seen_stale_and_a_revalidation_c
 
     status = until("the scheduler re-validates", held)
     entry = status["validations"][0]
-    assert entry["state"] == "held" and entry["version"] == 1 and entry["reason"] == "after the upgrade"
-    assert (
-        entry["action"] == "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node"
-        and entry["rounds"] == 3
-    )
+    assert entry["state"] == "held"
+    assert entry["version"] == 1
+    assert entry["reason"] == "after the upgrade"
+    assert entry["action"] == "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node"
+    assert entry["rounds"] == 3
     assert status["validated_on"] == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
-    assert status["stale"] is False and status["stale_reasons"] == {}
+    assert status["stale"] is False
+    assert status["stale_reasons"] == {}
     # what jobs get says it too, within AUTOTUNER_CONFIG_REFRESH_S (the scheduler is another process)
     served = until(
         "the cache re-renders v1", lambda: (a := served_config(jobs).json())["last_validation"] and a
     )
-    assert served["version"] == 1 and served["last_validation"]["state"] == "held"
+    assert served["version"] == 1
+    assert served["last_validation"]["state"] == "held"
     assert (
         jobs.get("/v1/configs/cpu-box/small", headers={HEADER: UPGRADED}).json()["fingerprint_match"] is True
     )
@@ -159,7 +164,8 @@ def test_a_job_on_another_stack_is_told_recorded_seen_stale_and_a_revalidation_c
         for r in ("fingerprint", "failed", "overdue")
     ] == [0.0] * 3
     history = jobs.get("/v1/configs/cpu-box/small/history").json()
-    assert [h["version"] for h in history] == [1] and history[0]["validated_on"]["driver"] == "570.86.15"
+    assert [h["version"] for h in history] == [1]
+    assert history[0]["validated_on"]["driver"] == "570.86.15"
     # errors
     assert writer.post("/v1/configs/cpu-box/nope/revalidate", json={}).status_code == 404
     assert writer.post("/v1/configs/cpu-box/small/revalidate", json={"version": 7}).status_code == 404
@@ -186,13 +192,16 @@ def test_jobs_on_a_new_stack_trigger_a_revalidation_that_replaces_a_lost_gain(tm
         assert v2["evidence"]["decision"].endswith("published the baseline (no changes)")
         status = jobs.get("/v1/configs/cpu-box/small/validations").json()
         (entry,) = status["validations"]
-        assert entry["trigger"] == "fingerprint" and entry["version"] == 1 and entry["new_version"] == 2
+        assert entry["trigger"] == "fingerprint"
+        assert entry["version"] == 1
+        assert entry["new_version"] == 2
         assert (
             entry["reason"]
             == "jobs report driver 550.54.15 -> 570.86.15, NCCL 2.21.5 -> 2.23.4 since validation"
         )
         assert entry["requested_fingerprint"] == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
-        assert status["version"] == 2 and status["stale"] is False
+        assert status["version"] == 2
+        assert status["stale"] is False
         # v2 was published on the new stack: those jobs now match
         assert (
             jobs.get("/v1/configs/cpu-box/small", headers={HEADER: UPGRADED}).json()["fingerprint_match"]
@@ -215,7 +224,8 @@ def test_the_schedule_revalidates_served_configs(tmp_path):
             return done[-1] if done else None
 
         entry = until("a scheduled re-validation", scheduled)
-        assert entry["reason"].endswith("ago (AUTOTUNER_REVALIDATE_EVERY=2s)") and entry["version"] == 1
+        assert entry["reason"].endswith("ago (AUTOTUNER_REVALIDATE_EVERY=2s)")
+        assert entry["version"] == 1
         assert jobs.get("/v1/configs/cpu-box/small/validations").json()["revalidate_every_s"] == 2.0
     finally:
         server.kill()

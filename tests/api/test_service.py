@@ -17,7 +17,8 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
     study = wait_for_state(client, created.json()["id"], ("done", "failed"))
     assert study["state"] == "done", study
     config = served_config(client)  # at once: the study is done, so its config is published
-    assert config.status_code == 200 and config.json()["version"] == 1
+    assert config.status_code == 200
+    assert config.json()["version"] == 1
     assert config.json()["evidence"]["study_id"] == study["id"]
     env = client.get("/v1/configs/cpu-box/small", params={"format": "env"}).text
     assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in env
@@ -27,7 +28,8 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
         f"/v1/studies/{study['id']}/trials", params={"sort": "samples_per_s", "order": "desc"}
     ).json()
     values = [t["samples_per_s"] for t in trials["data"] if t["samples_per_s"] is not None]
-    assert trials["count"] >= 4 and values == sorted(values, reverse=True)
+    assert trials["count"] >= 4
+    assert values == sorted(values, reverse=True)
 
 
 @pytest.mark.parametrize(
@@ -60,13 +62,16 @@ def _cancel_and_check(client) -> None:
     launches = f"/v1/studies/{study['id']}/launches"
     running = wait_until(lambda: [x for x in client.get(launches).json() if x["state"] == "running"], 60)
     cancelled = client.post(f"/v1/studies/{study['id']}/cancel")
-    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert cancelled.status_code == 200
+    assert cancelled.json()["state"] == "cancelled"
     # The scheduler sees it at its next heartbeat (<= 5 s): it stops the launch and lets the study go.
     row = wait_until(lambda: (r := client.get(f"/v1/studies/{study['id']}").json())["finished_at"]
                      and not r["owner"] and r, 60)  # fmt: skip
-    assert row["state"] == "cancelled" and row["launches_done"] < 200
+    assert row["state"] == "cancelled"
+    assert row["launches_done"] < 200
     after = {x["id"]: x["state"] for x in client.get(launches).json()}
-    assert after[running[0]["id"]] == "cancelled" and "running" not in after.values()
+    assert after[running[0]["id"]] == "cancelled"
+    assert "running" not in after.values()
     assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
 
 

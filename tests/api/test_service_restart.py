@@ -51,6 +51,7 @@ def test_workers_do_not_outlive_a_service_killed_while_they_start(tmp_path):
             socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
             break
         except OSError:
-            assert time.monotonic() < deadline and server.proc.poll() is None, server.log.read_text()
+            assert time.monotonic() < deadline, server.log.read_text()
+            assert server.proc.poll() is None, server.log.read_text()
             time.sleep(0.02)
     server.kill()  # SIGKILL; fails if anything still answers on the port 15 s later

@@ -43,7 +43,8 @@ def tuned(tmp_path, db):
 
 def test_tune_prints_best_vs_baseline_and_publishes(tuned):
     out = tuned.output
-    assert "best vs baseline" in out and "baseline" in out
+    assert "best vs baseline" in out
+    assert "baseline" in out
     assert "confirmed speedup" in out
     assert "published cpu-box/small version 1" in out
 
@@ -59,17 +60,21 @@ def test_env_prints_the_exports_of_the_published_config(tuned, db):  # quoting: 
 
 def test_env_for_an_unknown_workload_prints_nothing_and_exits_0(tuned, db):
     result = runner.invoke(app, ["env", "--cluster", "cpu-box", "--workload", "nope", "--db", db])
-    assert result.exit_code == 0 and result.stdout == ""
+    assert result.exit_code == 0
+    assert result.stdout == ""
 
 
 def test_configs_history_pin_rollback(tuned, db):
     listing = runner.invoke(app, ["configs", "--db", db])
-    assert listing.exit_code == 0 and "cpu-box" in listing.output and "v1" in listing.output
+    assert listing.exit_code == 0
+    assert "cpu-box" in listing.output
+    assert "v1" in listing.output
     assert (
         runner.invoke(app, ["configs", "rollback", "cpu-box", "small", "--db", db]).exit_code == 2
     )  # only v1
     shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--format", "slurm", "--db", db])
-    assert shown.exit_code == 0 and "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout
+    assert shown.exit_code == 0
+    assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout
 
 
 def test_tune_resumes_a_finished_study_without_redoing_it(tuned, tmp_path, db):
@@ -96,7 +101,8 @@ def test_tune_resumes_a_finished_study_without_redoing_it(tuned, tmp_path, db):
 def test_lint_env_rejects_bad_input_naming_variable_and_rule(args, variable, rule):
     result = runner.invoke(app, ["lint", *[a for x in args for a in ("--env", x)]])
     assert result.exit_code == 2, result.output
-    assert variable in result.output and rule in result.output
+    assert variable in result.output
+    assert rule in result.output
 
 
 def test_lint_env_accepts_risky_when_allowed_and_clean_env():
@@ -115,7 +121,8 @@ def test_lint_file(tmp_path):
     bad.write_text("env:\n  NCCL_BUFFSIZE: ['4MB']\n  LD_LIBRARY_PATH: ['/x']\n")
     result = runner.invoke(app, ["lint", str(bad)])
     assert result.exit_code == 2
-    assert "not-decimal" in result.output and "injection" in result.output
+    assert "not-decimal" in result.output
+    assert "injection" in result.output
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"env": {"NCCL_NSOCKS_PERTHREAD": [1, 2, 4]}}))
     assert runner.invoke(app, ["lint", str(good)]).exit_code == 0
@@ -128,10 +135,12 @@ def test_tune_rejects_bad_input_with_a_clear_message(tmp_path, db):
     result = runner.invoke(
         app, ["tune", "--cluster", "c", "--workload", str(workload), "--space", "socket", "--db", db]
     )
-    assert result.exit_code == 2 and "workload.tables" in result.output
+    assert result.exit_code == 2
+    assert "workload.tables" in result.output
     result = runner.invoke(app, ["tune", "--cluster", "../etc", "--workload", str(workload), "--space", "socket",
                                  "--db", db])  # fmt: skip
-    assert result.exit_code == 2 and "cluster name" in result.output
+    assert result.exit_code == 2
+    assert "cluster name" in result.output
 
 
 def test_hook_entry_point_skips_heavy_imports(tmp_path):

@@ -25,11 +25,14 @@ def test_held_exits_0_and_says_on_what(store, published, db):  # noqa: F811
     assert result.exit_code == 0, result.output
     assert "held: still faster with 95% confidence" in result.output
     assert "measured on driver 570.86.15, NCCL 2.23.4, 1 node in" in result.output
-    assert "kept v1" in result.output and "launch" in result.output
+    assert "kept v1" in result.output
+    assert "launch" in result.output
     (entry,) = store.validations("cpu-box", "small")
     assert (entry.trigger, entry.reason, entry.state) == ("manual", "after the upgrade", "held")
     table = runner.invoke(app, ["configs", "validations", "cpu-box", "small", "--db", db])
-    assert table.exit_code == 0 and "manual" in table.output and "held" in table.output
+    assert table.exit_code == 0
+    assert "manual" in table.output
+    assert "held" in table.output
 
 
 def test_failed_exits_1_and_publishes_the_baseline(store, published, db):  # noqa: F811
@@ -41,11 +44,14 @@ def test_failed_exits_1_and_publishes_the_baseline(store, published, db):  # noq
     assert "replaced: published v2, the baseline (no changes)" in result.output
     assert store.served_config("cpu-box", "small").version == 2
     shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--db", db])
-    assert '"validated_on": {' in shown.output and '"driver": "570.86.15"' in shown.output
+    assert '"validated_on": {' in shown.output
+    assert '"driver": "570.86.15"' in shown.output
 
 
 def test_nothing_to_revalidate_exits_2(db):
     result = runner.invoke(app, ["revalidate", "cpu-box", "nope", "--db", db])
-    assert result.exit_code == 2 and "no config published for cpu-box/nope" in result.output
+    assert result.exit_code == 2
+    assert "no config published for cpu-box/nope" in result.output
     result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--version", "5", "--db", db])
-    assert result.exit_code == 2 and "has no version 5" in result.output
+    assert result.exit_code == 2
+    assert "has no version 5" in result.output

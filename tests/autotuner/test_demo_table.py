@@ -44,7 +44,8 @@ def test_fastest_candidates_fit_80_columns(monkeypatch):
     ])  # fmt: skip
     demo._print_trials(client, 7)
     text = console.export_text()
-    assert client.params["sort"] == "samples_per_s" and client.params["order"] == "desc"
+    assert client.params["sort"] == "samples_per_s"
+    assert client.params["order"] == "desc"
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     for expected in ("106,012", "bf16*", "fp8/bf16 ", "failed", "SOCKET_NTHREADS=2", "SOCKET_NTHREADS=4"):
@@ -55,7 +56,8 @@ def test_fastest_candidates_fit_80_columns(monkeypatch):
     assert text.splitlines()[1] == "in every row: NET=Socket NSOCKS_PERTHREAD=4, pipeline sparse_dist"
     # Each step as a bar to the same scale: 7.2 ms of 9.66 compute (7 of 10 cells), the rest exposed comm
     assert "9.7 " + "█" * 7 + "▒" * 3 in text
-    assert text.count("NSOCKS_PERTHREAD") == 1 and "NCCL_" not in text.replace("NCCL_ prefix", "")
+    assert text.count("NSOCKS_PERTHREAD") == 1
+    assert "NCCL_" not in text.replace("NCCL_ prefix", "")
 
 
 def test_no_measured_candidate_says_so(monkeypatch):

@@ -58,8 +58,10 @@ def test_study_runs_baseline_search_confirm_and_publishes(store, tmp_path):
     launches = store.launches(study.id)
     assert [launch.kind for launch in launches[:4]] == ["baseline", "search", "search", "search"]
     # confirmed first, then the ladder from the baseline to the finalist
-    assert launches[4].kind == "confirm" and {launch.kind for launch in launches[4:]} <= {"confirm", "ladder"}
-    assert launches[0].env == {} and launches[0].spec["candidates"] == [
+    assert launches[4].kind == "confirm"
+    assert {launch.kind for launch in launches[4:]} <= {"confirm", "ladder"}
+    assert launches[0].env == {}
+    assert launches[0].spec["candidates"] == [
         {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64, "sharding": "table_wise",
          "pipeline": "none"}  # the job's own: a sparse-only workload runs a plain loop
     ]  # fmt: skip
@@ -68,14 +70,15 @@ def test_study_runs_baseline_search_confirm_and_publishes(store, tmp_path):
     ostudy = optuna.load_study(study_name=f"autotuner-study-{study.id}", storage=optuna_storage(store.url))
     values = {t.number: t.value for t in ostudy.trials if t.state == optuna.trial.TrialState.COMPLETE}
     searched = store.candidates(study.id, kinds=["search"])
-    assert searched and all(
-        c.optuna_number is None or values[c.optuna_number] == c.samples_per_s for c in searched
-    )
+    assert searched
+    assert all(c.optuna_number is None or values[c.optuna_number] == c.samples_per_s for c in searched)
     assert len([c for c in searched if c.optuna_number is not None]) >= 3
     outcome = final.outcome
-    assert outcome["rounds"] == 2 and outcome["ci_low"] <= outcome["speedup"] <= outcome["ci_high"]
+    assert outcome["rounds"] == 2
+    assert outcome["ci_low"] <= outcome["speedup"] <= outcome["ci_high"]
     config = store.served_config("cpu-box", "small")
-    assert config is not None and config.version == outcome["published_version"]
+    assert config is not None
+    assert config.version == outcome["published_version"]
     assert config.evidence["study_id"] == study.id
 
 
@@ -94,7 +97,8 @@ def test_accuracy_guardrail_makes_fp8_infeasible_and_unpublishable(store, tmp_pa
     )
     final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
     fp8 = [c for c in store.candidates(study.id) if c.fwd_precision == "fp8"]
-    assert fp8 and all(c.state == "infeasible" and "tolerance 0.01" in c.error for c in fp8)
+    assert fp8
+    assert all(c.state == "infeasible" and "tolerance 0.01" in c.error for c in fp8)
     config = store.served_config("cpu-box", "small")
     assert config.fwd_precision != "fp8"
     assert store.candidate(final.best_candidate_id).state == "ok"
@@ -116,7 +120,8 @@ def test_failed_launch_is_recorded_quarantined_and_the_study_goes_on(store, tmp_
     assert final.state == "done"
     bad = [launch for launch in store.launches(study.id) if launch.env.get("NCCL_NSOCKS_PERTHREAD") == "4"]
     assert len(bad) == 1, "a quarantined env config must not be launched again"
-    assert bad[0].state == "failed" and "signal 6" in bad[0].error
+    assert bad[0].state == "failed"
+    assert "signal 6" in bad[0].error
     assert all(c.state == "failed" for c in store.candidates(study.id, launch_id=bad[0].id))
     assert env_hash(bad[0].env) in store.quarantined(study.cluster_id)
     assert store.served_config("cpu-box", "small").env.get("NCCL_NSOCKS_PERTHREAD") != "4"
@@ -231,10 +236,12 @@ def test_pipelines_are_searched_in_process_like_precisions(store, tmp_path):
     space = {**SPACE, "pipelines": [None, "base"]}  # null: the job's own (a plain loop for this workload)
     study = study_with(store, tmp_path, space=space, candidates_per_launch=32)
     ctx = StudyDriver(store, study.id, replay(), poll_s=0.01).ctx
-    assert {p.pipeline for p in ctx.points} == {"none", "base"} and len(ctx.points) == 4 * 2 * 2
+    assert {p.pipeline for p in ctx.points} == {"none", "base"}
+    assert len(ctx.points) == 4 * 2 * 2
     assert ctx.baseline_point.pipeline == "none"
     plan = plan_launch(ctx, Search(ctx), random.Random(0))
-    assert plan is not None and {p.pipeline for p in plan.points} == {"none", "base"}
+    assert plan is not None
+    assert {p.pipeline for p in plan.points} == {"none", "base"}
     assert len({p.key() for p in plan.points}) == len(plan.points)  # one launch, each point once
     assert {c["pipeline"] for c in spec_of(ctx, plan)["candidates"]} == {"none", "base"}
 

@@ -62,10 +62,8 @@ def test_the_driver_from_proc_on_both_sides(tmp_path, text, driver):
     proc = fake_proc(tmp_path, text)
     assert driver_from_proc(proc) == driver
     assert nvidia_driver_version(f"{proc}/version") == driver  # what a trial records
-    assert (
-        driver_from_proc(str(tmp_path / "none")) is None
-        and nvidia_driver_version(str(tmp_path / "x")) is None
-    )
+    assert driver_from_proc(str(tmp_path / "none")) is None
+    assert nvidia_driver_version(str(tmp_path / "x")) is None
 
 
 def test_the_gpu_model_from_proc(tmp_path):
@@ -127,7 +125,8 @@ def test_detect_reads_a_node_and_a_site_can_override_or_turn_it_off(tmp_path):
     overridden = detect(
         {**env, "AUTOTUNER_FINGERPRINT": "driver=570.86.15&bogus=1"}, 2, proc=proc, system_dirs=()
     )
-    assert overridden["driver"] == "570.86.15" and "bogus" not in overridden
+    assert overridden["driver"] == "570.86.15"
+    assert "bogus" not in overridden
     assert detect({**env, "AUTOTUNER_FINGERPRINT": "off"}, 2, proc=proc) == {}
     # a node without NVIDIA's driver, NCCL or a plugin says only its node count
     assert detect({"PATH": ""}, 4, proc=str(tmp_path / "none"), system_dirs=(), ofi_dirs=()) == {"nodes": "4"}
@@ -156,7 +155,8 @@ def test_nvidia_smi_answers_where_proc_does_not_and_a_hanging_one_costs_its_boun
     hang = hanging_nvidia_smi(tmp_path / "hang")
     started = time.monotonic()
     found = detect({"PATH": str(hang)}, None, proc=str(tmp_path / "none"), system_dirs=(), ofi_dirs=())
-    assert found == {} and time.monotonic() - started < 1.0  # the default bound is 0.3 s
+    assert found == {}
+    assert time.monotonic() - started < 1.0  # the default bound is 0.3 s
 
 
 def test_the_hook_with_a_hanging_nvidia_smi_and_a_hanging_service_keeps_its_2_s(tmp_path):
@@ -177,7 +177,9 @@ def test_the_hook_with_a_hanging_nvidia_smi_and_a_hanging_service_keeps_its_2_s(
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=30)
         elapsed = time.monotonic() - started
-    assert proc.returncode == 0 and proc.stdout == "" and "unreachable" in proc.stderr
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert "unreachable" in proc.stderr
     assert elapsed < 2.0, elapsed
 
 
@@ -189,7 +191,8 @@ def test_the_header_round_trips_and_garbage_reads_as_nothing():
         "aws_ofi_nccl": "1.9.1-aws",
         "nodes": "2",
     }
-    assert decode(encode(fp)) == fp and decode(encode(fp).encode()) == fp
+    assert decode(encode(fp)) == fp
+    assert decode(encode(fp).encode()) == fp
     assert encode({"nodes": 2, "driver": None, "other": "x"}) == "nodes=2"
     for garbage in ("", "%%%", "driver", "nodes=0", "nodes=two", "nodes=%D9%A3", "driver=%0A550", "gpu=" + "x" * 200,
                     "driver=" + "9" * 2000, "a=b&" * 40):  # fmt: skip
@@ -207,13 +210,15 @@ def test_compare_over_the_keys_both_sides_know():
         {},
     )
     match, diff = compare(validated, {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "4"})
-    assert match is False and diff == {
+    assert match is False
+    assert diff == {
         "driver": ["550.54.15", "570.86.15"],
         "nccl": ["2.21.5", "2.23.4"],
         "nodes": ["2", "4"],
     }
     assert describe_diff(diff) == "driver 550.54.15 -> 570.86.15, NCCL 2.21.5 -> 2.23.4, nodes 2 -> 4"
-    assert stack_changed(diff) and not stack_changed({"nodes": ["2", "4"]})
+    assert stack_changed(diff)
+    assert not stack_changed({"nodes": ["2", "4"]})
     assert describe({**validated, "gpu": "NVIDIA H100 80GB HBM3"}) == (
         "NVIDIA H100 80GB HBM3, driver 550.54.15, NCCL 2.21.5, aws-ofi-nccl 1.9.1-aws, 2 nodes"
     )

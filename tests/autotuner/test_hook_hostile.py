@@ -52,7 +52,8 @@ def test_the_gate_keeps_what_a_config_may_set_and_names_the_rest():
 @pytest.mark.parametrize("answer", MALFORMED, ids=repr)
 def test_an_answer_that_is_not_a_config_is_none(answer):
     config, why = checked_config(answer)
-    assert config is None and why[""]
+    assert config is None
+    assert why[""]
 
 
 class FakeServer:
@@ -63,7 +64,7 @@ class FakeServer:
         self.body, self.status = body, status
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server's name
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(outer.body)))
@@ -118,7 +119,8 @@ def assert_harmless(stdout: str) -> None:
     """Only comment lines (one line each: a shell and a TaskProlog skip them) and export lines of the
     names the gate allows."""
     exported = [line.split("=")[0].removeprefix("export ") for line in stdout.splitlines() if line[:1] != "#"]
-    assert set(exported) <= set(GOOD) and not set(exported) & set(FORBIDDEN), stdout
+    assert set(exported) <= set(GOOD), stdout
+    assert not set(exported) & set(FORBIDDEN), stdout
 
 
 @pytest.mark.parametrize("answer", MALFORMED, ids=repr)
@@ -127,7 +129,8 @@ def test_env_with_a_malformed_answer_exits_0_says_why_and_caches_nothing(tmp_pat
     for fmt in ("sh", "slurm"):
         proc = hook(tmp_path, server.url, "--format", fmt)
         assert proc.returncode == 0, proc.stderr
-        assert "Traceback" not in proc.stderr and "malformed" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "malformed" in proc.stderr
         assert not [line for line in proc.stdout.splitlines() if not line.startswith("#")]
         assert "the answer was not used" in proc.stdout
     assert cached_files(tmp_path) == []
@@ -145,13 +148,16 @@ def test_exec_with_a_malformed_answer_runs_the_command(tmp_path, serve, answer):
 def test_forbidden_variables_are_dropped_named_and_never_cached(tmp_path, serve, fmt):
     server = serve({"exports": {**GOOD, **FORBIDDEN}, "env": {"LD_PRELOAD": "/tmp/evil.so"}})
     proc = hook(tmp_path, server.url, "--format", fmt)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     if fmt == "json":
         printed = json.loads(proc.stdout)
-        assert printed["exports"] == GOOD and printed["env"] == {}
+        assert printed["exports"] == GOOD
+        assert printed["env"] == {}
     else:
         assert_harmless(proc.stdout)
-        assert "export NCCL_NSOCKS_PERTHREAD=" in proc.stdout and "AUTOTUNER_CONFIG=c/w/1n/v3" in proc.stdout
+        assert "export NCCL_NSOCKS_PERTHREAD=" in proc.stdout
+        assert "AUTOTUNER_CONFIG=c/w/1n/v3" in proc.stdout
         comments = [
             line for line in proc.stdout.splitlines() if line.startswith("# nccl-autotuner: not exported")
         ]
@@ -169,8 +175,10 @@ def test_exec_never_hands_a_forbidden_variable_to_the_command(tmp_path, serve):
                 extra_env={"LD_LIBRARY_PATH": "/keep"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
-    assert "ld.so" not in proc.stderr and "LD_PRELOAD" not in seen  # the loader never saw it
-    assert seen["LD_LIBRARY_PATH"] == "/keep" and seen["PATH"] == os.environ["PATH"]  # the job's own stay
+    assert "ld.so" not in proc.stderr
+    assert "LD_PRELOAD" not in seen  # the loader never saw it
+    assert seen["LD_LIBRARY_PATH"] == "/keep"
+    assert seen["PATH"] == os.environ["PATH"]  # the job's own stay
     assert not {"NCCL_NET_PLUGIN", "PYTHONPATH", "BASH_ENV", "NCCL_BUFFSIZE", "NCCL_IB_SL"} & set(seen)
     assert {k: seen[k] for k in GOOD} == GOOD
 
@@ -191,7 +199,8 @@ def test_a_tampered_cache_is_ignored_when_the_service_is_down(tmp_path, serve):
     cache.write_text(json.dumps({"exports": {**GOOD, "LD_PRELOAD": "/tmp/evil.so"}}))
     server.close()
     proc = hook(tmp_path, server.url)
-    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.returncode == 0
+    assert proc.stdout == ""
     assert "does not pass the checks (ignored)" in proc.stderr
 
 
@@ -202,7 +211,8 @@ def test_a_malformed_answer_falls_back_to_the_checked_cache_and_leaves_it(tmp_pa
     before = cache.read_text()
     good.body = json.dumps({"exports": ["LD_PRELOAD=/tmp/evil.so"]}).encode()  # same server, same cache key
     proc = hook(tmp_path, good.url)
-    assert proc.returncode == 0 and "using the cached config c/w/1n/v3" in proc.stderr
+    assert proc.returncode == 0
+    assert "using the cached config c/w/1n/v3" in proc.stderr
     assert "export NCCL_NSOCKS_PERTHREAD=4" in proc.stdout
     assert_harmless(proc.stdout)
     assert cache.read_text() == before
@@ -224,10 +234,12 @@ def certificate(tmp_path_factory):
 def test_https_with_the_ca_file_is_trusted_and_without_it_is_not(tmp_path, serve, certificate):
     server = serve({"exports": GOOD}, tls=certificate)
     trusted = hook(tmp_path, server.url, extra_env={"AUTOTUNER_CA_FILE": str(certificate[0])})
-    assert trusted.returncode == 0 and trusted.stderr == "", trusted.stderr
+    assert trusted.returncode == 0, trusted.stderr
+    assert trusted.stderr == "", trusted.stderr
     assert "export AUTOTUNER_CONFIG=c/w/1n/v3" in trusted.stdout
     spoofable = hook(tmp_path / "other", server.url)  # the system's CAs do not sign it
-    assert spoofable.returncode == 0 and spoofable.stdout == ""
+    assert spoofable.returncode == 0
+    assert spoofable.stdout == ""
     assert "CERTIFICATE_VERIFY_FAILED" in spoofable.stderr
 
 
@@ -236,11 +248,13 @@ def test_a_redirect_is_not_followed(tmp_path, serve):
     redirect = serve(b"", status=302)
     redirect.httpd.RequestHandlerClass.do_GET = _redirect_to(target.url)  # type: ignore[method-assign]
     proc = hook(tmp_path, redirect.url)
-    assert proc.returncode == 0 and proc.stdout == "" and "302" in proc.stderr
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert "302" in proc.stderr
 
 
 def _redirect_to(url: str):
-    def do_get(self) -> None:  # noqa: ANN001
+    def do_get(self) -> None:
         self.send_response(302)
         self.send_header("Location", url + self.path)
         self.send_header("Content-Length", "0")

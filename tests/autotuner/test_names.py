@@ -78,7 +78,8 @@ def test_cli_tune_refuses_a_cluster_with_a_trailing_newline(tmp_path):
     workload.write_text(json.dumps(WORKLOAD))
     result = CliRunner().invoke(app, ["tune", "--cluster", "evil\n", "--workload", str(workload), "--space", "socket",
                                       "--db", f"sqlite:///{tmp_path / 'at.db'}"])  # fmt: skip
-    assert result.exit_code == 2 and "cluster name 'evil\\n' is invalid" in result.output
+    assert result.exit_code == 2
+    assert "cluster name 'evil\\n' is invalid" in result.output
 
 
 @pytest.fixture
@@ -98,13 +99,15 @@ def test_rest_refuses_a_workload_name_with_a_trailing_newline(client):
     response = client.post("/v1/studies", json=body(workload={**WORKLOAD, "name": "small\n"}))
     assert response.status_code == 422, response.text
     (error,) = response.json()["detail"]
-    assert error["loc"] == ["body", "workload", "name"] and "workload name" in error["msg"]
+    assert error["loc"] == ["body", "workload", "name"]
+    assert "workload name" in error["msg"]
 
 
 @pytest.mark.parametrize("field", ["cluster", "name"])
 def test_rest_refuses_a_cluster_or_study_name_with_a_trailing_newline(client, field):
     response = client.post("/v1/studies", json=body(**{field: "evil\n"}))
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", field]
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", field]
 
 
 def test_a_config_url_with_an_encoded_newline_is_refused(client):
@@ -118,5 +121,6 @@ def test_a_study_an_older_version_stored_with_a_bad_name_fails_saying_why(store)
     with store.engine.begin() as conn:  # what an older version let through
         conn.execute(text("UPDATE at_workloads SET name = :n"), {"n": "small\n"})
     done = StudyDriver(store, study.id, make_executor(settings())).run()
-    assert done.state == StudyState.FAILED and "workload name 'small\\n' is invalid" in done.error
+    assert done.state == StudyState.FAILED
+    assert "workload name 'small\\n' is invalid" in done.error
     assert store.served_configs() == []

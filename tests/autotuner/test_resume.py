@@ -64,7 +64,8 @@ def test_sigkill_loses_no_finished_trial_and_resume_finishes(tmp_path):
     after = {c.id: (c.samples_per_s, c.state) for c in store.candidates(study.id)}
     assert {k: after[k] for k in before} == before  # every finished trial survived, unchanged
     final = store.study(study.id)
-    assert final.state == "done" and final.outcome["published_version"] == 1
+    assert final.state == "done"
+    assert final.outcome["published_version"] == 1
     survivor = store.launch(running.id)
     retried = [x for x in store.launches(study.id) if x.attempt == 2 and x.env == running.env]
     # the launch that was running when the tuner died: followed to its end, or failed and retried

@@ -24,8 +24,10 @@ def test_readme_headline_is_the_committed_run():
 def test_splice_replaces_only_the_block():
     readme = f"# Title\n\nbefore\n{HEADLINE_START}\nold table\n{HEADLINE_END}\n\nafter\n"
     spliced = splice_headline(readme, RESULTS)
-    assert spliced.startswith("# Title\n\nbefore\n") and spliced.endswith(f"{HEADLINE_END}\n\nafter\n")
-    assert "old table" not in spliced and headline_table(RESULTS) in spliced
+    assert spliced.startswith("# Title\n\nbefore\n")
+    assert spliced.endswith(f"{HEADLINE_END}\n\nafter\n")
+    assert "old table" not in spliced
+    assert headline_table(RESULTS) in spliced
     assert splice_headline(spliced, RESULTS) == spliced
 
 
@@ -39,10 +41,14 @@ def test_the_committed_gpu_check_has_its_section_with_the_sweep_the_timing_and_t
     from bench.run import RESULTS_JSON, gpu_report
 
     gpu = gpu_report()
-    assert gpu is not None and gpu["runs"], "bench/out/gpu-check.json (the H200 run) is committed"
+    assert gpu is not None, "bench/out/gpu-check.json (the H200 run) is committed"
+    assert gpu["runs"], "bench/out/gpu-check.json (the H200 run) is committed"
     md = render(json.loads(RESULTS_JSON.read_text()), gpu)
     section = md.split("## GPU check: NCCL in the loop", 1)[1]
-    assert "| 8x2 |" in section and "NCCL took threads x sockets" in section
-    assert "timed with NCCL's own events on its stream" in section and "a2a / alone" in section
-    assert "NCCL_NSOCKS_PERTHREAD" in section and "ladder: env kept" in section
+    assert "| 8x2 |" in section
+    assert "NCCL took threads x sockets" in section
+    assert "timed with NCCL's own events on its stream" in section
+    assert "a2a / alone" in section
+    assert "NCCL_NSOCKS_PERTHREAD" in section
+    assert "ladder: env kept" in section
     assert "## GPU check" not in render(json.loads(RESULTS_JSON.read_text()))  # only when a report is there

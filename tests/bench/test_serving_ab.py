@@ -49,7 +49,10 @@ def test_medians_and_ratios():
     console = Console(record=True, width=100)
     console.print(ab_table({**result, "ref": "abc123", "connections": 64}))
     text = console.export_text()
-    assert "abc123" in text and "1.33x" in text and "0.44x" in text and "1,200" in text
+    assert "abc123" in text
+    assert "1.33x" in text
+    assert "0.44x" in text
+    assert "1,200" in text
 
 
 def test_the_hook_table_says_each_side_and_the_ratios():
@@ -61,7 +64,10 @@ def test_the_hook_table_says_each_side_and_the_ratios():
     console = Console(record=True, width=120)
     console.print(hook_table(result))
     text = console.export_text()
-    assert "abc123" in text and "154" in text and "1815 (max 1700)" in text and "1.10x" in text
+    assert "abc123" in text
+    assert "154" in text
+    assert "1815 (max 1700)" in text
+    assert "1.10x" in text
 
 
 def test_a_ref_that_is_not_a_commit_is_named():
@@ -78,9 +84,11 @@ def test_both_checkouts_serve_and_the_baseline_worktree_is_removed():
     )
     assert [r["side"] for r in result["runs"]] == ["baseline", "this"]
     for side in ("this", "baseline"):
-        assert result[side]["requests_per_s"] > 0 and result[side]["errors"] == 0, result[side]
+        assert result[side]["requests_per_s"] > 0, result[side]
+        assert result[side]["errors"] == 0, result[side]
         fingerprinted = result["with_fingerprint"][side]
-        assert fingerprinted["requests_per_s"] > 0 and fingerprinted["errors"] == 0, fingerprinted
+        assert fingerprinted["requests_per_s"] > 0, fingerprinted
+        assert fingerprinted["errors"] == 0, fingerprinted
         hooks = result["hook"][side]  # each checkout's own hook: up twice, down and hanging once a round
         assert (hooks["up"]["runs"], hooks["down"]["runs"], hooks["hanging"]["runs"]) == (2, 1, 1)
         assert hooks["hanging"]["max_ms"] < 2000

@@ -32,7 +32,8 @@ def test_every_rule_reads_metrics_the_service_exports(tmp_path):
                                           "AutotunerRevalidationErrors"}  # fmt: skip
     for rule in rules:
         used = set(re.findall(r"\b(autotuner_[a-z_]+)\b", rule["expr"]))
-        assert used and used <= names, (rule["alert"], used - names)
+        assert used, (rule["alert"], used - names)
+        assert used <= names, (rule["alert"], used - names)
         assert {"summary", "description"} <= set(rule["annotations"])
     if shutil.which("promtool"):  # where Prometheus's own checker is installed, it has the last word
         subprocess.run(["promtool", "check", "rules", str(RULES)], check=True)

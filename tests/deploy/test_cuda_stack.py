@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "install" / "cuda_stack.py"
 _spec = importlib.util.spec_from_file_location("cuda_stack", SCRIPT)
-assert _spec and _spec.loader
+assert _spec
+assert _spec.loader
 cuda_stack = sys.modules["cuda_stack"] = importlib.util.module_from_spec(_spec)  # a script, not a package
 _spec.loader.exec_module(cuda_stack)
 
@@ -123,7 +124,8 @@ def test_it_reads_the_installed_cuda_torch_and_runs_its_trains_commands(monkeypa
     assert cuda_stack.main(["--pip", str(pip), *DEPS]) == 0
     runs = [json.loads(line) for line in log.read_text().splitlines()]
     assert runs == [c[1:] for c in cuda_stack.pip_commands(str(pip), "2.11.0+cu130", DEPS)]
-    assert runs[1] == ["install", "--quiet", "--no-deps", "torchrec==1.6.1"] and "iopath" in runs[2]
+    assert runs[1] == ["install", "--quiet", "--no-deps", "torchrec==1.6.1"]
+    assert "iopath" in runs[2]
     out, err = capsys.readouterr()
     assert "torch 2.11.0+cu130 (CUDA 13.0) found" in err
     assert out.splitlines()[0] == f"{pip} install --quiet torch==2.11.0+cu130 fbgemm-gpu==1.6.0"
@@ -141,7 +143,8 @@ def test_no_cuda_torch_of_a_known_train_installs_nothing(monkeypatch, tmp_path, 
     fake_torch(monkeypatch, tmp_path, version, cuda)
     assert cuda_stack.main(["--pip", str(tmp_path / "no-such-pip"), *DEPS]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and words in err  # no command printed, pip never run
+    assert out == ""  # no command printed, pip never run
+    assert words in err
 
 
 def make_n(*args: str) -> list[str]:

@@ -198,8 +198,10 @@ def test_deployment_runs_the_service_as_documented():
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]["memory"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
     # Secret-backed settings point at keys the Secret has (database-url only in the postgres overlay).
     secret = one("Secret")
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
@@ -224,7 +226,8 @@ def test_deployment_runs_the_service_as_documented():
 def test_service_reaches_the_deployment_on_8000():
     service, deployment = one("Service", documents(BASE / "service.yaml")), one("Deployment")
     (port,) = service["spec"]["ports"]
-    assert port["port"] == 8000 and port["targetPort"] == "http"
+    assert port["port"] == 8000
+    assert port["targetPort"] == "http"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
     assert service["metadata"]["name"] == "nccl-autotuner"  # http://nccl-autotuner.<ns>:8000 in the README
@@ -240,7 +243,8 @@ def test_settings_are_valid_for_the_service_and_the_executor(monkeypatch):
     settings = Settings()
     assert "kubernetes" in settings.allowed_executors
     ex = KubernetesExecutor(**settings.options_for("kubernetes"))
-    assert ex.namespace == NAMESPACE and ex.in_cluster is True
+    assert ex.namespace == NAMESPACE
+    assert ex.in_cluster is True
 
 
 def test_secret_values_are_placeholders():
@@ -250,7 +254,8 @@ def test_secret_values_are_placeholders():
         assert "data" not in secret
         assert all("CHANGE-ME" in v for v in secret["stringData"].values())
     overlay = (POSTGRES / "kustomization.yaml").read_text()
-    assert "database-url" in overlay and "CHANGE-ME" in overlay
+    assert "database-url" in overlay
+    assert "CHANGE-ME" in overlay
 
 
 # ---------------------------------------------------------------------------------------- example trial
@@ -268,7 +273,8 @@ def test_example_trial_is_what_the_executor_launches():
 
 def test_example_trial_requests_gpus_efa_and_hugepages():
     job = one("Job", documents(EXAMPLE))
-    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == 2
     (container,) = job["spec"]["template"]["spec"]["containers"]
     limits = container["resources"]["limits"]
     assert {"nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi", "memory"} <= set(limits)
@@ -302,7 +308,8 @@ def test_postgres_overlay_builds_two_replicas_without_a_volume_claim():
         check_model(doc)
     assert not by_kind("PersistentVolumeClaim", docs)
     deployment = one("Deployment", docs)
-    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     assert not any("persistentVolumeClaim" in v for v in deployment["spec"]["template"]["spec"]["volumes"])
     assert one("Secret", docs)["stringData"]["database-url"].startswith("postgresql+psycopg://")
     assert one("PodDisruptionBudget", docs)["spec"]["minAvailable"] == 1

@@ -43,7 +43,8 @@ def test_a_path_in_fixed_env_is_refused_unless_allowed_by_name():
         load_space({"fixed_env": {"NCCL_TOPO_FILE": "/tmp/x.xml"}})
     assert [(p.variable, p.rule) for p in caught.value.problems] == [("NCCL_TOPO_FILE", "path-value")]
     space = load_space({"fixed_env": {"NCCL_TOPO_FILE": "/opt/topo.xml"}, "allow_risky": ["NCCL_TOPO_FILE"]})
-    assert space.fixed_env == {"NCCL_TOPO_FILE": "/opt/topo.xml"} and space.warnings == []
+    assert space.fixed_env == {"NCCL_TOPO_FILE": "/opt/topo.xml"}
+    assert space.warnings == []
 
 
 def test_a_path_the_tuner_never_sets_cannot_be_allowed():

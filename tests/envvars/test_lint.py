@@ -177,7 +177,8 @@ def test_unknown_variable_suggests_the_right_one():
     assert (problem.variable, problem.rule) == ("NCCL_NSOCK_PERTHREAD", "unknown-variable")
     assert "did you mean NCCL_NSOCKS_PERTHREAD?" in problem.message
     (problem,) = lint_env({"NCCL_COMPLETELY_MADE_UP": "4"})
-    assert problem.rule == "unknown-variable" and "did you mean" not in problem.message
+    assert problem.rule == "unknown-variable"
+    assert "did you mean" not in problem.message
 
 
 def test_risky_needs_an_explicit_allow():
@@ -200,7 +201,8 @@ def test_socket_constraint_on_a_concrete_env():
     problems = lint_env({"NCCL_NSOCKS_PERTHREAD": "16", "NCCL_SOCKET_NTHREADS": "8"})
     (problem,) = errors(problems)
     assert (problem.variable, problem.rule) == ("NCCL_NSOCKS_PERTHREAD", "constraint")
-    assert "16 x 8 = 128" in problem.message and "cut NCCL_NSOCKS_PERTHREAD to 8" in problem.message
+    assert "16 x 8 = 128" in problem.message
+    assert "cut NCCL_NSOCKS_PERTHREAD to 8" in problem.message
     assert lint_env({"NCCL_NSOCKS_PERTHREAD": "8", "NCCL_SOCKET_NTHREADS": "8"}) == []
 
 
@@ -263,12 +265,14 @@ def test_debug_settings_that_cost_nothing_are_quiet():
 
 def test_not_pow2_and_deprecated_warnings():
     (problem,) = lint_env({"NCCL_NCHANNELS_PER_NET_PEER": "3"})
-    assert (problem.rule, problem.severity) == ("not-pow2", "warning") and "up to 4" in problem.message
+    assert (problem.rule, problem.severity) == ("not-pow2", "warning")
+    assert "up to 4" in problem.message
     (problem,) = lint_env({"NCCL_MAX_NCHANNELS": "16"})
     assert (problem.rule, problem.severity) == (
         "deprecated",
         "warning",
-    ) and "NCCL_MAX_CTAS" in problem.message
+    )
+    assert "NCCL_MAX_CTAS" in problem.message
 
 
 def test_every_problem_is_reported_not_just_the_first():
@@ -293,7 +297,8 @@ def test_every_problem_is_reported_not_just_the_first():
 
 def test_messages_never_carry_raw_control_characters():
     problems = lint_env({"NCCL_SOCKET_IFNAME": "a\nb\x1b[31m", "BAD\nNAME": "x"})
-    assert problems and all(not any(ord(c) < 32 for c in str(p)) for p in problems)
+    assert problems
+    assert all(not any(ord(c) < 32 for c in str(p)) for p in problems)
 
 
 def test_parse_assignments():

@@ -36,18 +36,23 @@ VARS = [v for v in REGISTRY.values() if not v.prefix]
 @pytest.mark.parametrize("name", REFERENCE)
 def test_every_reference_variable_is_registered(name):
     var = lookup(name)
-    assert var is not None and var.name == name
+    assert var is not None
+    assert var.name == name
 
 
 @pytest.mark.parametrize("var", REGISTRY.values(), ids=lambda v: v.name)
 def test_entries_are_well_formed(var):
     assert var.kind in KINDS
     assert var.transport in TRANSPORTS
-    assert var.collectives and set(var.collectives) <= set(P2P + COLLECTIVES)
-    assert var.doc and "\n" not in var.doc and len(var.doc) < 160
+    assert var.collectives
+    assert set(var.collectives) <= set(P2P + COLLECTIVES)
+    assert var.doc
+    assert "\n" not in var.doc
+    assert len(var.doc) < 160
     assert isinstance(var.safety, Safety)
     if var.kind in ("int", "bool"):
-        assert var.domain.low is not None and var.domain.high is not None
+        assert var.domain.low is not None
+        assert var.domain.high is not None
         assert var.domain.low <= var.domain.high
     if var.kind in ("enum", "list"):
         assert var.domain.choices
@@ -117,7 +122,9 @@ def test_read_once_versus_per_process_group():
 
 def test_negative_sentinel():
     eager = lookup("OFI_NCCL_EAGER_MAX_SIZE").domain
-    assert eager.allows_negative and eager.contains(-1) and not eager.contains(-2)
+    assert eager.allows_negative
+    assert eager.contains(-1)
+    assert not eager.contains(-2)
     assert not lookup("NCCL_BUFFSIZE").domain.allows_negative
 
 

@@ -76,6 +76,8 @@ def test_two_agents_one_rendezvous_each_rank_its_own_host_id(tmp_path):
     outcome = LocalExecutor(nodes="hostids", gpus=0).run(launch)
     assert outcome.state == LaunchState.SUCCEEDED, launch.log_path.read_text()[-3000:]
     result = json.loads(launch.result_path.read_text())
-    assert result["world_size"] == 2 and result["nnodes"] == 2
+    assert result["world_size"] == 2
+    assert result["nnodes"] == 2
     assert result["env_per_rank"]["NCCL_HOSTID"] == ["s1-l7-node0", "s1-l7-node1"]
-    assert result["env_consistent"] and result["env"]["NCCL_NET"] == "Socket"
+    assert result["env_consistent"]
+    assert result["env"]["NCCL_NET"] == "Socket"

@@ -140,7 +140,8 @@ def test_multi_node_job_shape(nnodes):
     job, name = request.job, request.name
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", nnodes, nnodes)
-    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == math.ceil(299.5)
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == math.ceil(299.5)
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "torch.distributed.run"]
@@ -197,7 +198,8 @@ def test_resources_follow_the_options():
 )
 def test_names_are_dns_safe(launch_name):
     name = executor().dryrun(launch(name=launch_name)).request.name
-    assert re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])?", name) and len(name) <= MAX_NAME
+    assert re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])?", name)
+    assert len(name) <= MAX_NAME
     assert len(f"{name}-4095") <= 63  # the pod hostname of the last index
 
 
@@ -246,7 +248,8 @@ def test_options_from_operator_json_work():
                          '"memory": "512Gi", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], '
                          '"in_cluster": true}')  # fmt: skip
     ex = KubernetesExecutor(**options)
-    assert ex.hugepages_2mi == "5120Mi" and ex.namespace == "ml"
+    assert ex.hugepages_2mi == "5120Mi"
+    assert ex.namespace == "ml"
 
 
 @pytest.mark.parametrize(
@@ -588,7 +591,8 @@ def test_describe_adds_the_exit_of_the_index0_pod(cluster):
     )
     cluster.add_pod(job, 1, terminated={"exitCode": 1, "reason": "Error", "startedAt": T, "finishedAt": T})
     desc = ex.describe(job, request)
-    assert desc.state == LaunchState.FAILED and desc.exit_code == 137
+    assert desc.state == LaunchState.FAILED
+    assert desc.exit_code == 137
     assert desc.reason.endswith(f"; pod {job}-0-x7k2p: exit code 137 (OOMKilled)")
 
 
@@ -596,10 +600,12 @@ def test_describe_a_job_that_is_gone_or_unreachable(cluster):
     ex, job, request = scheduled(cluster)
     del cluster.objects[(NS, "jobs", job)]
     desc = ex.describe(job, request)
-    assert desc.state == LaunchState.FAILED and "is gone" in desc.reason
+    assert desc.state == LaunchState.FAILED
+    assert "is gone" in desc.reason
     cluster.errors[("GET", "jobs")] = 503
     desc = ex.describe(job, request)
-    assert desc.state == LaunchState.UNKNOWN and "HTTP 503" in desc.reason
+    assert desc.state == LaunchState.UNKNOWN
+    assert "HTTP 503" in desc.reason
 
 
 def test_cancel_deletes_job_service_and_configmap(cluster):
@@ -699,7 +705,8 @@ def test_run_end_to_end_against_the_fake_server(cluster, tmp_path):
 
     outcome = ex.run(request, poll_s=0.01, on_poll=controller)
     assert outcome.state == LaunchState.SUCCEEDED
-    assert outcome.result == RESULT and outcome.backend_id == "autotuner-s1-l7"
+    assert outcome.result == RESULT
+    assert outcome.backend_id == "autotuner-s1-l7"
     assert outcome.request == ex.dryrun(request).rendered
     assert json.loads((tmp_path / "launch-0007" / "spec.json").read_text()) == SPEC  # the tuner's record
 
@@ -712,14 +719,16 @@ def test_a_failed_job_with_a_result_is_a_launch_whose_candidates_failed(cluster,
     cluster.add_pod(job, 0, log=f"AUTOTUNER_RESULT {json.dumps(partial)}\n",
                     terminated={"exitCode": 1, "reason": "Error", "startedAt": T, "finishedAt": T})  # fmt: skip
     outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
-    assert outcome.state == LaunchState.SUCCEEDED and outcome.result == partial
+    assert outcome.state == LaunchState.SUCCEEDED
+    assert outcome.result == partial
 
 
 def test_a_job_past_its_deadline_is_recorded_with_the_reason(cluster):
     ex, job, request = scheduled(cluster)
     cluster.set_status(job, STATUSES["deadline-exceeded"][0])
     outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
-    assert outcome.state == LaunchState.FAILED and outcome.result is None
+    assert outcome.state == LaunchState.FAILED
+    assert outcome.result is None
     assert outcome.reason.startswith("DeadlineExceeded: Job was active longer than specified deadline")
 
 
@@ -762,6 +771,8 @@ def test_the_pod_command_runs_as_two_nodes_under_torchrun(tmp_path):
     logs = [pod.communicate(timeout=300)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], logs[0][-3000:]
     result = parse_result(logs[0])
-    assert result is not None and result["world_size"] == 2 and result["status"] == "ok"
+    assert result is not None
+    assert result["world_size"] == 2
+    assert result["status"] == "ok"
     assert result["env"]["NCCL_NSOCKS_PERTHREAD"] == "4"  # the pod env reached the ranks
     assert parse_result(logs[1]) is None

@@ -73,7 +73,8 @@ def test_hung_trial_is_killed_and_marked_within_timeout(tmp_path):
     outcome = LocalExecutor().run(launch)
     elapsed = time.monotonic() - started
     assert outcome.state == LaunchState.TIMEOUT
-    assert "12 s timeout" in outcome.reason and f"process tree {outcome.backend_id}" in outcome.reason
+    assert "12 s timeout" in outcome.reason
+    assert f"process tree {outcome.backend_id}" in outcome.reason
     assert elapsed < launch.timeout_s + 10
     tag = (tmp_path / "tag").read_text()
     assert _tagged(tag) == set()  # every rank is gone, not just torchrun

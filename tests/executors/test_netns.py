@@ -49,7 +49,7 @@ def test_the_plan_keeps_to_its_own_namespaces():
         "at-s1-l7-n2",
     ]
     assert "grep '^at-s1-l'" in sweep_command("at-s1-l")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad namespace prefix"):
         sweep_command("at-s1-l'; reboot")
 
 

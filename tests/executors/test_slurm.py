@@ -144,7 +144,8 @@ def test_make_executor_builds_it_from_study_settings():
     from autotuner.tuning import StudySettings
 
     executor = make_executor(StudySettings(executor="slurm", executor_options={"partition": "gpu"}))
-    assert isinstance(executor, SlurmExecutor) and executor.options.partition == "gpu"
+    assert isinstance(executor, SlurmExecutor)
+    assert executor.options.partition == "gpu"
     with pytest.raises(ValueError, match="did you mean"):
         make_executor(StudySettings(executor="slurm", executor_options={"acount": "x"}))
 
@@ -227,8 +228,10 @@ def test_schedule_runs_sbatch_parsable_and_returns_the_job_id(slurm, tmp_path, m
     assert not (tmp_path / "exit_code").exists()
     assert (tmp_path / "job_id").read_text().strip() == "4242"
     env = kwargs["env"]
-    assert "NCCL_DEBUG" not in env and "SLURM_JOB_ID" not in env
-    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["PATH"] == os.environ["PATH"]
+    assert "NCCL_DEBUG" not in env
+    assert "SLURM_JOB_ID" not in env
+    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    assert env["PATH"] == os.environ["PATH"]
 
 
 def test_sbatch_refusal_is_an_error_naming_slurms_reason(slurm, tmp_path):
@@ -376,7 +379,8 @@ def test_describe_falls_back_to_scontrol_then_to_the_exit_code_file(slurm, tmp_p
     assert [a[0] for a, _ in slurm.calls[-3:]] == ["squeue", "scontrol", "sacct"]
     (tmp_path / "exit_code").unlink()
     gone = executor.describe("9", _workdir(tmp_path))
-    assert gone.state == LaunchState.FAILED and "MinJobAge" in gone.reason
+    assert gone.state == LaunchState.FAILED
+    assert "MinJobAge" in gone.reason
 
 
 def test_describe_uses_accounting_for_old_jobs(slurm, tmp_path):
@@ -388,13 +392,15 @@ def test_describe_uses_accounting_for_old_jobs(slurm, tmp_path):
 def test_a_controller_that_does_not_answer_is_unknown_not_failed(slurm, tmp_path):
     slurm.down = True
     desc = SlurmExecutor().describe("2", _workdir(tmp_path))
-    assert desc.state == LaunchState.UNKNOWN and "Unable to contact" in desc.reason
+    assert desc.state == LaunchState.UNKNOWN
+    assert "Unable to contact" in desc.reason
     # squeue --json of 22.05 with slurmctld stopped (recorded): exit 0, no jobs, an "errors" entry
     slurm.down = False
     slurm.squeue = (DATA / "squeue-22.05-controller-down.json").read_text()
     slurm.scontrol_down = True
     desc = SlurmExecutor().describe("2", _workdir(tmp_path))
-    assert desc.state == LaunchState.UNKNOWN and "Failed while looking for jobs" in desc.reason
+    assert desc.state == LaunchState.UNKNOWN
+    assert "Failed while looking for jobs" in desc.reason
     assert not desc.state.is_terminal()  # the tuner keeps following the job
     assert SlurmExecutor().describe("2", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
 
@@ -448,7 +454,8 @@ def test_wait_does_not_count_queue_time_and_cancels_at_the_timeout(slurm, tmp_pa
     started = time.monotonic()
     outcome = executor.wait("2", launch, started=started, poll_s=0.1)
     elapsed = time.monotonic() - started
-    assert outcome.state == LaunchState.TIMEOUT and "0 s timeout (scancel 2)" in outcome.reason
+    assert outcome.state == LaunchState.TIMEOUT
+    assert "0 s timeout (scancel 2)" in outcome.reason
     assert elapsed >= 0.3 + 0.3  # ~0.4 s queued, then 0.3 s running
     assert slurm.commands("scancel") == [["scancel", "2"]]
 
@@ -458,11 +465,9 @@ def test_wait_gives_up_on_a_job_stuck_in_the_queue(slurm, tmp_path, monkeypatch)
     executor = SlurmExecutor(queue_timeout_s=0.2)
     executor.cancel_grace_s = 0
     outcome = executor.wait("3", request(tmp_path, timeout_s=60), started=time.monotonic(), poll_s=0.05)
-    assert (
-        outcome.state == LaunchState.CANCELLED
-        and "queued" in outcome.reason
-        and "Resources" in outcome.reason
-    )
+    assert outcome.state == LaunchState.CANCELLED
+    assert "queued" in outcome.reason
+    assert "Resources" in outcome.reason
     assert slurm.commands("scancel") == [["scancel", "3"]]
 
 
@@ -473,7 +478,8 @@ def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):
     launch.log_path.write_text("trials.bench: candidate 0 failed\n")
     outcome = SlurmExecutor().wait("5", launch, started=time.monotonic())
     # exit 1 but no result: the launch failed, with the log's tail
-    assert outcome.state == LaunchState.FAILED and "no result written" in outcome.reason
+    assert outcome.state == LaunchState.FAILED
+    assert "no result written" in outcome.reason
     assert "candidate 0 failed" in outcome.log_tail
     assert SlurmExecutor().logs("5", launch) == "trials.bench: candidate 0 failed"
 

@@ -76,7 +76,8 @@ def test_tune_runs_its_trials_as_sbatch_jobs_and_publishes(slurm_cluster, tmp_pa
     if study.best_candidate_id != study.baseline_candidate_id:
         assert any(launch.kind == "confirm" for launch in launches)
     for launch in launches:
-        assert launch.executor == "slurm" and launch.backend_id.isdigit(), launch.backend_id
+        assert launch.executor == "slurm", launch.backend_id
+        assert launch.backend_id.isdigit(), launch.backend_id
         assert launch.state == "succeeded", (launch.seq, launch.error, launch.log_tail)
         # the job Slurm ran was this launch's, and it ended well
         assert slurm_state(launch.backend_id) == "COMPLETED"
@@ -124,7 +125,8 @@ def test_a_tuner_killed_with_sigkill_reattaches_to_its_running_job(slurm_cluster
     output, _ = second.communicate(timeout=600)
     assert second.returncode == 0, output
     baseline = store.launch(launches[0].id)
-    assert baseline.backend_id == job_id and baseline.state == "succeeded", (baseline.error, output)
+    assert baseline.backend_id == job_id, (baseline.error, output)
+    assert baseline.state == "succeeded", (baseline.error, output)
     assert not [x for x in store.launches(study.id) if x.attempt > 1]  # followed, not retried
     assert store.study("killed").state == "done"
     store.dispose()
@@ -175,7 +177,8 @@ def srun_check(tmp_path: Path, want: dict, ntasks: int = 1, **env: str) -> subpr
 def test_task_prolog_exports_the_served_config_into_every_task(task_prolog, served, tmp_path):
     server, config = served
     exports = config["exports"]
-    assert exports["AUTOTUNER_CONFIG"] == "cpu-box/small/1n/v1" and "AUTOTUNER_BATCH_SIZE" in exports
+    assert exports["AUTOTUNER_CONFIG"] == "cpu-box/small/1n/v1"
+    assert "AUTOTUNER_BATCH_SIZE" in exports
     job = {"AUTOTUNER_SERVER": server.url, "AUTOTUNER_TOKEN": TOKENS["read"], "AUTOTUNER_CLUSTER": "cpu-box",
            "AUTOTUNER_WORKLOAD": "small"}  # fmt: skip
     started = time.monotonic()

@@ -37,7 +37,8 @@ def test_srun_n2_runs_one_task_on_each_emulated_node(emu_nodes):
     proc = srun_two_nodes("hostname")
     assert proc.returncode == 0, proc.stderr
     names = proc.stdout.split()
-    assert len(names) == 2 and len(set(names)) == 2, proc.stdout  # two nodes, each with its own name
+    assert len(names) == 2, proc.stdout
+    assert len(set(names)) == 2, proc.stdout  # two nodes, each with its own name
     # each one a network of its own: its own address on the bridge, the controller reachable from it
     proc = srun_two_nodes(
         "sh", "-c", "echo \"$(hostname) $(ip -4 -o addr show dev eth0 | awk '{print $4}')\""
@@ -81,17 +82,21 @@ def test_two_node_study_runs_two_node_sbatch_jobs_and_publishes(two_node_study, 
         assert any(launch.kind == "confirm" for launch in launches)
     for launch in launches:
         assert launch.state == "succeeded", (launch.seq, launch.error, launch.log_tail)
-        assert launch.executor == "slurm" and launch.backend_id.isdigit(), launch.backend_id
-        assert (
-            "#SBATCH --nodes=2" in launch.request and f"#SBATCH --partition={EMU_PARTITION}" in launch.request
-        )
+        assert launch.executor == "slurm", launch.backend_id
+        assert launch.backend_id.isdigit(), launch.backend_id
+        assert "#SBATCH --nodes=2" in launch.request
+        assert f"#SBATCH --partition={EMU_PARTITION}" in launch.request
         # one rank on each node (rank 0 gathers every rank's host name), both through one rendezvous
         summary = launch.summary
-        assert summary["nnodes"] == 2 and summary["world_size"] == 2, summary
-        assert len(set(summary["hosts"])) == 2 and set(summary["hosts"]) <= set(_emu_partition_nodes())
+        assert summary["nnodes"] == 2, summary
+        assert summary["world_size"] == 2, summary
+        assert len(set(summary["hosts"])) == 2
+        assert set(summary["hosts"]) <= set(_emu_partition_nodes())
         assert summary["env"]["NCCL_NSOCKS_PERTHREAD"] == "2"  # through sbatch and srun to both nodes
     config = store.served_config(CLUSTER, "tiny", nodes=2)
-    assert config is not None and config.nodes == 2 and config.version == 1
+    assert config is not None
+    assert config.nodes == 2
+    assert config.version == 1
     store.dispose()
 
 
@@ -141,7 +146,8 @@ def test_task_prolog_exports_the_tuned_config_into_tasks_on_both_nodes(task_prol
             response = client.get(f"/v1/configs/{CLUSTER}/tiny", params={"nodes": 2})
         assert response.status_code == 200, response.text
         exports = response.json()["exports"]
-        assert exports["AUTOTUNER_CONFIG"] == f"{CLUSTER}/tiny/2n/v1" and "AUTOTUNER_BATCH_SIZE" in exports
+        assert exports["AUTOTUNER_CONFIG"] == f"{CLUSTER}/tiny/2n/v1"
+        assert "AUTOTUNER_BATCH_SIZE" in exports
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
         env.update({"AUTOTUNER_HOOK": AUTOTUNER, "AUTOTUNER_HOOK_ENV": str(tmp_path / "no-hook.env"),
@@ -150,7 +156,8 @@ def test_task_prolog_exports_the_tuned_config_into_tasks_on_both_nodes(task_prol
         proc = srun_two_nodes(sys.executable, "-c", HOST_AND_ENV, json.dumps(exports), env=env)
         assert proc.returncode == 0, (proc.stdout, proc.stderr)
         tasks = [json.loads(line) for line in proc.stdout.splitlines()]
-        assert sorted(t["procid"] for t in tasks) == ["0", "1"] and all(t["ok"] for t in tasks), tasks
+        assert sorted(t["procid"] for t in tasks) == ["0", "1"], tasks
+        assert all(t["ok"] for t in tasks), tasks
         assert len({t["host"] for t in tasks}) == 2, tasks  # one task on each node, both with the config
     finally:
         server.kill(signal.SIGTERM)
@@ -167,4 +174,5 @@ def test_the_host_partition_is_unchanged_by_the_emulated_nodes(slurm_cluster, em
     proc = subprocess.run(["srun", "--time=1", "hostname", "-s"], capture_output=True, text=True, timeout=120,
                           check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == slurm_cluster and slurm_cluster not in emu_nodes
+    assert proc.stdout.strip() == slurm_cluster
+    assert slurm_cluster not in emu_nodes

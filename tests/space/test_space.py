@@ -98,7 +98,8 @@ def test_presets_load_clean(name):
     ]
     assert s.batch_sizes == [512, 1024, 2048]
     assert s.max_quant_error == 0.05
-    assert PRESETS[name].parent.name == "presets" and PRESETS[name].suffix == ".yaml"
+    assert PRESETS[name].parent.name == "presets"
+    assert PRESETS[name].suffix == ".yaml"
 
 
 def test_socket_preset():
@@ -112,7 +113,8 @@ def test_socket_preset():
     } <= set(s.env)
     assert max(s.env["NCCL_NSOCKS_PERTHREAD"]) * max(s.env["NCCL_SOCKET_NTHREADS"]) <= 64
     grid = s.env_grid()
-    assert grid is not None and len(grid) == 4 * 4 * 3 * 3
+    assert grid is not None
+    assert len(grid) == 4 * 4 * 3 * 3
     assert all(s.check_env(point) == [] for point in grid)
 
 
@@ -127,7 +129,8 @@ def test_efa_preset():
         "OFI_NCCL_MIN_STRIPE_SIZE",
     } <= set(s.env)
     grid = s.env_grid()
-    assert grid is not None and len(grid) == 2 * 4 * 2 * 4 * 4
+    assert grid is not None
+    assert len(grid) == 2 * 4 * 2 * 4 * 4
 
 
 def test_preset_with_overrides_replaces_whole_top_level_keys():
@@ -195,7 +198,8 @@ def test_candidates_are_valid_trial_candidates():
 def test_defaults_make_a_minimal_space():
     s = load_space({"env": {"NCCL_NSOCKS_PERTHREAD": [1, 2]}})
     assert s.inproc_points() == [InProcPoint("fp32", "fp32", 512, "table_wise", None)]
-    assert s.fixed_env == {} and s.allow_risky == []
+    assert s.fixed_env == {}
+    assert s.allow_risky == []
 
 
 # --------------------------------------------------------------------------- env points
@@ -257,7 +261,8 @@ def test_any_in_domain_integer_exports_as_a_valid_value(data):
     var = data.draw(st.sampled_from(INT_VARS))
     n = data.draw(st.integers(var.domain.low, var.domain.high))
     exported = to_env_strings({var.name: n})[var.name]
-    assert exported == str(n) and exported.lstrip("-").isdigit()
+    assert exported == str(n)
+    assert exported.lstrip("-").isdigit()
     assert [p for p in check_value(var.name, exported, var) if p.severity == "error"] == []
 
 
@@ -411,14 +416,19 @@ def test_any_decoded_input_gives_a_space_or_a_space_error(top, env, fixed):
     try:
         load_space(data)
     except SpaceError as exc:
-        assert exc.problems and all(p.rule and p.message for p in exc.problems)
+        error = exc
+    else:
+        return
+    assert error.problems
+    assert all(p.rule and p.message for p in error.problems)
 
 
 def test_space_constraint_names_the_largest_product():
     (problem,) = problems_of(
         with_env(NCCL_NSOCKS_PERTHREAD=[1, 2, 16], NCCL_SOCKET_NTHREADS={"low": 1, "high": 8})
     )
-    assert "16 x 8 = 128" in problem.message and "64" in problem.message
+    assert "16 x 8 = 128" in problem.message
+    assert "64" in problem.message
 
 
 def test_unknown_variable_says_did_you_mean():
@@ -482,7 +492,8 @@ def test_all_problems_are_reported_at_once():
 def test_constructing_an_invalid_space_directly_fails():
     with pytest.raises(ValidationError) as info:
         SearchSpace(env={"NCCL_BUFFSIZE": ["4MB"]})
-    assert "NCCL_BUFFSIZE" in str(info.value) and "not-decimal" in str(info.value)
+    assert "NCCL_BUFFSIZE" in str(info.value)
+    assert "not-decimal" in str(info.value)
     with pytest.raises(ValidationError):
         SearchSpace.model_validate({"env": {"NCCL_NSOCKS_PERTHREAD": [32], "NCCL_SOCKET_NTHREADS": [4]}})
 
@@ -537,7 +548,8 @@ def test_a_file_may_name_a_preset(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("preset: efa\nbatch_sizes: [256]\n")
     s = load_space(path)
-    assert s.batch_sizes == [256] and s.fixed_env == {"NCCL_NET": "Libfabric"}
+    assert s.batch_sizes == [256]
+    assert s.fixed_env == {"NCCL_NET": "Libfabric"}
 
 
 @pytest.mark.parametrize(
@@ -562,7 +574,8 @@ def test_bad_files(tmp_path, name, text, words):
 
 def test_missing_file_or_preset(tmp_path):
     (problem,) = problems_of(tmp_path / "absent.yaml")
-    assert problem.rule == "schema" and "cannot read" in problem.message
+    assert problem.rule == "schema"
+    assert "cannot read" in problem.message
     (problem,) = problems_of("no-such-preset")
     assert "presets: efa, socket" in problem.message
 

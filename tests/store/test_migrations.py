@@ -50,6 +50,7 @@ def test_a_store_from_before_revalidation_upgrades_and_serves_as_before(store_ur
         assert store.served_heads()[1] == [(1, False, 0)]
         public = store.public_config(store.served_config("c", "w"))
         assert public["validated_on"] == {"driver": "550.54.15", "nodes": "2"}
-        assert public["validated_at"].startswith("2026-12-01") and public["last_validation"] is None
+        assert public["validated_at"].startswith("2026-12-01")
+        assert public["last_validation"] is None
     finally:
         store.dispose()

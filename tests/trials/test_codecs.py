@@ -76,7 +76,8 @@ def test_cpu_fp8_wire_bytes_are_fbgemms(is_fwd, values):
     expected = values // 32 * 40  # FBGEMM: ceil4(row_dim) codes + 2 x fp32 per row
     assert fbgemm_fp8_bytes(values) == expected
     assert codec.calc_quantized_size(values, ctx) == expected
-    assert encoded.dtype == torch.uint8 and encoded.numel() * encoded.element_size() == expected
+    assert encoded.dtype == torch.uint8
+    assert encoded.numel() * encoded.element_size() == expected
     assert ctx.row_dim_quant == 40  # what FBGEMM's encode records for its decode
     # The CUDA op's own shape function (its meta kernel) agrees: 32 values -> 40 bytes a row.
     meta = torch.ops.fbgemm.FloatToFP8RowwiseQuantized(torch.empty(values // 32, 32, device="meta"), is_fwd)
@@ -128,7 +129,8 @@ def test_switchable_codec_captures_first_payload_and_delegates(payload):
     slot.current = make_codec("fp16", CPU, True)
     out = slot.encode(payload, slot.create_context())
     slot.encode(payload * 2, slot.create_context())
-    assert out.dtype == torch.float16 and slot.quantized_dtype == torch.float16
+    assert out.dtype == torch.float16
+    assert slot.quantized_dtype == torch.float16
     assert torch.equal(slot.captured, payload)
 
 

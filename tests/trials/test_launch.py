@@ -70,7 +70,9 @@ def test_result_matches_schema(launch):
     proc, result = launch
     assert result is not None, proc.stderr[-3000:]
     jsonschema.validate(result, SCHEMA)
-    assert result["world_size"] == 2 and result["backend"] == "gloo" and result["device"] == "cpu"
+    assert result["world_size"] == 2
+    assert result["backend"] == "gloo"
+    assert result["device"] == "cpu"
     assert result["nccl_effective"] == {}  # gloo: NCCL never ran
     assert result["wall_s"] >= result["setup_s"] > 0
 
@@ -82,7 +84,8 @@ def test_failed_candidate_does_not_stop_the_others(launch):
     states = [c["status"] for c in result["candidates"]]
     assert states == ["ok", "ok", "ok", "failed", "ok"]
     assert result["status"] == "partial"
-    assert "int8" in result["candidates"][3]["error"] and "multiple of 32" in result["candidates"][3]["error"]
+    assert "int8" in result["candidates"][3]["error"]
+    assert "multiple of 32" in result["candidates"][3]["error"]
 
 
 @pytest.mark.slow
@@ -221,7 +224,8 @@ def test_bad_spec_fails_fast_with_one_line(tmp_path, content, expected):
     assert proc.returncode == 2
     assert proc.stdout.strip() == "torch not imported"  # no process group, no heavy imports
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert expected in lines[0], proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 

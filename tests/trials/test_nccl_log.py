@@ -19,12 +19,13 @@ def parsed(name: str, **kw):
 def test_two_emulated_nodes_reach_each_other_through_the_socket_transport():
     found = parsed("nccl-info-h200-2nodes-socket.log")
     assert found["peer_transports"] == {"NET/Socket/0": 4, "NET/Socket/0/Shared": 4}
-    assert found["transport_kinds"] == ["NET"] and crosses_network(found) is True
+    assert found["transport_kinds"] == ["NET"]
+    assert crosses_network(found) is True
     assert (found["nranks"], found["nnodes"], found["init_complete"]) == (2, 2, 1)
-    assert found["nics"] == ["lo:127.0.0.1"] and found["network"] == "Socket"
-    assert (
-        found["net_plugin"] == "none (NCCL's internal network)" and found["net_plugin_assigned"] == "Socket"
-    )
+    assert found["nics"] == ["lo:127.0.0.1"]
+    assert found["network"] == "Socket"
+    assert found["net_plugin"] == "none (NCCL's internal network)"
+    assert found["net_plugin_assigned"] == "Socket"
 
 
 def test_socket_threads_and_sockets_nccl_took():
@@ -35,8 +36,10 @@ def test_socket_threads_and_sockets_nccl_took():
 
 def test_one_node_names_a_network_but_no_peer_crosses_it():
     found = parsed("nccl-info-h200-1node.log")
-    assert found["network"] == "Socket" and found["nnodes"] == 1
-    assert "transport_kinds" not in found and crosses_network(found) is None  # no peer at all
+    assert found["network"] == "Socket"
+    assert found["nnodes"] == 1
+    assert "transport_kinds" not in found
+    assert crosses_network(found) is None  # no peer at all
     assert found["nics"] == ["eth0:192.0.2.2"]
 
 
@@ -66,10 +69,13 @@ h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0
 def test_multi_word_networks_plugins_and_intra_node_transports():
     found = parse_nccl_info(LINES.splitlines())
     assert found["network"] == "AWS Libfabric"  # was cut to "AWS"
-    assert found["net_plugin"] == "AWS Libfabric (v9)" and found["ofi_plugin_version"] == "1.14.0"
-    assert found["transport_kinds"] == ["P2P", "SHM"] and crosses_network(found) is False
+    assert found["net_plugin"] == "AWS Libfabric (v9)"
+    assert found["ofi_plugin_version"] == "1.14.0"
+    assert found["transport_kinds"] == ["P2P", "SHM"]
+    assert crosses_network(found) is False
     assert found["peer_transports"] == {"P2P/CUMEM": 1, "P2P/IPC/read": 1, "SHM/direct/direct": 1}
-    assert found["nics"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"] and found["nic_transport"] == "IB"
+    assert found["nics"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"]
+    assert found["nic_transport"] == "IB"
 
 
 @pytest.mark.parametrize("line", ["NCCL INFO Channel garbage via", "NCCL INFO Using network ", "no nccl"])

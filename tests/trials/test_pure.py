@@ -16,7 +16,7 @@ def test_summarize_matches_numpy_definitions():
     assert stats["mean"] == 4.0
     assert stats["cv"] == pytest.approx(3.5355339 / 4.0)
     assert summarize([5.0])["cv"] == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no values"):
         percentile([], 50)
 
 
@@ -54,16 +54,20 @@ def test_breakdown_splits_each_step_into_compute_and_exposed_comm():
     cpu = [0.007, 0.008, 0.020]  # a thread cannot compute longer than its step: capped
     comm = [{"input_dist": 0.001, "sparse_comm": 0.002, "dense_comm": 0.001}] * 3
     cpu_view = breakdown(steps, cpu, comm, cuda=False)
-    assert cpu_view["compute"] == pytest.approx(8.0) and cpu_view["exposed_comm"] == pytest.approx(3.0)
-    assert cpu_view["sparse_comm"] == pytest.approx(2.0) and cpu_view["dense_comm"] == pytest.approx(1.0)
+    assert cpu_view["compute"] == pytest.approx(8.0)
+    assert cpu_view["exposed_comm"] == pytest.approx(3.0)
+    assert cpu_view["sparse_comm"] == pytest.approx(2.0)
+    assert cpu_view["dense_comm"] == pytest.approx(1.0)
     # On CUDA the launching thread says nothing of the GPU's compute: comm counts as exposed.
     cuda_view = breakdown(steps, cpu, comm, cuda=True)
-    assert cuda_view["exposed_comm"] == pytest.approx(4.0) and cuda_view["compute"] == pytest.approx(7.0)
+    assert cuda_view["exposed_comm"] == pytest.approx(4.0)
+    assert cuda_view["compute"] == pytest.approx(7.0)
 
 
 def test_env_report_flags_ranks_that_disagree():
     same = env_report([{"NCCL_BUFFSIZE": "1"}, {"NCCL_BUFFSIZE": "1"}])
-    assert same["env_consistent"] and same["env"] == {"NCCL_BUFFSIZE": "1"}
+    assert same["env_consistent"]
+    assert same["env"] == {"NCCL_BUFFSIZE": "1"}
     diff = env_report([{"NCCL_BUFFSIZE": "1"}, {"NCCL_BUFFSIZE": "2", "FI_PROVIDER": "efa"}])
     assert not diff["env_consistent"]
     assert diff["env_mismatch"] == {"FI_PROVIDER": [None, "efa"], "NCCL_BUFFSIZE": ["1", "2"]}
@@ -148,7 +152,8 @@ def test_cuda_collective_is_stamped_when_its_work_completes_not_when_a_later_ste
     done_at = event.end
     probe.now(), probe.now()  # ... the step computes (ticks 3, 4), the next step waits on it
     timed.wait()
-    assert done_at == 2 and event.end == 2
+    assert done_at == 2
+    assert event.end == 2
     # DDP waits on the future: it gets the work's own, already stamped
     assert timed.get_future() is work.future
 

@@ -35,9 +35,8 @@ def test_checkpoints_are_evenly_spaced_over_the_common_budget_and_go_on_past_it(
 def test_the_teacher_task_is_the_same_for_every_candidate():
     workload = parse_workload(WORKLOAD)
     a, b = teacher_samples(workload, 4096, seed=3), teacher_samples(workload, 4096, seed=3)
-    assert torch.equal(a.labels, b.labels) and all(
-        torch.equal(x, y) for x, y in zip(a.ids, b.ids, strict=True)
-    )
+    assert torch.equal(a.labels, b.labels)
+    assert all(torch.equal(x, y) for x, y in zip(a.ids, b.ids, strict=True))
     assert 0.2 < a.labels.mean() < 0.8  # neither class is rare
     other = teacher_samples(workload, 4096, seed=4)  # another split: other samples, the same teacher
     assert not torch.equal(a.labels, other.labels)
@@ -64,9 +63,12 @@ def checked(tmp_path_factory):
 @pytest.mark.slow
 def test_int8_passes_and_a_damaged_codec_is_refused(checked):
     base, seed, int8, damaged = (c["quality"] for c in checked["candidates"])
-    assert base["train_samples"] == 65536 and base["eval_samples"] == 16384 and base["train_steps"] == 128
+    assert base["train_samples"] == 65536
+    assert base["eval_samples"] == 16384
+    assert base["train_steps"] == 128
     assert abs(int8["logloss"] - base["logloss"]) <= LIMIT, (int8, base)
-    assert damaged["damaged_codec"] and damaged["logloss"] - base["logloss"] > LIMIT, (damaged, base)
+    assert damaged["damaged_codec"], (damaged, base)
+    assert damaged["logloss"] - base["logloss"] > LIMIT, (damaged, base)
     assert base["auc"] > 0.6  # the model learned the teacher's task
     assert seed["logloss"] != base["logloss"]  # another initialization, another model
 
@@ -100,23 +102,26 @@ def paired(tmp_path_factory):
 @pytest.mark.slow
 def test_a_seed_fixes_init_and_order_and_the_curve_is_scored_along_the_way(paired):
     seed0, seed1, again, bigger = (c["quality"] for c in paired["candidates"])
-    assert seed0["logloss"] == again["logloss"] and seed0["curve"] == again["curve"]  # paired: reproducible
-    assert seed1["logloss"] != seed0["logloss"] and seed1["model_seed"] == 1
+    assert seed0["logloss"] == again["logloss"]
+    assert seed0["curve"] == again["curve"]  # paired: reproducible
+    assert seed1["logloss"] != seed0["logloss"]
+    assert seed1["model_seed"] == 1
     # every 32768/4 samples (16 steps of 2 ranks x 256), the score at the common budget among them
     assert [int(s) for s, _ in seed0["curve"]] == [8192, 16384, 24576, 32768]
-    assert seed0["curve"][-1][1] == seed0["logloss"] and seed0["curve"][0][1] > seed0["logloss"]
+    assert seed0["curve"][-1][1] == seed0["logloss"]
+    assert seed0["curve"][0][1] > seed0["logloss"]
     # the bigger batch trains on past the budget at the same spacing, until it reaches its seed's
     # baseline (stop_at) or its own budget; its score is the one at the common budget
     marks = [8192, 16384, 24576, 32768, 40960, 49152]
-    assert [int(s) for s, _ in bigger["curve"]] == marks[: len(bigger["curve"])] and len(bigger["curve"]) >= 4
+    assert [int(s) for s, _ in bigger["curve"]] == marks[: len(bigger["curve"])]
+    assert len(bigger["curve"]) >= 4
     past = [x for s, x in bigger["curve"] if s >= 32768]
     assert all(x > seed0["logloss"] for x in past[:-1])  # it went on only while short of the target
     assert past[-1] <= seed0["logloss"] or bigger["budget_samples"] == 49152
-    assert bigger["train_samples"] == 32768 and bigger["budget_samples"] == int(bigger["curve"][-1][0])
-    assert (
-        bigger["logloss"] == dict((int(s), x) for s, x in bigger["curve"])[32768]
-        and bigger["lr_scale"] == 2.0
-    )
+    assert bigger["train_samples"] == 32768
+    assert bigger["budget_samples"] == int(bigger["curve"][-1][0])
+    assert bigger["logloss"] == dict((int(s), x) for s, x in bigger["curve"])[32768]
+    assert bigger["lr_scale"] == 2.0
 
 
 def test_stop_at_names_an_earlier_candidate():

@@ -111,7 +111,8 @@ def dense_spec(**workload):
 def test_dense_and_optimizer_sections_round_trip_with_their_defaults():
     parsed = parse_spec(dense_spec(optimizer={"dense": "adam", "dense_lr": 0.001}))
     workload = parsed.workload
-    assert workload.dense.arch == (64, 32) and workload.dense.interaction == "dot"
+    assert workload.dense.arch == (64, 32)
+    assert workload.dense.interaction == "dot"
     assert (workload.optimizer.embedding, workload.optimizer.dense) == ("exact_adagrad", "adam")
     assert workload.compute_kernel == "fused"  # what jobs run: the optimizer inside the backward
     assert parse_spec(json.loads(parsed.to_json())) == parsed
@@ -157,7 +158,8 @@ def test_bad_dense_optimizer_and_kernel_name_the_field(workload, where, words):
     with pytest.raises(SpecError) as err:
         parse_spec(bad)
     assert err.value.where == where
-    assert words in str(err.value) and "\n" not in str(err.value)
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_dlrm_needs_one_embedding_dim():
@@ -186,7 +188,8 @@ def test_a_job_with_int8_on_a_reduce_scatter_is_refused_with_the_reason(sharding
         parse_spec(bad)
     assert err.value.where == "workload.comm_precision"
     assert f"int8 comms cannot run with {sharding} sharding" in str(err.value)
-    assert "reduce-scatter" in str(err.value) and "\n" not in str(err.value)
+    assert "reduce-scatter" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(

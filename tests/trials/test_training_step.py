@@ -56,7 +56,8 @@ def test_pipelines_run_as_asked_and_one_that_cannot_is_reported_failed(result):
     assert (none["pipeline"], none["effective_pipeline"]) == ("none", "none")
     assert (sparse_dist["pipeline"], sparse_dist["effective_pipeline"]) == ("sparse_dist", "sparse_dist")
     assert base["effective_pipeline"] == "base"
-    assert "no CUDA streams" in sparse_dist["pipeline_note"] and none["pipeline_note"] == ""
+    assert "no CUDA streams" in sparse_dist["pipeline_note"]
+    assert none["pipeline_note"] == ""
     assert semi_sync["pipeline"] == "semi_sync"
     assert "pipeline semi_sync failed (on cpu" in semi_sync["error"]
 
@@ -91,4 +92,5 @@ def test_the_breakdown_adds_up_to_the_step(result):
         assert 0 < parts["compute"] <= step
         wire = parts["input_dist"] + parts["sparse_comm"] + parts["dense_comm"]
         assert 0 < wire <= 1.15 * step  # serialized per call: no wall time counted twice
-        assert parts["sparse_comm"] > 0 and parts["input_dist"] > 0
+        assert parts["sparse_comm"] > 0
+        assert parts["input_dist"] > 0

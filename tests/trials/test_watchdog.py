@@ -35,7 +35,8 @@ def test_no_progress_past_the_limit_writes_why_and_exits_3(tmp_path):
         [sys.executable, "-c", STALL, str(out), "0.5"], capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 3
-    assert "no progress for" in out.read_text() and "candidate 7 (fp32/fp32 b512)" in out.read_text()
+    assert "no progress for" in out.read_text()
+    assert "candidate 7 (fp32/fp32 b512)" in out.read_text()
 
 
 def test_a_launch_that_keeps_beating_is_left_alone(tmp_path):
@@ -43,7 +44,8 @@ def test_a_launch_that_keeps_beating_is_left_alone(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", STALL, str(out), "6"], capture_output=True, text=True, timeout=30
     )
-    assert proc.returncode == 0 and not out.exists()
+    assert proc.returncode == 0
+    assert not out.exists()
 
 
 @pytest.mark.slow
@@ -53,9 +55,8 @@ def test_a_hung_peer_leaves_an_error_result_and_exit_3(tmp_path):
             "extra": {"inject": "hang"}}  # fmt: skip
     proc, result = run_trial(tmp_path, spec, env={"AUTOTUNER_TRIAL_PG_TIMEOUT_S": "15"})
     assert proc.returncode != 0
-    assert result is not None and result["status"] == "error", proc.stderr[-2000:]
-    assert (
-        result["error"].startswith("TrialStalled: no progress for")
-        and "trial's deadline is 12 s" in result["error"]
-    )
+    assert result is not None, proc.stderr[-2000:]
+    assert result["status"] == "error", proc.stderr[-2000:]
+    assert result["error"].startswith("TrialStalled: no progress for")
+    assert "trial's deadline is 12 s" in result["error"]
     assert json.loads(json.dumps(result))  # a whole JSON file, as the executor reads it

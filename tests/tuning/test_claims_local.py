@@ -27,9 +27,8 @@ def test_a_local_study_publishes_only_what_its_ladder_and_quality_check_allow(tm
     assert final.state == "done", final.error
     outcome = final.outcome
     kinds = [launch.kind for launch in store.launches(study.id)]
-    assert (
-        kinds[:2] == ["baseline", "search"] and "NCCL_NSOCKS_PERTHREAD" not in store.launches(study.id)[1].env
-    )
+    assert kinds[:2] == ["baseline", "search"]
+    assert "NCCL_NSOCKS_PERTHREAD" not in store.launches(study.id)[1].env
     config = store.served_config("box", "dlrm-tiny")
     assert config.env == {}  # nothing NCCL-related is handed to a job that runs on gloo, not even fixed_env
     assert {"NCCL_NSOCKS_PERTHREAD", "NCCL_NET"} <= set(config.evidence["inert"])
@@ -39,7 +38,8 @@ def test_a_local_study_publishes_only_what_its_ladder_and_quality_check_allow(tm
     kept = {s["step"] for s in outcome.get("ladder", []) if s["kept"]}
     quality = outcome.get("quality") or {}
     if "baseline_logloss" in quality:  # a training knob was kept: the convergence check ran, for real
-        assert kinds.count("quality") == 1 and quality["samples"] == 16384
+        assert kinds.count("quality") == 1
+        assert quality["samples"] == 16384
         refused = set(quality["refused"])
         if outcome["decision"].startswith("tuned config is faster"):  # published what was kept and allowed
             assert (config.batch_size == 256) == ("batch" in kept - refused)

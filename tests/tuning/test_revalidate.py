@@ -66,7 +66,8 @@ def published(store, tmp_path):
     final = StudyDriver(store, study.id, make_executor(settings), poll_s=0.01).run()
     assert final.state == "done", final.error
     config = store.served_config("cpu-box", "small")
-    assert config.batch_size == 256 and config.evidence["significant"]
+    assert config.batch_size == 256
+    assert config.evidence["significant"]
     assert config.fingerprint["driver"] == "550.54.15"
     return recorded, config
 
@@ -86,7 +87,8 @@ def test_the_gain_disappears_after_an_upgrade_a_baseline_version_is_published_wi
     done = revalidate(store, v1, reason="after the NCCL upgrade")
     assert done.state == ValidationState.FAILED
     assert "no longer faster with 95% confidence" in done.result["why"], done.result
-    assert done.result["rounds"] == 3 and done.result["ci_low"] <= 1.0 <= done.result["ci_high"]
+    assert done.result["rounds"] == 3
+    assert done.result["ci_low"] <= 1.0 <= done.result["ci_high"]
     assert done.fingerprint == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
     # the published config and the baseline, interleaved, in the study: 3 rounds each
     launches = [la for la in store.launches(v1.study_id) if la.kind == "revalidate"]
@@ -95,11 +97,12 @@ def test_the_gain_disappears_after_an_upgrade_a_baseline_version_is_published_wi
     assert points == [256, 64] * 3
     # a new version: the baseline, with the reason; v1 untouched
     v2 = store.served_config("cpu-box", "small")
-    assert (
-        v2.version == 2 and done.new_config_id == v2.id and done.action.startswith("replaced: published v2")
-    )
+    assert v2.version == 2
+    assert done.new_config_id == v2.id
+    assert done.action.startswith("replaced: published v2")
     assert (v2.batch_size, v2.fwd_precision, v2.env, v2.pipeline) == (64, "fp32", {}, "none")
-    assert v2.evidence["speedup"] == 1.0 and v2.evidence["replaces_version"] == 1
+    assert v2.evidence["speedup"] == 1.0
+    assert v2.evidence["replaces_version"] == 1
     assert v2.evidence["decision"].startswith(
         f"re-validation {done.id} of v1 failed on driver 570.86.15, NCCL 2.23.4"
     )
@@ -107,11 +110,13 @@ def test_the_gain_disappears_after_an_upgrade_a_baseline_version_is_published_wi
     assert v2.fingerprint["driver"] == "570.86.15"
     history = store.config_history("cpu-box", "small")
     assert [(c.version, c.batch_size) for c in history] == [(2, 64), (1, 256)]
-    assert history[1].evidence == v1.evidence and history[1].env == v1.env  # never edited in place
+    assert history[1].evidence == v1.evidence
+    assert history[1].env == v1.env  # never edited in place
     # what the versions say of themselves
     views = store.validation_views(history)
     assert views[v1.id]["flagged"].startswith(f"re-validation {done.id} failed: no longer faster")
-    assert views[v2.id]["validated_on"]["driver"] == "570.86.15" and views[v2.id]["flagged"] is None
+    assert views[v2.id]["validated_on"]["driver"] == "570.86.15"
+    assert views[v2.id]["flagged"] is None
 
 
 def test_the_gain_holds_the_same_version_gains_a_validation_entry_on_the_new_stack(store, published):
@@ -119,19 +124,20 @@ def test_the_gain_holds_the_same_version_gains_a_validation_entry_on_the_new_sta
     landscape(recorded, NEW_STACK, gain=True)
     before = store.config_generation()
     done = revalidate(store, v1)
-    assert done.state == ValidationState.HELD and done.result["significant"], done.result
+    assert done.state == ValidationState.HELD, done.result
+    assert done.result["significant"], done.result
     assert done.result["why"].startswith("still faster with 95% confidence")
-    assert (
-        done.action == "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node"
-        and done.new_config_id is None
-    )
+    assert done.action == "kept v1: validated on driver 570.86.15, NCCL 2.23.4, 1 node"
+    assert done.new_config_id is None
     assert [c.version for c in store.config_history("cpu-box", "small")] == [1]
     view = store.validation_views([v1])[v1.id]
     assert view["validated_on"] == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
-    assert view["validated_at"] == done.finished_at and view["last_validation"]["id"] == done.id
+    assert view["validated_at"] == done.finished_at
+    assert view["last_validation"]["id"] == done.id
     assert store.config_generation() > before  # services render the version again
     public = store.public_config(store.served_config("cpu-box", "small"))
-    assert public["validated_on"]["driver"] == "570.86.15" and public["last_validation"]["state"] == "held"
+    assert public["validated_on"]["driver"] == "570.86.15"
+    assert public["last_validation"]["state"] == "held"
 
 
 def test_a_pinned_version_is_flagged_not_replaced(store, published):
@@ -139,12 +145,15 @@ def test_a_pinned_version_is_flagged_not_replaced(store, published):
     store.pin_config("cpu-box", "small", 1, 1)
     landscape(recorded, NEW_STACK, gain=False)
     done = revalidate(store, store.served_config("cpu-box", "small"))
-    assert done.state == ValidationState.FAILED and done.new_config_id is None
+    assert done.state == ValidationState.FAILED
+    assert done.new_config_id is None
     assert done.action.startswith("v1 is pinned by an operator: flagged, not replaced")
     served = store.served_config("cpu-box", "small")
-    assert (served.version, served.pinned) == (1, True) and len(store.config_history("cpu-box", "small")) == 1
+    assert (served.version, served.pinned) == (1, True)
+    assert len(store.config_history("cpu-box", "small")) == 1
     public = store.public_config(served)
-    assert "pinned by an operator" in public["flagged"] and "no longer faster" in public["flagged"]
+    assert "pinned by an operator" in public["flagged"]
+    assert "no longer faster" in public["flagged"]
     assert staleness(public, [], None)["reasons"]["failed"] == public["flagged"]
 
 
@@ -157,7 +166,8 @@ def test_the_last_older_version_that_still_holds_on_this_stack_is_published_agai
     v2 = store.served_config("cpu-box", "small")
     landscape(recorded, NEW_STACK, gain=True)
     checked = revalidate(store, v1, reason="re-check the older one first")  # v1 holds on the new stack
-    assert checked.state == ValidationState.HELD and checked.action.endswith("recorded only") is False
+    assert checked.state == ValidationState.HELD
+    assert checked.action.endswith("recorded only") is False
     landscape(recorded, NEW_STACK, gain=False)
     # only fp32 batch 256 still gains: make fp16 at 256 lose it too, and v1's point keep it
     data = json.loads(recorded.read_text())
@@ -169,10 +179,10 @@ def test_the_last_older_version_that_still_holds_on_this_stack_is_published_agai
     done = revalidate(store, v2)
     assert done.state == ValidationState.FAILED, done.result
     v3 = store.served_config("cpu-box", "small")
-    assert v3.version == 3 and (v3.fwd_precision, v3.batch_size) == ("fp32", 256)
-    assert (
-        v3.evidence["republished_version"] == 1 and "published v1's setting again" in v3.evidence["decision"]
-    )
+    assert v3.version == 3
+    assert (v3.fwd_precision, v3.batch_size) == ("fp32", 256)
+    assert v3.evidence["republished_version"] == 1
+    assert "published v1's setting again" in v3.evidence["decision"]
     assert done.action == "replaced: published v3, v1's setting, which still holds"
 
 
@@ -181,22 +191,27 @@ def test_a_version_that_is_the_baseline_holds_after_one_launch_on_the_stack(stor
     landscape(recorded, NEW_STACK, gain=False)
     failed = revalidate(store, v1)
     v2 = store.served_config("cpu-box", "small")
-    assert failed.state == ValidationState.FAILED and v2.evidence["no_changes"]
+    assert failed.state == ValidationState.FAILED
+    assert v2.evidence["no_changes"]
     done = revalidate(store, v2)
-    assert done.state == ValidationState.HELD and "the job's own settings" in done.result["why"]
+    assert done.state == ValidationState.HELD
+    assert "the job's own settings" in done.result["why"]
     launches = [
         la
         for la in store.launches(v1.study_id)
         if la.spec.get("extra", {}).get("tag") == f"revalidate-{done.id}"
     ]
-    assert len(launches) == 1 and len(launches[0].spec["candidates"]) == 1
+    assert len(launches) == 1
+    assert len(launches[0].spec["candidates"]) == 1
 
 
 def test_one_pending_revalidation_per_version_and_none_without_a_study(store, published):
     _, v1 = published
     first, created = request(store, v1, ValidationTrigger.FINGERPRINT, "jobs report driver 550 -> 570")
     again, created_again = request(store, v1)
-    assert created and not created_again and again.id == first.id
+    assert created
+    assert not created_again
+    assert again.id == first.id
     store.upsert_workload("other", {"name": "other", "tables": []})
     store.publish_config(cluster="cpu-box", workload="other", nodes=1, env={}, fwd_precision="fp32",
                          bwd_precision="fp32", batch_size=64, sharding="table_wise")  # fmt: skip
@@ -245,7 +260,9 @@ def test_the_queue_runs_pending_revalidations_and_a_resumed_one_keeps_its_rounds
 
 def test_the_schedule_asks_for_versions_validated_too_long_ago(store, published):
     _, v1 = published
-    assert parse_every("7d") == 7 * 86400 and parse_every("12h") == 43200 and parse_every("off") is None
+    assert parse_every("7d") == 7 * 86400
+    assert parse_every("12h") == 43200
+    assert parse_every("off") is None
     assert parse_every("90") == 90
     with pytest.raises(ValueError, match="not a duration"):
         parse_every("weekly")

@@ -31,7 +31,8 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     final = StudyDriver(store, study.id, make_executor(settings), poll_s=0.2).run()
     assert final.state == "done", final.error
     v1 = store.served_config("demo-cpu", "demo-dlrm")
-    assert v1.batch_size == 512 and v1.env == {}  # the job's own; NCCL_NET=Socket is inert on gloo
+    assert v1.batch_size == 512
+    assert v1.env == {}  # the job's own; NCCL_NET=Socket is inert on gloo
     v2 = store.publish_config(cluster="demo-cpu", workload="demo-dlrm", nodes=1, env={}, fwd_precision="fp32",
                               bwd_precision="fp32", batch_size=1024, sharding=v1.sharding, pipeline=v1.pipeline,
                               evidence={"decision": "batch 1024, as the demo's ladder finds it"}, study_id=study.id)  # fmt: skip
@@ -41,18 +42,25 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     result = done.result
     print(f"\nreal 2-rank re-validation of v2: {done.state}, {result['why']}, wall {result['wall_s']:.1f} s")
     assert done.state in (ValidationState.HELD, ValidationState.FAILED), (done.state, done.error, result)
-    assert result["rounds"] == 3 and (done.state == ValidationState.HELD) == (result["ci_low"] > 1.0)
+    assert result["rounds"] == 3
+    assert (done.state == ValidationState.HELD) == (result["ci_low"] > 1.0)
     # both settings share one process environment (the inert NCCL_NET at the baseline's value): one
     # launch, the two alternating, each measured for real
     (launch,) = [la for la in store.launches(study.id) if la.kind == "revalidate"]
-    assert launch.state == "succeeded" and launch.env == {"NCCL_NET": "Socket"} and launch.executor == "local"
+    assert launch.state == "succeeded"
+    assert launch.env == {"NCCL_NET": "Socket"}
+    assert launch.executor == "local"
     assert [c["batch_size"] for c in launch.spec["candidates"]] == [1024, 512] * 3
-    assert launch.summary["world_size"] == 2 and launch.summary["backend"] == "gloo"
+    assert launch.summary["world_size"] == 2
+    assert launch.summary["backend"] == "gloo"
     assert done.fingerprint == {"nodes": "1"}  # a CPU box: no driver, GPU or NCCL to record
     assert 0 < result["wall_s"] < 600
     served = store.served_config("demo-cpu", "demo-dlrm")
     if done.state == ValidationState.HELD:
-        assert served.id == v2.id and done.action.startswith("kept v2")
+        assert served.id == v2.id
+        assert done.action.startswith("kept v2")
     else:  # this machine's noise can hide a 1.3x gain in 3 rounds: then the baseline comes back
-        assert served.version == 3 and served.batch_size == 512 and done.new_config_id == served.id
+        assert served.version == 3
+        assert served.batch_size == 512
+        assert done.new_config_id == served.id
     store.dispose()
