@@ -221,7 +221,7 @@ def importance(cache: _OptunaCache, study_id: int) -> dict[str, Any]:
             "params": [
                 {"name": name, "importance": float(score), "below_noise": score <= floor}
                 for name, score in scores.items()
-            ],  # fmt: skip
+            ],
             "noise_floor": floor,
             "reason": None,
             "trials": len(trials),

@@ -98,7 +98,7 @@ def findings(result: dict[str, Any]) -> dict[str, Any]:
                 if k in ("delta", "ci_low", "ci_high", "verdict", "k_to_resolve", "equal_samples_verdict")
             }
             for n, f in evidence["variants"].items()
-        },  # fmt: skip
+        },
         "seed_spread": evidence["seed_spread"],
         "knobs": evidence["knobs"],
         "batch_efficiency": {k: ttq.get(k) for k in ("samples", "efficiency", "efficiency_ci", "never")},

@@ -85,7 +85,7 @@ def efficiency() -> dict[str, Any]:
             "measured_s": one["candidates"][0]["measured_s"],
             "setup_s": one["setup_s"],
             "share": share_one,
-        },  # fmt: skip
+        },
         "ten_candidates": {
             "wall_s": ten_wall,
             "measured_s": share_ten * ten_wall,
@@ -96,7 +96,7 @@ def efficiency() -> dict[str, Any]:
                 f"{c['fwd_precision']}/{c['bwd_precision']}": c["quant_error"]["fwd_rel_l2"]
                 for c in ten["candidates"][:5]
             },
-        },  # fmt: skip
+        },
         "ratio": share_ten / share_one,
     }
 

@@ -121,7 +121,7 @@ class ExecutorOptions(BaseModel):
                 None if f.is_required() else f.default,
                 f.description or "",
                 f.is_required(),
-            )  # fmt: skip
+            )
             for name, f in cls.model_fields.items()
         ]
 

@@ -64,13 +64,13 @@ EXECUTORS: dict[str, ExecutorEntry] = {
         LocalOptions,
         _local,
         from_settings=("fabric",),
-    ),  # fmt: skip
+    ),
     "replay": ExecutorEntry(
         "answers launches from results recorded on a real machine",
         ReplayOptions,
         _replay,
         from_settings=("seed",),
-    ),  # fmt: skip
+    ),
     "slurm": ExecutorEntry(
         "one batch job per launch, torchrun on every node through srun", SlurmOptions, _slurm
     ),

@@ -71,7 +71,7 @@ class ConfigRecords(StudyRecords):
             .over(
                 partition_by=(Config.cluster_id, Config.workload_id, Config.nodes),
                 order_by=(Config.pinned.desc(), Config.version.desc()),
-            )  # fmt: skip
+            )
             .label("rank")
         )
         ranked = select(Config.id, rank).join(Config.cluster).join(Config.workload).where(*filters).subquery()

@@ -150,14 +150,14 @@ def replay_study_body(name: str = "demo", **settings) -> dict:
             "allow_batch_change": True,
             # recorded on gloo, where NCCL variables are inert: searched anyway to exercise the search
             "force_inert": ["NCCL_NSOCKS_PERTHREAD"],
-        },  # fmt: skip
+        },
         "settings": {
             "executor": "replay",
             "trials": 3,
             "candidates_per_launch": 3,
             "confirm_rounds": 2,
             **settings,
-        },  # fmt: skip
+        },
     }
 
 
