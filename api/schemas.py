@@ -7,10 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autotuner.claim_report import ClaimText, claim_text
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 from autotuner.space import PRESETS
 from autotuner.store import Candidate, Launch, Study, StudyState
 from autotuner.tuning import RequestSettings
+from autotuner.tuning.outcome import Outcome
 
 
 class ErrorPublic(BaseModel):
@@ -77,7 +79,10 @@ class StudyPublic(BaseModel):
     trial_counts: dict[str, int]
     best: CandidateBrief | None
     baseline: CandidateBrief | None
-    outcome: dict[str, Any] | None = Field(description="confirmation, ladder, quality, published version")
+    outcome: Outcome | None = Field(description="confirmation, ladder, quality, published version")
+    claim: ClaimText = Field(
+        description="the ladder, quality and inert knobs in words, as the CLI prints them"
+    )
     inert: dict[str, str] = Field(
         default_factory=dict, description="variables that cannot act where the study measures: why"
     )
@@ -317,10 +322,13 @@ def study_public(
     progress = (
         1.0 if row.state == StudyState.DONE else (min(1.0, row.launches_done / budget) if budget else 0.0)
     )
+    outcome = Outcome.load(row.outcome)
+    said = outcome or Outcome()  # before it concludes: the inert knobs alone
+    claim = claim_text(said.ladder or [], said.quality, row.inert, row.space.get("force_inert") or [])
     return StudyPublic(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
-        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=row.outcome, error=row.error,
+        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=row.error,
         inert=row.inert or {},
         owner=row.owner,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,

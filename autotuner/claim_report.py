@@ -1,18 +1,50 @@
-"""A published claim in the terminal: the ladder of knobs, the quality line, the inert knobs.
+"""A published claim in words: the ladder of knobs, the quality line, the inert knobs.
 
-Shared by `autotuner tune`, `autotuner configs show` and `make demo`, so all three say it the same
-way. Fits 80 columns.
+Written once, here: `autotuner tune`, `autotuner configs show` and `make demo` print them, and the
+API sends them to the dashboard as they are (`claim_text`), so every front end says the claim the same
+way. The terminal's fits 80 columns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, Field
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
+from autotuner.tuning.outcome import KnobQuality, LadderStep, Outcome, Quality, ScalingPoint, TimeToQuality
 
-def ladder_table(ladder: list[dict[str, Any]]) -> Table:
+GROUPS = ("precision", "batch", "pipeline", "sharding", "threads")  # a step's value, not an env variable
+
+
+def times(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def interval(low: float, high: float) -> str:
+    return f"{low:.2f}-{high:.2f}"
+
+
+def gain_text(step: LadderStep) -> str:
+    """A step's gain over the one before with its 95% CI, or why it has none."""
+    if step.speedup_vs_previous is None or step.ci_low is None or step.ci_high is None:
+        return step.verdict or "-"
+    return f"{times(step.speedup_vs_previous)} [{interval(step.ci_low, step.ci_high)}]"
+
+
+def to_quality_text(ttq: TimeToQuality) -> str:
+    """A batch step's time to quality beside its gain: "to quality 1.18x [0.87-1.60] · not resolved"."""
+    if ttq.never or ttq.speedup is None or ttq.ci_low is None or ttq.ci_high is None:
+        figure = "never"
+    else:
+        figure = f"{times(ttq.speedup)} [{interval(ttq.ci_low, ttq.ci_high)}]"
+    return f"to quality {figure} · {ttq.verdict or '-'}"
+
+
+def ladder_table(ladder: Sequence[LadderStep]) -> Table:
     """One row per step from the baseline: what changed, its gain with the 95% CI, kept or not (a
     step whose CI includes 1 shows no measurable gain, and its knob is dropped)."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
@@ -21,106 +53,104 @@ def ladder_table(ladder: list[dict[str, Any]]) -> Table:
         table.add_column(col, no_wrap=col != "change", overflow="fold", min_width=22 if col == "change" else None,
                          justify="right" if col in ("samples/s", "gain", "95% CI", "total") else "left")  # fmt: skip
     for step in ladder:
-        measured = "ci_low" in step
+        measured = step.measured
         table.add_row(
-            step["step"],
-            change_text(step["changed"]),
-            f"{step['samples_per_s']:,.0f}" if measured else "-",
-            f"{step['speedup_vs_previous']:.2f}x" if measured else "-",
-            f"{step['ci_low']:.2f}-{step['ci_high']:.2f}" if measured else "-",
-            f"{step['cumulative']:.2f}x",
-            "kept"
-            if step["kept"]
-            else "[yellow]dropped[/yellow]"
-            if measured
-            else f"[yellow]{step['verdict']}[/yellow]",
-        )
-        ttq = step.get("time_to_quality")
+            step.step,
+            change_text(step.changed),
+            f"{step.samples_per_s:,.0f}" if measured else "-",
+            times(step.speedup_vs_previous or 0.0) if measured else "-",
+            interval(step.ci_low or 0.0, step.ci_high or 0.0) if measured else "-",
+            times(step.cumulative or 1.0),
+            "kept" if step.kept else "[yellow]dropped[/yellow]" if measured else f"[yellow]{step.verdict}[/yellow]",
+        )  # fmt: skip
+        ttq = step.time_to_quality
         if ttq:  # a batch step: its time to quality (throughput gain x sample efficiency) beside its gain
-            never = ttq.get("never")
+            never = ttq.never or ttq.efficiency is None
             table.add_row(
                 "",
-                "to quality: never" if never else f"to quality {1 / ttq['efficiency'] - 1:+.0%} samples",
+                "to quality: never" if never else f"to quality {1 / (ttq.efficiency or 1.0) - 1:+.0%} samples",
                 "-",
-                "-" if never else f"{ttq['speedup']:.2f}x",
-                "-" if never else f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}",
+                "-" if never else times(ttq.speedup or 0.0),
+                "-" if never else interval(ttq.ci_low or 0.0, ttq.ci_high or 0.0),
                 "",
-                "kept" if ttq.get("verdict") == "passed" else "[yellow]dropped[/yellow]",  # why: the quality line
+                "kept" if ttq.verdict == "passed" else "[yellow]dropped[/yellow]",  # why: the quality line
             )  # fmt: skip
     return table
 
 
-def change_text(changed: dict[str, list[Any]]) -> str:
+def change_text(changed: Mapping[str, list[Any]]) -> str:
     def shown(value: Any) -> str:
         if isinstance(value, list):
             return value[0] if value[0] == value[1] else "/".join(map(str, value))
         return "unset" if value is None else str(value)
 
-    return ", ".join(f"{shown(a)} -> {shown(b)}" if k in ("precision", "batch", "pipeline", "sharding", "threads")
+    return ", ".join(f"{shown(a)} -> {shown(b)}" if k in GROUPS
                      else f"{k.removeprefix('NCCL_')} {shown(a)} -> {shown(b)}" for k, (a, b) in changed.items())  # fmt: skip
 
 
-def quality_line(quality: dict[str, Any] | None) -> str:
+def quality_line(quality: Quality | None) -> str:
     """The convergence check in one paragraph: the tuned config's paired log-loss delta with its 95%
     CI, then each knob's verdict (a batch change's on its time to quality)."""
     if not quality:
         return "quality: not checked"
-    if "skipped" in quality:
-        return f"quality: not checked ({quality['skipped']})"
-    if "ci_low" not in quality:  # evidence published before the check had seeds and intervals
+    if quality.skipped is not None:
+        return f"quality: not checked ({quality.skipped})"
+    if quality.ci_low is None:  # evidence published before the check had seeds and intervals
         return _single_seed_line(quality)
-    limit = quality["max_logloss_delta"]
-    cost = quality.get("cost_s")
-    facts = [f"{quality['k']} paired model seeds", f"baseline {quality['baseline_logloss']:.4f} ± "
-             f"{quality['seed_spread']:.4f} (seed spread)", f"AUC {quality['tuned_auc']:.3f} vs {quality['baseline_auc']:.3f}",
-             f"{quality['samples']:,} samples, {quality['data']}", *([f"quality launch {cost:.0f} s"] if cost else [])]  # fmt: skip
-    verdicts = "; ".join(knob_verdict(k, v, quality) for k, v in quality["knobs"].items())
-    return (f"quality: tuned {_costs(quality)} log loss at equal samples: {_verdict(quality, limit, quality['k'])} "
+    q, cost = quality, quality.cost_s
+    facts = [f"{q.k} paired model seeds", f"baseline {q.baseline_logloss:.4f} ± {q.seed_spread:.4f} (seed spread)",
+             f"AUC {q.tuned_auc:.3f} vs {q.baseline_auc:.3f}", f"{q.samples:,} samples, {q.data}",
+             *([f"quality launch {cost:.0f} s"] if cost else [])]  # fmt: skip
+    verdicts = "; ".join(knob_verdict(k, v, q) for k, v in q.knobs.items())
+    return (f"quality: tuned {_costs(q)} log loss at equal samples: {_verdict(q, q)} "
             f"({'; '.join(facts)}) -> {verdicts}")  # fmt: skip
 
 
-def _costs(f: dict[str, Any]) -> str:
-    return f"costs {f['delta']:+.4f} [{f['ci_low']:+.4f}, {f['ci_high']:+.4f}]"
+def _costs(f: Quality | KnobQuality) -> str:
+    return f"costs {f.delta:+.4f} [{f.ci_low:+.4f}, {f.ci_high:+.4f}]"
 
 
-def _verdict(f: dict[str, Any], limit: float, k: int) -> str:
-    verdict = f["verdict"]
-    if verdict == "not resolved":
-        more = f" (k={f['k_to_resolve']} would resolve it)" if f.get("k_to_resolve") else ""
+def _verdict(f: Quality | KnobQuality, quality: Quality) -> str:
+    limit, k = quality.max_logloss_delta, quality.k
+    if f.verdict == "not resolved":
+        more = f" (k={f.k_to_resolve} would resolve it)" if f.k_to_resolve else ""
         return f"not resolved at k={k}{more}"
-    return f"refused (more than {limit:g})" if verdict == "refused" else f"passed (within {limit:g})"
+    return f"refused (more than {limit:g})" if f.verdict == "refused" else f"passed (within {limit:g})"
 
 
-def knob_verdict(knob: str, figures: dict[str, Any], quality: dict[str, Any]) -> str:
+def knob_verdict(knob: str, figures: KnobQuality, quality: Quality) -> str:
     """One knob's verdict: on its time to quality for a batch change with one, else its paired delta."""
-    ttq = quality.get("time_to_quality") if knob == "batch" else None
-    if ttq and "verdict" in ttq:
-        return f"{knob}: {time_to_quality_text(ttq)}: {ttq['verdict']}"
-    return f"{knob}: {_costs(figures)}: {_verdict(figures, quality['max_logloss_delta'], quality['k'])}"
+    ttq = quality.time_to_quality if knob == "batch" else None
+    if ttq and ttq.verdict:
+        return f"{knob}: {time_to_quality_text(ttq)}: {ttq.verdict}"
+    return f"{knob}: {_costs(figures)}: {_verdict(figures, quality)}"
 
 
-def time_to_quality_text(ttq: dict[str, Any]) -> str:
+def time_to_quality_text(ttq: TimeToQuality) -> str:
     """ "1.33x samples/s x 0.95 sample efficiency = 1.26x time to quality [0.90-1.77]" (lr rule named
     when it is not the job's learning rate)."""
-    lr = f", lr {ttq['lr_scaling']}" if ttq.get("lr_scaling") not in (None, "none") else ""
-    if ttq.get("never"):
-        return f"never reached the baseline's log loss within {ttq['trained_samples']:,} samples{lr}"
-    gain = (ttq.get("throughput_gain") or {}).get("ratio")
+    lr = f", lr {ttq.lr_scaling}" if ttq.lr_scaling not in (None, "none") else ""
+    if ttq.never or ttq.efficiency is None:
+        return f"never reached the baseline's log loss within {ttq.trained_samples:,} samples{lr}"
+    gain = ttq.throughput_gain.ratio if ttq.throughput_gain else None
     head = f"{gain:.2f}x samples/s, " if gain else ""
-    return (f"{head}{1 / ttq['efficiency']:.2f}x the samples to the baseline's log loss: {ttq['speedup']:.2f}x "
-            f"time to quality [{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}]{lr}")  # fmt: skip
+    return (f"{head}{1 / ttq.efficiency:.2f}x the samples to the baseline's log loss: {ttq.speedup:.2f}x "
+            f"time to quality [{ttq.ci_low:.2f}-{ttq.ci_high:.2f}]{lr}")  # fmt: skip
 
 
-def _single_seed_line(quality: dict[str, Any]) -> str:
-    verdict = (f"refused: {', '.join(quality['refused'])} (costs more than {quality['max_logloss_delta']:g})"
-               if quality["refused"] else f"within {quality['max_logloss_delta']:g}: kept")  # fmt: skip
-    return (f"quality: log loss {quality['tuned_logloss']:.4f} vs {quality['baseline_logloss']:.4f} "
-            f"(delta {quality['delta']:+.4f}, another model seed moves it {quality['seed_noise']:.4f}; "
-            f"AUC {quality['tuned_auc']:.3f} vs {quality['baseline_auc']:.3f}; {quality['samples']:,} samples, "
-            f"{quality['data']}) -> {verdict}")  # fmt: skip
+def _single_seed_line(q: Quality) -> str:
+    limit = q.max_logloss_delta
+    verdict = (
+        f"refused: {', '.join(q.refused)} (costs more than {limit:g})"
+        if q.refused
+        else f"within {limit:g}: kept"
+    )
+    return (f"quality: log loss {q.tuned_logloss:.4f} vs {q.baseline_logloss:.4f} "
+            f"(delta {q.delta:+.4f}, another model seed moves it {q.seed_noise:.4f}; "
+            f"AUC {q.tuned_auc:.3f} vs {q.baseline_auc:.3f}; {q.samples:,} samples, {q.data}) -> {verdict}")  # fmt: skip
 
 
-def inert_lines(inert: dict[str, str] | None, forced: list[str] | tuple[str, ...] = ()) -> list[str]:
+def inert_lines(inert: Mapping[str, str] | None, forced: Sequence[str] = ()) -> list[str]:
     """Each knob that cannot act here, grouped by why; those a space forces in are searched anyway."""
     by_reason: dict[str, list[str]] = {}
     for name, why in (inert or {}).items():
@@ -130,21 +160,90 @@ def inert_lines(inert: dict[str, str] | None, forced: list[str] | tuple[str, ...
     ]
 
 
-def scaling_table(curve: list[dict[str, Any]]) -> Table:
+def confirmed_line(outcome: Outcome) -> str | None:
+    """The published config's own confirmation, when it has an interval."""
+    if outcome.speedup is None or outcome.ci_low is None or outcome.ci_high is None:
+        return None
+    return (f"confirmed speedup {times(outcome.speedup)} (95% CI {interval(outcome.ci_low, outcome.ci_high)}, "
+            f"{outcome.rounds} interleaved rounds)")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ to a front end
+
+
+class StepText(BaseModel):
+    """A ladder step in words."""
+
+    step: str
+    change: str = Field(description='what changed, e.g. "512 -> 1024", "NSOCKS_PERTHREAD unset -> 4"')
+    label: list[str] = Field(
+        description="its gain with the 95% CI (and dropped), then a batch step's time to quality"
+    )
+    line: str = Field(description='one line: "batch 1.24x [1.14-1.34]" (and "(dropped)")')
+
+
+class ClaimText(BaseModel):
+    """The claim's sentences as the terminal prints them, for a page to show as they are."""
+
+    ladder: list[StepText] = Field(default_factory=list)
+    quality: str | None = Field(
+        default=None, description="the convergence check's line (null: no ladder and no check)"
+    )
+    inert: list[str] = Field(default_factory=list, description="the knobs that cannot act here, by reason")
+
+
+def claim_text(
+    ladder: Sequence[LadderStep],
+    quality: Quality | None,
+    inert: Mapping[str, str] | None,
+    forced: Sequence[str] = (),
+) -> ClaimText:
+    """The ladder's, the quality's and the inert knobs' words; the quality line only where there is a
+    ladder or a check to speak of."""
+    steps = [
+        StepText(step=s.step, change=change_text(s.changed), line=f"{s.step} {gain_text(s)}" + ("" if s.kept else " (dropped)"),
+                 label=[gain_text(s) + ("" if s.kept else " · dropped"),
+                        *([to_quality_text(s.time_to_quality)] if s.time_to_quality else [])])
+        for s in ladder
+    ]  # fmt: skip
+    said = quality_line(quality) if ladder or quality else None
+    return ClaimText(ladder=steps, quality=said, inert=inert_lines(inert, forced))
+
+
+def print_claim(console: Console, ladder: Sequence[LadderStep], text: ClaimText) -> None:
+    """The ladder, the quality line and the knobs that could not act: what the claim rests on."""
+    if ladder:
+        console.print(ladder_table(ladder))
+    for line in ([text.quality] if text.quality else []) + text.inert:
+        console.print(line, highlight=False)
+
+
+def scaling_table(curve: Sequence[ScalingPoint]) -> Table:
     """Throughput, scaling factor and efficiency at each node count, baseline and tuned."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
                   title="scaling (throughput at N nodes / at the fewest; efficiency: / the ideal)", title_justify="left")  # fmt: skip
     for col in ("nodes", "baseline samples/s", "factor", "eff.", "tuned samples/s", "factor", "eff."):
         table.add_column(col, justify="right", no_wrap=True)
 
-    def cells(point: dict[str, Any], role: str) -> list[str]:
-        value, factor, eff = (point.get(f"{role}_{k}") for k in ("samples_per_s", "scaling", "efficiency"))
+    def cells(point: ScalingPoint, role: str) -> list[str]:
+        value, factor, eff = (
+            getattr(point, f"{role}_{k}") for k in ("samples_per_s", "scaling", "efficiency")
+        )
         return [
             f"{value:,.0f}" if value else "-",
-            f"{factor:.2f}x" if factor else "-",
+            times(factor) if factor else "-",
             f"{eff:.0%}" if eff else "-",
         ]
 
     for point in curve:
-        table.add_row(str(point["nodes"]), *cells(point, "baseline"), *cells(point, "tuned"))
+        table.add_row(str(point.nodes), *cells(point, "baseline"), *cells(point, "tuned"))
     return table
+
+
+def evidence_claim(evidence: Mapping[str, Any] | None) -> tuple[list[LadderStep], ClaimText]:
+    """A published config's claim, from its evidence (the ladder, quality and inert knobs it was
+    published with, in the outcome's types)."""
+    ev = evidence or {}
+    ladder = [LadderStep.model_validate(step) for step in ev.get("ladder") or []]
+    quality = Quality.model_validate(ev["quality"]) if ev.get("quality") else None
+    return ladder, claim_text(ladder, quality, ev.get("inert"))

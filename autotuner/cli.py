@@ -24,6 +24,7 @@ from rich.table import Table
 from autotuner.configs import render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
+from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.settings import RequestSettings, StudySettings
 from autotuner.tuning.study import create_study, study_settings
 
@@ -215,7 +216,9 @@ def _progress_bar(total: int) -> Iterator[Any]:
 
 
 def _print_outcome(store: Any, study: Any) -> None:
-    outcome = study.outcome or {}
+    from autotuner.claim_report import claim_text, confirmed_line, print_claim, scaling_table
+
+    outcome = Outcome.load(study.outcome) or Outcome()
     if study.state == StudyState.FAILED:
         err.print(f"[red]study {study.name} failed:[/red] {study.error}")
         return
@@ -240,40 +243,17 @@ def _print_outcome(store: Any, study: Any) -> None:
         "quantization error", lambda c: f"{max(v or 0.0 for v in (c.quant_error_fwd, c.quant_error_bwd)):.2e}"
     )
     err.print(table)
-    _print_claim(
-        outcome.get("ladder"), outcome.get("quality"), study.inert, study.space.get("force_inert", [])
+    ladder = outcome.ladder or []
+    print_claim(
+        err, ladder, claim_text(ladder, outcome.quality, study.inert, study.space.get("force_inert", []))
     )
-    if outcome.get("scaling"):
-        from autotuner.claim_report import scaling_table
-
-        err.print(scaling_table(outcome["scaling"]))
-    if "ci_low" in outcome:
-        err.print(
-            f"confirmed speedup [bold]{outcome['speedup']:.2f}x[/bold] "
-            f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}, {outcome['rounds']} interleaved rounds)"
-        )
-    err.print(outcome.get("decision", ""))
-    if "published_version" in outcome:
-        err.print(
-            f"published {study.cluster.name}/{study.workload.name} version {outcome['published_version']}"
-        )
-
-
-def _print_claim(
-    ladder: list[dict[str, Any]] | None,
-    quality: dict[str, Any] | None,
-    inert: dict[str, str] | None,
-    forced: list[str] | tuple[str, ...] = (),
-) -> None:
-    """The ladder, the quality line and the knobs that could not act: what the claim rests on."""
-    from autotuner.claim_report import inert_lines, ladder_table, quality_line
-
-    if ladder:
-        err.print(ladder_table(ladder))
-    if ladder or quality:
-        err.print(quality_line(quality), highlight=False)
-    for line in inert_lines(inert, forced):
-        err.print(line, highlight=False)
+    if outcome.scaling:
+        err.print(scaling_table(outcome.scaling))
+    if confirmed := confirmed_line(outcome):
+        err.print(confirmed)
+    err.print(outcome.decision or "")
+    if outcome.published_version is not None:
+        err.print(f"published {study.cluster.name}/{study.workload.name} version {outcome.published_version}")
 
 
 # ---------------------------------------------------------------------------------------- studies
@@ -289,7 +269,7 @@ def studies(db: DbOption = None) -> None:
     for s in store.studies():
         best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
         trials = StudySettings.model_validate(s.settings).trials
-        speedup = (s.outcome or {}).get("speedup")
+        speedup = (Outcome.load(s.outcome) or Outcome()).speedup
         table.add_row(str(s.id), s.name, s.cluster.name, s.workload.name, s.state,
                       f"{s.launches_done}/{trials if trials is not None else '-'}",
                       f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-",
@@ -381,10 +361,9 @@ def configs_show(
     row = store.served_config(cluster, workload, nodes)
     if row is None:
         raise _fail(f"no config published for {cluster}/{workload}", 1)
-    evidence = row.evidence or {}
-    _print_claim(
-        evidence.get("ladder"), evidence.get("quality"), evidence.get("inert")
-    )  # stderr: the config stays clean
+    from autotuner.claim_report import evidence_claim, print_claim
+
+    print_claim(err, *evidence_claim(row.evidence))  # stderr: the config stays clean
     sys.stdout.write(render(store.public_config(row), fmt) + "\n")
 
 
@@ -509,7 +488,7 @@ def lint(
 
 # ---------------------------------------------------------------------------------------- hook
 
-_HOOK = {
+_HOOK: dict[str, Any] = {
     "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 }
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -28,8 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotuner.claim_report import inert_lines, ladder_table, quality_line
+from autotuner.claim_report import ClaimText, confirmed_line, print_claim
 from autotuner.store.states import TERMINAL, StudyState
+from autotuner.tuning.outcome import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -72,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             service.wait(timeout=30)
 
 
-DEMO_SETTINGS = {"executor": "local", "nproc_per_node": 2, "trials": 3, "candidates_per_launch": 4,
-                 "iterations": 30, "warmup": 5, "confirm_rounds": 6}  # fmt: skip
+DEMO_SETTINGS: dict[str, Any] = {"executor": "local", "nproc_per_node": 2, "trials": 3, "candidates_per_launch": 4,
+                                 "iterations": 30, "warmup": 5, "confirm_rounds": 6}  # fmt: skip
 
 
 def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, data: Path, keep: bool) -> int:
@@ -92,27 +94,17 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
         console.print(f"[red]study {study['state']}:[/red] {study['error']}")
         return 1
     _print_trials(client, study["id"])
-    outcome = study["outcome"] or {}
-    _print_claim(outcome, study.get("inert"), study["space"].get("force_inert", []))
-    if "ci_low" in outcome:
-        console.print(f"confirmed speedup {outcome['speedup']:.2f}x "
-                      f"(95% CI {outcome['ci_low']:.2f}-{outcome['ci_high']:.2f}, {outcome['rounds']} interleaved rounds)")  # fmt: skip
-    console.print(outcome.get("decision", ""), highlight=False)
+    outcome = Outcome.load(study["outcome"]) or Outcome()
+    print_claim(console, outcome.ladder or [], ClaimText.model_validate(study["claim"]))  # the API's words
+    if confirmed := confirmed_line(outcome):
+        console.print(confirmed)
+    console.print(outcome.decision or "", highlight=False)
     console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
     hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), "--token", token,
             "--cluster", "demo-cpu", "--workload", "demo-dlrm"]  # fmt: skip
     subprocess.run(hook, env=env, check=False)
     _linger(url, data, service, keep)
     return 0
-
-
-def _print_claim(outcome: dict, inert: dict | None, forced: list[str]) -> None:
-    """The ladder, the quality line and the knobs that could not act: what the claim rests on."""
-    if outcome.get("ladder"):
-        console.print(ladder_table(outcome["ladder"]))
-    console.print(quality_line(outcome.get("quality")), highlight=False)
-    for line in inert_lines(inert, forced):
-        console.print(line, highlight=False)
 
 
 def _ready(client: httpx.Client, service: subprocess.Popen, data: Path, timeout_s: float = 60) -> bool:

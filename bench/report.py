@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotuner.claim_report import gain_text
+from autotuner.tuning.outcome import Confirmation, LadderStep, Outcome, Quality
+
 CMD = "python -m bench.run --only {}"
 
 
@@ -230,21 +233,24 @@ def _speedup(r: dict[str, Any]) -> str:
 
 
 def _ladder(r: dict[str, Any]) -> str:
-    return "; ".join(f"{s['step']} {_speedup({**s, 'speedup': s['speedup_vs_previous']})} "
-                     f"{'kept' if s['kept'] else 'dropped'}" for s in r.get("ladder") or [] if s.get("ci_low")) or "-"  # fmt: skip
+    steps = [LadderStep.model_validate(s) for s in r.get("ladder") or []]
+    return (
+        "; ".join(f"{s.step} {gain_text(s)} {'kept' if s.kept else 'dropped'}" for s in steps if s.ci_low)
+        or "-"
+    )
 
 
 def _quality(r: dict[str, Any]) -> str:
-    q = r.get("quality") or {}
-    if q.get("delta") is None:
-        return q.get("skipped") or "-"
-    if q.get("ci_low") is None:  # measured before the check had paired seeds
-        refused = f"; refused {', '.join(q['refused'])}" if q.get("refused") else "; kept"
-        return f"log loss {q['delta']:+.4f} (seed noise {q['seed_noise']:.4f}){refused}"
-    left = [f"refused {', '.join(q['refused'])}"] if q.get("refused") else []
-    left += [f"not resolved {', '.join(q['unresolved'])}"] if q.get("unresolved") else []
-    return (f"log loss {q['delta']:+.4f} [{q['ci_low']:+.4f}, {q['ci_high']:+.4f}] (k={q['k']}, seed spread "
-            f"{q['seed_spread']:.4f}); {'; '.join(left) or 'passed'}")  # fmt: skip
+    q = Quality.model_validate(r.get("quality") or {})
+    if q.delta is None:
+        return q.skipped or "-"
+    if q.ci_low is None:  # measured before the check had paired seeds
+        refused = f"; refused {', '.join(q.refused)}" if q.refused else "; kept"
+        return f"log loss {q.delta:+.4f} (seed noise {q.seed_noise:.4f}){refused}"
+    left = [f"refused {', '.join(q.refused)}"] if q.refused else []
+    left += [f"not resolved {', '.join(q.unresolved)}"] if q.unresolved else []
+    return (f"log loss {q.delta:+.4f} [{q.ci_low:+.4f}, {q.ci_high:+.4f}] (k={q.k}, seed spread "
+            f"{q.seed_spread:.4f}); {'; '.join(left) or 'passed'}")  # fmt: skip
 
 
 def _md_quality(q: dict[str, Any]) -> list[str]:
@@ -383,13 +389,12 @@ def _md_gpu(g: dict[str, Any]) -> list[str]:
         c = runs.get(run, {}).get("phases", {}).get("c")
         if not c:
             continue
-        o = c.get("outcome") or {}
-        fin = o.get("finalist") or o
-        ladder = "; ".join(f"{st['step']} {st['verdict']} {st['speedup_vs_previous']:.2f}x [{st['ci_low']:.2f}-{st['ci_high']:.2f}]"
-                           for st in o.get("ladder") or [])  # fmt: skip
+        o = Outcome.load(c.get("outcome")) or Outcome()
+        fin: Confirmation = o.finalist or o
+        ladder = "; ".join(f"{st.step} {st.verdict} {gain_text(st)}" for st in o.ladder or [])
         lines.append(f"- Study (run {run}, commit {runs[run]['commit']}, {c['wall_s']:.0f} s, "
-                     f"{len(c.get('launches', []))} launches): {o.get('decision')}; "
-                     + (f"finalist {fin['speedup']:.2f}x [{fin['ci_low']:.2f}-{fin['ci_high']:.2f}], " if "ci_low" in fin else "")
+                     f"{len(c.get('launches', []))} launches): {o.decision}; "
+                     + (f"finalist {fin.speedup:.2f}x [{fin.ci_low:.2f}-{fin.ci_high:.2f}], " if fin.ci_low is not None else "")
                      + f"published env {c['published']['env']}" + (f"; ladder: {ladder}" if ladder else "") + ".")  # fmt: skip
     lines += [""] + [f"- Run {r['run']}: {r['note']}" for r in g["runs"] if r.get("note")] + [""]
     return lines

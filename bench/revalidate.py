@@ -30,6 +30,7 @@ def run(iterations: int | None = None) -> dict[str, Any]:
     from autotuner.executors import make_executor
     from autotuner.store import Store, ValidationTrigger
     from autotuner.tuning import StudyDriver, StudySettings, create_study
+    from autotuner.tuning.outcome import Outcome
     from autotuner.tuning.revalidate import Revalidation, request
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-revalidate-"))
@@ -50,7 +51,7 @@ def run(iterations: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "study_s": study_s,
         "published": _config(published),
-        "decision": final.outcome.get("decision"),
+        "decision": (Outcome.load(final.outcome) or Outcome()).decision,
     }
 
     def revalidate(config: Any, reason: str) -> dict[str, Any]:

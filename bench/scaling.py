@@ -26,6 +26,7 @@ from autotuner.executors.local import node_agents
 from autotuner.executors.netns import NodeNetwork
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.outcome import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = "1gbit"
@@ -72,10 +73,10 @@ def study() -> dict[str, Any]:
     if final.state != "done":
         raise RuntimeError(f"study {final.state}: {final.error}")
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {"minutes": (time.monotonic() - started) / 60, "decision": final.outcome.get("decision"),
-            "speedup": final.outcome.get("speedup"), "ci_low": final.outcome.get("ci_low"),
-            "ci_high": final.outcome.get("ci_high"), "scaling": final.outcome.get("scaling"),
-            "ladder": final.outcome.get("ladder"), "namespaces_left": [n for n in left.split() if n.startswith("at-s")]}  # fmt: skip
+    out = (Outcome.load(final.outcome) or Outcome()).dump()
+    return {"minutes": (time.monotonic() - started) / 60,
+            **{k: out.get(k) for k in ("decision", "speedup", "ci_low", "ci_high", "scaling", "ladder")},
+            "namespaces_left": [n for n in left.split() if n.startswith("at-s")]}  # fmt: skip
 
 
 def run() -> dict[str, Any]:

@@ -14,7 +14,7 @@ from autotuner.demo import DEMO_SETTINGS
 from autotuner.executors import Fabric, LocalExecutor
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
-from autotuner.tuning.confirm import FIGURES
+from autotuner.tuning.outcome import FIGURES, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
@@ -36,9 +36,10 @@ def study(fabric: str | None) -> dict[str, Any]:
     final = StudyDriver(store, row.id, LocalExecutor(fabric=Fabric(fabric) if fabric else None)).run()
     if final.state != "done":
         raise RuntimeError(f"study {final.state}: {final.error}")
-    out = final.outcome
-    best = store.candidate(out["best_candidate"])
-    baseline = store.candidate(out["baseline_candidate"])
+    outcome = Outcome.load(final.outcome) or Outcome()
+    out = outcome.dump()
+    best = store.candidate(outcome.best_candidate)
+    baseline = store.candidate(outcome.baseline_candidate)
     served = store.served_config("bench", WORKLOAD["name"])
     finalist = out.get("finalist") or out  # kept apart when something else is published
     return {
@@ -46,7 +47,7 @@ def study(fabric: str | None) -> dict[str, Any]:
         "baseline": _setting(baseline),
         "best": _setting(best),
         "published": "the baseline (no changes)"
-        if out["chosen_candidate"] == baseline.id
+        if outcome.chosen_candidate == baseline.id
         else _setting(served),
         **{k: finalist.get(k) for k in FIGURES},
         "published_speedup": out.get("speedup"),

@@ -8,12 +8,11 @@ speedup is the published config's own.
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotuner.store import Candidate, LaunchKind
-from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT, finalist_figures
+from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT, finalist_of
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import climb
+from autotuner.tuning.outcome import Confirmation, LadderStep, Outcome, Quality
 from autotuner.tuning.pairs import Setting, compare
 from autotuner.tuning.quality import check
 
@@ -25,44 +24,45 @@ QUALITY_UNRESOLVED = ("what gave a gain was not shown to cost no quality ({knobs
                       "published the baseline (no changes)")  # fmt: skip
 
 
-def honest_claim(
-    ctx: StudyContext, baseline: Candidate, best: Candidate, outcome: dict[str, Any]
-) -> dict[str, Any]:
-    """The outcome's ladder, quality and, if the published config is not the finalist, its own
+def honest_claim(ctx: StudyContext, baseline: Candidate, best: Candidate, outcome: Outcome) -> Outcome:
+    """The outcome with its ladder, quality and, if the published config is not the finalist, its own
     confirmation (`chosen_candidate` then names a row that measured it)."""
     base, target = Setting.of(baseline), Setting.of(best)
-    steps: list[dict[str, Any]] = list(outcome.get("ladder") or [])
+    steps = list(outcome.ladder or [])
     top, row = climb(ctx, base, target, steps) if ctx.settings.ladder_rounds else (target, best)
     quality, kept = check(ctx, base, top, steps)
-    batch_step_to_quality(steps, quality)
-    claim: dict[str, Any] = {"ladder": steps, "quality": quality}
+    claimed = outcome.model_copy(update={"ladder": batch_step_to_quality(steps, quality), "quality": quality})
     if kept == target:
-        return claim
+        return claimed
     if kept == base:
         why = NOTHING_HELPED if top == base else _quality_why(quality)
-        return {**claim, "chosen_candidate": baseline.id, "decision": why}
+        return claimed.model_copy(update={"chosen_candidate": baseline.id, "decision": why})
     speedup, row = compare(ctx, kept, base, ctx.settings.confirm_rounds or 2, LaunchKind.CONFIRM, "reconfirm")
     if speedup is None or row is None or not speedup.significant:
-        return {**claim, "chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,
-                **({} if speedup is None else {"reconfirmed": speedup.as_dict()})}  # fmt: skip
-    return {**claim, **speedup.as_dict(), "chosen_candidate": row.id, "decision": ADOPTED,
-            "reconfirmed": speedup.as_dict(), "finalist": finalist_figures(outcome)}  # fmt: skip
+        return claimed.model_copy(update={"chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,
+                                          "reconfirmed": None if speedup is None else Confirmation.of(speedup)})  # fmt: skip
+    again = Confirmation.of(speedup)
+    return claimed.model_copy(update={**again.figures(), "chosen_candidate": row.id, "decision": ADOPTED,
+                                      "reconfirmed": again, "finalist": finalist_of(outcome)})  # fmt: skip
 
 
-def _quality_why(quality: dict[str, Any]) -> str:
+def _quality_why(quality: Quality) -> str:
     """Why the baseline is published after the convergence check: what it refused, else what it could
     not resolve."""
-    if quality.get("refused"):
-        return QUALITY_REFUSED.format(knobs=", ".join(quality["refused"] + quality.get("unresolved", [])))
-    return QUALITY_UNRESOLVED.format(knobs=", ".join(quality.get("unresolved") or []))
+    if quality.refused:
+        return QUALITY_REFUSED.format(knobs=", ".join(quality.refused + quality.unresolved))
+    return QUALITY_UNRESOLVED.format(knobs=", ".join(quality.unresolved))
 
 
-def batch_step_to_quality(steps: list[dict[str, Any]], quality: dict[str, Any]) -> None:
-    """The batch step's time-to-quality figure (its throughput gain x the sample-efficiency ratio of
-    the convergence check), beside its throughput gain: the verdict on a batch change is on that."""
-    ttq = quality.get("time_to_quality")
-    for step in steps:
-        if step.get("step") == "batch" and ttq and "ci_low" in step:
-            step["time_to_quality"] = {k: ttq[k] for k in ("efficiency", "efficiency_ci", "speedup", "ci_low",
-                                                            "ci_high", "verdict", "never", "speedup_at_most",
-                                                            "lr_scaling", "trained_samples") if k in ttq}  # fmt: skip
+def batch_step_to_quality(steps: list[LadderStep], quality: Quality) -> list[LadderStep]:
+    """The steps, the batch step with its time-to-quality figure (its throughput gain x the
+    sample-efficiency ratio of the convergence check) beside its throughput gain: the verdict on a
+    batch change is on that."""
+    ttq = quality.time_to_quality
+    if ttq is None:
+        return steps
+    beside = ttq.model_copy(
+        update={"baseline_samples": None, "samples": None, "throughput_gain": None, "variant": None}
+    )
+    return [s.model_copy(update={"time_to_quality": beside}) if s.step == "batch" and s.measured else s
+            for s in steps]  # fmt: skip

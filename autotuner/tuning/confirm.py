@@ -4,10 +4,9 @@ handed an unproven change)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
+from autotuner.tuning.outcome import FIGURES, Confirmation, Finalist, Outcome
 from autotuner.tuning.pairs import Setting, compare
 
 ADOPTED = "tuned config is faster with 95% confidence: published"
@@ -15,37 +14,32 @@ NOT_SIGNIFICANT = "no significant gain over the baseline: published the baseline
 NOT_CONFIRMED = "not confirmed (confirm_rounds=0 or the baseline was best)"
 
 
-def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> dict[str, Any]:
+def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
     rounds = ctx.settings.confirm_rounds
-    outcome: dict[str, Any] = {"best_candidate": best.id, "baseline_candidate": baseline.id}
     speedup = None
     if rounds and best.id != baseline.id:
         speedup, _ = compare(
             ctx, Setting.of(best), Setting.of(baseline), rounds, LaunchKind.CONFIRM, "confirm"
         )
     if speedup is not None:
-        outcome.update(speedup.as_dict())
         adopt = speedup.significant
-        outcome["decision"] = ADOPTED if adopt else NOT_SIGNIFICANT
+        figures = Confirmation.of(speedup).figures()
+        decision = ADOPTED if adopt else NOT_SIGNIFICANT
     else:
         adopt = best.id != baseline.id and rounds == 0
-        outcome["speedup"] = (best.samples_per_s or 0) / (baseline.samples_per_s or 1)
-        outcome["decision"] = NOT_CONFIRMED
-    outcome["chosen_candidate"] = best.id if adopt else baseline.id
-    return outcome
+        figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}
+        decision = NOT_CONFIRMED
+    return Outcome(best_candidate=best.id, baseline_candidate=baseline.id, decision=decision,
+                   chosen_candidate=best.id if adopt else baseline.id, **figures)  # fmt: skip
 
 
-FIGURES = ("speedup", "ci_low", "ci_high", "confidence", "rounds", "tuned_samples_per_s",
-           "baseline_samples_per_s", "significant")  # fmt: skip
-
-
-def baseline_published(outcome: dict[str, Any]) -> dict[str, Any]:
+def baseline_published(outcome: Outcome) -> Outcome:
     """When the baseline is what gets published, the finalist's figures are the finalist's, not the
     config's: they move under `finalist`, and the claim is 1.0x (no changes)."""
-    rest = {k: v for k, v in outcome.items() if k not in FIGURES}
-    return {**rest, "finalist": finalist_figures(outcome), "speedup": 1.0}
+    cleared = dict.fromkeys(FIGURES)
+    return outcome.model_copy(update={**cleared, "finalist": finalist_of(outcome), "speedup": 1.0})
 
 
-def finalist_figures(outcome: dict[str, Any]) -> dict[str, Any]:
+def finalist_of(outcome: Outcome) -> Finalist:
     """The confirmation's figures of the finalist (kept apart when something else is published)."""
-    return {**{k: outcome[k] for k in FIGURES if k in outcome}, "candidate": outcome.get("best_candidate")}
+    return Finalist(**outcome.figures(), candidate=outcome.best_candidate)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
 
 from autotuner.executors import Executor
 from autotuner.names import BadName, check_name
@@ -21,6 +20,7 @@ from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.lease import Lease, StudyBusy, StudyCancelled
+from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
 from autotuner.tuning.publish import publish
@@ -122,26 +122,33 @@ class StudyDriver:
         study = self.store.update_study(
             self.study_id, best_candidate_id=best.id, baseline_candidate_id=baseline.id
         )
-        outcome: dict[str, Any] = dict(study.outcome or {})
-        if "decision" not in outcome:
-            outcome.update(decide(self.ctx, best, baseline))
-            if outcome["chosen_candidate"] == best.id != baseline.id:
-                self.ctx.progress.on_phase("ladder")
-                outcome.update(honest_claim(self.ctx, baseline, best, outcome))
-            if outcome["chosen_candidate"] == baseline.id != best.id:
-                outcome = baseline_published(outcome)
-            if self.ctx.settings.publish:
-                chosen = self._chosen(outcome)
-                outcome["published_version"] = publish(self.ctx, chosen, outcome).version
-            self.store.update_study(self.study_id, outcome=outcome)
+        outcome = Outcome.load(study.outcome) or Outcome()
+        if outcome.decision is None:
+            outcome = self._claim(best, baseline)
+            self.store.update_study(self.study_id, outcome=outcome.dump())
         if self.ctx.settings.scaling_nodes:
-            outcome["scaling"] = scaling_curve(self.ctx, self._chosen(outcome), baseline)
+            outcome.scaling = scaling_curve(self.ctx, self._chosen(outcome), baseline)
         return self.store.update_study(
-            self.study_id, state=StudyState.DONE, outcome=outcome, finished_at=utcnow()
+            self.study_id, state=StudyState.DONE, outcome=outcome.dump(), finished_at=utcnow()
         )
 
-    def _chosen(self, outcome: dict[str, Any]) -> Candidate:
-        chosen = self.store.candidate(outcome["chosen_candidate"])
+    def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
+        """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
+        outcome = decide(self.ctx, best, baseline)
+        if outcome.chosen_candidate == best.id != baseline.id:
+            self.ctx.progress.on_phase("ladder")
+            outcome = honest_claim(self.ctx, baseline, best, outcome)
+        if outcome.chosen_candidate == baseline.id != best.id:
+            outcome = baseline_published(outcome)
+        outcome.inert = dict(self.ctx.inert)
+        if self.ctx.settings.publish:
+            outcome.published_version = publish(self.ctx, self._chosen(outcome), outcome).version
+        return outcome
+
+    def _chosen(self, outcome: Outcome) -> Candidate:
+        chosen = (
+            self.store.candidate(outcome.chosen_candidate) if outcome.chosen_candidate is not None else None
+        )
         assert chosen is not None
         return chosen
 

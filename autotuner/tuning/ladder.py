@@ -14,6 +14,7 @@ from typing import Any
 
 from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
+from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting, compare
 
 KEPT, NO_GAIN = "kept", "no measurable gain"
@@ -36,7 +37,7 @@ GROUPS: dict[str, tuple[Callable[[Setting], Any], Callable[[Setting, Setting], S
 
 
 def climb(
-    ctx: StudyContext, baseline: Setting, target: Setting, steps: list[dict[str, Any]]
+    ctx: StudyContext, baseline: Setting, target: Setting, steps: list[LadderStep]
 ) -> tuple[Setting, Candidate | None]:
     """Walk the ladder; `steps` holds the steps done so far (a resumed study keeps them) and grows
     as they are measured. Returns the setting at the top and a row that measured it.
@@ -60,11 +61,11 @@ def climb(
             deferred.add(group)
             order.append(group)
             continue
-        if walked < len(steps) and steps[walked]["step"] == group:  # done before the study was interrupted
+        if walked < len(steps) and steps[walked].step == group:  # done before the study was interrupted
             step = steps[walked]
         elif problem:  # never launched: it cannot run where the ladder stands
-            step = {"step": group, "changed": _changed(group, read(current), read(nxt)), "kept": False,
-                    "verdict": f"cannot run: {problem}", "candidate": None, "cumulative": cumulative}  # fmt: skip
+            step = LadderStep(step=group, changed=_changed(group, read(current), read(nxt)), kept=False,
+                              verdict=f"cannot run: {problem}", candidate=None, cumulative=cumulative)  # fmt: skip
             steps.append(step)
         else:
             # A step from the baseline straight to the finalist is the confirmation itself: its
@@ -73,33 +74,29 @@ def climb(
             step = _step(ctx, i, group, current, nxt, read, cumulative, same_as_confirmed)
             steps.append(step)
         walked += 1
-        if step["kept"]:
-            current, cumulative = nxt, step["cumulative"]
-            row = ctx.store.candidate(step["candidate"]) or row
+        if step.kept:
+            current, cumulative = nxt, step.cumulative or cumulative
+            row = (ctx.store.candidate(step.candidate) if step.candidate is not None else None) or row
     return current, row
 
 
 def _step(ctx: StudyContext, i: int, group: str, current: Setting, nxt: Setting, read: Callable[[Setting], Any],
-          cumulative: float, confirmed: bool) -> dict[str, Any]:  # fmt: skip
+          cumulative: float, confirmed: bool) -> LadderStep:  # fmt: skip
     rounds, kind, tag = (
         (ctx.settings.confirm_rounds, LaunchKind.CONFIRM, "confirm")
         if confirmed
         else (ctx.settings.ladder_rounds, LaunchKind.LADDER, f"ladder-{i}-{group}")
     )
     speedup, row = compare(ctx, nxt, current, rounds, kind, tag)
-    kept = speedup is not None and speedup.significant
-    step: dict[str, Any] = {
-        "step": group,
-        "changed": _changed(group, read(current), read(nxt)),
-        "kept": kept,
-        "verdict": KEPT if kept else NO_GAIN,
-        "candidate": row.id if row is not None else None,
-    }
+    changed, candidate = _changed(group, read(current), read(nxt)), row.id if row is not None else None
     if speedup is None:
-        return {**step, "verdict": "not measured (see the launch logs)", "cumulative": cumulative}
-    return {**step, "samples_per_s": speedup.tuned, "previous_samples_per_s": speedup.baseline,
-            "speedup_vs_previous": speedup.ratio, "ci_low": speedup.ci_low, "ci_high": speedup.ci_high,
-            "rounds": speedup.rounds, "cumulative": cumulative * speedup.ratio if kept else cumulative}  # fmt: skip
+        return LadderStep(step=group, changed=changed, kept=False, verdict="not measured (see the launch logs)",
+                          candidate=candidate, cumulative=cumulative)  # fmt: skip
+    kept = speedup.significant
+    return LadderStep(step=group, changed=changed, kept=kept, verdict=KEPT if kept else NO_GAIN, candidate=candidate,
+                      samples_per_s=speedup.tuned, previous_samples_per_s=speedup.baseline,
+                      speedup_vs_previous=speedup.ratio, ci_low=speedup.ci_low, ci_high=speedup.ci_high,
+                      rounds=speedup.rounds, cumulative=cumulative * speedup.ratio if kept else cumulative)  # fmt: skip
 
 
 def _changed(group: str, before: Any, after: Any) -> dict[str, list[Any]]:

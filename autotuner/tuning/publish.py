@@ -8,23 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 from autotuner.store import Candidate, Config
-from autotuner.tuning.confirm import FIGURES
 from autotuner.tuning.context import StudyContext
+from autotuner.tuning.outcome import Outcome
 
 
-def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Config:
-    evidence = {
-        **{k: outcome[k] for k in FIGURES if k in outcome},
+def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
+    claim = outcome.dump()
+    evidence: dict[str, Any] = {
+        **outcome.figures(),
         "study_id": ctx.study_id,
         "candidate_id": chosen.id,
-        "decision": outcome["decision"],
+        "decision": outcome.decision,
         "quant_error": {"fwd": chosen.quant_error_fwd, "bwd": chosen.quant_error_bwd},
         "effective_precision": [chosen.effective_fwd_precision, chosen.effective_bwd_precision],
         "measured_on": ctx.executor.name,
-        **{k: outcome[k] for k in ("ladder", "quality", "finalist") if k in outcome},
+        **{k: claim[k] for k in ("ladder", "quality", "finalist") if k in claim},
     }
-    if ctx.inert:
-        evidence["inert"] = ctx.inert  # searched or fixed, but unable to act here: never exported
+    if outcome.inert:
+        evidence["inert"] = outcome.inert  # searched or fixed, but unable to act here: never exported
     emulated = [f"fabric at {ctx.settings.fabric}"] if ctx.settings.fabric else []
     if ctx.settings.executor_options.get("nodes") in ("ranks", "hostids", "namespaces"):
         emulated.append(
@@ -34,7 +35,7 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: dict[str, Any]) -> Co
         evidence["emulation"] = f"emulated {', '.join(emulated)}: not a real cluster measurement"
     return ctx.store.publish_config(
         cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes,
-        env={k: v for k, v in chosen.env.items() if k not in ctx.inert},
+        env={k: v for k, v in chosen.env.items() if k not in (outcome.inert or {})},
         fwd_precision=chosen.fwd_precision, bwd_precision=chosen.bwd_precision, batch_size=chosen.batch_size,
         sharding=chosen.sharding, num_threads=chosen.num_threads, pipeline=chosen.pipeline,
         evidence=evidence, study_id=ctx.study_id,

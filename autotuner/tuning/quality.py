@@ -33,6 +33,7 @@ from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import GROUPS
 from autotuner.tuning.launch import run_launch
+from autotuner.tuning.outcome import Gain, KnobQuality, LadderStep, Quality, TimeToQuality, VariantFigures
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio, paired_delta, product, ratio_over
@@ -61,25 +62,25 @@ class Variant:
 
 
 def check(
-    ctx: StudyContext, baseline: Setting, tuned: Setting, ladder: Sequence[dict[str, Any]] = ()
-) -> tuple[dict[str, Any], Setting]:
+    ctx: StudyContext, baseline: Setting, tuned: Setting, ladder: Sequence[LadderStep] = ()
+) -> tuple[Quality, Setting]:
     """The quality evidence, and the tuned setting without the knobs that did not pass."""
     knobs = [k for k in KNOBS if GROUPS[k][0](baseline) != GROUPS[k][0](tuned)]
     skipped = _why_not(ctx, knobs)
     if skipped:
-        return {"skipped": skipped}, tuned
+        return Quality(skipped=skipped), tuned
     variants = _variants(ctx, baseline, tuned, knobs)
     gain = batch_gain(ladder)
     seeds = list(range(ctx.space.quality_seeds))
     ctx.progress.on_phase("quality")
     launch, scores = _scores(ctx, variants, seeds, gain)
     if scores is None:
-        return {"skipped": f"the convergence check did not run: {launch.error or launch.state}"}, tuned
+        return Quality(skipped=f"the convergence check did not run: {launch.error or launch.state}"), tuned
     summary = launch.summary or {}
     evidence = judge(scores, knobs, variants, ctx.space.max_logloss_delta, gain,
                      data=ctx.space.quality_data or SYNTHETIC, cost_s=summary.get("wall_s"))  # fmt: skip
     kept = tuned
-    for knob in evidence["refused"] + evidence["unresolved"]:
+    for knob in evidence.refused + evidence.unresolved:
         kept = GROUPS[knob][1](kept, baseline)
     return evidence, kept
 
@@ -119,13 +120,14 @@ def _why_not(ctx: StudyContext, knobs: list[str]) -> str | None:
     return None
 
 
-def batch_gain(ladder: Sequence[dict[str, Any]]) -> Ratio | None:
+def batch_gain(ladder: Sequence[LadderStep]) -> Ratio | None:
     """The throughput gain of the ladder's batch step, with its interval (None: not measured)."""
     for step in ladder:
-        if step.get("step") == "batch" and "ci_low" in step:
-            return Ratio.of_interval(
-                step["speedup_vs_previous"], step["ci_low"], step["ci_high"], step["rounds"]
+        if step.step == "batch" and step.ci_low is not None:
+            assert (
+                step.speedup_vs_previous is not None and step.ci_high is not None and step.rounds is not None
             )
+            return Ratio.of_interval(step.speedup_vs_previous, step.ci_low, step.ci_high, step.rounds)
     return None
 
 
@@ -190,7 +192,7 @@ def _extra(
 def judge(
     scores: dict[str, list[dict[str, Any]]], knobs: list[str], variants: list[Variant], limit: float,
     gain: Ratio | None, *, data: str = SYNTHETIC, cost_s: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> Quality:  # fmt: skip
     """The evidence from every variant's per-seed scores (the same seeds, in the same order)."""
     base = scores["baseline"]
     base_loss = [s["logloss"] for s in base]
@@ -201,7 +203,7 @@ def judge(
     chosen = {name: best for name in names if (best := _best_rule(name, variants, figures)) is not None}
 
     def verdict(name: str) -> str:
-        return figures[chosen[name]]["verdict"]
+        return figures[chosen[name]].verdict
 
     if len(knobs) == 1:
         status = {knobs[0]: verdict("tuned")}
@@ -210,41 +212,32 @@ def judge(
         if all(v == PASSED for v in status.values()) and verdict("tuned") != PASSED:
             status = dict.fromkeys(knobs, verdict("tuned"))
     tuned = figures[chosen["tuned"]]
-    evidence: dict[str, Any] = {
-        "k": len(base),
-        "seeds": [s.get("model_seed") for s in base],
-        "baseline_logloss": statistics.fmean(base_loss),
-        "tuned_logloss": statistics.fmean(tuned["logloss"]),
-        "baseline_per_seed": base_loss,
-        "tuned_per_seed": tuned["logloss"],
-        **{k: tuned[k] for k in ("delta", "ci_low", "ci_high", "sd", "k_to_resolve")},
-        "verdict": tuned["equal_samples_verdict"],
-        "seed_spread": statistics.stdev(base_loss),
-        "baseline_auc": statistics.fmean(s["auc"] for s in base),
-        "tuned_auc": statistics.fmean(tuned["auc"]),
-        "samples": base[0]["train_samples"],
-        "eval_samples": base[0]["eval_samples"],
-        "max_logloss_delta": limit,
-        "variants": figures,
-        "knobs": {k: _knob(k, knobs, chosen, figures) for k in knobs},
-        "refused": [k for k in knobs if status[k] == REFUSED],
-        "unresolved": [k for k in knobs if status[k] == NOT_RESOLVED],
-        "data": data,
-        "cost_s": cost_s,
-    }
     batch = chosen.get("only_batch" if len(knobs) > 1 else "tuned")
-    if "batch" in knobs and batch is not None and "time_to_quality" in figures[batch]:
-        evidence["time_to_quality"] = {**figures[batch]["time_to_quality"], "variant": batch,
-                                       "lr_scaling": figures[batch]["lr_scaling"]}  # fmt: skip
-    return evidence
+    ttq = figures[batch].time_to_quality if "batch" in knobs and batch is not None else None
+    return Quality(
+        k=len(base), seeds=[s.get("model_seed") for s in base], baseline_logloss=statistics.fmean(base_loss),
+        tuned_logloss=statistics.fmean(tuned.logloss), baseline_per_seed=base_loss, tuned_per_seed=tuned.logloss,
+        delta=tuned.delta, ci_low=tuned.ci_low, ci_high=tuned.ci_high, sd=tuned.sd, k_to_resolve=tuned.k_to_resolve,
+        verdict=tuned.equal_samples_verdict, seed_spread=statistics.stdev(base_loss),
+        baseline_auc=statistics.fmean(s["auc"] for s in base), tuned_auc=statistics.fmean(tuned.auc),
+        samples=base[0]["train_samples"], eval_samples=base[0]["eval_samples"], max_logloss_delta=limit,
+        variants=figures, knobs={k: _knob(k, knobs, chosen, figures) for k in knobs},
+        refused=[k for k in knobs if status[k] == REFUSED], unresolved=[k for k in knobs if status[k] == NOT_RESOLVED],
+        data=data, cost_s=cost_s,
+        time_to_quality=None if ttq is None or batch is None else
+        ttq.model_copy(update={"variant": batch, "lr_scaling": figures[batch].lr_scaling}),
+    )  # fmt: skip
 
 
-def _knob(knob: str, knobs: list[str], chosen: dict[str, str], figures: dict[str, Any]) -> dict[str, Any]:
+def _knob(
+    knob: str, knobs: list[str], chosen: dict[str, str], figures: dict[str, VariantFigures]
+) -> KnobQuality:
     f = figures[chosen["tuned" if len(knobs) == 1 else f"only_{knob}"]]
-    return {k: f[k] for k in ("delta", "ci_low", "ci_high", "verdict", "k_to_resolve")}
+    return KnobQuality(delta=f.delta, ci_low=f.ci_low, ci_high=f.ci_high, verdict=f.verdict,
+                       k_to_resolve=f.k_to_resolve)  # fmt: skip
 
 
-def _best_rule(name: str, variants: list[Variant], figures: dict[str, Any]) -> str | None:
+def _best_rule(name: str, variants: list[Variant], figures: dict[str, VariantFigures]) -> str | None:
     """The variant of `name` under the learning-rate rule that did best (time to quality, else the
     equal-samples delta)."""
     tried = [v.name for v in variants if v.name == name or v.name.startswith(f"{name}@")]
@@ -252,8 +245,8 @@ def _best_rule(name: str, variants: list[Variant], figures: dict[str, Any]) -> s
         return None
 
     def merit(n: str) -> tuple[float, float]:
-        ttq = figures[n].get("time_to_quality") or {}
-        return (ttq.get("speedup") or ttq.get("efficiency") or 0.0, -figures[n]["delta"])
+        ttq = figures[n].time_to_quality or TimeToQuality()
+        return (ttq.speedup or ttq.efficiency or 0.0, -figures[n].delta)
 
     return max(tried, key=merit)
 
@@ -264,49 +257,47 @@ def _figures(
     base: list[dict[str, Any]],
     limit: float,
     gain: Ratio | None,
-) -> dict[str, Any]:
+) -> VariantFigures:
     """A variant against the baseline: per-seed losses, the paired delta with its interval and verdict,
     and for a batch change its time to quality (whose verdict is then the variant's)."""
     loss = [s["logloss"] for s in scores]
     delta = paired_delta(loss, [s["logloss"] for s in base]).as_dict(limit)
-    out: dict[str, Any] = {"logloss": loss, "auc": [s["auc"] for s in scores], **delta,
-                           "equal_samples_verdict": delta["verdict"]}  # fmt: skip
-    if variant.batch_change:
-        out["lr_scaling"] = variant.lr_rule or "none"
-        out["lr_scale"] = scores[0].get("lr_scale", 1.0)
-        ttq = time_to_quality(scores, base, gain)
-        out["time_to_quality"] = ttq
-        if ttq.get("verdict"):
-            out["verdict"] = ttq["verdict"]
-    return out
+    out = VariantFigures.model_validate({"logloss": loss, "auc": [s["auc"] for s in scores], **delta,
+                                         "equal_samples_verdict": delta["verdict"]})  # fmt: skip
+    if not variant.batch_change:
+        return out
+    ttq = time_to_quality(scores, base, gain)
+    return out.model_copy(update={"lr_scaling": variant.lr_rule or "none", "lr_scale": scores[0].get("lr_scale", 1.0),
+                                  "time_to_quality": ttq, "verdict": ttq.verdict or out.verdict})  # fmt: skip
 
 
 def time_to_quality(
     scores: list[dict[str, Any]], base: list[dict[str, Any]], gain: Ratio | None
-) -> dict[str, Any]:
+) -> TimeToQuality:
     """Per seed, the samples the variant needs to reach that seed's baseline final log loss; their
     ratio to the baseline's budget (sample efficiency, > 1: fewer samples), and times the throughput
     gain, the time-to-quality speedup with its 95% interval and verdict."""
     budget = base[0]["train_samples"]
     needed = [samples_to_reach(s.get("curve") or [], b["logloss"]) for s, b in zip(scores, base, strict=True)]
     trained = max(s.get("budget_samples", budget) for s in scores)
-    out: dict[str, Any] = {"baseline_samples": budget, "samples": needed, "trained_samples": trained}
-    if gain is not None:
-        out["throughput_gain"] = gain.as_dict()
-    if any(n is None for n in needed):
+    out = TimeToQuality(baseline_samples=budget, samples=needed, trained_samples=trained,
+                        throughput_gain=None if gain is None else Gain.model_validate(gain.as_dict()))  # fmt: skip
+    reached = [n for n in needed if n is not None]
+    if len(reached) < len(needed):
         # Never within the budget: fewer than budget/trained as efficient, so at best this fast.
         best = None if gain is None else gain.ci_high * budget / trained
-        out.update(never=True, speedup_at_most=best)
-        if best is not None:
-            out["verdict"] = REFUSED if best <= 1 else NOT_RESOLVED
+        verdict = None if best is None else REFUSED if best <= 1 else NOT_RESOLVED
+        return out.model_copy(update={"never": True, "speedup_at_most": best, "verdict": verdict})
+    efficiency = ratio_over([budget / n for n in reached])
+    out = out.model_copy(
+        update={"efficiency": efficiency.ratio, "efficiency_ci": [efficiency.ci_low, efficiency.ci_high]}
+    )
+    if gain is None:
         return out
-    efficiency = ratio_over([budget / n for n in needed])  # type: ignore[operator]
-    out["efficiency"], out["efficiency_ci"] = efficiency.ratio, [efficiency.ci_low, efficiency.ci_high]
-    if gain is not None:
-        speedup = product(gain, efficiency)
-        out.update(speedup=speedup.ratio, ci_low=speedup.ci_low, ci_high=speedup.ci_high)
-        out["verdict"] = PASSED if speedup.ci_low > 1 else REFUSED if speedup.ci_high < 1 else NOT_RESOLVED
-    return out
+    speedup = product(gain, efficiency)
+    verdict = PASSED if speedup.ci_low > 1 else REFUSED if speedup.ci_high < 1 else NOT_RESOLVED
+    return out.model_copy(update={"speedup": speedup.ratio, "ci_low": speedup.ci_low, "ci_high": speedup.ci_high,
+                                  "verdict": verdict})  # fmt: skip
 
 
 def samples_to_reach(curve: Sequence[Sequence[float]], target: float) -> float | None:

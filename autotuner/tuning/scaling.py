@@ -10,12 +10,13 @@ from autotuner.executors.base import LaunchState
 from autotuner.store import MEASURED, Candidate, CandidateState, LaunchKind, env_hash
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.launch import run_launch
+from autotuner.tuning.outcome import ScalingPoint
 from autotuner.tuning.plan import PlannedLaunch
 
 ROLES = ("baseline", "tuned")
 
 
-def scaling_curve(ctx: StudyContext, chosen: Candidate, baseline: Candidate) -> list[dict[str, Any]]:
+def scaling_curve(ctx: StudyContext, chosen: Candidate, baseline: Candidate) -> list[ScalingPoint]:
     measured = _measured(ctx, baseline)
     for nodes in ctx.settings.scaling_nodes:
         for role, row in (("baseline", baseline), ("tuned", chosen)):
@@ -44,7 +45,7 @@ def _measured(ctx: StudyContext, baseline: Candidate) -> dict[tuple[str, int], f
     return measured
 
 
-def _curve(node_counts: list[int], measured: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
+def _curve(node_counts: list[int], measured: dict[tuple[str, int], float]) -> list[ScalingPoint]:
     first = min(node_counts)
     curve = []
     for nodes in node_counts:
@@ -56,5 +57,5 @@ def _curve(node_counts: list[int], measured: dict[tuple[str, int], float]) -> li
             point[f"{role}_scaling"] = factor
             # factor / the ideal one (N / the smallest N): 1.0 is perfect scaling
             point[f"{role}_efficiency"] = factor / (nodes / first) if factor else None
-        curve.append(point)
+        curve.append(ScalingPoint.model_validate(point))
     return curve

@@ -11,6 +11,7 @@ from rich.console import Console
 from autotuner.claim_report import ladder_table, quality_line
 from autotuner.store import Store
 from autotuner.tuning.claim import batch_step_to_quality
+from autotuner.tuning.outcome import LadderStep, Outcome, Quality
 from autotuner.tuning.quality import Variant, batch_gain, judge
 from tests.api.conftest import LANDSCAPE
 from tests.api.test_dashboard import ARTIFACTS, browser, finished, study_page  # noqa: F401 - fixtures
@@ -19,7 +20,7 @@ from tests.tuning.test_quality_stats import curve
 BUDGET = 131072
 
 
-def evidence_and_ladder() -> tuple[dict, list[dict]]:
+def evidence_and_ladder() -> tuple[Quality, list[LadderStep]]:
     """What the engine records for a batch change 512 -> 1024 checked under 3 paired seeds."""
     base = [{"logloss": x, "auc": 0.765, "train_samples": BUDGET, "eval_samples": 16384, "model_seed": i}
             for i, x in enumerate((0.5750, 0.5730, 0.5776))]  # fmt: skip
@@ -27,15 +28,14 @@ def evidence_and_ladder() -> tuple[dict, list[dict]]:
               "model_seed": b["model_seed"], "budget_samples": int(1.5 * BUDGET), "lr_scale": 1.0,
               "curve": curve(needs, BUDGET, 6, b["logloss"])}
              for b, d, needs in zip(base, (0.0075, 0.0008, -0.0026), (1.19, 1.02, 0.95), strict=True)]  # fmt: skip
-    ladder = [{"step": "batch", "changed": {"batch": [512, 1024]}, "kept": True, "verdict": "kept", "candidate": 1,
-               "samples_per_s": 26205.0, "previous_samples_per_s": 19700.0, "speedup_vs_previous": 1.33,
-               "ci_low": 1.22, "ci_high": 1.46, "rounds": 5, "cumulative": 1.33}]  # fmt: skip
+    ladder = [LadderStep(step="batch", changed={"batch": [512, 1024]}, kept=True, verdict="kept", candidate=1,
+                         samples_per_s=26205.0, previous_samples_per_s=19700.0, speedup_vs_previous=1.33,
+                         ci_low=1.22, ci_high=1.46, rounds=5, cumulative=1.33)]  # fmt: skip
     variants = [Variant("baseline", None), Variant("tuned", None, True, "none")]
     evidence = judge(
         {"baseline": base, "tuned": batch}, ["batch"], variants, 0.002, batch_gain(ladder), cost_s=34.0
     )
-    batch_step_to_quality(ladder, evidence)
-    return evidence, ladder
+    return evidence, batch_step_to_quality(ladder, evidence)
 
 
 def plant_checked_study(db) -> int:
@@ -49,9 +49,8 @@ def plant_checked_study(db) -> int:
             state="done",
         )  # fmt: skip
         quality, ladder = evidence_and_ladder()
-        store.update_study(
-            study.id, outcome={"ladder": ladder, "quality": quality, "decision": "see the check"}
-        )
+        outcome = Outcome(ladder=ladder, quality=quality, decision="see the check")
+        store.update_study(study.id, outcome=outcome.dump())
         return study.id
     finally:
         store.dispose()
@@ -60,21 +59,21 @@ def plant_checked_study(db) -> int:
 def test_the_terminal_says_the_interval_the_verdict_and_the_time_to_quality():
     quality, ladder = evidence_and_ladder()
     line = quality_line(quality)
-    assert f"costs {quality['delta']:+.4f} [{quality['ci_low']:+.4f}, {quality['ci_high']:+.4f}]" in line
+    assert f"costs {quality.delta:+.4f} [{quality.ci_low:+.4f}, {quality.ci_high:+.4f}]" in line
     assert "not resolved at k=3" in line
     assert "3 paired model seeds" in line
     assert "quality launch 34 s" in line
-    ttq = ladder[0]["time_to_quality"]
-    assert f"{ttq['speedup']:.2f}x time to quality [{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}]" in line
-    assert f"batch: 1.33x samples/s, {1 / ttq['efficiency']:.2f}x the samples" in line
+    ttq = ladder[0].time_to_quality
+    assert f"{ttq.speedup:.2f}x time to quality [{ttq.ci_low:.2f}-{ttq.ci_high:.2f}]" in line
+    assert f"batch: 1.33x samples/s, {1 / ttq.efficiency:.2f}x the samples" in line
     console = Console(width=80, record=True)
     console.print(ladder_table(ladder))
     table = console.export_text()
     row = next(r for r in table.splitlines() if "to quality" in r)  # beside the batch step's own gain
-    assert f"{ttq['speedup']:.2f}x" in row
-    assert f"{ttq['ci_low']:.2f}-{ttq['ci_high']:.2f}" in row
+    assert f"{ttq.speedup:.2f}x" in row
+    assert f"{ttq.ci_low:.2f}-{ttq.ci_high:.2f}" in row
     assert row.rstrip().endswith("dropped")  # not resolved
-    assert f"{1 / ttq['efficiency'] - 1:+.0%} samples" in row
+    assert f"{1 / ttq.efficiency - 1:+.0%} samples" in row
     assert max(len(r) for r in table.splitlines()) <= 80
     assert "not resolved" in line
 
@@ -87,15 +86,15 @@ def test_the_study_page_shows_the_quality_ci_verdict_and_time_to_quality(browser
     page, errors = study_page(browser, srv, study_id)
     page.wait_for_function("document.getElementById('ladder-quality').textContent.length > 0", timeout=15_000)
     text = page.inner_text("#ladder-quality")
-    assert f"costs {quality['delta']:+.4f} [{quality['ci_low']:+.4f}, {quality['ci_high']:+.4f}]" in text
+    assert f"costs {quality.delta:+.4f} [{quality.ci_low:+.4f}, {quality.ci_high:+.4f}]" in text
     assert "not resolved at k=3" in text
-    assert f"(k={quality['k_to_resolve']} would resolve it)" in text
-    ttq = ladder[0]["time_to_quality"]
-    assert f"{ttq['speedup']:.2f}× time to quality [{ttq['ci_low']:.2f}–{ttq['ci_high']:.2f}]" in text
+    assert f"(k={quality.k_to_resolve} would resolve it)" in text
+    ttq = ladder[0].time_to_quality
+    assert f"{ttq.speedup:.2f}× time to quality [{ttq.ci_low:.2f}–{ttq.ci_high:.2f}]" in text
     page.wait_for_selector("#chart-ladder .main-svg", timeout=15_000)
     bars = page.text_content("#chart-ladder .main-svg")  # the bars' labels (SVG text)
     assert "1.33× [1.22–1.46]" in bars
-    assert f"to quality {ttq['speedup']:.2f}×" in bars
+    assert f"to quality {ttq.speedup:.2f}×" in bars
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-quality.png"), full_page=True)
     assert errors == []

@@ -11,6 +11,7 @@ from autotuner.space import SpaceError
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
 from autotuner.tuning.confirm import baseline_published
+from autotuner.tuning.outcome import Outcome, Quality
 from autotuner.tuning.quality import Variant, judge
 from tests.api.conftest import LANDSCAPE
 
@@ -41,9 +42,11 @@ def test_nccl_variables_are_not_searched_or_exported_on_gloo_and_the_study_says_
     assert "gloo" in study.inert["NCCL_NSOCKS_PERTHREAD"]  # said when created, before any launch
     assert set(final.inert) == {"NCCL_NSOCKS_PERTHREAD"}
     searched = [launch for launch in store.launches(study.id) if launch.kind == "search"]
-    assert searched and all("NCCL_NSOCKS_PERTHREAD" not in launch.env for launch in searched)
+    assert searched
+    assert all("NCCL_NSOCKS_PERTHREAD" not in launch.env for launch in searched)
     config = store.served_config("cpu-box", "small")
-    assert config.env == {} and "NCCL_NSOCKS_PERTHREAD" in config.evidence["inert"]
+    assert config.env == {}
+    assert "NCCL_NSOCKS_PERTHREAD" in config.evidence["inert"]
 
 
 def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
@@ -52,43 +55,51 @@ def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
     _, final = run(store, tmp_path, space)
     ladder = final.outcome["ladder"]
     steps = [s["step"] for s in ladder]
-    assert steps[-2:] == ["batch", "env"] and set(steps) <= {"precision", "batch", "env"}  # in ladder order
+    assert steps[-2:] == ["batch", "env"]
+    assert set(steps) <= {"precision", "batch", "env"}
     for step in ladder:
-        assert step["ci_low"] <= step["speedup_vs_previous"] <= step["ci_high"] and step["rounds"] == 5
+        assert step["ci_low"] <= step["speedup_vs_previous"] <= step["ci_high"]
+        assert step["rounds"] == 5
         assert step["kept"] == (step["ci_low"] > 1)  # the drop rule: an interval that includes 1
     batch, env = ladder[-2:]
-    assert batch["kept"] and batch["changed"] == {"batch": [64, 256]}
-    assert not env["kept"] and env["verdict"] == "no measurable gain"
+    assert batch["kept"]
+    assert batch["changed"] == {"batch": [64, 256]}
+    assert not env["kept"]
+    assert env["verdict"] == "no measurable gain"
     assert env["cumulative"] == batch["cumulative"]  # a dropped step adds nothing to the total
     config = store.served_config("cpu-box", "small")
-    assert config.batch_size == 256 and config.env == {}  # the dropped knob is not published
+    assert config.batch_size == 256
+    assert config.env == {}
     # What was published is what was re-confirmed against the baseline, not the finalist
-    assert (
-        final.outcome["reconfirmed"]["significant"] and config.evidence["speedup"] == final.outcome["speedup"]
-    )
+    assert final.outcome["reconfirmed"]["significant"]
+    assert config.evidence["speedup"] == final.outcome["speedup"]
     assert store.candidate(final.outcome["chosen_candidate"]).env == {}
     assert config.evidence["ladder"] == ladder
     # ... and the finalist's own confirmation is kept beside it, not overwritten
     finalist = final.outcome["finalist"]
     assert finalist["candidate"] == final.outcome["best_candidate"] != final.outcome["chosen_candidate"]
-    assert finalist["significant"] and config.evidence["finalist"] == finalist
+    assert finalist["significant"]
+    assert config.evidence["finalist"] == finalist
 
 
 def test_a_published_baseline_claims_no_speedup_and_keeps_the_finalists_figures_apart():
     # The finalist was confirmed faster, but no ladder step was shown to help: the baseline is published.
     confirmed = {"speedup": 1.36, "ci_low": 1.28, "ci_high": 1.45, "confidence": 0.95, "rounds": 3,
                  "significant": True, "tuned_samples_per_s": 21.0, "baseline_samples_per_s": 15.4}  # fmt: skip
-    outcome = {"best_candidate": 7, "baseline_candidate": 1, "chosen_candidate": 1, "ladder": [], **confirmed}
-    published = baseline_published(outcome)
-    assert published["speedup"] == 1.0 and not {"ci_low", "ci_high", "significant"} & set(published)
+    outcome = Outcome(best_candidate=7, baseline_candidate=1, chosen_candidate=1, ladder=[], **confirmed)
+    published = baseline_published(outcome).dump()
+    assert published["speedup"] == 1.0
+    assert not {"ci_low", "ci_high", "significant"} & set(published)
     assert published["finalist"] == {**confirmed, "candidate": 7}
-    assert published["ladder"] == [] and published["chosen_candidate"] == 1
+    assert published["ladder"] == []
+    assert published["chosen_candidate"] == 1
 
 
 def test_a_batch_above_the_jobs_needs_allow_batch_change(store, tmp_path):
     with pytest.raises(SpaceError, match="above the job's batch 64.*allow_batch_change: true") as err:
         run(store, tmp_path, {**SPACE, "allow_batch_change": False})
-    assert err.value.problems[0].rule == "batch-change" and err.value.problems[0].variable == "batch_sizes"
+    assert err.value.problems[0].rule == "batch-change"
+    assert err.value.problems[0].variable == "batch_sizes"
     assert store.count_studies() == 0  # refused before a study exists
 
 
@@ -105,15 +116,18 @@ def test_quality_refuses_the_knob_that_costs_it():
     measured = {"baseline": scores(*base), "tuned": scores(0.5062, 0.5087, 0.5041),
                 "only_precision": scores(0.5001, 0.5029, 0.4981), "only_batch": scores(0.5058, 0.5093, 0.5040)}  # fmt: skip
     evidence = judge(measured, ["precision", "batch"], variants, 0.002, None, cost_s=42.0)
-    assert evidence["refused"] == ["batch"] and evidence["unresolved"] == []
-    assert evidence["delta"] == pytest.approx(0.006) and evidence["cost_s"] == 42.0
-    assert evidence["ci_low"] < evidence["delta"] < evidence["ci_high"] and evidence["k"] == 3
-    assert evidence["baseline_per_seed"] == list(base)
-    assert evidence["seed_spread"] == pytest.approx(0.002517, abs=1e-5)
-    assert evidence["knobs"]["precision"]["verdict"] == "passed"
+    assert evidence.refused == ["batch"]
+    assert evidence.unresolved == []
+    assert evidence.delta == pytest.approx(0.006)
+    assert evidence.cost_s == 42.0
+    assert evidence.ci_low < evidence.delta < evidence.ci_high
+    assert evidence.k == 3
+    assert evidence.baseline_per_seed == list(base)
+    assert evidence.seed_spread == pytest.approx(0.002517, abs=1e-5)
+    assert evidence.knobs["precision"].verdict == "passed"
     within = judge({**measured, "tuned": measured["only_precision"], "only_batch": measured["only_precision"]},
                    ["precision", "batch"], variants, 0.002, None)  # fmt: skip
-    assert within["refused"] == [] == within["unresolved"]
+    assert within.refused == [] == within.unresolved
 
 
 @pytest.mark.parametrize(
@@ -133,9 +147,10 @@ def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to,
     settings = type("S", (), {"ladder_rounds": 5})()
     monkeypatch.setattr(claim, "climb", lambda ctx, base, target, steps: (base if climbed_to == "baseline" else target, None))  # fmt: skip
     unresolved = ["batch"] if climbed_to == "unresolved" else []
-    monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: ({"refused": refused, "unresolved": unresolved}, base))  # fmt: skip
-    outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, {})
-    assert outcome["chosen_candidate"] == baseline.id and says in outcome["decision"]
+    monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: (Quality(refused=refused, unresolved=unresolved), base))  # fmt: skip
+    outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, Outcome())
+    assert outcome.chosen_candidate == baseline.id
+    assert says in (outcome.decision or "")
 
 
 def test_a_one_step_ladder_is_the_confirmation_itself(store, tmp_path):
@@ -144,6 +159,8 @@ def test_a_one_step_ladder_is_the_confirmation_itself(store, tmp_path):
     space = {"precisions": [["fp32", "fp32"]], "batch_sizes": [64, 256], "allow_batch_change": True}
     study, final = run(store, tmp_path, space)
     (step,) = final.outcome["ladder"]
-    assert step["step"] == "batch" and step["rounds"] == final.outcome["rounds"] == 3
-    assert step["speedup_vs_previous"] == final.outcome["speedup"] and step["kept"]
+    assert step["step"] == "batch"
+    assert step["rounds"] == final.outcome["rounds"] == 3
+    assert step["speedup_vs_previous"] == final.outcome["speedup"]
+    assert step["kept"]
     assert not [launch for launch in store.launches(study.id) if launch.kind == "ladder"]

@@ -18,6 +18,7 @@ from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import candidate_row
 from autotuner.tuning.launch import spec_of
 from autotuner.tuning.lease import Lease
+from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.quality import (
     CHECKPOINTS,
@@ -72,8 +73,9 @@ def verdicts(effect: float, draws: int = DRAWS, seed: int = 0) -> list[str]:
     out = []
     for _ in range(draws):
         evidence = judge(fake_trainer(rng, effect), ["precision"], variants, LIMIT, None)
-        assert evidence["k"] == K and len(evidence["baseline_per_seed"]) == K
-        out.append(evidence["knobs"]["precision"]["verdict"])
+        assert evidence.k == K
+        assert len(evidence.baseline_per_seed or []) == K
+        out.append(evidence.knobs["precision"].verdict)
     return out
 
 
@@ -98,35 +100,38 @@ def test_the_interval_covers_the_true_delta_95_percent_of_the_time(effect):
     covered = 0
     for _ in range(draws):
         e = judge(fake_trainer(rng, effect), ["precision"], variants, LIMIT, None)
-        covered += e["ci_low"] <= effect <= e["ci_high"]
+        covered += e.ci_low <= effect <= e.ci_high
     assert abs(covered / draws - 0.95) <= 0.02, covered / draws
 
 
 def test_the_verdict_comes_from_the_interval():
     assert paired_delta([0.501, 0.5012, 0.5009], [0.5, 0.5, 0.5]).verdict(LIMIT) == PASSED  # all within
     wide = paired_delta([0.5, 0.509, 0.497], [0.5, 0.5, 0.5])
-    assert wide.verdict(LIMIT) == NOT_RESOLVED and wide.ci_high - wide.ci_low > LIMIT
+    assert wide.verdict(LIMIT) == NOT_RESOLVED
+    assert wide.ci_high - wide.ci_low > LIMIT
     assert wide.k_to_resolve(LIMIT) == seeds_to_resolve(wide.sd, LIMIT) > K
     assert paired_delta([0.5031, 0.5033, 0.5029], [0.5, 0.5, 0.5]).verdict(LIMIT) == REFUSED  # above, narrow
     wholly_above = paired_delta([0.52, 0.522, 0.518], [0.5, 0.5, 0.5])  # wider than the limit, yet above it
-    assert wholly_above.ci_high - wholly_above.ci_low > LIMIT and wholly_above.verdict(LIMIT) == REFUSED
+    assert wholly_above.ci_high - wholly_above.ci_low > LIMIT
+    assert wholly_above.verdict(LIMIT) == REFUSED
     narrow_over = paired_delta([0.5018, 0.5020, 0.5022], [0.5, 0.5, 0.5])  # upper end past the limit
-    assert narrow_over.ci_high > LIMIT > narrow_over.ci_low and narrow_over.verdict(LIMIT) == REFUSED
+    assert narrow_over.ci_high > LIMIT > narrow_over.ci_low
+    assert narrow_over.verdict(LIMIT) == REFUSED
 
 
 def test_seeds_to_resolve_is_the_first_k_whose_interval_fits():
     sd = 0.0015
     k = seeds_to_resolve(sd, LIMIT)
-    assert k is not None and 2 * t975(k - 1) * sd / math.sqrt(k) <= LIMIT < 2 * t975(k - 2) * sd / math.sqrt(
-        k - 1
-    )
+    assert k is not None
+    assert 2 * t975(k - 1) * sd / math.sqrt(k) <= LIMIT < 2 * t975(k - 2) * sd / math.sqrt(k - 1)
     assert seeds_to_resolve(1.0, LIMIT) is None  # beyond MAX_SEEDS: said as such, not a number
 
 
 def test_t_quantiles_are_students():
-    assert t975(2) == pytest.approx(4.3027, abs=1e-4) and t975(11) == pytest.approx(2.2010, abs=1e-4)
+    assert t975(2) == pytest.approx(4.3027, abs=1e-4)
+    assert t975(11) == pytest.approx(2.2010, abs=1e-4)
     assert t975(10_000) == pytest.approx(1.9602, abs=1e-4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 2 pairs"):
         t975(0)
 
 
@@ -142,7 +147,8 @@ def curve(needs: float, budget: int = 131072, points: int = 8, final: float = 0.
 
 def test_samples_to_reach_interpolates_between_checkpoints_and_says_never():
     points = [[100, 0.7], [200, 0.6], [300, 0.55]]
-    assert samples_to_reach(points, 0.6) == 200 and samples_to_reach(points, 0.575) == pytest.approx(250)
+    assert samples_to_reach(points, 0.6) == 200
+    assert samples_to_reach(points, 0.575) == pytest.approx(250)
     assert samples_to_reach(points, 0.8) == 100  # already there at the first checkpoint
     assert samples_to_reach(points, 0.5) is None
 
@@ -154,15 +160,17 @@ def test_time_to_quality_is_the_gain_times_the_sample_efficiency():
     variant = [{"curve": curve(1.25 * f), "budget_samples": 2 * budget} for f in (0.98, 1.0, 1.02)]
     gain = Ratio.of_interval(1.6, 1.5, 1.7, 5)
     ttq = time_to_quality(variant, base, gain)
-    assert ttq["efficiency"] == pytest.approx(0.8, rel=0.03)
-    assert ttq["speedup"] == pytest.approx(1.6 * ttq["efficiency"])
-    assert ttq["ci_low"] < ttq["speedup"] < ttq["ci_high"] and ttq["verdict"] == PASSED  # 1.28x [>1]
+    assert ttq.efficiency == pytest.approx(0.8, rel=0.03)
+    assert ttq.speedup == pytest.approx(1.6 * ttq.efficiency)
+    assert ttq.ci_low < ttq.speedup < ttq.ci_high
+    assert ttq.verdict == PASSED
     slow = time_to_quality(variant, base, Ratio.of_interval(1.1, 1.05, 1.15, 5))  # 0.88x: slower to quality
-    assert slow["ci_high"] < 1 and slow["verdict"] == REFUSED
+    assert slow.ci_high < 1
+    assert slow.verdict == REFUSED
     never = time_to_quality([{"curve": curve(2.5), "budget_samples": 2 * budget}] * 3, base, gain)
-    assert (
-        never["never"] and never["speedup_at_most"] == pytest.approx(1.7 / 2) and never["verdict"] == REFUSED
-    )
+    assert never.never
+    assert never.speedup_at_most == pytest.approx(1.7 / 2)
+    assert never.verdict == REFUSED
 
 
 def test_a_bigger_batch_trains_as_far_as_its_gain_could_carry_it_within_bounds():
@@ -191,9 +199,10 @@ def test_the_batch_knob_is_judged_on_time_to_quality_not_at_equal_samples():
     variants = [Variant("baseline", None), Variant("tuned", None, True, "none")]
     evidence = judge({"baseline": base, "tuned": variant}, ["batch"], variants, LIMIT,
                      Ratio.of_interval(1.6, 1.5, 1.7, 5))  # fmt: skip
-    assert evidence["verdict"] == REFUSED  # at equal samples
-    assert evidence["time_to_quality"]["speedup"] == pytest.approx(1.6 / 1.1, rel=0.03)
-    assert evidence["knobs"]["batch"]["verdict"] == PASSED and evidence["refused"] == []
+    assert evidence.verdict == REFUSED  # at equal samples
+    assert evidence.time_to_quality.speedup == pytest.approx(1.6 / 1.1, rel=0.03)
+    assert evidence.knobs["batch"].verdict == PASSED
+    assert evidence.refused == []
 
 
 # ------------------------------------------------------------------------------ the launch it plans
@@ -245,13 +254,17 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
     monkeypatch.setattr(quality, "run_launch", fake_launch)
     base = Setting({}, ctx.baseline_point)
     tuned = base.but(fwd_precision="int8", bwd_precision="int8", batch_size=1024)
-    ladder = [{"step": "batch", "speedup_vs_previous": 1.15, "ci_low": 1.1, "ci_high": 1.2, "rounds": 5}]
+    ladder = [
+        LadderStep(step="batch", kept=True, speedup_vs_previous=1.15, ci_low=1.1, ci_high=1.2, rounds=5)
+    ]
     evidence, kept = check(ctx, base, tuned, ladder)
     (spec,) = launched
-    assert spec["quality"]["checkpoints"] == CHECKPOINTS and spec["quality"]["train_samples"] == budget
+    assert spec["quality"]["checkpoints"] == CHECKPOINTS
+    assert spec["quality"]["train_samples"] == budget
     cands = spec["candidates"]
     # baseline, tuned x 2 rules, precision alone, batch alone x 2 rules: each under seeds 0..3, paired
-    assert len(cands) == 6 * 4 and [c["model_seed"] for c in cands[:8]] == [0, 1, 2, 3] * 2
+    assert len(cands) == 6 * 4
+    assert [c["model_seed"] for c in cands[:8]] == [0, 1, 2, 3] * 2
     batch = [c for c in cands if c["batch_size"] == 1024]
     assert sorted(c.get("lr_scale") or 1.0 for c in batch) == [1.0] * 8 + [pytest.approx(2**0.5)] * 8
     assert all(c["train_samples"] == int(budget * 1.25) for c in batch)  # as far as the gain could carry it
@@ -259,15 +272,14 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
         cands[c["stop_at"]] == {**BASELINE, "model_seed": c["model_seed"]} for c in batch
     )  # its seed's
     assert all("train_samples" not in c and "lr_scale" not in c for c in cands if c["batch_size"] == 512)
-    assert evidence["k"] == 4 and evidence["cost_s"] == 12.5
-    assert evidence["time_to_quality"]["lr_scaling"] == "sqrt"  # the rule that got there sooner
-    none = evidence["variants"]["only_batch@none"]["time_to_quality"]  # 1.4x the samples: not within 1.25x
-    assert (
-        none["never"] and none["verdict"] == REFUSED and none["speedup_at_most"] == pytest.approx(1.2 / 1.25)
-    )
-    assert (
-        evidence["knobs"]["precision"]["verdict"] == PASSED
-        and evidence["knobs"]["batch"]["verdict"] == PASSED
-    )
+    assert evidence.k == 4
+    assert evidence.cost_s == 12.5
+    assert evidence.time_to_quality.lr_scaling == "sqrt"  # the rule that got there sooner
+    none = evidence.variants["only_batch@none"].time_to_quality  # 1.4x the samples: not within 1.25x
+    assert none.never
+    assert none.verdict == REFUSED
+    assert none.speedup_at_most == pytest.approx(1.2 / 1.25)
+    assert evidence.knobs["precision"].verdict == PASSED
+    assert evidence.knobs["batch"].verdict == PASSED
     assert kept == tuned
     assert ctx.store.launches(ctx.study_id)[-1].kind == LaunchKind.QUALITY

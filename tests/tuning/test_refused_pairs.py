@@ -11,6 +11,7 @@ import pytest
 from autotuner.space import InProcPoint, load_space
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study, ladder
+from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import plan_launch
 from autotuner.tuning.quality import _alone
@@ -40,7 +41,8 @@ def test_the_sampler_never_gets_int8_on_a_reduce_scatter_launched(store, tmp_pat
         plan = plan_launch(ctx, search, random.Random(seed))
         assert plan is not None
         planned += plan.points
-    assert planned and all(p.problem() is None for p in planned)
+    assert planned
+    assert all(p.problem() is None for p in planned)
     assert ("int8", "row_wise") not in {(p.fwd_precision, p.sharding) for p in planned}
     # precision and sharding are sampled apart: the sampler did propose the pair, and it was skipped
     skipped = [t.user_attrs["skipped"] for t in search.memory.trials if "skipped" in t.user_attrs]
@@ -60,7 +62,7 @@ def _walk(monkeypatch, kept):
 
     def step(ctx, i, group, current, nxt, read, cumulative, confirmed):
         measured.append((i, group, nxt.point))
-        return {"step": group, "kept": kept(group), "candidate": None, "cumulative": cumulative}
+        return LadderStep(step=group, kept=kept(group), candidate=None, cumulative=cumulative)
 
     monkeypatch.setattr(ladder, "_step", step)
     baseline = Setting({}, InProcPoint("fp32", "fp32", 64, "row_wise"))
@@ -75,7 +77,7 @@ def test_the_ladder_takes_int8_after_the_sharding_that_can_carry_it(monkeypatch)
     assert [(i, group) for i, group, _ in measured] == [(1, "batch"), (2, "sharding"), (0, "precision")]
     assert all(point.problem() is None for _, _, point in measured)
     assert measured[-1][2] == InProcPoint("int8", "int8", 256, "table_wise")
-    assert [s["step"] for s in steps] == ["batch", "sharding", "precision"]
+    assert [s.step for s in steps] == ["batch", "sharding", "precision"]
     assert top.point == InProcPoint("int8", "int8", 256, "table_wise")
 
 
@@ -83,9 +85,11 @@ def test_a_ladder_step_that_still_cannot_run_is_recorded_never_launched(monkeypa
     measured, steps, top = _walk(monkeypatch, kept=lambda group: group != "sharding")
     assert [group for _, group, _ in measured] == ["batch", "sharding"]  # precision never launched
     precision = steps[-1]
-    assert precision["step"] == "precision" and not precision["kept"] and precision["candidate"] is None
-    assert precision["verdict"].startswith("cannot run: int8 comms cannot run with row_wise sharding")
-    assert precision["changed"] == {"precision": [["fp32", "fp32"], ["int8", "int8"]]}
+    assert precision.step == "precision"
+    assert not precision.kept
+    assert precision.candidate is None
+    assert (precision.verdict or "").startswith("cannot run: int8 comms cannot run with row_wise sharding")
+    assert precision.changed == {"precision": [["fp32", "fp32"], ["int8", "int8"]]}
     assert top.point == InProcPoint("fp32", "fp32", 256, "row_wise")
 
 
