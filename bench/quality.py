@@ -92,16 +92,17 @@ def findings(result: dict[str, Any]) -> dict[str, Any]:
         "per_seed": {n: [s["logloss"] for s in by[n]] for n in VARIANTS},
         "paired_sd": {n: statistics.stdev(d) for n, d in pairs.items()},
         "variants": {
-            n: {
-                k: v
-                for k, v in f.items()
-                if k in ("delta", "ci_low", "ci_high", "verdict", "k_to_resolve", "equal_samples_verdict")
-            }
-            for n, f in evidence["variants"].items()
+            n: f.model_dump(
+                mode="json",
+                include={"delta", "ci_low", "ci_high", "verdict", "k_to_resolve", "equal_samples_verdict"},
+            )
+            for n, f in evidence.variants.items()
         },
-        "seed_spread": evidence["seed_spread"],
-        "knobs": evidence["knobs"],
-        "batch_efficiency": {k: ttq.get(k) for k in ("samples", "efficiency", "efficiency_ci", "never")},
+        "seed_spread": evidence.seed_spread,
+        "knobs": {k: f.model_dump(mode="json") for k, f in evidence.knobs.items()},
+        "batch_efficiency": ttq.model_dump(
+            mode="json", include={"samples", "efficiency", "efficiency_ci", "never"}
+        ),
         "train_s": sum(s["train_s"] for s in scores),
         "eval_s": sum(s.get("eval_s", 0.0) for s in scores),
     }
