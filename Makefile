@@ -20,7 +20,6 @@ STAMP := $(VENV)/.installed-$(FLAVOR)
 # `make test-min`: a second venv with every direct dependency at its pyproject floor (.ci/floors.py).
 VENV_MIN ?= .venv-min
 FAST := not slow and not slurm and not postgres and not browser
-LINTED := autotuner api trials bench tests
 
 .PHONY: setup setup-min demo test test-fast test-min lint bench gpu-check landscape clean
 
@@ -83,13 +82,19 @@ test-fast: setup
 # The fast tests and the lint with every direct dependency at its declared floor.
 test-min: setup-min
 	@echo "floors: $$(paste -sd' ' $(VENV_MIN)/floors.txt)"
-	$(VENV_MIN)/bin/ruff check $(LINTED)
-	$(VENV_MIN)/bin/ruff format --check $(LINTED)
+	$(call lint,$(VENV_MIN)/bin)
 	$(VENV_MIN)/bin/python -m pytest -m "$(FAST)" $(PYTEST_ARGS)
 
+# ruff over the whole tree (.ci, deploy and bench included), mypy over the packages pyproject.toml
+# names; .pre-commit-config.yaml runs the same three.
+define lint
+	$(1)/ruff check .
+	$(1)/ruff format --check .
+	$(1)/mypy
+endef
+
 lint: setup
-	$(BIN)/ruff check $(LINTED)
-	$(BIN)/ruff format --check $(LINTED)
+	$(call lint,$(BIN))
 
 bench: setup
 	$(BIN)/python -m bench.run

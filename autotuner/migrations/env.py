@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy.engine import Connection
 
 from autotuner.store.db import VERSION_TABLE, make_engine
 from autotuner.store.models import Base
@@ -18,14 +19,21 @@ def include_name(name: str | None, type_: str, parent_names: object) -> bool:
 def run_migrations() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        engine = config.attributes.get("engine") or make_engine(config.get_main_option("sqlalchemy.url"))
+        engine = config.attributes.get("engine") or make_engine(_url())
         with engine.begin() as conn:
             _run(conn)
     else:
         _run(connection)
 
 
-def _run(connection: object) -> None:
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("alembic: neither a connection, an engine nor sqlalchemy.url was given")
+    return url
+
+
+def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import CursorResult, Result, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -126,7 +126,7 @@ class StudyRecords(StoreBase):
                 .where(or_(Study.owner.is_(None), Study.owner == owner, Study.lease_expires_at < now))
                 .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
             )
-            return result.rowcount == 1
+            return _matched(result) == 1
 
     def take_over_study(self, study_id: int, dead_owner: str, owner: str, lease_s: float) -> bool:
         """Take a lease from a holder known to be dead (atomic: only if it still holds it)."""
@@ -137,7 +137,7 @@ class StudyRecords(StoreBase):
                 .where(Study.id == study_id, Study.owner == dead_owner)
                 .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
             )
-            return result.rowcount == 1
+            return _matched(result) == 1
 
     def release_study(self, study_id: int, owner: str) -> None:
         with self.session() as s:
@@ -158,3 +158,8 @@ class StudyRecords(StoreBase):
                 .order_by(Study.id)
             )
             return list(s.scalars(query))
+
+
+def _matched(result: Result[Any]) -> int:
+    """The rows an UPDATE matched (Session.execute returns a CursorResult for one, typed as a Result)."""
+    return cast(CursorResult[Any], result).rowcount
