@@ -1,6 +1,6 @@
 """Published configs as jobs see them: one JSON shape, rendered as shell exports or Slurm TaskProlog lines.
 
-Pure standard library: the pre-job hook imports this on every job start.
+Pure standard library (trials.choices is too): the pre-job hook imports this on every job start.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from autotuner.envvars import served_problems
 from autotuner.fingerprint import comparable
-from autotuner.qcomms import PIPELINES, PRECISIONS
+from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
 FORMATS = ("json", "sh", "env", "slurm")
 # What REST serves each format as (`GET /v1/configs/...?format=`).
@@ -32,7 +32,6 @@ AUTOTUNER_KEYS = {
     "pipeline": "AUTOTUNER_PIPELINE",
 }
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SHARDINGS = ("table_wise", "row_wise", "table_row_wise", "column_wise")
 _NAME_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # autotuner.names
 _LABEL = re.compile(rf"{_NAME_PART}/{_NAME_PART}/[1-9][0-9]{{0,9}}n/v[1-9][0-9]{{0,9}}")
 _POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
@@ -47,7 +46,7 @@ _AUTOTUNER_VALUES = {
     "AUTOTUNER_FWD_PRECISION": _one_of(PRECISIONS),
     "AUTOTUNER_BWD_PRECISION": _one_of(PRECISIONS),
     "AUTOTUNER_BATCH_SIZE": lambda value: _POSITIVE.fullmatch(value) is not None,
-    "AUTOTUNER_SHARDING": _one_of(SHARDINGS),
+    "AUTOTUNER_SHARDING": _one_of(SHARDING_TYPES),
     "AUTOTUNER_NUM_THREADS": lambda value: _POSITIVE.fullmatch(value) is not None,
     "AUTOTUNER_PIPELINE": _one_of(PIPELINES),
     "AUTOTUNER_CONFIG": lambda value: _LABEL.fullmatch(value) is not None,

@@ -31,14 +31,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.trials import DEMO_WORKLOAD, SPARSE_WORKLOAD, torchrun
+from trials.choices import PRECISIONS, Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
-PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
-PIPELINES = ("sparse_dist", "semi_sync")
+# Phase a's pipelines: the two of the spec's that overlap stages on CUDA side streams.
+OVERLAPPED: tuple[Pipeline, ...] = ("sparse_dist", "semi_sync")
 # Socket settings of the sweep (NSOCKS_PERTHREAD, SOCKET_NTHREADS); None: NCCL's defaults.
 SOCKET_SETTINGS: list[tuple[str, tuple[int, int] | None]] = [
     ("default", None), ("1x1", (1, 1)), ("2x2", (2, 2)), ("4x4", (4, 4)), ("8x2", (8, 2)),
@@ -65,7 +68,7 @@ class Clock:
 def spec(device: str, iterations: int) -> dict[str, Any]:
     return {"workload": DEMO_WORKLOAD, "device": device, "warmup": 5, "iterations": iterations,
             "candidates": [{"fwd_precision": p, "bwd_precision": p, "batch_size": 512, "pipeline": pipe}
-                           for pipe in PIPELINES for p in PRECISIONS]}  # fmt: skip
+                           for pipe in OVERLAPPED for p in PRECISIONS]}  # fmt: skip
 
 
 def two_node_spec(device: str, iterations: int) -> dict[str, Any]:
@@ -320,7 +323,7 @@ def phase_b_checks(device: str, rows: list[dict[str, Any]], trials: dict[str, An
                     "ok": trial["nnodes"] == 2 and bool(trial["candidates"]) and all(c["status"] == "ok" for c in trial["candidates"]),
                     "saw": trial["error"] or [c["error"] for c in trial["candidates"] if c["error"]] or trial["nnodes"]})  # fmt: skip
         hostids = (trial.get("env_per_rank") or {}).get("NCCL_HOSTID")
-        out.append({"check": f"trial {name}: each rank's NCCL_HOSTID recorded", "ok": bool(hostids) and len(set(hostids)) == 2,
+        out.append({"check": f"trial {name}: each rank's NCCL_HOSTID recorded", "ok": len(set(hostids or ())) == 2,
                     "saw": hostids})  # fmt: skip
         for c in trial["candidates"]:
             ratio = c.get("wire_vs_alone")
@@ -474,8 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
                               "work": str(work), "phases": {}}  # fmt: skip
     settings = [x for x in args.sweep.split(",") if x]
-    runners = {"a": phase_a, "b": lambda *a: phase_b(*a, settings),
-               "c": lambda *a: phase_c(*a, args.study_trials, args.confirm_rounds)}  # fmt: skip
+    runners: dict[str, Callable[..., dict[str, Any]]] = {
+        "a": phase_a,
+        "b": partial(phase_b, settings=settings),
+        "c": partial(phase_c, trials=args.study_trials, confirm_rounds=args.confirm_rounds),
+    }
     for phase in phases:
         print(f"phase {phase} ({clock.left():.0f} s of the budget left)", flush=True)
         try:

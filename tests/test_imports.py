@@ -2,12 +2,15 @@
 
 Every import statement of the three packages is read (at module level or inside a function alike):
 `import a.b` and `from a.b import c` are edges to the modules they name (to `a.b.c` when it is a
-module). A package's own `__init__` re-exporting its modules is an edge like any other.
+module). A package's own `__init__` re-exporting its modules is an edge like any other. Below, what
+trials/ and the job side may import from outside the repository.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,40 @@ def test_the_walk_would_see_a_cycle():
     assert ["autotuner.store", "autotuner.tuning.driver", "autotuner.store"] in [
         c[-3:] for c in cycles_in(planted)
     ]
+
+
+# What trials/ may import besides itself and the standard library: the torch stack it measures, and
+# pydantic for the spec's models (light, no torch conflict, installed with this package). Never the
+# engine's or the service's libraries (optuna, fastapi, sqlalchemy, ...): the trial runs on the cluster.
+TRIALS_MAY_IMPORT = {"torch", "torchrec", "fbgemm_gpu", "numpy", "pydantic", "pydantic_core"}
+
+
+def _third_party(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - set(PACKAGES)
+
+
+def test_trials_imports_the_torch_stack_and_pydantic_only():
+    trials = {name: path for name, path in MODULES.items() if name.startswith("trials")}
+    wrong = {name: sorted(_third_party(path) - TRIALS_MAY_IMPORT) for name, path in trials.items()}
+    assert {name: found for name, found in wrong.items() if found} == {}
+    assert "pydantic" in _third_party(MODULES["trials.spec"])  # the walk sees what the spec imports
+
+
+def test_the_job_side_imports_only_the_standard_library():
+    """A training script's `autotuner.qcomms` (and the hook's `autotuner.configs`) read the spec's
+    choices from trials.choices, which is standard library only; the spec itself (pydantic) stays out."""
+    code = (
+        "import sys, autotuner.qcomms, autotuner.configs\n"
+        "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
+        "print(sorted(m for m in tops if not m.startswith('_') and m != 'site'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('trials')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["['autotuner', 'trials']", "['trials', 'trials.choices']"], out.stderr
+    assert _third_party(MODULES["trials.choices"]) == set()

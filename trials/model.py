@@ -13,7 +13,7 @@ launch can change precision between candidates without re-sharding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -212,7 +212,11 @@ class ShardedWorkload:
         }
         torch.manual_seed(seed)  # the dense init; DDP then broadcasts rank 0's to every rank
         ebc = _embedding_bags(workload)
-        opt = workload.optimizer if learn else replace(workload.optimizer, embedding_lr=0.0, dense_lr=0.0)
+        opt = (
+            workload.optimizer
+            if learn
+            else workload.optimizer.model_copy(update={"embedding_lr": 0.0, "dense_lr": 0.0})
+        )
         sharder = EmbeddingBagCollectionSharder(
             fused_params={"optimizer": _FUSED_OPTIMIZER[opt.embedding], "learning_rate": opt.embedding_lr},
             qcomm_codecs_registry=registry,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -213,8 +213,10 @@ def train_pass(
 def scaled_lr(workload: WorkloadSpec, scale: float) -> WorkloadSpec:
     """The workload with both learning rates multiplied (a learning-rate rule for a batch change)."""
     opt = workload.optimizer
-    return replace(workload, optimizer=replace(opt, embedding_lr=opt.embedding_lr * scale,
-                                               dense_lr=opt.dense_lr * scale))  # fmt: skip
+    scaled = opt.model_copy(
+        update={"embedding_lr": opt.embedding_lr * scale, "dense_lr": opt.dense_lr * scale}
+    )
+    return workload.model_copy(update={"optimizer": scaled})
 
 
 @dataclass
@@ -246,4 +248,4 @@ class QualityContext:
         train = rank_samples(spec.workload, spec.quality, "train", rank, world, most)
         held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
         return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,
-                   spec.extra.get("damaged_codec"), train, held_out, spec.candidates)  # fmt: skip
+                   spec.extra.damaged_codec, train, held_out, spec.candidates)  # fmt: skip

@@ -218,7 +218,7 @@ class TrialRunner:
     def _inject_fault(self) -> None:
         """`"extra": {"inject": "hang" | "crash"}`: the last rank hangs or dies right after joining
         the process group, as a wedged or crashed peer would. For testing what runs trials."""
-        fault = self.spec.extra.get("inject")
+        fault = self.spec.extra.inject
         if fault is None or self.rank != self.world_size - 1:
             return
         print(f"trials.bench: injecting fault {fault!r} on rank {self.rank}", file=sys.stderr, flush=True)
@@ -285,7 +285,7 @@ class TrialRunner:
                 continue
             for i in indices:
                 measured = results[i] = self._candidate(sw, i, self.spec.candidates[i])
-                if self.spec.extra.get("fidelity") and measured["status"] == "ok":
+                if self.spec.extra.fidelity and measured["status"] == "ok":
                     fidelity.append(self._replay(i, measured))
             del sw
         return results

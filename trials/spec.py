@@ -1,33 +1,55 @@
-"""The trial spec: what one launch measures.
+"""The trial spec: what one launch measures, as pydantic models (`extra="forbid"`, frozen).
 
-Pure Python on purpose: the engine builds specs with these classes and the trial validates them
-before it imports torch or creates a process group, so a bad spec fails in milliseconds with one
-line that names the field.
+`TrialSpec` is the whole launch: the workload (`WorkloadSpec`: the job's tables, dense part,
+optimizers, sharding, batch and comm precision), the candidates measured in this one process
+environment (`CandidateSpec`), warmup, iterations, device, and for a convergence check `quality`.
+The engine builds specs with these models, the REST API documents a study's workload with
+`WorkloadSpec`'s JSON schema, and the trial validates its spec before it imports torch or creates
+a process group, so a bad spec fails in a fraction of a second with one line that names the field
+(`SpecError`, e.g. `candidates[0].batch_size: must be between 1 and 1048576, got 0`).
+
+The values each field takes are written once, in trials.choices. pydantic is the only third-party
+import here (no torch): tests/test_imports.py holds trials/ to that.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
-PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8")
-SHARDING_TYPES = ("table_wise", "row_wise", "table_row_wise", "column_wise")
-DEVICES = ("auto", "cpu", "cuda")
-# How the job drives a step: a plain loop, or one of TorchRec's train pipelines (which overlap stages
-# on CUDA side streams; fused_sparse_dist only where the installed torchrec has it).
-PIPELINES = ("none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist")
-COMPUTE_KERNELS = ("fused", "dense")  # fused: the optimizer runs inside the embedding backward
-INTERACTIONS = ("dot", "dcn")
-EMBEDDING_OPTIMIZERS = ("exact_sgd", "exact_adagrad", "exact_rowwise_adagrad")
-DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import CoreSchema, core_schema
+
+from trials.choices import (
+    REDUCE_SCATTER_SHARDINGS,
+    ComputeKernel,
+    DenseOptimizer,
+    Device,
+    EmbeddingOptimizer,
+    Interaction,
+    Pipeline,
+    Precision,
+    Sharding,
+)
 
 # Embedding rows are materialised on every launch: keep a typo from allocating a terabyte.
 MAX_TABLE_BYTES = 8 * 1024**3
-# Shardings whose pooled embeddings leave through a reduce-scatter (row_wise always; table_row_wise
-# inside a host, then an all-to-all across hosts).
-REDUCE_SCATTER_SHARDINGS = ("row_wise", "table_row_wise")
+MAX_BATCH = 1 << 20
 
 
 def comm_precision_problem(fwd: str, bwd: str, sharding: str) -> str | None:
@@ -60,45 +82,172 @@ class SpecError(ValueError):
         self.problem = problem
 
 
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    num_embeddings: int
-    embedding_dim: int
-    pooling_factor: int
+# --------------------------------------------------------------------------- field rules
+
+
+class _Problem(ValueError):
+    """A rule a validator found broken, at `at` below the value it validated (a field of a model)."""
+
+    def __init__(self, problem: str, *at: str | int) -> None:
+        super().__init__(problem)
+        self.at = at
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, default=repr)
 
 
 @dataclass(frozen=True)
-class DenseSpec:
+class _Int:
+    """An integer between `low` and `high`: a bool or 8.0 is a mistake worth naming, and the message
+    says both bounds. The JSON schema is pydantic's integer with minimum / maximum."""
+
+    low: int = 1
+    high: int | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        inner = core_schema.int_schema(ge=self.low, le=self.high, strict=True)
+        return core_schema.no_info_wrap_validator_function(self._check, inner)
+
+    def _check(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Problem(f"must be an integer, got {_shown(value)}")
+        if value < self.low or (self.high is not None and value > self.high):
+            bound = f">= {self.low}" if self.high is None else f"between {self.low} and {self.high}"
+            raise _Problem(f"must be {bound}, got {value}")
+        return handler(value)
+
+
+@dataclass(frozen=True)
+class _Number:
+    """A number > 0 and <= `high` (learning rates and their multipliers)."""
+
+    high: float
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        inner = core_schema.float_schema(gt=0, le=self.high, allow_inf_nan=False)
+        return core_schema.no_info_wrap_validator_function(self._check, inner)
+
+    def _check(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= self.high:
+            raise _Problem(f"must be a number > 0 and <= {self.high:g}, got {_shown(value)}")
+        return handler(value)
+
+
+Text = Annotated[str, StringConstraints(strict=True, min_length=1, pattern=r"\S")]
+Layers = Annotated[tuple[Annotated[int, _Int(high=65536)], ...], Field(min_length=1)]
+BatchSize = Annotated[int, _Int(high=MAX_BATCH)]
+Seed = Annotated[int, _Int(low=0)]
+
+
+class _Spec(BaseModel):
+    """Every part of a spec: unknown fields refused (named with the ones allowed), immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object_of_known_fields(cls, data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if not isinstance(data, Mapping):
+            raise _Problem(f"must be an object, got {type(data).__name__}")
+        allowed = sorted(cls.model_fields)
+        unknown = sorted(str(key) for key in data if key not in cls.model_fields)
+        if unknown:
+            raise _Problem(f"unknown field (allowed: {', '.join(allowed)})", unknown[0])
+        return data
+
+
+# --------------------------------------------------------------------------- the models
+
+
+class TableSpec(_Spec):
+    name: Text
+    num_embeddings: Annotated[int, _Int()]
+    embedding_dim: Annotated[int, _Int(high=65536)]
+    pooling_factor: Annotated[int, _Int(high=100_000)]
+
+    @model_validator(mode="after")
+    def _fits(self) -> TableSpec:
+        if self.num_embeddings * self.embedding_dim * 4 > MAX_TABLE_BYTES:
+            raise _Problem(f"table of {self.num_embeddings} x {self.embedding_dim} fp32 exceeds 8 GiB")
+        return self
+
+
+class DenseSpec(_Spec):
     """The dense part of a DLRM job: bottom MLP over the dense features, interaction, top MLP."""
 
-    in_features: int
-    arch: tuple[int, ...]  # the last layer is the embedding dim (DLRM projects dense into it)
-    over_arch: tuple[int, ...]  # the last layer is 1 (the logit)
-    interaction: str = "dot"  # dot: DLRM; dcn: DLRM_DCN (low-rank cross net)
+    in_features: Annotated[int, _Int(high=1 << 20)]
+    arch: Layers  # the last layer is the embedding dim (DLRM projects dense into it)
+    over_arch: Layers  # the last layer is 1 (the logit)
+    interaction: Interaction = "dot"
+
+    @model_validator(mode="after")
+    def _ends_in_the_logit(self) -> DenseSpec:
+        if self.over_arch[-1] != 1:
+            raise _Problem(f"the last layer must be 1 (the logit), got {self.over_arch[-1]}", "over_arch")
+        return self
 
 
-@dataclass(frozen=True)
-class OptimizerSpec:
-    embedding: str = "exact_adagrad"
-    embedding_lr: float = 0.01
-    dense: str = "adagrad"
-    dense_lr: float = 0.01
+class OptimizerSpec(_Spec):
+    embedding: EmbeddingOptimizer = "exact_adagrad"
+    embedding_lr: Annotated[float, _Number(high=100)] = 0.01
+    dense: DenseOptimizer = "adagrad"
+    dense_lr: Annotated[float, _Number(high=100)] = 0.01
 
 
-@dataclass(frozen=True)
-class WorkloadSpec:
-    name: str
-    tables: tuple[TableSpec, ...]
-    sharding: str = "table_wise"
-    # The batch size per rank the training job runs today: what tuning compares against.
-    batch_size: int | None = None
+class WorkloadSpec(_Spec):
+    """The training job as it runs today: what tuning compares against."""
+
+    name: Text
+    tables: Annotated[tuple[TableSpec, ...], Field(min_length=1)]
+    sharding: Sharding = "table_wise"
+    # The batch size per rank the training job runs today.
+    batch_size: BatchSize | None = None
     # Without `dense`, the trial is the sparse part alone (pooled embeddings into a linear loss).
     dense: DenseSpec | None = None
-    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
-    compute_kernel: str = "fused"
+    optimizer: OptimizerSpec = OptimizerSpec()
+    compute_kernel: ComputeKernel = "fused"
     # The comm precision (forward, backward) the job runs today: the baseline's.
-    comm_precision: tuple[str, str] = ("fp32", "fp32")
+    comm_precision: tuple[Precision, Precision] = ("fp32", "fp32")
+
+    @field_validator("tables")
+    @classmethod
+    def _distinct_names(cls, tables: tuple[TableSpec, ...]) -> tuple[TableSpec, ...]:
+        seen: set[str] = set()
+        for table in tables:
+            if table.name in seen:
+                raise _Problem(f"table name {table.name!r} appears more than once")
+            seen.add(table.name)
+        return tables
+
+    @field_validator("comm_precision", mode="before")
+    @classmethod
+    def _a_pair(cls, value: Any) -> Any:
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            raise _Problem(f'must be [forward, backward], e.g. ["fp32", "fp32"]; got {_shown(value)}')
+        return value
+
+    @model_validator(mode="after")
+    def _runs(self) -> WorkloadSpec:
+        if self.compute_kernel == "dense" and self.optimizer.embedding == "exact_rowwise_adagrad":
+            raise _Problem(
+                "exact_rowwise_adagrad runs fused only (compute_kernel fused)", "optimizer", "embedding"
+            )
+        problem = comm_precision_problem(*self.comm_precision, self.sharding)
+        if problem:  # the job as declared cannot run: its baseline would fail in TorchRec
+            raise _Problem(problem, "comm_precision")
+        if self.dense is not None:  # DLRM's shape rules, checked here so a bad one fails before torch
+            dims = sorted({t.embedding_dim for t in self.tables})
+            if len(dims) > 1:
+                raise _Problem(f"DLRM needs one embedding_dim for every table, got {dims}", "dense")
+            if self.dense.arch[-1] != dims[0]:
+                last = self.dense.arch[-1]
+                raise _Problem(
+                    f"the last layer must be the embedding dim {dims[0]}, got {last}", "dense", "arch"
+                )
+        return self
 
     @property
     def default_pipeline(self) -> str:
@@ -114,24 +263,23 @@ class WorkloadSpec:
         return sum(t.embedding_dim for t in self.tables)
 
 
-@dataclass(frozen=True)
-class CandidateSpec:
+class CandidateSpec(_Spec):
     """One point measured inside a launch. Fields left None fall back to the workload's."""
 
-    fwd_precision: str = "fp32"
-    bwd_precision: str = "fp32"
-    batch_size: int = 512
-    sharding: str | None = None
-    num_threads: int | None = None
-    pipeline: str | None = None
-    model_seed: int | None = None  # quality launches: the model's initialization (None: the spec's seed)
+    fwd_precision: Precision
+    bwd_precision: Precision
+    batch_size: BatchSize
+    sharding: Sharding | None = None
+    num_threads: Annotated[int, _Int(high=1024)] | None = None
+    pipeline: Pipeline | None = None
+    model_seed: Seed | None = None  # quality launches: the model's initialization (None: the spec's seed)
     # quality launches: the learning rates' multiplier (a rule for a batch change) and this candidate's
     # training budget in samples over all ranks (None: quality.train_samples)
-    lr_scale: float | None = None
-    train_samples: int | None = None
+    lr_scale: Annotated[float, _Number(high=1024)] | None = None
+    train_samples: Annotated[int, _Int(high=1 << 30)] | None = None
     # quality launches: past the common budget, stop once the held-out log loss reaches the score of
     # this earlier candidate (the baseline of the same seed): time to quality needs no more
-    stop_at: int | None = None
+    stop_at: Seed | None = None
 
     def label(self) -> str:
         parts = [f"{self.fwd_precision}/{self.bwd_precision}", f"b{self.batch_size}"]
@@ -148,33 +296,59 @@ class CandidateSpec:
         return " ".join(parts)
 
 
-@dataclass(frozen=True)
-class QualitySpec:
+class QualitySpec(_Spec):
     """A convergence check instead of timing: each candidate trains a fresh model on a learnable
     synthetic task (or the user's data, `data` = "module:function") on the same samples, then is
     scored on a held-out set."""
 
-    train_samples: int = 1 << 18  # over all ranks
-    eval_samples: int = 1 << 15
-    data_seed: int = 0
-    data: str | None = None
+    train_samples: Annotated[int, _Int(high=1 << 30)] = 1 << 18  # over all ranks
+    eval_samples: Annotated[int, _Int(high=1 << 24)] = 1 << 15
+    data_seed: Seed = 0
+    data: Annotated[str, StringConstraints(pattern=r"^[^:]*:[^:]*$")] | None = None
     # Held-out log loss every train_samples/checkpoints samples along the way (a candidate with a
     # larger budget goes on at the same spacing): the curve that time to quality is read from.
-    checkpoints: int = 1
+    checkpoints: Annotated[int, _Int(high=64)] = 1
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _module_function(cls, value: Any) -> Any:
+        if value is not None and (not isinstance(value, str) or value.count(":") != 1):
+            raise _Problem(f'must be "module:function", got {_shown(value)}')
+        return value
 
 
-@dataclass(frozen=True)
-class TrialSpec:
+class TrialExtra(_Spec):
+    """Switches for testing what runs trials; none changes what a candidate measures."""
+
+    fidelity: StrictBool = False  # replay each candidate's all-to-all calls alone right after it
+    inject: Literal["hang", "crash"] | None = None  # the last rank hangs or dies after joining
+    # a damaged codec (one byte of four kept) in this precision's place: a cost the check must see
+    damaged_codec: Precision | None = None
+    tag: str | None = None  # the engine's label of a launch (confirm, revalidate-N); the trial ignores it
+
+
+class TrialSpec(_Spec):
     workload: WorkloadSpec
-    candidates: tuple[CandidateSpec, ...]
-    warmup: int = 5
-    iterations: int = 30
-    device: str = "auto"
-    seed: int = 0
+    candidates: Annotated[tuple[CandidateSpec, ...], Field(min_length=1)]
+    warmup: Annotated[int, _Int(low=0, high=10_000)] = 5
+    iterations: Annotated[int, _Int(high=1_000_000)] = 30
+    device: Device = "auto"  # auto: CUDA + NCCL when GPUs are visible, else CPU + gloo
+    seed: Seed = 0
     # Distinct input batches cycled through the measured loop (generated once per batch size).
-    input_batches: int = 4
+    input_batches: Annotated[int, _Int(high=64)] = 4
     quality: QualitySpec | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: TrialExtra = TrialExtra()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrialSpec:
+        for i, c in enumerate(self.candidates):
+            if c.stop_at is not None and c.stop_at >= i:
+                raise _Problem(
+                    f"must name an earlier candidate (< {i}), got {c.stop_at}", "candidates", i, "stop_at"
+                )
+        if self.quality is not None and self.workload.dense is None:
+            raise _Problem("a convergence check trains a DLRM: the workload needs a dense part", "quality")
+        return self
 
     def sharding_of(self, candidate: CandidateSpec) -> str:
         return candidate.sharding or self.workload.sharding
@@ -183,286 +357,78 @@ class TrialSpec:
         return candidate.pipeline or self.workload.default_pipeline
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The spec as JSON would carry it: candidates without their unset fields, `quality` and
+        `extra` only when given."""
+        data = self.model_dump(mode="json")
         data["workload"] = workload_to_dict(self.workload)
-        data["candidates"] = [{k: v for k, v in c.items() if v is not None} for c in data["candidates"]]
-        if not data["extra"]:
-            data.pop("extra")
-        if data["quality"] is None:
-            data.pop("quality")
-        return data
+        data["candidates"] = [c.model_dump(mode="json", exclude_none=True) for c in self.candidates]
+        data["extra"] = self.extra.model_dump(mode="json", exclude_defaults=True)
+        return {k: v for k, v in data.items() if not (k in ("extra", "quality") and not v)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _require(obj: Any, key: str, where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise SpecError(where, f"must be an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise SpecError(f"{where}.{key}" if where else key, "is required")
-    return obj[key]
-
-
-def _int(value: Any, where: str, *, low: int = 1, high: int | None = None) -> int:
-    # bool is an int subclass; 1.0 or "4" in a spec is a mistake worth naming.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(where, f"must be an integer, got {json.dumps(value)}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"between {low} and {high}"
-        raise SpecError(where, f"must be {bound}, got {value}")
-    return value
-
-
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(where, f"must be a non-empty string, got {json.dumps(value)}")
-    return value
-
-
-def _choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise SpecError(where, f"must be one of {', '.join(allowed)}; got {json.dumps(value)}")
-    return str(value)
-
-
-def _unknown_keys(obj: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(obj) - allowed)
-    if extra:
-        raise SpecError(
-            f"{where}.{extra[0]}" if where else extra[0],
-            f"unknown field (allowed: {', '.join(sorted(allowed))})",
-        )
-
-
-def parse_table(obj: Any, where: str) -> TableSpec:
-    fields = {"name", "num_embeddings", "embedding_dim", "pooling_factor"}
-    if isinstance(obj, dict):
-        _unknown_keys(obj, fields, where)
-    table = TableSpec(
-        name=_str(_require(obj, "name", where), f"{where}.name"),
-        num_embeddings=_int(_require(obj, "num_embeddings", where), f"{where}.num_embeddings"),
-        embedding_dim=_int(_require(obj, "embedding_dim", where), f"{where}.embedding_dim", high=65536),
-        pooling_factor=_int(_require(obj, "pooling_factor", where), f"{where}.pooling_factor", high=100_000),
-    )
-    if table.num_embeddings * table.embedding_dim * 4 > MAX_TABLE_BYTES:
-        raise SpecError(where, f"table of {table.num_embeddings} x {table.embedding_dim} fp32 exceeds 8 GiB")
-    return table
-
-
 def workload_to_dict(workload: WorkloadSpec) -> dict[str, Any]:
     """The workload as a spec declares it (optional sections left out when not given)."""
-    data = asdict(workload)
-    data["tables"] = list(data["tables"])
-    if data["batch_size"] is None:
-        del data["batch_size"]
-    if data["dense"] is None:
-        del data["dense"]
-    else:
-        data["dense"] = {k: list(v) if isinstance(v, tuple) else v for k, v in data["dense"].items()}
-    data["comm_precision"] = list(data["comm_precision"])
-    return data
+    return workload.model_dump(mode="json", exclude_none=True)
 
 
-def _float(value: Any, where: str, *, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
-        raise SpecError(where, f"must be a number > 0 and <= {high:g}, got {json.dumps(value)}")
-    return float(value)
+# --------------------------------------------------------------------------- validation
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
-def _layers(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise SpecError(where, f"must be a non-empty list of layer sizes, got {json.dumps(value)}")
-    return tuple(_int(v, f"{where}[{i}]", high=65536) for i, v in enumerate(value))
+def problem_of(error: Mapping[str, Any]) -> tuple[tuple[str | int, ...], str]:
+    """One pydantic error of a spec as (where, problem): the location of the field at fault (below
+    a model, for the rules that relate its fields) and a one-line problem in the spec's own words."""
+    loc, kind, value = tuple(error.get("loc", ())), error.get("type"), error.get("input")
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _Problem):
+        return loc + cause.at, str(cause)
+    if kind == "missing":
+        return loc, "is required"
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        return loc, f"must be one of {', '.join(allowed)}; got {_shown(value)}"
+    if kind in ("string_type", "string_too_short", "string_pattern_mismatch"):
+        return loc, f"must be a non-empty string, got {_shown(value)}"
+    if kind in ("too_short", "list_type", "tuple_type"):
+        return loc, f"must be a non-empty list, got {_shown(value)}"
+    if kind == "bool_type":
+        return loc, f"must be true or false, got {_shown(value)}"
+    return loc, str(error.get("msg", "")).removeprefix("Value error, ")
 
 
-def parse_dense(obj: Any, tables: tuple[TableSpec, ...], where: str) -> DenseSpec:
-    """DLRM's shape rules, checked here so a bad one fails before torch is imported."""
-    if isinstance(obj, dict):
-        _unknown_keys(obj, {"in_features", "arch", "over_arch", "interaction"}, where)
-    dense = DenseSpec(
-        in_features=_int(_require(obj, "in_features", where), f"{where}.in_features", high=1 << 20),
-        arch=_layers(_require(obj, "arch", where), f"{where}.arch"),
-        over_arch=_layers(_require(obj, "over_arch", where), f"{where}.over_arch"),
-        interaction=_choice(obj.get("interaction", "dot"), f"{where}.interaction", INTERACTIONS),
-    )
-    dims = sorted({t.embedding_dim for t in tables})
-    if len(dims) > 1:
-        raise SpecError(f"{where}", f"DLRM needs one embedding_dim for every table, got {dims}")
-    if dense.arch[-1] != dims[0]:
-        raise SpecError(
-            f"{where}.arch", f"the last layer must be the embedding dim {dims[0]}, got {dense.arch[-1]}"
-        )
-    if dense.over_arch[-1] != 1:
-        raise SpecError(
-            f"{where}.over_arch", f"the last layer must be 1 (the logit), got {dense.over_arch[-1]}"
-        )
-    return dense
+def where(loc: tuple[str | int, ...]) -> str:
+    """("workload", "tables", 0, "name") -> "workload.tables[0].name"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
-def parse_optimizer(obj: Any, where: str) -> OptimizerSpec:
-    if not isinstance(obj, dict):
-        raise SpecError(where, f"must be an object, got {type(obj).__name__}")
-    _unknown_keys(obj, {"embedding", "embedding_lr", "dense", "dense_lr"}, where)
-    default = OptimizerSpec()
-    return OptimizerSpec(
-        embedding=_choice(
-            obj.get("embedding", default.embedding), f"{where}.embedding", EMBEDDING_OPTIMIZERS
-        ),
-        embedding_lr=_float(obj.get("embedding_lr", default.embedding_lr), f"{where}.embedding_lr", high=100),
-        dense=_choice(obj.get("dense", default.dense), f"{where}.dense", DENSE_OPTIMIZERS),
-        dense_lr=_float(obj.get("dense_lr", default.dense_lr), f"{where}.dense_lr", high=100),
-    )
+def _parse(model: type[_Model], obj: Any, at: str = "") -> _Model:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        loc, problem = problem_of(exc.errors()[0])
+        raise SpecError(where(((at,) if at else ()) + loc), problem) from None
 
 
-def parse_workload(obj: Any, where: str = "workload") -> WorkloadSpec:
-    if isinstance(obj, dict):
-        fields = {
-            "name",
-            "tables",
-            "sharding",
-            "batch_size",
-            "dense",
-            "optimizer",
-            "compute_kernel",
-            "comm_precision",
-        }
-        _unknown_keys(obj, fields, where)
-    name = _str(_require(obj, "name", where), f"{where}.name")
-    raw_tables = _require(obj, "tables", where)
-    if not isinstance(raw_tables, list) or not raw_tables:
-        raise SpecError(f"{where}.tables", "must be a non-empty list of tables")
-    tables = tuple(parse_table(t, f"{where}.tables[{i}]") for i, t in enumerate(raw_tables))
-    names = [t.name for t in tables]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise SpecError(f"{where}.tables", f"table name {dup!r} appears more than once")
-    sharding = _choice(obj.get("sharding", "table_wise"), f"{where}.sharding", SHARDING_TYPES)
-    batch = obj.get("batch_size")
-    batch = None if batch is None else _int(batch, f"{where}.batch_size", high=1 << 20)
-    dense = obj.get("dense")
-    optimizer = parse_optimizer(obj.get("optimizer", {}), f"{where}.optimizer")
-    kernel = _choice(obj.get("compute_kernel", "fused"), f"{where}.compute_kernel", COMPUTE_KERNELS)
-    if kernel == "dense" and optimizer.embedding == "exact_rowwise_adagrad":
-        raise SpecError(
-            f"{where}.optimizer.embedding", "exact_rowwise_adagrad runs fused only (compute_kernel fused)"
-        )
-    comm_precision = _precision_pair(obj.get("comm_precision", ["fp32", "fp32"]), f"{where}.comm_precision")
-    problem = comm_precision_problem(*comm_precision, sharding)
-    if problem:  # the job as declared cannot run: its baseline would fail in TorchRec
-        raise SpecError(f"{where}.comm_precision", problem)
-    return WorkloadSpec(
-        name=name,
-        tables=tables,
-        sharding=sharding,
-        batch_size=batch,
-        dense=None if dense is None else parse_dense(dense, tables, f"{where}.dense"),
-        optimizer=optimizer,
-        compute_kernel=kernel,
-        comm_precision=comm_precision,
-    )
+def parse_workload(obj: Any, at: str = "workload") -> WorkloadSpec:
+    return _parse(WorkloadSpec, obj, at)
 
 
-def _precision_pair(value: Any, where: str) -> tuple[str, str]:
-    if not isinstance(value, list | tuple) or len(value) != 2:
-        raise SpecError(where, f'must be [forward, backward], e.g. ["fp32", "fp32"]; got {json.dumps(value)}')
-    return _choice(value[0], f"{where}[0]", PRECISIONS), _choice(value[1], f"{where}[1]", PRECISIONS)
-
-
-def parse_candidate(obj: Any, where: str) -> CandidateSpec:
-    fields = {
-        "fwd_precision",
-        "bwd_precision",
-        "batch_size",
-        "sharding",
-        "num_threads",
-        "pipeline",
-        "model_seed",
-        "lr_scale",
-        "train_samples",
-        "stop_at",
-    }
-    if not isinstance(obj, dict):
-        raise SpecError(where, f"must be an object, got {type(obj).__name__}")
-    _unknown_keys(obj, fields, where)
-    sharding = obj.get("sharding")
-    threads = obj.get("num_threads")
-    pipeline = obj.get("pipeline")
-    model_seed = obj.get("model_seed")
-    lr_scale = obj.get("lr_scale")
-    budget = obj.get("train_samples")
-    stop_at = obj.get("stop_at")
-    return CandidateSpec(
-        fwd_precision=_choice(_require(obj, "fwd_precision", where), f"{where}.fwd_precision", PRECISIONS),
-        bwd_precision=_choice(_require(obj, "bwd_precision", where), f"{where}.bwd_precision", PRECISIONS),
-        batch_size=_int(_require(obj, "batch_size", where), f"{where}.batch_size", high=1 << 20),
-        sharding=None if sharding is None else _choice(sharding, f"{where}.sharding", SHARDING_TYPES),
-        num_threads=None if threads is None else _int(threads, f"{where}.num_threads", high=1024),
-        pipeline=None if pipeline is None else _choice(pipeline, f"{where}.pipeline", PIPELINES),
-        model_seed=None if model_seed is None else _int(model_seed, f"{where}.model_seed", low=0),
-        lr_scale=None if lr_scale is None else _float(lr_scale, f"{where}.lr_scale", high=1024),
-        train_samples=None if budget is None else _int(budget, f"{where}.train_samples", high=1 << 30),
-        stop_at=None if stop_at is None else _int(stop_at, f"{where}.stop_at", low=0),
-    )
-
-
-def parse_quality(obj: Any, workload: WorkloadSpec) -> QualitySpec:
-    if not isinstance(obj, dict):
-        raise SpecError("quality", f"must be an object, got {type(obj).__name__}")
-    _unknown_keys(obj, {"train_samples", "eval_samples", "data_seed", "data", "checkpoints"}, "quality")
-    if workload.dense is None:
-        raise SpecError("quality", "a convergence check trains a DLRM: the workload needs a dense part")
-    data = obj.get("data")
-    if data is not None and (not isinstance(data, str) or data.count(":") != 1):
-        raise SpecError("quality.data", f'must be "module:function", got {json.dumps(data)}')
-    default = QualitySpec()
-    return QualitySpec(
-        train_samples=_int(
-            obj.get("train_samples", default.train_samples), "quality.train_samples", high=1 << 30
-        ),
-        eval_samples=_int(
-            obj.get("eval_samples", default.eval_samples), "quality.eval_samples", high=1 << 24
-        ),
-        data_seed=_int(obj.get("data_seed", 0), "quality.data_seed", low=0),
-        data=data,
-        checkpoints=_int(obj.get("checkpoints", 1), "quality.checkpoints", high=64),
-    )
+def parse_candidate(obj: Any, at: str) -> CandidateSpec:
+    return _parse(CandidateSpec, obj, at)
 
 
 def parse_spec(obj: Any) -> TrialSpec:
     """Validate a decoded spec. Raises SpecError naming the first bad field."""
-    if not isinstance(obj, dict):
+    if not isinstance(obj, Mapping):
         raise SpecError("", f"spec must be a JSON object, got {type(obj).__name__}")
-    allowed = {"workload", "candidates", "warmup", "iterations", "device", "seed"}
-    allowed |= {"input_batches", "extra", "quality"}
-    _unknown_keys(obj, allowed, "")
-    workload = parse_workload(_require(obj, "workload", ""))
-    raw = _require(obj, "candidates", "")
-    if not isinstance(raw, list) or not raw:
-        raise SpecError("candidates", "must be a non-empty list")
-    candidates = tuple(parse_candidate(c, f"candidates[{i}]") for i, c in enumerate(raw))
-    for i, c in enumerate(candidates):
-        if c.stop_at is not None and c.stop_at >= i:
-            raise SpecError(
-                f"candidates[{i}].stop_at", f"must name an earlier candidate (< {i}), got {c.stop_at}"
-            )
-    extra = obj.get("extra", {})
-    if not isinstance(extra, dict):
-        raise SpecError("extra", "must be an object")
-    return TrialSpec(
-        workload=workload,
-        candidates=candidates,
-        warmup=_int(obj.get("warmup", 5), "warmup", low=0, high=10_000),
-        iterations=_int(obj.get("iterations", 30), "iterations", low=1, high=1_000_000),
-        device=_choice(obj.get("device", "auto"), "device", DEVICES),
-        seed=_int(obj.get("seed", 0), "seed", low=0),
-        input_batches=_int(obj.get("input_batches", 4), "input_batches", high=64),
-        quality=None if obj.get("quality") is None else parse_quality(obj["quality"], workload),
-        extra=extra,
-    )
+    return _parse(TrialSpec, obj)
 
 
 def load_spec(path: str | Path) -> TrialSpec:

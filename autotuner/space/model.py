@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -32,14 +32,12 @@ from autotuner.limits import limits, over
 from autotuner.space.checks import INPROC_FIELDS, SpaceError, check_declaration, schema_problems
 from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
 from autotuner.space.sources import with_preset
+from trials.choices import Pipeline, Precision, Sharding
+from trials.spec import MAX_BATCH  # a typo must not allocate a terabyte
 
-Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8"]
-Sharding = Literal["table_wise", "row_wise", "table_row_wise", "column_wise"]
-Pipeline = Literal["none", "base", "sparse_dist", "semi_sync", "fused_sparse_dist"]
 Knob = Literal["precision", "batch", "pipeline", "env", "sharding", "threads"]
 LrScaling = Literal["none", "sqrt", "linear"]
-KNOBS: tuple[str, ...] = ("precision", "batch", "pipeline", "env", "sharding", "threads")
-MAX_BATCH = 1 << 20  # as trials.spec: a typo must not allocate a terabyte
+KNOBS: tuple[Knob, ...] = get_args(Knob)
 MAX_THREADS = 1024
 MAX_GRID = 10_000  # env_grid() enumerates up to this many points; beyond, sample instead
 
@@ -83,7 +81,7 @@ class SearchSpace(BaseModel):
     # job's) ** 0, 0.5 or 1): more than one is searched, in the quality launch.
     quality_seeds: Annotated[StrictInt, Field(ge=2, le=32)] = 3
     lr_scaling: Annotated[list[LrScaling], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: ["none"], min_length=1, max_length=3
+        default_factory=lambda: list[LrScaling](["none"]), min_length=1, max_length=3
     )
     quality_data: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # "module:function"
     # Variables searched even where they cannot act (reported "inert here", never published).

@@ -152,12 +152,14 @@ def test_hook_entry_point_skips_heavy_imports(tmp_path):
         "try:\n    main()\nexcept SystemExit as exit:\n    rc = exit.code\n"
         "print(rc, sorted(m for m in ('typer', 'rich', 'sqlalchemy', 'torch', 'optuna') if m in sys.modules))\n"
         "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
-        "print(sorted(m for m in tops if m != 'autotuner' and not m.startswith('_') and m != 'site'))\n"
+        "print(sorted(m for m in tops if m not in ('autotuner', 'trials') and not m.startswith('_') and m != 'site'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('trials')))\n"
     )
     env = {**os.environ, "AUTOTUNER_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
-    # the gate the hook applies (autotuner.envvars, autotuner.configs) is standard library only, too
-    assert out.stdout.split("\n")[:2] == ["0 []", "[]"], out.stderr
+    # the gate the hook applies (autotuner.envvars, autotuner.configs) is standard library only, too; of
+    # trials/ only the spec's lists of choices (trials.choices, standard library only), not the spec
+    assert out.stdout.split("\n")[:3] == ["0 []", "[]", "['trials', 'trials.choices']"], out.stderr
     assert "unreachable" in out.stderr
 
 

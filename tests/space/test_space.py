@@ -1,6 +1,5 @@
 import copy
 import json
-from typing import get_args
 
 import pytest
 import yaml
@@ -21,7 +20,8 @@ from autotuner.space import (
     load_space,
     to_env_strings,
 )
-from trials.spec import PRECISIONS, SHARDING_TYPES, parse_candidate
+from trials import choices
+from trials.spec import parse_candidate
 
 BASE = {
     "env": {
@@ -77,9 +77,12 @@ def test_the_documented_example_loads():
     assert s.warnings == []
 
 
-def test_literals_match_the_trial_spec():
-    assert get_args(Precision) == PRECISIONS
-    assert get_args(Sharding) == SHARDING_TYPES
+def test_the_space_takes_its_choices_from_the_trial_spec():
+    # one source (trials.choices): the space's types are the spec's, not a copy to keep in step
+    assert Precision is choices.Precision
+    assert Sharding is choices.Sharding
+    schema = SearchSpace.model_json_schema()["properties"]
+    assert schema["precisions"]["items"]["prefixItems"][0]["enum"] == list(choices.PRECISIONS)
 
 
 # --------------------------------------------------------------------------- presets

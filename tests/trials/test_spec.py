@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from trials.spec import SpecError, comm_precision_problem, load_spec, parse_spec
+from trials.spec import SpecError, TrialSpec, comm_precision_problem, load_spec, parse_spec
 
 TABLE = {"name": "t0", "num_embeddings": 100, "embedding_dim": 32, "pooling_factor": 2}
 
@@ -210,3 +210,63 @@ def test_comm_precision_problem_names_int8_on_a_reduce_scatter_only(fwd, bwd, sh
     ok = spec()
     ok["workload"].update(sharding="table_wise", comm_precision=["int8", "int8"])
     assert parse_spec(ok).workload.comm_precision == ("int8", "int8")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "words"),
+    [
+        (lambda s: s.__setitem__("extra", {"inject": "boom"}), "extra.inject", "one of hang, crash"),
+        (lambda s: s.__setitem__("extra", {"fidelty": True}), "extra.fidelty", "unknown field (allowed: "),
+        (lambda s: s.__setitem__("extra", {"damaged_codec": "fp4"}), "extra.damaged_codec", "one of fp32"),
+        (lambda s: s.__setitem__("extra", []), "extra", "must be an object"),
+        (lambda s: s.__setitem__("device", "gpu"), "device", "one of auto, cpu, cuda"),
+        (
+            lambda s: s["candidates"][0].__setitem__("lr_scale", 0),
+            "candidates[0].lr_scale",
+            "> 0 and <= 1024",
+        ),
+        (
+            lambda s: s["workload"].__setitem__("comm_precision", ["fp16"]),
+            "workload.comm_precision",
+            "[forward, ",
+        ),
+        (
+            lambda s: s["workload"]["tables"][0].__setitem__("name", " "),
+            "workload.tables[0].name",
+            "non-empty",
+        ),
+        (lambda s: s["workload"].__setitem__("tables", "t0"), "workload.tables", "non-empty list"),
+    ],
+)
+def test_extra_device_and_the_other_fields_name_the_field_too(mutate, where, words):
+    bad = spec()
+    mutate(bad)
+    with pytest.raises(SpecError) as err:
+        parse_spec(bad)
+    assert err.value.where == where
+    assert words in err.value.problem
+    assert "\n" not in str(err.value)
+
+
+def test_extra_switches_are_typed_and_left_out_when_unset():
+    parsed = parse_spec(spec(extra={"fidelity": True, "tag": "confirm"}))
+    assert parsed.extra.fidelity is True
+    assert parsed.extra.inject is None
+    assert parsed.to_dict()["extra"] == {"fidelity": True, "tag": "confirm"}
+    assert "extra" not in parse_spec(spec()).to_dict()
+
+
+def test_a_quality_spec_names_its_data_and_needs_a_dense_part():
+    with pytest.raises(SpecError, match='quality.data: must be "module:function"'):
+        parse_spec(dense_spec() | {"quality": {"data": "no_colon"}})
+    with pytest.raises(SpecError, match="quality: a convergence check trains a DLRM"):
+        parse_spec(spec(quality={}))
+
+
+def test_every_model_refuses_unknown_fields_in_its_json_schema():
+    """The schema the REST API documents for a workload is the one the trial validates with."""
+    schema = TrialSpec.model_json_schema()
+    assert schema["additionalProperties"] is False
+    assert all(d["additionalProperties"] is False for d in schema["$defs"].values())
+    table = schema["$defs"]["TableSpec"]["properties"]
+    assert (table["embedding_dim"]["minimum"], table["embedding_dim"]["maximum"]) == (1, 65536)
