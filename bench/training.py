@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scipy import stats
+
 from autotuner.executors import Fabric
 from bench.trials import DEMO_WORKLOAD, launch, torchrun
 
@@ -75,26 +77,10 @@ def _training_round(rate: str | None, turns: int, warmup: int, steps: int, seed:
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    """Rank correlation (no ties expected among measured speedups; ties get their mean rank)."""
-
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=values.__getitem__)
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.mean(rx), statistics.mean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    var = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return cov / var if var else 0.0
+    """Rank correlation (ties get their mean rank); 0 where either side is constant: no order to agree on."""
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return 0.0
+    return float(stats.spearmanr(xs, ys).statistic)
 
 
 def fidelity(rate: str | None, launches: int = 3, turns: int = 4, seed: int = 0) -> dict[str, Any]:

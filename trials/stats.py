@@ -1,34 +1,35 @@
-"""Summary statistics of per-iteration samples (pure Python, shared with the engine)."""
+"""Summary statistics of per-iteration samples (numpy's definitions: linear-interpolated percentiles,
+the sample standard deviation)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
+import numpy as np
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default) of already sorted values, q in [0, 100]."""
-    if not sorted_values:
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """numpy's default (linear-interpolated) percentile of `values`, q in [0, 100]."""
+    if not len(values):
         raise ValueError("percentile of no values")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """median / p10 / p90 / mean / cv (sample std over mean) / min / max of `values`."""
-    s = sorted(values)
-    n = len(s)
-    mean = sum(s) / n
-    var = sum((x - mean) ** 2 for x in s) / (n - 1) if n > 1 else 0.0
+    """median / p10 / p90 / mean / cv (sample std over mean) / min / max / n of `values`."""
+    a = np.asarray(values, dtype=float)
+    if not a.size:
+        raise ValueError("summary of no values")
+    p10, median, p90 = np.percentile(a, [10, 50, 90])
+    mean = float(a.mean())
+    sd = float(a.std(ddof=1)) if a.size > 1 else 0.0
     return {
-        "median": percentile(s, 50),
-        "p10": percentile(s, 10),
-        "p90": percentile(s, 90),
+        "median": float(median),
+        "p10": float(p10),
+        "p90": float(p90),
         "mean": mean,
-        "cv": math.sqrt(var) / mean if mean > 0 else 0.0,
-        "min": s[0],
-        "max": s[-1],
-        "n": n,
+        "cv": sd / mean if mean > 0 else 0.0,
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "n": a.size,
     }

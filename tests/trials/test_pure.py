@@ -16,8 +16,13 @@ def test_summarize_matches_numpy_definitions():
     assert stats["mean"] == 4.0
     assert stats["cv"] == pytest.approx(3.5355339 / 4.0)
     assert summarize([5.0])["cv"] == 0.0
+    assert stats["n"] == 5
+    assert (stats["min"], stats["max"]) == (1.0, 10.0)
+    assert percentile([4.0, 1.0, 3.0], 25) == 2.0  # unsorted input is fine
     with pytest.raises(ValueError, match="no values"):
         percentile([], 50)
+    with pytest.raises(ValueError, match="no values"):
+        summarize([])
 
 
 def test_overlapping_collectives_are_not_double_counted():
