@@ -168,6 +168,9 @@ class ConfigPublic(BaseModel):
     pipeline: str | None = None
     exports: dict[str, str]
     evidence: dict[str, Any]
+    claim: ClaimText | None = Field(
+        default=None, description="the evidence's ladder and quality in words (the list)"
+    )
     fingerprint: dict[str, Any]
     study_id: int | None
     validated_at: str | None = Field(

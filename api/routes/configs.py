@@ -19,6 +19,7 @@ from api.schemas import (
     ValidationPublic,
     ValidationStatus,
 )
+from autotuner.claim_report import evidence_claim
 from autotuner.configs import MEDIA_TYPES
 from autotuner.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
@@ -36,8 +37,8 @@ _read = require("read").dependency
 
 @router.get("", response_model=list[ConfigPublic])
 def served(cache: CacheDep, _: ReadAccess) -> list[dict]:
-    """The config each (cluster, workload, nodes) serves now."""
-    return cache.all()
+    """The config each (cluster, workload, nodes) serves now, with its claim in words."""
+    return [{**c, "claim": evidence_claim(c.get("evidence"))[1]} for c in cache.all()]
 
 
 @router.get(
@@ -93,7 +94,8 @@ def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess
 
 
 @router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,
-             responses={409: {"description": "the version was not published by a study"}})  # fmt: skip
+             responses={200: {"model": ValidationPublic, "description": "one already queued or running for it"},
+                        409: {"description": "the version was not published by a study"}})  # fmt: skip
 def revalidate(cluster: Cluster, workload: Workload, body: RevalidateRequest, store: StoreDep,
                response: Response, _: WriteAccess) -> dict:  # fmt: skip
     """Re-validate the served config (or `version`): its setting against the study's baseline in

@@ -1,10 +1,10 @@
-"""Tuning studies: create, list, show, cancel; their trials and launches."""
+"""Tuning studies: create, list, show, cancel; their trials, launches and the charts' data."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 
 from api.auth import ReadAccess, WriteAccess
 from api.deps import SettingsDep, StoreDep
@@ -23,6 +23,7 @@ from api.schemas import (
 from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
+from autotuner.tuning.insights import ImportanceCache, study_insights
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
@@ -114,3 +115,14 @@ def launches(study_id: StudyId, store: StoreDep, _: ReadAccess) -> list[LaunchPu
     """Every launch with its state, and the log tail of those that failed."""
     get_study(store, study_id)
     return [launch_public(row) for row in store.launches(study_id)]
+
+
+@router.get("/{study_id}/insights")
+def insights(study_id: StudyId, request: Request, store: StoreDep, _: ReadAccess) -> dict[str, Any]:
+    """Chart data for the dashboard: optimization history, parameter importance (Optuna) with its
+    noise floor, the best throughput of each precision x batch size, and where the step's time goes."""
+    study = get_study(store, study_id)
+    cache: ImportanceCache | None = getattr(request.app.state, "importance_cache", None)
+    if cache is None or cache.url != store.url:  # one per app: it holds an Optuna storage
+        cache = request.app.state.importance_cache = ImportanceCache(store.url)
+    return study_insights(store, study, cache)

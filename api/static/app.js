@@ -499,11 +499,14 @@
   }
 
   // The claim as a waterfall: the baseline, then each knob group's gain; a step whose 95% interval
-  // includes 1 added nothing (its knob is not published) and is drawn flat and grey.
+  // includes 1 added nothing (its knob is not published) and is drawn flat and grey. Its words (labels,
+  // the quality line, the inert knobs) come written from the server: the CLI prints the same.
   function renderLadder(outcome, study) {
     const ladder = outcome.ladder || [];
-    setText("ladder-quality", qualityText(outcome.quality));
-    setText("ladder-inert", inertText(study.inert));
+    const claim = study.claim || {};
+    const words = claim.ladder || [];
+    setText("ladder-quality", claim.quality || "");
+    setText("ladder-inert", (claim.inert || []).join("\n"));
     if (!ladder.length) {
       chartMessage("chart-ladder", study.state === "done"
         ? "No ladder: the finalist was not confirmed faster than the baseline."
@@ -512,10 +515,8 @@
     }
     let before = 1;
     const rel = ladder.map((s) => { const d = s.kept ? s.cumulative - before : 0; before = s.cumulative; return d; });
-    const text = ladder.map((s) => (isNum(s.ci_low) ? `${num2(s.speedup_vs_previous)}× [${num2(s.ci_low)}–${num2(s.ci_high)}]` : s.verdict)
-      + (s.kept ? "" : " · dropped")
-      + (s.time_to_quality ? `<br>to quality ${s.time_to_quality.never ? "never" : `${num2(s.time_to_quality.speedup)}× [${num2(s.time_to_quality.ci_low)}–${num2(s.time_to_quality.ci_high)}]`} · ${s.time_to_quality.verdict || "-"}` : ""));
-    const changes = ladder.map((s) => Object.entries(s.changed).map(([k, v]) => `${plain(k)}: ${plain(JSON.stringify(v[0]))} → ${plain(JSON.stringify(v[1]))}`).join("<br>"));
+    const text = ladder.map((s, i) => ((words[i] || {}).label || []).map(plain).join("<br>"));
+    const changes = ladder.map((s, i) => plain((words[i] || {}).change || ""));
     plot("chart-ladder", [{
       type: "waterfall", orientation: "v", x: ["baseline", ...ladder.map((s) => plain(s.step))],
       measure: ["absolute", ...ladder.map(() => "relative")], y: [1, ...rel],
@@ -551,46 +552,6 @@
         yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
         margin: { l: 64, r: 12, t: 26, b: 40 },
       }));
-  }
-
-  // The convergence check: the tuned config's paired log-loss delta with its 95% CI over k model
-  // seeds and its verdict, then each knob's (a batch change's on its time to quality).
-  function qualityText(q) {
-    if (!q) return "";
-    if (q.skipped) return `Quality: not checked (${q.skipped}).`;
-    if (!isNum(q.ci_low)) {  // evidence published before the check had seeds and intervals
-      const verdict = q.refused.length ? `refused ${q.refused.join(", ")} (costs more than ${q.max_logloss_delta})` : `within ${q.max_logloss_delta}: kept`;
-      return `Quality: log loss ${q.tuned_logloss.toFixed(4)} vs ${q.baseline_logloss.toFixed(4)} (Δ ${signed(q.delta)}; `
-        + `another seed moves it ${q.seed_noise.toFixed(4)}), AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}, `
-        + `${num0(q.samples)} samples, ${q.data}: ${verdict}.`;
-    }
-    const knobs = Object.entries(q.knobs || {}).map(([k, f]) => {
-      const t = k === "batch" ? q.time_to_quality : null;
-      return t && t.verdict ? `${k}: ${timeToQualityText(t)}: ${t.verdict}` : `${k}: ${costsText(f)}: ${verdictText(f, q)}`;
-    });
-    return `Quality: tuned ${costsText(q)} log loss at equal samples: ${verdictText(q, q)} (${q.k} paired model seeds; `
-      + `baseline ${q.baseline_logloss.toFixed(4)} ± ${q.seed_spread.toFixed(4)} seed spread; AUC ${q.tuned_auc.toFixed(3)} vs ${q.baseline_auc.toFixed(3)}; `
-      + `${num0(q.samples)} samples, ${q.data}${isNum(q.cost_s) ? `; quality launch ${q.cost_s.toFixed(0)} s` : ""}) → ${knobs.join("; ")}.`;
-  }
-
-  function signed(x) { return `${x >= 0 ? "+" : ""}${x.toFixed(4)}`; }
-  function costsText(f) { return `costs ${signed(f.delta)} [${signed(f.ci_low)}, ${signed(f.ci_high)}]`; }
-  function verdictText(f, q) {
-    if (f.verdict === "not resolved") return `not resolved at k=${q.k}${f.k_to_resolve ? ` (k=${f.k_to_resolve} would resolve it)` : ""}`;
-    return f.verdict === "refused" ? `refused (more than ${q.max_logloss_delta})` : `passed (within ${q.max_logloss_delta})`;
-  }
-  // A batch change: throughput gain x sample efficiency = time to quality, with its 95% CI.
-  function timeToQualityText(t) {
-    const lr = t.lr_scaling && t.lr_scaling !== "none" ? `, lr ${t.lr_scaling}` : "";
-    if (t.never) return `never reached the baseline's log loss within ${num0(t.trained_samples)} samples${lr}`;
-    const gain = t.throughput_gain ? `${num2(t.throughput_gain.ratio)}× samples/s, ` : "";
-    return `${gain}${num2(1 / t.efficiency)}× the samples to the baseline's log loss: ${num2(t.speedup)}× time to quality [${num2(t.ci_low)}–${num2(t.ci_high)}]${lr}`;
-  }
-
-  function inertText(inert) {
-    const names = Object.keys(inert || {});
-    if (!names.length) return "";
-    return `Inert here, never exported: ${names.join(", ")} (${[...new Set(Object.values(inert))].join("; ")}).`;
   }
 
   function renderTrials(page, view) {
@@ -749,7 +710,7 @@
     const floor = isNum(importance.noise_floor) ? importance.noise_floor : null;
     const under = sorted.filter((p) => p.below_noise).length;
     setText("importance-hint", `Optuna PED-ANOVA over ${num0(importance.trials)} completed trials`
-      + (floor !== null ? ` · grey: no more than a random dimension gets (${pct(floor)})${under ? `, ${under} knob(s)` : ""}` : ""));
+      + (floor !== null ? ` · grey: no more than a random dimension gets (${pct(floor)} of the total)${under ? `, ${under} knob(s)` : ""}` : ""));
     plot("chart-importance", [{
       type: "bar", orientation: "h",
       x: sorted.map((p) => p.importance), y: sorted.map((p) => plain(PARAM_LABELS[p.name] || p.name)),
@@ -860,10 +821,11 @@
       const pre = el("pre", {}, lines);
       const copy = el("button", { type: "button", class: "btn copy", title: "copy the export lines" }, "Copy");
       copy.addEventListener("click", () => copyText(lines, copy));
-      const ladder = (ev.ladder || []).map((st) => `${st.step} ${isNum(st.ci_low) ? `${num2(st.speedup_vs_previous)}× [${num2(st.ci_low)}–${num2(st.ci_high)}]` : st.verdict}${st.kept ? "" : " (dropped)"}`).join(" · ");
+      const claim = c.claim || {};
+      const ladder = (claim.ladder || []).map((st) => st.line).join(" · ");
       const facts = [
         ["Ladder", ladder || "—"],
-        ["Quality", qualityText(ev.quality) || "—"],
+        ["Quality", claim.quality || "—"],
         ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
           " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds` : "not confirmed")) : "—"],
         ["Decision", ev.decision || "—"],

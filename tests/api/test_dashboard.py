@@ -14,6 +14,8 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from autotuner.store import Store
+from autotuner.tuning import insights
+from autotuner.tuning.insights import MIN_TRIALS
 from tests.api.conftest import LANDSCAPE, TOKENS, make_server, replay_study_body, wait_for_state
 from tests.conftest import REPO, skip_or_fail
 
@@ -156,11 +158,11 @@ def test_insights_of_a_finished_study(finished):
     ok = [t["samples_per_s"] for t in searched if t["state"] == "ok"]
     assert best[-1] == pytest.approx(max(ok))
 
+    # a few launches' trials: nothing ranked, and why (the ranking itself: tests/tuning/test_insights.py)
     importance = data["importance"]
-    assert importance["reason"] is None, importance
-    assert importance["params"]
-    assert sum(p["importance"] for p in importance["params"]) == pytest.approx(1.0)
-    assert {p["name"] for p in importance["params"]} <= {"precision", "batch_size", "NCCL_NSOCKS_PERTHREAD"}
+    assert importance["params"] == []
+    too_few = f"too few trials to rank knobs ({importance['trials']} completed, {MIN_TRIALS} needed)"
+    assert importance["reason"] == too_few
 
     matrix = data["matrix"]
     assert matrix["precisions"][:4] == ["fp32/fp32", "fp16/fp16", "fp8/bf16", "int8/int8"]
@@ -206,6 +208,7 @@ def test_importance_that_raises_is_reported_not_a_500(finished, monkeypatch):
         raise RuntimeError("evaluator exploded")
 
     monkeypatch.setattr(optuna.importance, "get_param_importances", broken)
+    monkeypatch.setattr(insights, "MIN_TRIALS", 2)  # this study's few trials are ranked: it is called
     srv, study, _, _ = finished
     with in_process_app(srv, public_read=True) as client:
         response = client.get(f"/v1/studies/{study['id']}/insights")
@@ -311,7 +314,7 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
         )
         page.wait_for_selector("#chart-speedup .main-svg", timeout=15_000)
         page.wait_for_selector("#chart-matrix .main-svg", timeout=15_000)
-        page.wait_for_selector("#chart-importance .main-svg", timeout=15_000)
+        wait_for_text(page, "chart-importance", "too few trials to rank knobs")  # 8 launches of 2: under 41
         assert page.evaluate("window.__sameDocument") is True
         total = client.get(f"/v1/studies/{study_id}/trials").json()["count"]
         assert trial_rows(page) == min(total, 50)
@@ -388,11 +391,17 @@ def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     page.screenshot(path=str(ARTIFACTS / "dashboard-failed.png"), full_page=True)
 
     page.goto(f"{srv.url}/studies/{study['id']}")
-    page.wait_for_selector("#chart-importance .main-svg", timeout=15_000)
+    wait_for_text(page, "chart-importance", "too few trials to rank knobs")
     assert page.locator("#failed-list .failed-launch").count() == 0
     page.goto(f"{srv.url}/studies/999999")
     page.wait_for_function("document.getElementById('study-name').textContent.includes('not found')")
     assert errors == []
+
+
+def wait_for_text(page, element_id: str, text: str) -> None:
+    page.wait_for_function(
+        f"document.getElementById({element_id!r}).textContent.includes({text!r})", timeout=15_000
+    )
 
 
 def test_insights_say_where_each_step_goes(finished):

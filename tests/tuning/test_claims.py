@@ -80,6 +80,12 @@ def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
     assert finalist["candidate"] == final.outcome["best_candidate"] != final.outcome["chosen_candidate"]
     assert finalist["significant"]
     assert config.evidence["finalist"] == finalist
+    assert Outcome.load(final.outcome).dump() == final.outcome  # stored as the type writes it
+    assert (
+        final.outcome["inert"]
+        == config.evidence["inert"]
+        == {"NCCL_NSOCKS_PERTHREAD": final.inert["NCCL_NSOCKS_PERTHREAD"]}
+    )
 
 
 def test_a_published_baseline_claims_no_speedup_and_keeps_the_finalists_figures_apart():
