@@ -1,9 +1,22 @@
 """The study driver: a short loop over phases, every step persisted so a killed driver resumes.
 
-Order of a study: recover what a previous runner left -> baseline (no overrides, fp32, the job's
-batch and pipeline) -> search launches until the budget -> the finalist confirmed against the
-baseline in interleaved launches -> a published config -> optionally the scaling curve. Each phase
-is a module of its own (plan, launch, ingest, recover, confirm, publish, scaling).
+A study, phase by phase (each a module of its own, with its tests):
+
+ 1. recover   what a previous runner left running: followed to its end, or retried (recover.py)
+ 2. baseline  the job's own settings: its batch, comm precision and pipeline, no env overrides
+ 3. inert     the knobs that cannot act where the baseline ran, left out of the search (inert.py)
+ 4. search    launches until the budget: plan.py proposes, launch.py runs, ingest.py records (search.py)
+ 5. confirm   the finalist against the baseline in interleaved launches (confirm.py, pairs.py)
+ 6. ladder    baseline to finalist one knob group at a time, steps without a measurable gain dropped
+              (ladder.py)
+ 7. quality   the convergence check: paired model seeds, a verdict on each training knob (quality.py)
+ 8. claim     what survived 6 and 7, confirmed again when something was dropped, and the decision
+              (claim.py; else the baseline is published: confirm.baseline_published)
+ 9. publish   the versioned config with its evidence (publish.py)
+10. scaling   optionally, the published config and the baseline at each node count (scaling.py)
+
+Phases 5 to 9 each run once (a resumed study does none twice): what they decide is an `Outcome`
+(outcome.py), stored in the study's row.
 """
 
 from __future__ import annotations
