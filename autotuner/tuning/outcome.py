@@ -27,16 +27,19 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class Confirmation(_Record):
+class Interval(_Record):
+    ci_low: float | None = Field(default=None, description="the 95% confidence interval's lower end")
+    ci_high: float | None = Field(default=None, description="its upper end")
+
+
+class Confirmation(Interval):
     """One setting against another in interleaved rounds: the throughput ratio with its paired 95% CI."""
 
     speedup: float | None = Field(
         default=None, description="geometric mean of tuned / baseline over the rounds"
     )
-    ci_low: float | None = None
-    ci_high: float | None = None
     confidence: float | None = None
-    rounds: int | None = None
+    rounds: int | None = Field(default=None, description="interleaved rounds, one pair each")
     tuned_samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
     significant: bool | None = Field(default=None, description="faster with 95% confidence (ci_low > 1)")
@@ -59,13 +62,11 @@ class Finalist(Confirmation):
     candidate: int | None = None
 
 
-class Gain(_Record):
+class Gain(Interval):
     ratio: float
-    ci_low: float
-    ci_high: float
 
 
-class TimeToQuality(_Record):
+class TimeToQuality(Interval):
     """A bigger batch judged by time to quality: the samples it needs to reach each seed's baseline log
     loss (sample efficiency), times the ladder's throughput gain for the batch step."""
 
@@ -73,7 +74,7 @@ class TimeToQuality(_Record):
     samples: list[float | None] | None = Field(
         default=None, description="per seed; null: never within the budget"
     )
-    trained_samples: int | None = None
+    trained_samples: int | None = Field(default=None, description="how far past the common budget it trained")
     throughput_gain: Gain | None = None
     never: bool | None = Field(default=None, description="some seed never reached the baseline's log loss")
     speedup_at_most: float | None = None
@@ -82,14 +83,14 @@ class TimeToQuality(_Record):
     )
     efficiency_ci: list[float] | None = None
     speedup: float | None = Field(default=None, description="time-to-quality speedup: gain x efficiency")
-    ci_low: float | None = None
-    ci_high: float | None = None
     verdict: str | None = Field(default=None, description="passed | refused | not resolved")
     variant: str | None = None
-    lr_scaling: str | None = None
+    lr_scaling: str | None = Field(
+        default=None, description="the learning-rate rule taken: none | sqrt | linear"
+    )
 
 
-class LadderStep(_Record):
+class LadderStep(Interval):
     """One knob group changed, measured against the step before it in interleaved rounds."""
 
     step: str = Field(description="precision | batch | pipeline | env | sharding | threads")
@@ -100,12 +101,10 @@ class LadderStep(_Record):
     verdict: str | None = Field(
         default=None, description="kept | no measurable gain | cannot run: ... | not measured ..."
     )
-    candidate: int | None = None
+    candidate: int | None = Field(default=None, description="a row that measured the step")
     samples_per_s: float | None = None
     previous_samples_per_s: float | None = None
-    speedup_vs_previous: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+    speedup_vs_previous: float | None = Field(default=None, description="the gain over the step before")
     rounds: int | None = None
     cumulative: float | None = Field(default=None, description="the kept steps' gains so far")
     time_to_quality: TimeToQuality | None = Field(
@@ -117,37 +116,34 @@ class LadderStep(_Record):
         return self.ci_low is not None
 
 
-class KnobQuality(_Record):
-    """One knob's verdict: its paired log-loss delta (a batch change's verdict is on its time to quality)."""
+class PairedDelta(Interval):
+    """A log-loss delta against the baseline under the same model seeds, with its 95% CI and verdict."""
 
-    delta: float
-    ci_low: float | None = None
-    ci_high: float | None = None
-    verdict: str
-    k_to_resolve: int | None = None
+    delta: float | None = Field(default=None, description="variant - baseline log loss, mean over the seeds")
+    sd: float | None = Field(default=None, description="of the paired differences")
+    verdict: str | None = Field(default=None, description="passed | refused | not resolved")
+    k_to_resolve: int | None = Field(default=None, description="seeds that would resolve it at this spread")
 
 
-class VariantFigures(_Record):
-    """A model trained in the quality launch against the baseline, under the same seeds."""
+class KnobQuality(PairedDelta):
+    """One knob's verdict: its paired delta alone (a batch change's verdict is on its time to quality)."""
 
-    logloss: list[float]
+
+class VariantFigures(PairedDelta):
+    """A model trained in the quality launch, against the baseline under the same seeds."""
+
+    logloss: list[float] = Field(description="per seed")
     auc: list[float]
-    delta: float
-    ci_low: float
-    ci_high: float
-    sd: float
     k: int
-    verdict: str
-    k_to_resolve: int | None = None
     equal_samples_verdict: str
     lr_scaling: str | None = None
     lr_scale: float | None = None
     time_to_quality: TimeToQuality | None = None
 
 
-class Quality(_Record):
+class Quality(PairedDelta):
     """The convergence check: the tuned config's paired log-loss delta over k model seeds, its 95% CI and
-    verdict, and each training knob's; or why it was skipped."""
+    verdict (at equal samples), and each training knob's; or why it was skipped."""
 
     skipped: str | None = Field(default=None, description="why the check did not run")
     k: int | None = Field(default=None, description="paired model seeds")
@@ -156,19 +152,13 @@ class Quality(_Record):
     tuned_logloss: float | None = None
     baseline_per_seed: list[float] | None = None
     tuned_per_seed: list[float] | None = None
-    delta: float | None = Field(default=None, description="tuned - baseline log loss at equal samples")
-    ci_low: float | None = None
-    ci_high: float | None = None
-    sd: float | None = None
-    k_to_resolve: int | None = None
-    verdict: str | None = Field(default=None, description="at equal samples: passed | refused | not resolved")
-    seed_spread: float | None = None
+    seed_spread: float | None = Field(default=None, description="the baseline's own, from seed to seed")
     seed_noise: float | None = Field(default=None, description="a check of one seed (before paired seeds)")
     baseline_auc: float | None = None
     tuned_auc: float | None = None
     samples: int | None = None
     eval_samples: int | None = None
-    max_logloss_delta: float | None = None
+    max_logloss_delta: float | None = Field(default=None, description="the space's threshold")
     variants: dict[str, VariantFigures] = Field(default_factory=dict)
     knobs: dict[str, KnobQuality] = Field(default_factory=dict)
     refused: list[str] = Field(default_factory=list)
@@ -195,8 +185,8 @@ class ScalingPoint(_Record):
 
     nodes: int
     baseline_samples_per_s: float | None = None
-    baseline_scaling: float | None = None
-    baseline_efficiency: float | None = None
+    baseline_scaling: float | None = Field(default=None, description="throughput here / at the fewest nodes")
+    baseline_efficiency: float | None = Field(default=None, description="scaling / (nodes / the fewest)")
     tuned_samples_per_s: float | None = None
     tuned_scaling: float | None = None
     tuned_efficiency: float | None = None

@@ -202,7 +202,7 @@ def judge(
     names = ("tuned", *(f"only_{k}" for k in knobs))
     chosen = {name: best for name in names if (best := _best_rule(name, variants, figures)) is not None}
 
-    def verdict(name: str) -> str:
+    def verdict(name: str) -> str | None:
         return figures[chosen[name]].verdict
 
     if len(knobs) == 1:
@@ -246,7 +246,7 @@ def _best_rule(name: str, variants: list[Variant], figures: dict[str, VariantFig
 
     def merit(n: str) -> tuple[float, float]:
         ttq = figures[n].time_to_quality or TimeToQuality()
-        return (ttq.speedup or ttq.efficiency or 0.0, -figures[n].delta)
+        return (ttq.speedup or ttq.efficiency or 0.0, -(figures[n].delta or 0.0))
 
     return max(tried, key=merit)
 
