@@ -14,7 +14,15 @@ from pathlib import Path
 
 def main() -> None:
     sys.path[0] = os.getcwd()  # the checkout being measured, not the one this file came from
-    from tests.api.conftest import make_server, replay_study_body, wait_for_config, wait_for_state
+    try:
+        from tests.api.service import make_server, replay_study_body, wait_for_config, wait_for_state
+    except ModuleNotFoundError:  # a checkout from before tests/api/service.py (the --against side)
+        from tests.api.conftest import (  # noqa: TID251
+            make_server,
+            replay_study_body,
+            wait_for_config,
+            wait_for_state,
+        )
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-tree-") as tmp:
         server = make_server(Path(tmp))

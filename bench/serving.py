@@ -43,7 +43,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.api.conftest import (  # noqa: E402
+from tests.api.service import (  # noqa: E402
     TOKENS,
     free_port,
     make_server,

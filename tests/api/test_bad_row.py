@@ -14,7 +14,7 @@ from sqlalchemy import text
 from api.app import create_app
 from api.settings import Settings
 from autotuner.store import Store
-from tests.api.conftest import TOKENS, make_server
+from tests.api.service import TOKENS, make_server
 
 FIELDS = dict(fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise", evidence={})
 GOOD = [("cpu-box", "small"), ("cpu-box", "large"), ("gpu-box", "small")]

@@ -12,11 +12,9 @@ FIELDS = dict(env={}, fwd_precision="fp16", bwd_precision="fp16", batch_size=512
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    s.upsert_workload("w", {"name": "w", "tables": []})
-    yield s
-    s.dispose()
+def workload(store):
+    """Workload "w" in the store: a config is published for one."""
+    store.upsert_workload("w", {"name": "w", "tables": []})
 
 
 def workers(store: Store, tmp_path) -> tuple[ConfigCache, ConfigCache]:
@@ -27,6 +25,7 @@ def workers(store: Store, tmp_path) -> tuple[ConfigCache, ConfigCache]:
     return a, b
 
 
+@pytest.mark.usefixtures("workload")
 def test_once_one_worker_loaded_a_change_the_other_serves_it_too(store, tmp_path):
     a, b = workers(store, tmp_path)
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
@@ -39,6 +38,7 @@ def test_once_one_worker_loaded_a_change_the_other_serves_it_too(store, tmp_path
     assert a.get("c", "w", 1).config["pinned"]
 
 
+@pytest.mark.usefixtures("workload")
 def test_a_miss_asks_the_store_and_a_hit_does_not(store, tmp_path):
     a, _ = workers(store, tmp_path)
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)

@@ -14,7 +14,8 @@ from api.app import create_app
 from api.settings import Settings
 from autotuner.space import IntRange, SearchSpace, SpaceError, load_space
 from autotuner.space.checks import check_declaration
-from tests.api.conftest import LANDSCAPE, replay_study_body
+from tests.api.service import replay_study_body
+from tests.helpers import LANDSCAPE
 
 PRECISIONS = [
     [f, b] for f in ("fp32", "fp16", "bf16", "fp8", "int8") for b in ("fp32", "fp16", "bf16", "fp8", "int8")

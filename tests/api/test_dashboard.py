@@ -16,8 +16,8 @@ from api.settings import Settings
 from autotuner.store import Store
 from autotuner.tuning import insights
 from autotuner.tuning.insights import MIN_TRIALS
-from tests.api.conftest import LANDSCAPE, TOKENS, make_server, replay_study_body, wait_for_state
-from tests.conftest import REPO, skip_or_fail
+from tests.api.service import TOKENS, make_server, replay_study_body, wait_for_state
+from tests.helpers import LANDSCAPE, REPO, skip_or_fail
 
 CHROMIUM = Path("/usr/bin/chromium")
 # How long the page may wait for the study to make progress: the scheduler runs at nice 10, so on a
@@ -30,7 +30,7 @@ HOSTILE = '<script>window.__xss = "script"</script><img src=x onerror="window.__
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A real server with a finished replay study and a study whose failed launch carries markup."""
-    srv = make_server(tmp_path_factory.mktemp("dashboard"))
+    srv = make_server(tmp_path_factory.mktemp("dashboard"), replay_delay_s=0)  # only the study's end is read
     srv.start()
     client = srv.client("write")
     created = client.post("/v1/studies", json=replay_study_body("dash-done"))

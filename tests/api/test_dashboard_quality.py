@@ -13,8 +13,8 @@ from autotuner.store import Store
 from autotuner.tuning.claim import batch_step_to_quality
 from autotuner.tuning.outcome import LadderStep, Outcome, Quality
 from autotuner.tuning.quality import Variant, batch_gain, judge
-from tests.api.conftest import LANDSCAPE
 from tests.api.test_dashboard import ARTIFACTS, browser, finished, study_page  # noqa: F401 - fixtures
+from tests.helpers import LANDSCAPE
 from tests.tuning.test_quality_stats import curve
 
 BUDGET = 131072

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.conftest import TOKENS
+from tests.api.service import TOKENS
 from tests.api.test_dashboard import ARTIFACTS, browser, enter_token, open_page  # noqa: F401 - a fixture
 from tests.api.test_revalidation import HEADER, UPGRADED, serve, until
 from tests.tuning.test_revalidate import NEW_STACK, landscape

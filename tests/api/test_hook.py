@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from tests.api.conftest import TOKENS, free_port, replay_study_body, served_config, wait_for_state
+from tests.api.service import TOKENS, free_port, replay_study_body, served_config, wait_for_state
 
 # Tests of what the hook prints give a live service more than the default 1.5 s: a loaded CI machine
 # must not turn them into tests of the deadline (that one has its own test, with a hanging server).
@@ -27,17 +27,18 @@ def hook(server_url: str, *args: str, env: dict[str, str] | None = None, token: 
     return proc, time.monotonic() - started
 
 
-@pytest.fixture
-def published(server):
-    client = server.client("write")
+@pytest.fixture(scope="module")
+def published(module_server):
+    """The module's service, with a study done and its config published (once: the tests only read it)."""
+    client = module_server.client("write")
     study = client.post("/v1/studies", json=replay_study_body()).json()
     assert wait_for_state(client, study["id"], ("done", "failed"))["state"] == "done"
     assert served_config(client).status_code == 200
-    return server
+    return module_server
 
 
-def test_hook_prints_the_served_exports_fast(published):
-    cache = {"AUTOTUNER_CACHE_DIR": str(published.data_dir / "cache")}
+def test_hook_prints_the_served_exports_fast(published, tmp_path):
+    cache = {"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache")}
     timings = []
     for _ in range(5):
         proc, elapsed = hook(published.url, *PATIENT, env=cache)
@@ -48,11 +49,14 @@ def test_hook_prints_the_served_exports_fast(published):
     assert min(timings) < 1.0  # the bound that matters is measured by bench/; this catches a regression
 
 
-def test_hook_falls_back_to_the_cache_when_the_service_dies(published):
-    cache = {"AUTOTUNER_CACHE_DIR": str(published.data_dir / "cache")}
+def test_hook_falls_back_to_the_cache_when_the_service_dies(published, tmp_path):
+    cache = {"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache")}
     fresh, _ = hook(published.url, *PATIENT, env=cache)
-    published.kill()
-    cached, elapsed = hook(published.url, env=cache)
+    published.kill()  # SIGKILL: nothing answers on its port any more (kill waits for that)
+    try:
+        cached, elapsed = hook(published.url, env=cache)
+    finally:
+        published.start()  # the same service again (same store), for the module's other tests
     assert cached.returncode == 0
     assert elapsed < 2.0
     assert cached.stdout == fresh.stdout
@@ -93,7 +97,7 @@ class _Broken(BaseHTTPRequestHandler):
 
 def test_hook_survives_a_500(tmp_path):
     httpd = HTTPServer(("127.0.0.1", 0), _Broken)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() waits a poll
     try:
         proc, _ = hook(f"http://127.0.0.1:{httpd.server_port}", env={"AUTOTUNER_CACHE_DIR": str(tmp_path)})
     finally:

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tests.api.conftest import make_server, replay_study_body, served_config, wait_for_state
-from tests.conftest import fresh_postgres_database, skip_or_fail
+from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
+from tests.helpers import fresh_postgres_database, skip_or_fail
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import make_server, replay_study_body, served_config, wait_for_state
+from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
 from tests.api.test_hook import PATIENT, hook
 from tests.tuning.test_revalidate import NEW_STACK, OLD_STACK, landscape
 

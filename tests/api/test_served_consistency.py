@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import pytest
 
 from tests.api.config_writer import STEPS
-from tests.api.conftest import TOKENS, Server, make_server
-from tests.conftest import REPO, fresh_postgres_database, skip_or_fail
+from tests.api.service import TOKENS, Server, make_server
+from tests.helpers import REPO, fresh_postgres_database, skip_or_fail
 
 CONNECTIONS = 32
 WORKERS = 2

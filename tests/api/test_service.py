@@ -7,11 +7,12 @@ import time
 
 import pytest
 
-from tests.api.conftest import LANDSCAPE, make_server, replay_study_body, served_config, wait_for_state
+from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
+from tests.helpers import LANDSCAPE
 
 
-def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format(server):
-    client = server.client("write")
+def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format(module_server):
+    client = module_server.client("write")
     created = client.post("/v1/studies", json=replay_study_body())
     assert created.status_code == 201, created.text
     study = wait_for_state(client, created.json()["id"], ("done", "failed"))
@@ -42,8 +43,10 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
         ("get", "/healthz", None, 200),
     ],
 )
-def test_scopes(server, method, path, scope, status):
-    response = getattr(server.client(scope), method)(path, **({"json": {}} if method == "post" else {}))
+def test_scopes(module_server, method, path, scope, status):
+    response = getattr(module_server.client(scope), method)(
+        path, **({"json": {}} if method == "post" else {})
+    )
     assert response.status_code == status, response.text
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.api.conftest import make_server, replay_study_body, served_config, wait_for_state
+from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
 
 
 def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):

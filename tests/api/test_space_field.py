@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from autotuner.space import PRESETS
-from tests.api.conftest import LANDSCAPE, replay_study_body
+from tests.api.service import replay_study_body
+from tests.helpers import LANDSCAPE
 
 SECRET = "hunter2-secret-value"
 

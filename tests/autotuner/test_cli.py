@@ -6,15 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from autotuner.cli import app
+from tests.helpers import LANDSCAPE
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-LANDSCAPE = DATA / "landscape-small.json"
 runner = CliRunner()
 
 

@@ -13,9 +13,8 @@ from autotuner.executors import Landscape, LaunchState, ReplayExecutor
 from autotuner.executors.base import Description
 from autotuner.store import Store, env_hash
 from autotuner.tuning import StudyDriver, StudySettings, create_study, optuna_storage
+from tests.helpers import LANDSCAPE
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-LANDSCAPE = DATA / "landscape-small.json"
 RECORDED = json.loads(LANDSCAPE.read_text())
 SPACE = {
     "env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]},
@@ -42,13 +41,6 @@ def replay(seed: int = 7) -> ReplayExecutor:
 def measured(store: Store, study_id: int) -> list[tuple[str, str]]:
     return [(json.dumps(c.env, sort_keys=True), f"{c.fwd_precision}/{c.bwd_precision}/{c.batch_size}")
             for c in store.candidates(study_id)]  # fmt: skip
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    yield s
-    s.dispose()
 
 
 def test_study_runs_baseline_search_confirm_and_publishes(store, tmp_path):

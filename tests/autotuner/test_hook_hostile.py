@@ -82,7 +82,9 @@ class FakeServer:
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
             scheme = "https"
         self.url = f"{scheme}://127.0.0.1:{self.httpd.server_port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, args=(0.05,), daemon=True
+        ).start()  # close() waits a poll
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -4,7 +4,6 @@ where it would end up in a URL, a job name and an `AUTOTUNER_CONFIG=` line."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,12 +15,11 @@ from api.settings import Settings
 from autotuner.cli import app
 from autotuner.executors import make_executor
 from autotuner.names import BadName, check_name, is_name
-from autotuner.store import Store, StudyState
+from autotuner.store import StudyState
 from autotuner.tuning import StudyDriver, StudyError, create_study, study_settings
 from autotuner.tuning.settings import RequestSettings
+from tests.helpers import LANDSCAPE
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-LANDSCAPE = DATA / "landscape-small.json"
 WORKLOAD = json.loads(LANDSCAPE.read_text())["workload"]
 BAD = ["small\n", "small\r", "\nsmall", "a/b", "../etc", "", "-x", "x" * 129, "sm all", "smäll", "a\0b"]
 
@@ -36,13 +34,6 @@ def test_a_bad_name_is_refused_whole(name):
 @pytest.mark.parametrize("name", ["small", "cpu-box", "a.b_c-1", "x" * 128, "7"])
 def test_a_plain_name_passes(name):
     assert check_name("cluster", name) == name
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    yield s
-    s.dispose()
 
 
 def settings():

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from autotuner.store import Store
-from tests.conftest import launches_when
+from tests.helpers import launches_when
 
 WORKLOAD = {"name": "tiny", "batch_size": 32,
             "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32, "pooling_factor": 2}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def gpu_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.settings import Settings
 from autotuner.store import Store
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "autotuner-alerts.yaml"
 

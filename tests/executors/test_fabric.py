@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from tests.conftest import skip_or_fail
+from tests.helpers import skip_or_fail
 
 TABLES = [
     {"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64, "pooling_factor": 2} for i in range(4)

@@ -12,7 +12,7 @@ import pytest
 
 from autotuner.executors import LaunchRequest, LaunchState, LocalExecutor
 from autotuner.executors.local import check_gpu_sharing, hostid_agents
-from tests.conftest import TINY_SPEC
+from tests.helpers import TINY_SPEC
 
 GOLDEN = Path(__file__).parent / "golden"
 

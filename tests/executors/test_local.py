@@ -9,7 +9,7 @@ import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
 from autotuner.executors.local import _tagged
-from tests.conftest import TINY_SPEC as SPEC
+from tests.helpers import TINY_SPEC as SPEC
 
 GOLDEN = """\
 #!/bin/sh

@@ -25,9 +25,8 @@ from autotuner.executors import (
     make_executor,
     validate_options,
 )
+from tests.helpers import LANDSCAPE, REPO
 
-REPO = Path(__file__).resolve().parents[2]
-LANDSCAPE = REPO / "tests" / "data" / "landscape-small.json"
 IMAGE = "registry.example.com/nccl-autotuner-trial:0.1.0"
 # The least each executor needs, a misspelt option name, and a value of the wrong type.
 CASES = {

@@ -26,7 +26,7 @@ from autotuner.executors.slurm import (
     parse_scontrol,
     parse_squeue_json,
 )
-from tests.conftest import TINY_SPEC as SPEC
+from tests.helpers import TINY_SPEC as SPEC
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"

@@ -11,25 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, skip_or_fail
-
-TASK_PROLOG = REPO / "deploy" / "slurm" / "task_prolog.sh"
-SLURM_UP = REPO / "deploy" / "slurm" / "slurm-up.sh"
-# slurm-up.sh --nodes N: the emulated nodes' partition, and the host's address on their bridge (the only
-# address of this host that a process inside a node's namespace reaches)
-EMU_PARTITION = "emu"
-EMU_HOST_ADDR = "10.78.0.1"
-
-
-def _run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+from tests.helpers import skip_or_fail
+from tests.slurm.cluster import EMU_PARTITION, SLURM_UP, TASK_PROLOG, configured_task_prolog, run
 
 
 def _nodes(partition: str | None) -> tuple[list[tuple[str, str]] | None, str]:
     """(node, state) of the responding nodes of `partition` (None: the default partition); None when the
     controller does not answer. And what sinfo said, for a skip reason."""
     try:
-        proc = _run("sinfo", "--noheader", "--responding", "--format=%n %T %P")
+        proc = run("sinfo", "--noheader", "--responding", "--format=%n %T %P")
     except subprocess.TimeoutExpired:
         return None, "sinfo timed out"
     answer = (proc.stdout + proc.stderr).strip()
@@ -78,23 +68,6 @@ def emu_nodes(slurm_cluster) -> list[str]:
     return _idle_nodes(EMU_PARTITION, 2, f"emulated nodes in partition {EMU_PARTITION}")[:2]
 
 
-def accounting() -> bool:
-    """Whether the cluster keeps accounting (sacct answers): `WITH_DBD=1 slurm-up.sh`."""
-    value = _config().get("AccountingStorageType", "")
-    return value not in ("", "accounting_storage/none")
-
-
-def _config() -> dict[str, str]:
-    proc = _run("scontrol", "show", "config")
-    pairs = (line.partition("=") for line in proc.stdout.splitlines())
-    return {key.strip(): value.strip() for key, sep, value in pairs if sep}
-
-
-def configured_task_prolog() -> str | None:
-    value = _config().get("TaskProlog", "")
-    return None if value in ("", "(null)") else value
-
-
 @pytest.fixture(scope="session")
 def task_prolog(slurm_cluster) -> Path:
     """The cluster's TaskProlog must be the project's deploy/slurm/task_prolog.sh (any checkout of it).
@@ -104,7 +77,7 @@ def task_prolog(slurm_cluster) -> Path:
     if current is None and Path("/etc/slurm/slurm.conf").is_file():
         conf = Path("/etc/slurm/slurm.conf").read_text()
         if "written by nccl-autotuner deploy/slurm/slurm-up.sh" in conf:
-            proc = _run("bash", str(SLURM_UP), timeout=120)  # keeps the emulated nodes and accounting
+            proc = run("bash", str(SLURM_UP), timeout=120)  # keeps the emulated nodes and accounting
             if proc.returncode != 0:
                 skip_or_fail("slurm", f"slurm-up.sh could not set the TaskProlog: {proc.stderr[-500:]}")
             current = configured_task_prolog()

@@ -18,15 +18,8 @@ import pytest
 from autotuner.executors import LaunchRequest, LaunchState
 from autotuner.executors.slurm import SlurmExecutor
 from autotuner.store import Store
-from tests.api.conftest import (
-    TOKENS,
-    free_port,
-    make_server,
-    replay_study_body,
-    served_config,
-    wait_for_state,
-)
-from tests.conftest import launches_when
+from tests.api.service import TOKENS, free_port, make_server, replay_study_body, served_config, wait_for_state
+from tests.helpers import launches_when
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -17,9 +17,9 @@ import time
 import pytest
 
 from autotuner.store import Store
-from tests.api.conftest import TOKENS, make_server
-from tests.conftest import skip_or_fail
-from tests.slurm.conftest import EMU_HOST_ADDR, EMU_PARTITION, accounting
+from tests.api.service import TOKENS, make_server
+from tests.helpers import skip_or_fail
+from tests.slurm.cluster import EMU_HOST_ADDR, EMU_PARTITION, accounting
 from tests.slurm.test_slurm_e2e import AUTOTUNER, SPACE, WORKLOAD
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import LANDSCAPE, REPO
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-LANDSCAPE = DATA / "landscape-small.json"
 OPENERS = 6
 
 # Each child imports everything, says so, waits for the word, then opens the store the way the

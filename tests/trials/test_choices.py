@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import get_args
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from trials import choices
 
 LISTS = {name: set(value) for name, value in vars(choices).items() if name.isupper()}

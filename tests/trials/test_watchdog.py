@@ -15,14 +15,14 @@ from tests.trials.test_launch import TABLES, run_trial
 STALL = textwrap.dedent("""
     import sys, time
     from trials.watchdog import Watchdog
-    beat_for = float(sys.argv[2])
+    beat_for, then = float(sys.argv[2]), sys.argv[3]
     dog = Watchdog(0.3, lambda msg: open(sys.argv[1], "w").write(msg), exit_code=3).start()
     end = time.monotonic() + beat_for
     while time.monotonic() < end:
         dog.beat("stepping")
         time.sleep(0.02)
     dog.beat("candidate 7 (fp32/fp32 b512)")
-    if beat_for > 5:
+    if then == "stop":
         dog.stop()
         sys.exit(0)
     time.sleep(60)  # a collective that never completes
@@ -32,7 +32,7 @@ STALL = textwrap.dedent("""
 def test_no_progress_past_the_limit_writes_why_and_exits_3(tmp_path):
     out = tmp_path / "why.txt"
     proc = subprocess.run(
-        [sys.executable, "-c", STALL, str(out), "0.5"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", STALL, str(out), "0.5", "hang"], capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 3
     assert "no progress for" in out.read_text()
@@ -41,8 +41,8 @@ def test_no_progress_past_the_limit_writes_why_and_exits_3(tmp_path):
 
 def test_a_launch_that_keeps_beating_is_left_alone(tmp_path):
     out = tmp_path / "why.txt"
-    proc = subprocess.run(
-        [sys.executable, "-c", STALL, str(out), "6"], capture_output=True, text=True, timeout=30
+    proc = subprocess.run(  # 2 s of beats: the 0.3 s limit passes 6 times over, never without one
+        [sys.executable, "-c", STALL, str(out), "2", "stop"], capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 0
     assert not out.exists()

@@ -8,23 +8,15 @@ import pytest
 
 from autotuner.executors import Landscape, ReplayExecutor
 from autotuner.space import SpaceError
-from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
 from autotuner.tuning.confirm import baseline_published
 from autotuner.tuning.outcome import Outcome, Quality
 from autotuner.tuning.quality import Variant, judge
-from tests.api.conftest import LANDSCAPE
+from tests.helpers import LANDSCAPE
 
 RECORDED = json.loads(LANDSCAPE.read_text())  # recorded on 2 CPU ranks: gloo
 SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]}, "precisions": [["fp32", "fp32"], ["fp16", "fp16"]],
          "batch_sizes": [64, 256], "allow_batch_change": True}  # fmt: skip
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    yield s
-    s.dispose()
 
 
 def run(store, tmp_path, space, **settings):

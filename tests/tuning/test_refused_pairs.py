@@ -6,24 +6,15 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-import pytest
-
 from autotuner.space import InProcPoint, load_space
-from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study, ladder
 from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import plan_launch
 from autotuner.tuning.quality import _alone
 from autotuner.tuning.search import Search
-from tests.autotuner.test_driver import LANDSCAPE, RECORDED, replay
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    yield s
-    s.dispose()
+from tests.autotuner.test_driver import RECORDED, replay
+from tests.helpers import LANDSCAPE
 
 
 def test_the_sampler_never_gets_int8_on_a_reduce_scatter_launched(store, tmp_path):

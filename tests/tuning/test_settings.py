@@ -15,7 +15,7 @@ from api.settings import Settings
 from autotuner.cli import app as cli
 from autotuner.store import Store
 from autotuner.tuning import RequestSettings
-from tests.api.conftest import LANDSCAPE
+from tests.helpers import LANDSCAPE
 
 RECORDED = json.loads(LANDSCAPE.read_text())
 CASES = [

@@ -1,0 +1,66 @@
+"""What the test modules share that is not a fixture: paths, the landscape the replay tests answer
+from, the smallest real trial spec, skips that fail in CI, a fresh PostgreSQL database. Fixtures live
+in the conftest.py files (no module imports a conftest: ruff's TID251 says so)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+# Real trial results of a whole grid (tests/data), answered by the replay executor: the one landscape
+# every replay test uses.
+LANDSCAPE = DATA / "landscape-small.json"
+
+# The smallest trial spec that runs for real on 2 CPU ranks in a few seconds.
+TINY_SPEC = {
+    "workload": {"name": "w", "tables": [{"name": f"t{i}", "num_embeddings": 500, "embedding_dim": 32,
+                                          "pooling_factor": 2} for i in range(2)]},
+    "candidates": [{"fwd_precision": "fp16", "bwd_precision": "fp16", "batch_size": 32}],
+    "warmup": 1,
+    "iterations": 3,
+}  # fmt: skip
+
+
+def launches_when(store, study_name: str, ready, proc, timeout_s: float, what: str) -> list:
+    """Poll a study's launches until `ready(launches)` (the tuner `proc` must stay alive meanwhile);
+    fail naming `what` never happened within the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        study = store.study(study_name)
+        launches = store.launches(study.id) if study else []
+        if ready(launches):
+            return launches
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {timeout_s:.0f} s")
+
+
+def required(kind: str) -> bool:
+    wanted = {w.strip() for w in os.environ.get("AUTOTUNER_REQUIRE", "").split(",") if w.strip()}
+    return "all" in wanted or kind in wanted
+
+
+def skip_or_fail(kind: str, reason: str) -> None:
+    """Skip with a reason locally; fail in CI where `kind` is required."""
+    if required(kind):
+        pytest.fail(f"{kind} is required here (AUTOTUNER_REQUIRE) but unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def fresh_postgres_database(base_url: str) -> str:
+    """A new empty database on the test server, so tests never see each other's rows."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return sa.engine.make_url(base_url).set(database=name).render_as_string(hide_password=False)
