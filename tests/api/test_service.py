@@ -52,7 +52,8 @@ def test_scopes(module_server, method, path, scope, status):
 
 def test_cancel_stops_a_running_study_and_its_launch(tmp_path):
     slow = {"replay": {"landscape": str(LANDSCAPE), "delay_s": 60}}  # the launch outlives the heartbeat
-    server = make_server(tmp_path, AUTOTUNER_EXECUTOR_OPTIONS=json.dumps(slow))
+    # A lease of 8 s: the scheduler renews it, and looks for a cancel, every 2 s instead of 5.
+    server = make_server(tmp_path, AUTOTUNER_EXECUTOR_OPTIONS=json.dumps(slow), AUTOTUNER_LEASE_S="8")
     server.start()
     try:
         _cancel_and_check(server.client("write"))
@@ -67,7 +68,7 @@ def _cancel_and_check(client) -> None:
     cancelled = client.post(f"/v1/studies/{study['id']}/cancel")
     assert cancelled.status_code == 200
     assert cancelled.json()["state"] == "cancelled"
-    # The scheduler sees it at its next heartbeat (<= 5 s): it stops the launch and lets the study go.
+    # The scheduler sees it at its next heartbeat (<= 2 s here): it stops the launch and lets the study go.
     row = wait_until(lambda: (r := client.get(f"/v1/studies/{study['id']}").json())["finished_at"]
                      and not r["owner"] and r, 60)  # fmt: skip
     assert row["state"] == "cancelled"

@@ -126,7 +126,8 @@ def test_time_budget_stops_new_launches(store, tmp_path):
     assert [launch.kind for launch in store.launches(study.id)] == ["baseline"]
 
 
-def test_cancel_from_another_process_stops_the_study(store, tmp_path):
+def test_cancel_from_another_process_stops_the_study(store, tmp_path, monkeypatch):
+    monkeypatch.setattr("autotuner.tuning.lease.HEARTBEAT_EVERY_S", 0.5)  # the driver looks at each renewal
     study = study_with(store, tmp_path, trials=50)
 
     class SlowReplay(ReplayExecutor):
