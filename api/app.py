@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import errors
+from api import errors, links
 from api.cache import ConfigCache, SharedGeneration
 from api.fastpath import ConfigFastPath
 from api.fingerprints import FingerprintReports
@@ -136,6 +136,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         dashboard = None  # type: ignore[assignment]
     if dashboard is not None:
         dashboard.mount(app)
+    links.install(app)
 
     app.add_middleware(ConfigFastPath)  # inner: runs after the Guard below
     app.add_middleware(Guard, max_bytes=settings.max_body_bytes)

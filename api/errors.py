@@ -18,7 +18,7 @@ from autotuner.space import FIELDS as SPACE_FIELDS
 from autotuner.space import SpaceError
 from autotuner.store import NotFound
 from autotuner.tuning import StudyError, StudyExists
-from trials.spec import SpecError
+from trials.spec import SpecError, problem_of
 
 
 def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:
@@ -63,7 +63,22 @@ async def _request(request: Request, exc: Exception) -> JSONResponse:
     """FastAPI's own 422, made JSON-safe: a NaN or an infinity in the request (Python's JSON reads
     them) was echoed back as `input`, which no JSON can carry, and the answer became a 500."""
     assert isinstance(exc, RequestValidationError)
-    return _unprocessable(_finite(jsonable_encoder(exc.errors())))
+    return _unprocessable(_finite(jsonable_encoder([_in_spec_words(e) for e in exc.errors()])))
+
+
+def _in_spec_words(error: dict[str, Any]) -> dict[str, Any]:
+    """A workload's error as the trial and the CLI say it (trials.spec.problem_of): one line, at the
+    field at fault (a rule between fields points at the field it names)."""
+    loc = tuple(error.get("loc", ()))
+    if loc[:2] != ("body", "workload"):
+        return error
+    at, problem = problem_of({**error, "loc": loc[2:]})
+    return {
+        "loc": ["body", "workload", *at],
+        "msg": problem,
+        "type": error.get("type"),
+        "input": error.get("input"),
+    }
 
 
 def _finite(value: Any) -> Any:

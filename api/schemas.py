@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from functools import partial
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from autotuner.claim_report import ClaimText, claim_text
-from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
-from autotuner.space import PRESETS
+from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
+from autotuner.space import PRESETS, declaration_schema
 from autotuner.store import Candidate, Launch, Study, StudyState
 from autotuner.tuning import RequestSettings
 from autotuner.tuning.outcome import Outcome
+from trials.spec import WorkloadSpec
 
 
 class ErrorPublic(BaseModel):
@@ -29,7 +31,25 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-NAME_FIELD = {"min_length": 1, "max_length": NAME_MAX_LEN, "pattern": NAME_PATTERN, "description": NAME_RULE}
+NAME_FIELD: dict[str, Any] = {
+    "min_length": 1,
+    "max_length": NAME_MAX_LEN,
+    "pattern": NAME_PATTERN,
+    "description": NAME_RULE,
+}
+PresetName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(PRESETS)})]
+SpaceObject = Annotated[dict[str, Any], WithJsonSchema(declaration_schema())]  # load_space judges it
+NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LEN, "pattern": NAME_PATTERN}
+
+
+class WorkloadCreate(WorkloadSpec):
+    """The trial spec's workload (trials.spec.WorkloadSpec), named under the one rule for names."""
+
+    name: Annotated[
+        str,
+        AfterValidator(partial(check_name, "workload")),
+        WithJsonSchema({**NAME_SCHEMA, "description": NAME_RULE}),
+    ]
 
 
 class StudyCreate(BaseModel):
@@ -37,8 +57,8 @@ class StudyCreate(BaseModel):
 
     name: str | None = Field(None, **NAME_FIELD)
     cluster: str = Field(**NAME_FIELD)
-    workload: dict[str, Any] = Field(description="the trial spec's workload object: name, tables, sharding")
-    space: dict[str, Any] | str = Field(
+    workload: WorkloadCreate = Field(description="the job as it runs today (the trial spec's workload)")
+    space: SpaceObject | PresetName = Field(
         description=f"a search space object, or a preset name ({', '.join(PRESETS)}); never a path on the server"
     )
     settings: RequestSettings = Field(default_factory=RequestSettings)

@@ -99,8 +99,9 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class _Int:
-    """An integer between `low` and `high`: a bool or 8.0 is a mistake worth naming, and the message
-    says both bounds. The JSON schema is pydantic's integer with minimum / maximum."""
+    """An integer between `low` and `high`, the message saying both bounds; the JSON schema is an
+    integer with minimum / maximum. A bool, 8.5 or "8" is a mistake worth naming; 8.0 is the integer
+    8 (JSON has one kind of number, and JSON Schema's integer admits it)."""
 
     low: int = 1
     high: int | None = None
@@ -110,6 +111,8 @@ class _Int:
         return core_schema.no_info_wrap_validator_function(self._check, inner)
 
     def _check(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise _Problem(f"must be an integer, got {_shown(value)}")
         if value < self.low or (self.high is not None and value > self.high):
@@ -164,7 +167,9 @@ class _Spec(BaseModel):
 
 class TableSpec(_Spec):
     name: Text
-    num_embeddings: Annotated[int, _Int()]
+    num_embeddings: Annotated[
+        int, _Int(), Field(description="rows: at most 8 GiB of fp32 with embedding_dim")
+    ]
     embedding_dim: Annotated[int, _Int(high=65536)]
     pooling_factor: Annotated[int, _Int(high=100_000)]
 

@@ -58,7 +58,8 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
                                           f"{space.quality_data!r} is not allowed here: the scheduler imports and calls "
                                           "it on the service host, so the operator lists the module:function names a "
                                           f"request may give in AUTOTUNER_QUALITY_DATA (allowed: {allowed})")])  # fmt: skip
-    study = create_study(store, cluster=body.cluster, workload=body.workload, space=space,
+    workload = body.workload.model_dump(mode="json", exclude_unset=True)  # stored as the request gave it
+    study = create_study(store, cluster=body.cluster, workload=workload, space=space,
                          settings=study_settings_, name=body.name)  # fmt: skip
     return to_public(store, study)
 

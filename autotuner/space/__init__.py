@@ -2,7 +2,8 @@
 
 Public names are re-exported here; the implementations live in the modules: `dims` (a range dimension,
 the points), `checks` (the registry checks, SpaceError), `sources` (strict YAML / JSON files, presets),
-`model` (SearchSpace, its field types and limits), `loader` (load_space, lint_space). The presets are
+`model` (SearchSpace, its field types and limits), `loader` (load_space, lint_space), `schema` (a
+declared space's JSON schema, for REST). The presets are
 `presets/*.yaml`. Imports point one way: this package uses `autotuner.envvars`, never the reverse.
 """
 
@@ -21,6 +22,7 @@ from autotuner.space.model import (
     Sharding,
     Threads,
 )
+from autotuner.space.schema import declaration_schema
 from autotuner.space.sources import PRESET_DIR, PRESETS
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Sharding",
     "SpaceError",
     "Threads",
+    "declaration_schema",
     "lint_space",
     "load_space",
     "schema_problems",
