@@ -47,7 +47,10 @@ def _guarded(name: str, callback: Callable[..., None]) -> Callable[..., None]:
 
 def point_of(candidate: Candidate | dict[str, Any]) -> InProcPoint:
     """The in-process point a stored row (or a spec's candidate) measured."""
-    get = candidate.get if isinstance(candidate, dict) else lambda k: getattr(candidate, k)
+
+    def get(key: str) -> Any:
+        return candidate.get(key) if isinstance(candidate, dict) else getattr(candidate, key)
+
     return InProcPoint(
         get("fwd_precision"),
         get("bwd_precision"),

@@ -37,7 +37,7 @@ def ingest(
             ctx.cluster_id, launch.env, f"{outcome.state.value}: {outcome.reason}", launch.id
         )
     if search is not None:
-        asked = plan.trials if plan is not None else [None] * len(saved)
+        asked: list[int | None] = plan.trials if plan is not None else [None] * len(saved)
         search.learn(saved, asked)
         for number, slot in (plan.echoes if plan is not None else {}).items():
             search.answer(number, saved[slot])

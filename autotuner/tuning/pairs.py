@@ -80,7 +80,8 @@ def measured(
     """The rows of `a` and of `b` that launches of this comparison measured, in order."""
     launches = {launch.id for launch in ctx.store.launches(ctx.study_id)
                 if launch.kind == kind and tag_of(launch.spec, kind) == tag}  # fmt: skip
-    a_rows, b_rows = [], []
+    a_rows: list[Candidate] = []
+    b_rows: list[Candidate] = []
     for row in ctx.store.candidates(ctx.study_id, kinds=[kind], states=list(MEASURED)):
         if row.launch_id in launches:
             key = Setting.of(row).key()
