@@ -71,7 +71,7 @@ $(VENV_MIN)/.installed-floors: pyproject.toml Makefile .ci/floors.py
 	touch $@
 
 demo: setup
-	$(BIN)/python -m autotuner.demo $(if $(KEEP),--keep)
+	$(BIN)/python -m autotuner.cli.demo $(if $(KEEP),--keep)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -54,8 +54,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autotuner.configs import check_exports, config_to_dict, render
-from autotuner.fingerprint import compare, decode, describe, describe_diff, stack_changed
+from autotuner.job.exports import check_exports, config_to_dict, render
+from autotuner.job.fingerprint import compare, decode, describe, describe_diff, stack_changed
 from autotuner.store import Config, Store, pick_served
 
 log = logging.getLogger("autotuner.api.cache")

@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from api.auth import may, token_scope
-from autotuner.configs import MEDIA_TYPES
-from autotuner.fingerprint import HEADER
+from autotuner.job.exports import MEDIA_TYPES
+from autotuner.job.fingerprint import HEADER
 from autotuner.names import is_name
 
 PREFIX = "/v1/configs/"

@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from autotuner.fingerprint import decode, describe_diff
+from autotuner.job.fingerprint import decode, describe_diff
 from autotuner.store import NotFound, Store, ValidationTrigger
 
 log = logging.getLogger("autotuner.api.fingerprints")

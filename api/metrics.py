@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from autotuner.configs import MEDIA_TYPES
+from autotuner.job.exports import MEDIA_TYPES
 from autotuner.store import Candidate, ConfigValidation, Store, Study, ValidationState, utcnow
 from autotuner.tuning.revalidate import staleness
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from autotuner.claim_report import ClaimText, claim_text
+from autotuner.cli.claim_report import ClaimText, claim_text
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
 from autotuner.space import PRESETS, declaration_schema
 from autotuner.store import Candidate, Launch, Study, StudyState

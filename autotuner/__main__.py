@@ -10,10 +10,10 @@ HOOK_COMMANDS = ("env", "exec")
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in HOOK_COMMANDS:
-        from autotuner.hook import main as hook_main
+        from autotuner.job.hook import main as hook_main
 
         sys.exit(hook_main(sys.argv[1:]))
-    from autotuner.cli import app
+    from autotuner.cli.commands import app
 
     app()
 

@@ -145,7 +145,7 @@ def phase_a(device: str, iterations: int, work: Path, clock: Clock) -> dict[str,
     started = time.perf_counter()
     env = {"TMPDIR": str(work)}
     try:
-        proc = torchrun(["-m", "trials.bench", "--spec", str(work / "spec-a.json"), "--out", str(work / "a.json")],
+        proc = torchrun(["-m", "trials.run", "--spec", str(work / "spec-a.json"), "--out", str(work / "a.json")],
                         nproc=1, env=env, timeout=clock.limit(PHASE_LIMITS["a"]))  # fmt: skip
         tail = proc.stderr[-2000:]
     except subprocess.TimeoutExpired:
@@ -178,7 +178,7 @@ def run_nodes(
 ) -> int:
     """Two (nnodes) emulated nodes as the local executor runs them with nodes=hostids: an agent each,
     its own NCCL_HOSTID. Logs in work/NAME.nodeI.log; a launch past its limit is killed whole."""
-    from autotuner.executors.local import free_port, gpu_count, hostid_agents
+    from autotuner.executors.local.executor import free_port, gpu_count, hostid_agents
 
     if limit_s <= 0:
         return 124
@@ -223,7 +223,7 @@ def sweep(work: Path, clock: Clock, labels: list[str]) -> list[dict[str, Any]]:
             continue
         out = work / f"sweep-{label}.json"
         env = {"TMPDIR": str(work), **socket_env(setting)}
-        rc = run_nodes(f"sweep-{label}", ["-m", "trials.raw_a2a", "--bytes", ",".join(map(str, SWEEP_BYTES)),
+        rc = run_nodes(f"sweep-{label}", ["-m", "trials.plain_a2a", "--bytes", ",".join(map(str, SWEEP_BYTES)),
                                            "--warmup", "3", "--iterations", "10", "--out", str(out)],
                        env, work, clock.limit(PHASE_LIMITS["sweep"]))  # fmt: skip
         report = _read_json(out)
@@ -249,7 +249,7 @@ def two_node_trial(
 ) -> dict[str, Any]:
     spec_path, out = work / f"spec-{name}.json", work / f"{name}.json"
     spec_path.write_text(json.dumps(two_node_spec(device, iterations)))
-    rc = run_nodes(name, ["-m", "trials.bench", "--spec", str(spec_path), "--out", str(out), "--quiet"],
+    rc = run_nodes(name, ["-m", "trials.run", "--spec", str(spec_path), "--out", str(out), "--quiet"],
                    {"TMPDIR": str(work), **env}, work, clock.limit(PHASE_LIMITS["trial"]))  # fmt: skip
     result = _read_json(out)
     fidelity = {f["candidate"]: f for f in result.get("fidelity", [])}

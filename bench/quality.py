@@ -71,7 +71,7 @@ def launch(spec: dict[str, Any], workdir: Path) -> tuple[dict[str, Any], float]:
     (workdir / "spec.json").write_text(json.dumps(spec))
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "-m", "trials.bench", "--spec", "spec.json", "--out", "result.json", "--quiet"],
+                           "-m", "trials.run", "--spec", "spec.json", "--out", "result.json", "--quiet"],
                           cwd=workdir, capture_output=True, text=True, timeout=900, env=dict(os.environ))  # fmt: skip
     wall = time.monotonic() - started
     if proc.returncode != 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.claim_report import gain_text
+from autotuner.cli.claim_report import gain_text
 from autotuner.tuning.outcome import Confirmation, LadderStep, Outcome, Quality
 
 CMD = "python -m bench.run --only {}"
@@ -80,18 +80,24 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      f"{q['before_s']:.0f} s ({q['models']['before']} models, one seed each)", f"{q['ratio']:.2f}x",
                      "demo total within 1.5x", "-"])  # fmt: skip
     if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
-        for n, run in v.items():
-            fetch = run["fetch"]
-            ok = fetch["requests_per_s"] >= 2000 and fetch["p99_ms"] <= 20 and fetch["non_2xx"] == 0
-            rows.append([f"config fetch, 64 connections, {n} stored configs", f"{fetch['requests_per_s']:,.0f} req/s",
-                         f"p50 {fetch['p50_ms']:.1f} ms", f"p99 {fetch['p99_ms']:.1f} ms",
-                         ">= 2000 req/s, p99 <= 20 ms, 0 errors", "met" if ok else "missed"])  # fmt: skip
-        run = v.get("10") or next(iter(v.values()))
-        rows.append(["hook end to end, service up / down / hanging",
-                     f"{run['hook_up']['median_ms']:.0f} ms", f"{run['hook_down_cached']['median_ms']:.0f} / "
-                     f"{run['hook_hanging_cached']['median_ms']:.0f} ms", "-", "<= 300 ms up, <= 2 s down",
-                     "met" if run["hook_up"]["median_ms"] <= 300 and run["hook_hanging_cached"]["max_ms"] <= 2000
-                     else "missed"])  # fmt: skip
+        rows += _headline_serving(v)
+    return rows
+
+
+def _headline_serving(v: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for n, run in v.items():
+        fetch = run["fetch"]
+        ok = fetch["requests_per_s"] >= 2000 and fetch["p99_ms"] <= 20 and fetch["non_2xx"] == 0
+        rows.append([f"config fetch, 64 connections, {n} stored configs", f"{fetch['requests_per_s']:,.0f} req/s",
+                     f"p50 {fetch['p50_ms']:.1f} ms", f"p99 {fetch['p99_ms']:.1f} ms",
+                     ">= 2000 req/s, p99 <= 20 ms, 0 errors", "met" if ok else "missed"])  # fmt: skip
+    run = v.get("10") or next(iter(v.values()))
+    rows.append(["hook end to end, service up / down / hanging",
+                 f"{run['hook_up']['median_ms']:.0f} ms", f"{run['hook_down_cached']['median_ms']:.0f} / "
+                 f"{run['hook_hanging_cached']['median_ms']:.0f} ms", "-", "<= 300 ms up, <= 2 s down",
+                 "met" if run["hook_up"]["median_ms"] <= 300 and run["hook_hanging_cached"]["max_ms"] <= 2000
+                 else "missed"])  # fmt: skip
     return rows
 
 

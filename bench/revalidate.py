@@ -26,7 +26,7 @@ EXAMPLES = ROOT / "deploy" / "examples"
 
 
 def run(iterations: int | None = None) -> dict[str, Any]:
-    from autotuner.demo import DEMO_SETTINGS
+    from autotuner.cli.demo import DEMO_SETTINGS
     from autotuner.executors import make_executor
     from autotuner.store import Store, ValidationTrigger
     from autotuner.tuning import StudyDriver, StudySettings, create_study

@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from autotuner.demo import DEMO_SETTINGS
+from autotuner.cli.demo import DEMO_SETTINGS
 from autotuner.executors import make_executor
-from autotuner.executors.local import node_agents
-from autotuner.executors.netns import NodeNetwork
+from autotuner.executors.local.executor import node_agents
+from autotuner.executors.local.netns import NodeNetwork
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study
 from autotuner.tuning.outcome import Outcome

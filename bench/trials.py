@@ -1,6 +1,6 @@
 """Trial benchmarks: efficiency (amortised start-up), measurement noise, fidelity, and cost scaling.
 
-Each launch is a real `torchrun` of `trials.bench` on this machine; wall time is measured from outside.
+Each launch is a real `torchrun` of `trials.run` on this machine; wall time is measured from outside.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotuner.executors.local import Fabric
+from autotuner.executors.local.executor import Fabric
 
 ROOT = Path(__file__).resolve().parent.parent
 TEN = json.loads((ROOT / "trials" / "examples" / "ten-candidates.json").read_text())
@@ -59,7 +59,7 @@ def launch(
     """Run one trial launch; returns (result, wall seconds measured from outside, torchrun included)."""
     work = Path(tempfile.mkdtemp(prefix="bench-trial-"))
     (work / "spec.json").write_text(json.dumps(spec))
-    args = ["-m", "trials.bench", "--spec", str(work / "spec.json"), "--out", str(work / "r.json"), "--quiet"]
+    args = ["-m", "trials.run", "--spec", str(work / "spec.json"), "--out", str(work / "r.json"), "--quiet"]
     started = time.perf_counter()
     proc = torchrun(args, nproc, netns_rate)
     wall = time.perf_counter() - started

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from autotuner.demo import DEMO_SETTINGS
+from autotuner.cli.demo import DEMO_SETTINGS
 from autotuner.executors import Fabric, LocalExecutor
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver, StudySettings, create_study

@@ -119,11 +119,16 @@ def test_trials_imports_the_torch_stack_and_pydantic_only():
     assert "pydantic" in _third_party(MODULES["trials.spec"])  # the walk sees what the spec imports
 
 
+JOB_SIDE = sorted(name for name in MODULES if name.startswith("autotuner.job"))
+
+
 def test_the_job_side_imports_only_the_standard_library():
-    """A training script's `autotuner.qcomms` (and the hook's `autotuner.configs`) read the spec's
-    choices from trials.choices, which is standard library only; the spec itself (pydantic) stays out."""
+    """Every module of autotuner/job (what a training job's prolog and script import) loads with the
+    standard library only. They read the spec's choices from trials.choices, which is standard library
+    only; the spec itself (pydantic) stays out."""
+    assert {"autotuner.job.hook", "autotuner.job.exports", "autotuner.job.qcomms"} <= set(JOB_SIDE)
     code = (
-        "import sys, autotuner.qcomms, autotuner.configs\n"
+        f"import sys, {', '.join(JOB_SIDE)}\n"
         "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
         "print(sorted(m for m in tops if not m.startswith('_') and m != 'site'))\n"
         "print(sorted(m for m in sys.modules if m.startswith('trials')))\n"

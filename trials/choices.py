@@ -1,8 +1,8 @@
 """The values a trial spec's fields take, written once: the spec (trials.spec), the search space
-(autotuner.space), the job-side helper (autotuner.qcomms), the served config's checks
-(autotuner.configs) and the benchmarks read them from here.
+(autotuner.space), the job-side helper (autotuner.job.qcomms), the served config's checks
+(autotuner.job.exports) and the benchmarks read them from here.
 
-Standard library only: a training script's `autotuner.qcomms` and the pre-job hook import it, and
+Standard library only: a training script's `autotuner.job.qcomms` and the pre-job hook import it, and
 neither may pull in pydantic, torch or anything else (tests/test_imports.py).
 """
 

@@ -9,8 +9,11 @@ acts only where some peer is reached through NET.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -90,25 +93,7 @@ def parse_nccl_info(
             found["net_plugin_assigned"] = m.group(1)
         if m := _INIT_COMPLETE.search(line):
             comms.add((m.group(1), m.group(2)))
-        for key, pattern in _PATTERNS:
-            m = pattern.search(line)
-            if not m or key in found:
-                continue
-            if key == "socket_threads_and_socks":
-                found["socket_nthreads"] = int(m.group(1))
-                found["socket_nsocks_perthread"] = int(m.group(2))
-            elif key == "channels":
-                found["coll_channels"] = int(m.group(1))
-                found["p2p_channels"] = int(m.group(2))
-                found["p2p_channels_per_peer"] = int(m.group(3))
-            elif key == "topology":
-                found["nranks"] = int(m.group(1))
-                found["nnodes"] = int(m.group(2))
-                found["local_ranks"] = int(m.group(3))
-            elif key == "p2p_chunksize":
-                found[key] = int(m.group(1))
-            else:
-                found[key] = m.group(1)
+        _read_patterns(line, found)
     if env_applied:
         found["set_by_environment"] = env_applied
         found["env_source"] = env_sources(env_applied, launch_env, conf_files)
@@ -121,6 +106,29 @@ def parse_nccl_info(
     if comms:
         found["init_complete"] = len(comms)
     return found
+
+
+def _read_patterns(line: str, found: dict[str, Any]) -> None:
+    """The settings one line states (the first statement of each wins)."""
+    for key, pattern in _PATTERNS:
+        m = pattern.search(line)
+        if not m or key in found:
+            continue
+        if key == "socket_threads_and_socks":
+            found["socket_nthreads"] = int(m.group(1))
+            found["socket_nsocks_perthread"] = int(m.group(2))
+        elif key == "channels":
+            found["coll_channels"] = int(m.group(1))
+            found["p2p_channels"] = int(m.group(2))
+            found["p2p_channels_per_peer"] = int(m.group(3))
+        elif key == "topology":
+            found["nranks"] = int(m.group(1))
+            found["nnodes"] = int(m.group(2))
+            found["local_ranks"] = int(m.group(3))
+        elif key == "p2p_chunksize":
+            found[key] = int(m.group(1))
+        else:
+            found[key] = m.group(1)
 
 
 def crosses_network(effective: Mapping[str, Any]) -> bool | None:
@@ -157,3 +165,28 @@ def _conf_values(text: str) -> dict[str, str]:
             name, value = line.split("=", 1)
             values[name.strip()] = value.strip()
     return values
+
+
+def route_nccl_debug(name: str) -> Path | None:
+    """NCCL's INFO log into a file of this process, to be read back with `read_log`; None when the
+    launcher routed it already (then it is not ours to read). NCCL reads these once, at communicator
+    init: call before the first collective."""
+    if "NCCL_DEBUG" not in os.environ:
+        os.environ["NCCL_DEBUG"] = "INFO"
+        # INIT also carries the per-peer transport lines ("via NET/Socket/0"); P2P their connects.
+        os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET,P2P")
+    if "NCCL_DEBUG_FILE" in os.environ:
+        return None
+    path = Path(tempfile.gettempdir()) / f"autotuner-{name}-{os.getpid()}.log"
+    os.environ["NCCL_DEBUG_FILE"] = str(path)
+    return path
+
+
+def read_log(path: Path | None) -> list[str]:
+    """The lines of a routed log (none when there is none, or it cannot be read)."""
+    if path is None:
+        return []
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []

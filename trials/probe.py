@@ -260,7 +260,7 @@ class CommProbe:
         return out
 
     def a2a_calls(self, iteration: int = 0) -> list[dict[str, Any]]:
-        """The all-to-all calls of one iteration, as raw_a2a replays them."""
+        """The all-to-all calls of one iteration, as plain_a2a replays them."""
         if not self.iterations:
             return []
         return [

@@ -11,11 +11,11 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-# How `trials.bench` exits; the executors read these to say how a launch ended.
+# How `trials.run` exits; the executors read these to say how a launch ended.
 EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3
 
 # Where pods share no disk with the tuner, rank 0 prints the result as one "AUTOTUNER_RESULT {json}" line
-# (`trials.bench --print-result`), and the Kubernetes executor reads it back from the pod's log.
+# (`trials.run --print-result`), and the Kubernetes executor reads it back from the pod's log.
 RESULT_MARKER = "AUTOTUNER_RESULT"
 
 # Variables that change how NCCL / aws-ofi-nccl / libfabric / ProcessGroupNCCL behave.
@@ -44,7 +44,7 @@ def read_nccl_conf_files(environ: Mapping[str, str]) -> dict[str, str]:
 
 def nvidia_driver_version(proc: str = "/proc/driver/nvidia/version") -> str | None:
     """The NVIDIA kernel driver of this node (`... Kernel Module  550.54.15  ...`), None without one:
-    part of the fingerprint a published config is validated on (autotuner.fingerprint reads the same
+    part of the fingerprint a published config is validated on (autotuner.job.fingerprint reads the same
     file on the job side)."""
     try:
         text = Path(proc).read_text(errors="replace")[:4096]

@@ -6,7 +6,6 @@ import itertools
 import os
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from datetime import timedelta
@@ -17,16 +16,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trials import replay
 from trials.codecs import relative_l2_error
+from trials.convergence import QualityContext, train_and_score
 from trials.model import ShardedWorkload, make_batches
-from trials.nccl_log import parse_nccl_info
+from trials.nccl_log import parse_nccl_info, read_log, route_nccl_debug
+from trials.percentiles import summarize
 from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
+from trials.plain_a2a import replay_calls
 from trials.probe import COMM_KINDS, CommProbe
-from trials.quality import QualityContext, train_and_score
 from trials.result import SCHEMA_VERSION, nvidia_driver_version, read_nccl_conf_files
 from trials.spec import CandidateSpec, TrialSpec
-from trials.stats import summarize
 from trials.watchdog import Watchdog
 
 PG_TIMEOUT = timedelta(seconds=int(os.environ.get("AUTOTUNER_TRIAL_PG_TIMEOUT_S", "300")))
@@ -87,21 +86,10 @@ class TrialRunner:
             return device, "nccl"
         return torch.device("cpu"), "gloo"
 
-    def _route_nccl_debug(self) -> None:
-        # NCCL reads these once, at communicator init: set before the first collective.
-        if "NCCL_DEBUG" not in os.environ:
-            os.environ["NCCL_DEBUG"] = "INFO"
-            # INIT also carries the per-peer transport lines ("via NET/Socket/0"); P2P their connects.
-            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET,P2P")
-        if "NCCL_DEBUG_FILE" not in os.environ:
-            path = Path(tempfile.gettempdir()) / f"autotuner-nccl-{os.getpid()}.log"
-            os.environ["NCCL_DEBUG_FILE"] = str(path)
-            self.nccl_log = path
-
     def setup(self) -> None:
         self.device, self.backend = self._pick_device()
         if self.backend == "nccl":
-            self._route_nccl_debug()
+            self.nccl_log = route_nccl_debug("nccl")
             # NCCL's own start/end events per collective (read by the probe): set before the group exists
             os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         kwargs: dict[str, Any] = {"backend": self.backend, "timeout": PG_TIMEOUT}
@@ -221,7 +209,7 @@ class TrialRunner:
         fault = self.spec.extra.inject
         if fault is None or self.rank != self.world_size - 1:
             return
-        print(f"trials.bench: injecting fault {fault!r} on rank {self.rank}", file=sys.stderr, flush=True)
+        print(f"trials.run: injecting fault {fault!r} on rank {self.rank}", file=sys.stderr, flush=True)
         if fault == "hang":
             while True:
                 time.sleep(3600)
@@ -291,7 +279,7 @@ class TrialRunner:
         return results
 
     def _check_quality(self) -> list[Any]:
-        """Every candidate trained afresh on the same samples and scored (trials.quality)."""
+        """Every candidate trained afresh on the same samples and scored (trials.convergence)."""
         ctx = QualityContext.make(self.spec, self.device, self.pg, self.local_size)
         results = []
         for i, cand in enumerate(self.spec.candidates):
@@ -325,7 +313,7 @@ class TrialRunner:
 
     def _replay(self, index: int, measured: dict[str, Any]) -> dict[str, Any]:
         """Fidelity: the same all-to-all calls in a plain loop, right after the candidate."""
-        raw = replay.replay_calls(
+        raw = replay_calls(
             measured["a2a_calls_by_rank"][self.rank],
             self.device,
             self.spec.warmup,
@@ -343,11 +331,9 @@ class TrialRunner:
     def _nccl_effective(self) -> dict[str, Any]:
         if self.backend != "nccl" or self.nccl_log is None:
             return {}
-        try:
-            lines = self.nccl_log.read_text(errors="replace").splitlines()
-        except OSError:
-            return {}
-        return parse_nccl_info(lines, self.launch_env, read_nccl_conf_files(self.launch_env))
+        return parse_nccl_info(
+            read_log(self.nccl_log), self.launch_env, read_nccl_conf_files(self.launch_env)
+        )
 
     def close(self) -> None:
         if dist.is_initialized():

@@ -51,5 +51,5 @@ class Watchdog:
             try:
                 self.on_stall(message)
             finally:
-                print(f"trials.bench: {message}", file=sys.stderr, flush=True)
+                print(f"trials.run: {message}", file=sys.stderr, flush=True)
                 os._exit(self.exit_code)

@@ -19,9 +19,9 @@ from api.schemas import (
     ValidationPublic,
     ValidationStatus,
 )
-from autotuner.claim_report import evidence_claim
-from autotuner.configs import MEDIA_TYPES
-from autotuner.fingerprint import HEADER
+from autotuner.cli.claim_report import evidence_claim
+from autotuner.job.exports import MEDIA_TYPES
+from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 from autotuner.store import ValidationTrigger
 from autotuner.store.validations import brief

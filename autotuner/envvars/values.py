@@ -117,7 +117,7 @@ def safety_problems(
 def served_problems(name: object, value: object) -> list[Problem]:
     """Why a served config may not hand NAME=VALUE to a job (empty: it may). The one gate between a
     config and a job's environment: the service serves only what passes (api/cache.py), and the
-    pre-job hook applies it again to every answer it gets (autotuner.configs.check_exports), so a
+    pre-job hook applies it again to every answer it gets (autotuner.job.exports.check_exports), so a
     rogue server, a proxy or a tampered store or cache cannot put a loader, interpreter or plugin
     variable into a job. What passes is what a publish can carry: a registered variable that is not
     "never set" (a tunable, a correctness risk or a path the study allowed by name, a cluster

@@ -13,14 +13,10 @@ from autotuner.executors.base import (
     LaunchState,
     Outcome,
 )
-from autotuner.executors.local import Fabric, LocalExecutor
-from autotuner.executors.options import (
-    ExecutorOptions,
-    KubernetesOptions,
-    LocalOptions,
-    ReplayOptions,
-    SlurmOptions,
-)
+from autotuner.executors.kubernetes.options import KubernetesOptions
+from autotuner.executors.local.executor import Fabric, LocalExecutor
+from autotuner.executors.local.options import LocalOptions
+from autotuner.executors.options import ExecutorOptions
 from autotuner.executors.registry import (
     EXECUTORS,
     ExecutorEntry,
@@ -29,7 +25,8 @@ from autotuner.executors.registry import (
     settings_options,
     validate_options,
 )
-from autotuner.executors.replay import Landscape, ReplayExecutor
+from autotuner.executors.replay import Landscape, ReplayExecutor, ReplayOptions
+from autotuner.executors.slurm.options import SlurmOptions
 
 __all__ = [
     "EXECUTORS",

@@ -68,7 +68,7 @@ class LaunchRequest:
         """The per-node trial command after torchrun's own arguments. `spec` / `out`: where the nodes
         see the spec and write the result when that is not the launch directory (a pod's ConfigMap
         mount); `print_result`: also print it to the log (nodes that share no disk with the tuner)."""
-        argv = ["-m", "trials.bench", "--spec", spec or str(self.spec_path), "--out", out or str(self.result_path),
+        argv = ["-m", "trials.run", "--spec", spec or str(self.spec_path), "--out", out or str(self.result_path),
                 "--quiet"]  # fmt: skip
         return [*argv, "--print-result"] if print_result else argv
 

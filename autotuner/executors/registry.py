@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import Executor
-from autotuner.executors.options import (
-    ExecutorOptions,
-    KubernetesOptions,
-    LocalOptions,
-    ReplayOptions,
-    SlurmOptions,
-)
+from autotuner.executors.kubernetes.options import KubernetesOptions
+from autotuner.executors.local.options import LocalOptions
+from autotuner.executors.options import ExecutorOptions
+from autotuner.executors.replay import ReplayOptions
+from autotuner.executors.slurm.options import SlurmOptions
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class ExecutorEntry:
 
 
 def _local(options: LocalOptions) -> Executor:
-    from autotuner.executors.local import Fabric, LocalExecutor
+    from autotuner.executors.local.executor import Fabric, LocalExecutor
 
     fabric = Fabric(options.fabric) if options.fabric else None
     return LocalExecutor(fabric=fabric, nodes=options.nodes)
@@ -47,13 +45,13 @@ def _replay(options: ReplayOptions) -> Executor:
 
 
 def _slurm(options: SlurmOptions) -> Executor:
-    from autotuner.executors.slurm import SlurmExecutor
+    from autotuner.executors.slurm.executor import SlurmExecutor
 
     return SlurmExecutor(options)
 
 
 def _kubernetes(options: KubernetesOptions) -> Executor:
-    from autotuner.executors.kubernetes import KubernetesExecutor
+    from autotuner.executors.kubernetes.executor import KubernetesExecutor
 
     return KubernetesExecutor(options)
 

@@ -12,11 +12,27 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.options import Count, ExecutorOptions, option
 from trials.result import SCHEMA_VERSION, write_json_atomic
 from trials.spec import parse_workload
+
+
+class ReplayOptions(ExecutorOptions):
+    executor = "replay"
+
+    landscape: Path = option(..., "the recorded landscape file (JSON) whose results answer the launches")
+    delay_s: Annotated[float, Field(ge=0)] = option(
+        0.0,
+        "seconds each launch 'runs' (lets a demo or a browser test watch a study progress)",
+        "seconds >= 0",
+    )
+    seed: Count = option(0, "which recorded repeat answers a point (the study's seed)", "an integer >= 0")
+
 
 IN_PROCESS_KEYS = ("fwd_precision", "bwd_precision", "batch_size", "sharding", "num_threads", "pipeline")
 

@@ -61,7 +61,7 @@ _EXIT_REASONS = {
 
 
 def describe_exit(code: int) -> Description:
-    """How a launch ended, from the trial's exit code (trials.bench) or the launch script's."""
+    """How a launch ended, from the trial's exit code (trials.run) or the launch script's."""
     if code in (EXIT_OK, EXIT_CANDIDATE_FAILED):  # some candidates failing is a result: the launch ran
         return Description(LaunchState.SUCCEEDED, code)
     if code in _EXIT_REASONS:

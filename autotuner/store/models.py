@@ -253,7 +253,7 @@ class FingerprintReport(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     config_id: Mapped[int] = mapped_column(ForeignKey("at_configs.id"), index=True)
     digest: Mapped[str] = mapped_column(String(64))
-    fingerprint: Mapped[dict[str, Any]]  # the jobs' (autotuner.fingerprint keys)
+    fingerprint: Mapped[dict[str, Any]]  # the jobs' (autotuner.job.fingerprint keys)
     diff: Mapped[dict[str, Any]]  # key -> [validated on, jobs']
     jobs: Mapped[int] = mapped_column(BigInteger, default=0)
     first_seen: Mapped[datetime] = mapped_column(default=utcnow)

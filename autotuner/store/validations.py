@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from autotuner.configs import config_to_dict
-from autotuner.fingerprint import comparable, digest
+from autotuner.job.exports import config_to_dict
+from autotuner.job.fingerprint import comparable, digest
 from autotuner.store.base import NotFound
 from autotuner.store.configs import ConfigRecords
 from autotuner.store.models import Cluster, Config, ConfigValidation, FingerprintReport, Workload, utcnow

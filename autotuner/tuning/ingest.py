@@ -95,7 +95,7 @@ def _measurement(ctx: StudyContext, measured: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
     """What identifies a cluster's comm stack: a config tuned on one may not hold on another
-    (autotuner.fingerprint.comparable reads it as a job's hook reports its own)."""
+    (autotuner.job.fingerprint.comparable reads it as a job's hook reports its own)."""
     effective = result.get("nccl_effective") or {}
     env = result.get("env") or {}
     return {

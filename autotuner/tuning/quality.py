@@ -16,7 +16,7 @@ log loss (per seed, interpolated between checkpoints) give a sample-efficiency r
 ladder's throughput gain for the batch step, that is its time-to-quality speedup, with a 95%
 interval, and the verdict is on that product. A learning-rate rule for the batch change
 (`lr_scaling`: none, sqrt, linear) is a knob of its own: each rule the space lists is trained, and
-the best one is taken. The task is a proxy (trials/quality.py: a hidden teacher over the workload's
+the best one is taken. The task is a proxy (trials/convergence.py: a hidden teacher over the workload's
 tables), or the user's data with `quality_data: "module:function"`.
 """
 
@@ -42,7 +42,7 @@ KNOBS = ("precision", "batch", "pipeline")  # what changes the training, not onl
 LR_POWER = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # lr x (batch / the job's batch) ** power
 CHECKPOINTS = 4  # held-out scores per common budget, for a launch with a batch change
 MIN_EXTENSION, MAX_EXTENSION = 1.25, 1.5  # how far past the common budget a bigger batch trains
-SYNTHETIC = "synthetic teacher task (a proxy: trials/quality.py)"
+SYNTHETIC = "synthetic teacher task (a proxy: trials/convergence.py)"
 
 
 @dataclass(frozen=True)

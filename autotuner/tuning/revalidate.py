@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autotuner.executors import Executor
-from autotuner.fingerprint import comparable, compare, describe, describe_diff, stack_changed
+from autotuner.job.fingerprint import comparable, compare, describe, describe_diff, stack_changed
 from autotuner.space import InProcPoint
 from autotuner.store import (
     Candidate,

@@ -8,7 +8,7 @@ import json
 import pytest
 from rich.console import Console
 
-from autotuner.claim_report import claim_text, ladder_table, quality_line
+from autotuner.cli.claim_report import claim_text, ladder_table, quality_line
 from autotuner.store import Store
 from autotuner.tuning.claim import batch_step_to_quality
 from autotuner.tuning.outcome import LadderStep, Outcome, Quality

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from autotuner.claim_report import claim_text
+from autotuner.cli.claim_report import claim_text
 from autotuner.store import Store
 from autotuner.tuning.outcome import Outcome
 from tests.tuning.test_outcome import ONE_SEED, STORED

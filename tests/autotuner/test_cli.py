@@ -10,7 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.commands import app
 from tests.helpers import LANDSCAPE
 
 runner = CliRunner()
@@ -155,7 +155,7 @@ def test_hook_entry_point_skips_heavy_imports(tmp_path):
     )
     env = {**os.environ, "AUTOTUNER_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
-    # the gate the hook applies (autotuner.envvars, autotuner.configs) is standard library only, too; of
+    # the gate the hook applies (autotuner.envvars, autotuner.job.exports) is standard library only, too; of
     # trials/ only the spec's lists of choices (trials.choices, standard library only), not the spec
     assert out.stdout.split("\n")[:3] == ["0 []", "[]", "['trials', 'trials.choices']"], out.stderr
     assert "unreachable" in out.stderr
@@ -166,7 +166,7 @@ def test_the_progress_line_of_a_quality_launch_has_no_throughput_and_says_its_co
     # fail), and its wall time is said as it ends (the convergence check's cost)
     from types import SimpleNamespace
 
-    from autotuner.cli import _progress_bar
+    from autotuner.cli.commands import _progress_bar
 
     launch = SimpleNamespace(seq=7, kind="quality", summary={"wall_s": 41.6})
     rows = [SimpleNamespace(state="ok", samples_per_s=None), SimpleNamespace(state="ok", samples_per_s=None)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.cli import app
+from autotuner.cli.commands import app
 from tests.tuning.test_revalidate import NEW_STACK, landscape, published  # noqa: F401 - a fixture
 
 runner = CliRunner()

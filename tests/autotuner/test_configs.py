@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from autotuner.configs import render
+from autotuner.job.exports import render
 
 HOSTILE = {
     "NCCL_SOCKET_IFNAME": "eth0 $(touch {marker}) `touch {marker}`",

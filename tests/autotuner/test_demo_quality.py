@@ -2,7 +2,7 @@
 
 import httpx
 
-from autotuner.demo import _quality_progress
+from autotuner.cli.demo import _quality_progress
 
 
 def client(launches):

@@ -5,7 +5,7 @@ import io
 
 from rich.console import Console
 
-import autotuner.demo as demo
+import autotuner.cli.demo as demo
 
 
 def _trial(kind, fwd, bwd, ran_fwd, ran_bwd, batch, samples_per_s, state="ok", threads="2"):

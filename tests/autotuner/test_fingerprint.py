@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.fingerprint import (
+from autotuner.job.fingerprint import (
     comparable,
     compare,
     decode,

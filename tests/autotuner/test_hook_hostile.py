@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.configs import check_exports, checked_config
+from autotuner.job.exports import check_exports, checked_config
 
 GOOD = {"NCCL_NSOCKS_PERTHREAD": "4", "AUTOTUNER_FWD_PRECISION": "fp16", "AUTOTUNER_CONFIG": "c/w/1n/v3"}
 # Never published by the service (its gate refuses them): a rogue server, a proxy or a tampered

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from api.settings import Settings
-from autotuner.cli import app
+from autotuner.cli.commands import app
 from autotuner.executors import make_executor
 from autotuner.names import BadName, check_name, is_name
 from autotuner.store import StudyState

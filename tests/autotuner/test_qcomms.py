@@ -1,4 +1,4 @@
-"""autotuner.qcomms, what a training script imports: it reads back what the hook exports, and the
+"""autotuner.job.qcomms, what a training script imports: it reads back what the hook exports, and the
 TorchRec objects it builds are torchrec's own for those precisions (real torchrec and fbgemm, on CPU)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig, get_qcomm_codecs_registry
 
-from autotuner.configs import config_to_dict, render
-from autotuner.qcomms import (
+from autotuner.job.exports import config_to_dict, render
+from autotuner.job.qcomms import (
     PRECISIONS,
     Tuned,
     qcomm_codecs_registry,
@@ -112,7 +112,7 @@ def test_a_sharder_built_from_it_quantizes_the_all_to_all(fwd, dtype):
 
 
 def test_reading_the_config_imports_neither_torch_nor_torchrec():
-    code = ("import sys; from autotuner.qcomms import tuned; tuned({'AUTOTUNER_FWD_PRECISION': 'fp8'}); "
+    code = ("import sys; from autotuner.job.qcomms import tuned; tuned({'AUTOTUNER_FWD_PRECISION': 'fp8'}); "
             "print(sorted(m for m in ('torch', 'torchrec', 'fbgemm_gpu') if m in sys.modules))")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from autotuner.executors import LaunchRequest
-from autotuner.executors.kubernetes import REQUIRED_PERMISSIONS, KubernetesExecutor
+from autotuner.executors.kubernetes.executor import REQUIRED_PERMISSIONS, KubernetesExecutor
 from trials.spec import parse_spec
 
 kubernetes = pytest.importorskip("kubernetes")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local import check_gpu_sharing, hostid_agents
+from autotuner.executors.local.executor import check_gpu_sharing, hostid_agents
 from tests.helpers import TINY_SPEC
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -36,8 +36,8 @@ def test_the_hostids_plan_is_golden(gpus, nproc, golden):
 
 
 def test_each_node_is_a_host_of_its_own_and_shared_gpus_turn_off_direct_paths():
-    shared = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.bench"], 29500, gpus=1)
-    own = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.bench"], 29500, gpus=2)
+    shared = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, gpus=1)
+    own = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, gpus=2)
     hostids = [next(a for a in cmd if a.startswith("NCCL_HOSTID=")) for cmd in shared]
     assert hostids == ["NCCL_HOSTID=s2-l1-node0", "NCCL_HOSTID=s2-l1-node1"]
     assert all("NCCL_NET=Socket" in cmd and "NCCL_SOCKET_IFNAME=lo" in cmd for cmd in shared + own)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from autotuner.executors import LaunchRequest, LaunchState
-from autotuner.executors.kubernetes import (
+from autotuner.executors.kubernetes.executor import (
     INDEX_KEY,
     LAUNCH_LABEL,
     MAX_NAME,
@@ -148,7 +148,7 @@ def test_multi_node_job_shape(nnodes):
     args = container["args"]
     assert args[:6] == [f"--nnodes={nnodes}", "--nproc-per-node=4", "--node-rank=$(JOB_COMPLETION_INDEX)",
                         "--rdzv-backend=static", f"--master-addr={name}-0.{name}", "--master-port=29501"]  # fmt: skip
-    assert args[6:] == ["-m", "trials.bench", "--spec", "/spec/spec.json", "--out", "/tmp/result.json",
+    assert args[6:] == ["-m", "trials.run", "--spec", "/spec/spec.json", "--out", "/tmp/result.json",
                         "--quiet", "--print-result"]  # fmt: skip
     # <job>-0.<service> resolves: pods take the Service as subdomain, the Service selects them, and
     # publishes them before they are ready.
@@ -275,7 +275,7 @@ sys.modules["kubernetes"] = None  # any import of it now fails
 from pathlib import Path
 from autotuner.executors import LaunchRequest
 from autotuner.executors import make_executor
-from autotuner.executors.kubernetes import KubernetesExecutor
+from autotuner.executors.kubernetes.executor import KubernetesExecutor
 from autotuner.tuning import StudySettings
 ex = make_executor(StudySettings(executor="kubernetes", executor_options={"image": "r/t:1"}))
 assert isinstance(ex, KubernetesExecutor)

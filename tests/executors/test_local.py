@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local import _tagged
+from autotuner.executors.local.executor import _tagged
 from tests.helpers import TINY_SPEC as SPEC
 
 GOLDEN = """\
@@ -17,7 +17,7 @@ GOLDEN = """\
 cd /srv/autotuner/study-1/launch-0007
 export NCCL_NSOCKS_PERTHREAD=4
 export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
-/opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+/opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code.tmp && mv /srv/autotuner/study-1/launch-0007/exit_code.tmp /srv/autotuner/study-1/launch-0007/exit_code
 exit $rc
@@ -32,7 +32,7 @@ ip netns add at-s1-l7 || exit 97
 trap 'ip netns del at-s1-l7' EXIT
 ip netns exec at-s1-l7 ip link set lo up
 ip netns exec at-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 128kb latency 50ms
-ip netns exec at-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+ip netns exec at-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code.tmp && mv /srv/autotuner/study-1/launch-0007/exit_code.tmp /srv/autotuner/study-1/launch-0007/exit_code
 exit $rc
@@ -115,7 +115,7 @@ def test_our_own_launch_is_running_while_proc_cannot_tell_yet(tmp_path, monkeypa
     # Right after a vfork+exec the child's /proc/PID/cmdline can read empty for a moment: the launch
     # that started it must not take that for "gone" (a 2-node study's scaling launch was failed 7 ms
     # after it started, while it went on to finish).
-    import autotuner.executors.local as local
+    import autotuner.executors.local.executor as local
 
     executor = LocalExecutor()
     launch = request(tmp_path, spec={**SPEC, "extra": {"inject": "hang"}}, python=_python())

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local import _tagged
-from autotuner.executors.netns import NodeNetwork, sweep_command
+from autotuner.executors.local.executor import _tagged
+from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from tests.helpers import TINY_SPEC, skip_or_fail
 
 GOLDEN = Path(__file__).parent / "golden" / "local-2-namespaces.sh"

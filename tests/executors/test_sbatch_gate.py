@@ -7,7 +7,12 @@ import getopt
 
 import pytest
 
-from autotuner.executors.options import SBATCH_LONG_OPTIONS, SLURM_OWN_ARGS, SlurmOptions, sbatch_reads_as
+from autotuner.executors.slurm.options import (
+    SBATCH_LONG_OPTIONS,
+    SLURM_OWN_ARGS,
+    SlurmOptions,
+    sbatch_reads_as,
+)
 
 ABBREVIATIONS = ["--outp=/tmp/x", "--requ", "--arr=1-1000", "--chd=/", "--exclu", "--ntasks-per-n=2", "--wra=id",
                  "--job-n=x", "--node=4", "--open-m=truncate", "--parsab", "--gpus-per-n=8", "--expo=ALL",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import LaunchRequest, LaunchState
-from autotuner.executors.slurm import (
+from autotuner.executors.slurm.executor import (
     SLURM_STATES,
     SlurmError,
     SlurmExecutor,
@@ -205,7 +205,7 @@ class FakeSlurm:
 @pytest.fixture
 def slurm(monkeypatch):
     fake = FakeSlurm()
-    monkeypatch.setattr("autotuner.executors.slurm.subprocess.run", fake)
+    monkeypatch.setattr("autotuner.executors.slurm.executor.subprocess.run", fake)
     return fake
 
 
@@ -334,7 +334,7 @@ def test_squeue_json_of_newer_slurm_state_lists_and_exit_objects():
     info = parse_squeue_json(jobs, "42")
     assert (info.state, info.exit_code, info.signal) == ("FAILED", 1, None)
     assert parse_squeue_json(jobs, "43").signal == 15
-    from autotuner.executors.slurm import _describe
+    from autotuner.executors.slurm.executor import _describe
 
     assert _describe(parse_squeue_json(jobs, "42"), None).state == LaunchState.SUCCEEDED
     assert _describe(parse_squeue_json(jobs, "44"), None).state == LaunchState.UNKNOWN
@@ -475,16 +475,16 @@ def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):
     monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
     slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()
     launch = _workdir(tmp_path, exit_code=1)
-    launch.log_path.write_text("trials.bench: candidate 0 failed\n")
+    launch.log_path.write_text("trials.run: candidate 0 failed\n")
     outcome = SlurmExecutor().wait("5", launch, started=time.monotonic())
     # exit 1 but no result: the launch failed, with the log's tail
     assert outcome.state == LaunchState.FAILED
     assert "no result written" in outcome.reason
     assert "candidate 0 failed" in outcome.log_tail
-    assert SlurmExecutor().logs("5", launch) == "trials.bench: candidate 0 failed"
+    assert SlurmExecutor().logs("5", launch) == "trials.run: candidate 0 failed"
 
 
 def test_module_imports_without_slurm_installed(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}
-    code = "import autotuner.executors.slurm as s; s.SlurmExecutor(partition='gpu')"
+    code = "import autotuner.executors.slurm.executor as s; s.SlurmExecutor(partition='gpu')"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import LaunchRequest, LaunchState
-from autotuner.executors.slurm import SlurmExecutor
+from autotuner.executors.slurm.executor import SlurmExecutor
 from autotuner.store import Store
 from tests.api.service import TOKENS, free_port, make_server, replay_study_body, served_config, wait_for_state
 from tests.helpers import launches_when

@@ -66,7 +66,7 @@ def test_autotuner_tune_started_together_on_one_fresh_store(tmp_path):
     space.write_text(json.dumps({"env": {"NCCL_NSOCKS_PERTHREAD": [None, 4]}, "precisions": [["fp32", "fp32"]],
                                  "batch_sizes": [64], "force_inert": ["NCCL_NSOCKS_PERTHREAD"]}))  # fmt: skip
     # everything imported before the gate, so that all of them reach the fresh store at the same moment
-    gate = ("import sys, optuna, autotuner.cli, autotuner.executors, autotuner.store, autotuner.tuning; "
+    gate = ("import sys, optuna, autotuner.cli.commands, autotuner.executors, autotuner.store, autotuner.tuning; "
             "from autotuner.__main__ import main; print('ready', flush=True); sys.stdin.readline(); ")  # fmt: skip
     argvs = [[sys.executable, "-c", gate + "sys.argv = ['autotuner', *sys.argv[1:]]; main()",
               "tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space), "--study", f"s{i}",

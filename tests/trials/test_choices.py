@@ -42,14 +42,14 @@ def test_the_walk_would_see_a_copy():
 
 
 def test_the_users_read_the_one_source():
-    from autotuner import configs, qcomms
+    from autotuner.job import exports, qcomms
     from autotuner.space import Pipeline, Precision, Sharding
     from bench import gpu_check
     from trials import spec
 
     assert qcomms.PRECISIONS is choices.PRECISIONS
     assert qcomms.PIPELINES is choices.PIPELINES
-    assert configs.SHARDING_TYPES is choices.SHARDING_TYPES
+    assert exports.SHARDING_TYPES is choices.SHARDING_TYPES
     assert (Precision, Sharding, Pipeline) == (choices.Precision, choices.Sharding, choices.Pipeline)
     assert gpu_check.PRECISIONS is choices.PRECISIONS
     assert set(gpu_check.OVERLAPPED) <= set(choices.PIPELINES)

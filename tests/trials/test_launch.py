@@ -31,7 +31,7 @@ def run_trial(tmp_path: Path, spec: dict, env: dict[str, str] | None = None, npr
             "--standalone",
             f"--nproc-per-node={nproc}",
             "-m",
-            "trials.bench",
+            "trials.run",
             "--spec",
             str(spec_path),
             "--out",
@@ -124,7 +124,7 @@ def test_fidelity_replays_the_same_calls(launch):
 
 
 @pytest.mark.slow
-def test_raw_a2a_cli_replays_a_result(launch, tmp_path):
+def test_plain_a2a_cli_replays_a_result(launch, tmp_path):
     proc, _ = launch
     src = Path(proc.args[proc.args.index("--out") + 1])
     out = tmp_path / "raw.json"
@@ -136,7 +136,7 @@ def test_raw_a2a_cli_replays_a_result(launch, tmp_path):
             "--standalone",
             "--nproc-per-node=2",
             "-m",
-            "trials.raw_a2a",
+            "trials.plain_a2a",
             "--result",
             str(src),
             "--out",
@@ -212,7 +212,7 @@ def test_bad_spec_fails_fast_with_one_line(tmp_path, content, expected):
     spec = tmp_path / "spec.json"
     spec.write_text(content)
     probe = (
-        "import sys; from trials.bench import main; rc = main(['--spec', sys.argv[1], '--out', sys.argv[2]]);"
+        "import sys; from trials.run import main; rc = main(['--spec', sys.argv[1], '--out', sys.argv[2]]);"
         "print('torch imported' if 'torch' in sys.modules else 'torch not imported'); sys.exit(rc)"
     )
     proc = subprocess.run(
@@ -231,13 +231,13 @@ def test_bad_spec_fails_fast_with_one_line(tmp_path, content, expected):
 
 def test_bench_leaves_without_interpreter_finalisation(tmp_path):
     """torch's C++ threads can abort a rank in their destructors at exit after the result is written;
-    trials.bench ends with os._exit so no finaliser runs: here an atexit handler would print if one did."""
+    trials.run ends with os._exit so no finaliser runs: here an atexit handler would print if one did."""
     spec = tmp_path / "spec.json"
     spec.write_text("{}")
     probe = (
         "import atexit, runpy, sys; atexit.register(lambda: print('finalised', flush=True));"
-        "sys.argv = ['trials.bench', '--spec', sys.argv[1], '--out', sys.argv[2]];"
-        "runpy.run_module('trials.bench', run_name='__main__')"
+        "sys.argv = ['trials.run', '--spec', sys.argv[1], '--out', sys.argv[2]];"
+        "runpy.run_module('trials.run', run_name='__main__')"
     )
     proc = subprocess.run(
         [sys.executable, "-c", probe, str(spec), str(tmp_path / "r.json")],

@@ -3,9 +3,9 @@
 import pytest
 
 from trials.nccl_log import parse_nccl_info
+from trials.percentiles import percentile, summarize
 from trials.probe import comm_kind, serialized
 from trials.runner import breakdown, comm_per_iteration, env_report, kind_seconds, merged_calls
-from trials.stats import percentile, summarize
 
 
 def test_summarize_matches_numpy_definitions():

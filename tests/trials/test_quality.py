@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.trials.test_launch import run_trial
-from trials.quality import auc, checkpoint_steps, teacher_samples
+from trials.convergence import auc, checkpoint_steps, teacher_samples
 from trials.spec import parse_workload
 
 TABLES = [

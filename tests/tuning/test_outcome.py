@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autotuner.claim_report import quality_line
+from autotuner.cli.claim_report import quality_line
 from autotuner.tuning.outcome import Outcome, Quality
 
 # As stored by older versions (bench/out/gpu-check.json, runs 1 and 3; a one-seed convergence check as
@@ -39,7 +39,7 @@ ONE_SEED = {
     "quality": {"baseline_logloss": 0.5731, "tuned_logloss": 0.5810, "delta": 0.007882833480834961,
                 "seed_noise": 0.0013991594314575195, "baseline_auc": 0.765, "tuned_auc": 0.761, "samples": 131072,
                 "eval_samples": 16384, "max_logloss_delta": 0.002, "knobs": {"batch": 0.007882833480834961},
-                "refused": ["batch"], "data": "synthetic teacher task (a proxy: trials/quality.py)", "cost_s": None},
+                "refused": ["batch"], "data": "synthetic teacher task (a proxy: trials/convergence.py)", "cost_s": None},
     "scaling": [{"nodes": 1, "baseline_samples_per_s": 100.0, "baseline_scaling": 1.0, "tuned_samples_per_s": 120.0,
                  "tuned_scaling": 1.0},
                 {"nodes": 2, "baseline_samples_per_s": 150.0, "baseline_scaling": 1.5, "tuned_samples_per_s": None,
@@ -79,7 +79,7 @@ def test_a_one_seed_check_is_said_as_before():
     assert outcome.quality.knobs["batch"].delta == pytest.approx(0.00788, abs=1e-5)
     assert quality_line(outcome.quality) == (
         "quality: log loss 0.5810 vs 0.5731 (delta +0.0079, another model seed moves it 0.0014; AUC 0.761 vs "
-        "0.765; 131,072 samples, synthetic teacher task (a proxy: trials/quality.py)) -> refused: batch (costs "
+        "0.765; 131,072 samples, synthetic teacher task (a proxy: trials/convergence.py)) -> refused: batch (costs "
         "more than 0.002)"
     )
     assert outcome.scaling is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotuner.demo import DEMO_SETTINGS
+from autotuner.cli.demo import DEMO_SETTINGS
 from autotuner.executors import make_executor
 from autotuner.store import Store, ValidationState
 from autotuner.tuning import StudyDriver, StudySettings, create_study

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from api.settings import Settings
-from autotuner.cli import app as cli
+from autotuner.cli.commands import app as cli
 from autotuner.store import Store
 from autotuner.tuning import RequestSettings
 from tests.helpers import LANDSCAPE
@@ -66,7 +66,7 @@ def test_cli_and_api_agree(client, tmp_path, field, body_value, cli_value, accep
 
 def test_the_defaults_are_the_schemas():
     """What a body without settings gets is what `autotuner tune` without options gets."""
-    from autotuner.cli import _settings_options
+    from autotuner.cli.commands import _settings_options
 
     defaults = {p.name: p.default for p in _settings_options()}
     schema = RequestSettings()

@@ -16,6 +16,16 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _create_clusters()
+    _create_workloads()
+    _create_studies()
+    _create_configs()
+    _create_launches()
+    _create_candidates()
+    _create_quarantine()
+
+
+def _create_clusters() -> None:
     op.create_table('at_clusters',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=128), nullable=False),
@@ -25,6 +35,9 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('name')
     )
+
+
+def _create_workloads() -> None:
     op.create_table('at_workloads',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=128), nullable=False),
@@ -34,6 +47,9 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('name')
     )
+
+
+def _create_studies() -> None:
     op.create_table('at_studies',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=200), nullable=False),
@@ -63,6 +79,9 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_at_studies_state'), ['state'], unique=False)
         batch_op.create_index(batch_op.f('ix_at_studies_workload_id'), ['workload_id'], unique=False)
 
+
+
+def _create_configs() -> None:
     op.create_table('at_configs',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
@@ -91,6 +110,9 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_at_configs_cluster_id'), ['cluster_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_at_configs_workload_id'), ['workload_id'], unique=False)
 
+
+
+def _create_launches() -> None:
     op.create_table('at_launches',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('study_id', sa.Integer(), nullable=False),
@@ -124,6 +146,9 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_at_launches_state'), ['state'], unique=False)
         batch_op.create_index(batch_op.f('ix_at_launches_study_id'), ['study_id'], unique=False)
 
+
+
+def _create_candidates() -> None:
     op.create_table('at_candidates',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('study_id', sa.Integer(), nullable=False),
@@ -161,6 +186,9 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_at_candidates_state'), ['state'], unique=False)
         batch_op.create_index(batch_op.f('ix_at_candidates_study_id'), ['study_id'], unique=False)
 
+
+
+def _create_quarantine() -> None:
     op.create_table('at_quarantine',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('cluster_id', sa.Integer(), nullable=False),
@@ -176,7 +204,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('at_quarantine', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_at_quarantine_cluster_id'), ['cluster_id'], unique=False)
-
 
 
 def downgrade() -> None:

@@ -26,9 +26,9 @@ ip -n at-s1-l7-n1 link set eth0 up || exit 97
 ip -n at-s1-l7-br link set v1 master br0 || exit 97
 ip -n at-s1-l7-br link set v1 up || exit 97
 ip netns exec at-s1-l7-n1 tc qdisc add dev eth0 root tbf rate 1gbit burst 128kb latency 50ms || exit 97
-ip netns exec at-s1-l7-n0 unshare --uts sh -c 'hostname "$0" && exec "$@"' at-s1-l7-n0 taskset -c 0-0 env GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 /opt/py/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29500 --rdzv-id=s1-l7-TAG --rdzv-conf=is_host=true --local-addr=10.77.0.1 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet &
+ip netns exec at-s1-l7-n0 unshare --uts sh -c 'hostname "$0" && exec "$@"' at-s1-l7-n0 taskset -c 0-0 env GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 /opt/py/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29500 --rdzv-id=s1-l7-TAG --rdzv-conf=is_host=true --local-addr=10.77.0.1 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet &
 node0=$!
-ip netns exec at-s1-l7-n1 unshare --uts sh -c 'hostname "$0" && exec "$@"' at-s1-l7-n1 taskset -c 1-1 env GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 /opt/py/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29500 --rdzv-id=s1-l7-TAG --rdzv-conf=is_host=false --local-addr=10.77.0.2 -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet &
+ip netns exec at-s1-l7-n1 unshare --uts sh -c 'hostname "$0" && exec "$@"' at-s1-l7-n1 taskset -c 1-1 env GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 /opt/py/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=10.77.0.1:29500 --rdzv-id=s1-l7-TAG --rdzv-conf=is_host=false --local-addr=10.77.0.2 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet &
 node1=$!
 rc=0
 wait "$node0"; r=$?; [ "$r" -gt "$rc" ] && rc=$r

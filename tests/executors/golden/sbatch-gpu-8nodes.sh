@@ -34,7 +34,7 @@ export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   /fsx/envs/rec/bin/python -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint="$head:29400" --rdzv-id="$SLURM_JOB_ID" \
-  -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+  -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code
 exit $rc

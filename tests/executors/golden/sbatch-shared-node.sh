@@ -20,7 +20,7 @@ export AUTOTUNER_DISABLE=1
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   /opt/py/bin/python -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint="$head:29500" --rdzv-id="$SLURM_JOB_ID" \
-  -m trials.bench --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+  -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code
 exit $rc

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotuner.envvars import served_problems
-from autotuner.fingerprint import comparable
+from autotuner.job.fingerprint import comparable
 from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
 FORMATS = ("json", "sh", "env", "slurm")
@@ -22,7 +22,7 @@ MEDIA_TYPES = {
     "slurm": "text/plain; charset=utf-8",
 }
 # Everything a config sets beside the NCCL variables travels as AUTOTUNER_* so a training script can
-# adopt it (autotuner.qcomms turns them into TorchRec objects).
+# adopt it (autotuner.job.qcomms turns them into TorchRec objects).
 AUTOTUNER_KEYS = {
     "fwd_precision": "AUTOTUNER_FWD_PRECISION",
     "bwd_precision": "AUTOTUNER_BWD_PRECISION",
@@ -41,7 +41,7 @@ def _one_of(choices: tuple[str, ...]) -> Any:
     return lambda value: value in choices
 
 
-# The AUTOTUNER_* variables a config may carry (autotuner.qcomms reads them), and their values.
+# The AUTOTUNER_* variables a config may carry (autotuner.job.qcomms reads them), and their values.
 _AUTOTUNER_VALUES = {
     "AUTOTUNER_FWD_PRECISION": _one_of(PRECISIONS),
     "AUTOTUNER_BWD_PRECISION": _one_of(PRECISIONS),
@@ -96,7 +96,7 @@ def _iso(value: Any) -> str:
 def check_exports(exports: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """(what a job may be handed, {dropped name: why}) of a config's exports: the one gate between a
     config and a job's environment. The service serves a config only when nothing is dropped
-    (api/cache.py); the pre-job hook drops what fails from every answer (autotuner.hook). NCCL and
+    (api/cache.py); the pre-job hook drops what fails from every answer (autotuner.job.hook). NCCL and
     fabric variables go through the registry's rules for what a publish may carry
     (autotuner.envvars.served_problems); AUTOTUNER_* only the names above with their values."""
     kept: dict[str, str] = {}

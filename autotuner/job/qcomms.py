@@ -4,7 +4,7 @@ The pre-job hook exports the non-NCCL part of a config as AUTOTUNER_* variables;
 them into TorchRec objects. No service dependency (reads the environment only), and torchrec is
 imported only when you ask for TorchRec objects.
 
-    from autotuner.qcomms import tuned_sharder_kwargs
+    from autotuner.job.qcomms import tuned_sharder_kwargs
     sharder = EmbeddingBagCollectionSharder(**tuned_sharder_kwargs(device))
 
 or, piece by piece: `tuned()` (a plain dataclass), `qcomms_config()`, `qcomm_codecs_registry(device)`.

@@ -1,4 +1,4 @@
-"""Trial entry point: `torchrun ... -m trials.bench --spec SPEC.json --out RESULT.json`.
+"""Trial entry point: `torchrun ... -m trials.run --spec SPEC.json --out RESULT.json`.
 
 Validates the spec before importing torch or joining a process group, measures every candidate in
 this one process environment, and has rank 0 write the result. Exit codes: 0 all candidates ok,
@@ -16,7 +16,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from trials.report import format_table  # noqa: E402
 from trials.result import (  # noqa: E402
     EXIT_BAD_INPUT,
     EXIT_CANDIDATE_FAILED,
@@ -28,11 +27,12 @@ from trials.result import (  # noqa: E402
     write_json_atomic,
 )
 from trials.spec import SpecError, load_spec  # noqa: E402
+from trials.table import format_table  # noqa: E402
 from trials.watchdog import SHARE_OF_PG_TIMEOUT, Watchdog  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trials.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="trials.run", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="trial spec (JSON)")
     parser.add_argument("--out", required=True, help="where rank 0 writes the result (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no table on stdout")
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec)
     except SpecError as exc:
         if rank == 0:
-            print(f"trials.bench: bad spec: {exc}", file=sys.stderr)
+            print(f"trials.run: bad spec: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
     from trials.runner import PG_TIMEOUT, TrialRunner  # torch, torchrec, fbgemm: seconds of imports
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         # may stop rank 0 before it gets there; the error is the same on every rank).
         if rank == 0 or not runner.joined:
             write_json_atomic(args.out, error_result(f"{type(exc).__name__}: {exc}", launch_env))
-        print(f"trials.bench: launch failed on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"trials.run: launch failed on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LAUNCH_FAILED
     finally:
         watchdog.beat("shutting down")

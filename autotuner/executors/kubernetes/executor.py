@@ -1,13 +1,13 @@
 """Kubernetes executor: one trial launch = a ConfigMap (the spec), a headless Service and an Indexed Job.
 
-`dryrun` builds the three resources as plain dicts (`kubernetes_manifests`, golden-tested, validated
+`dryrun` builds the three resources as plain dicts (`kubernetes/manifests.py`, golden-tested, validated
 against the client's models) without importing the `kubernetes` package; only the methods that talk
 to the API server import it. Its options are `options.KubernetesOptions`. Pod `i` of the Job runs
 node rank `i` of torchrun:
 
     python -m torch.distributed.run --nnodes=N --nproc-per-node=G --node-rank=$(JOB_COMPLETION_INDEX)
         --rdzv-backend=static --master-addr=<job>-0.<service> --master-port=29500
-        -m trials.bench --spec /spec/spec.json --out /tmp/result.json --quiet --print-result
+        -m trials.run --spec /spec/spec.json --out /tmp/result.json --quiet --print-result
 
 Rendezvous is torchrun's static one (master address/port), not c10d. The node rank is already fixed
 by the completion index and a trial never restarts (backoffLimit 0), so c10d's elastic membership buys
@@ -30,7 +30,7 @@ import logging
 from typing import Any
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from autotuner.executors.kubernetes_manifests import (
+from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
     INDEX_KEY,
     LAUNCH_LABEL,
@@ -40,7 +40,7 @@ from autotuner.executors.kubernetes_manifests import (
     render,
     resource_name,
 )
-from autotuner.executors.options import KubernetesOptions
+from autotuner.executors.kubernetes.options import KubernetesOptions
 from trials.result import RESULT_MARKER, SCHEMA_VERSION
 
 __all__ = [

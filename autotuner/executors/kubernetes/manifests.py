@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from autotuner.executors.base import LaunchRequest
-from autotuner.executors.options import KubernetesOptions
+from autotuner.executors.kubernetes.options import KubernetesOptions
 
 APP = "nccl-autotuner"
 LAUNCH_LABEL = "nccl-autotuner/launch"

@@ -1,7 +1,7 @@
 """`make demo`: the service with an embedded SQLite store, a small study on 2 local CPU ranks, the
 dashboard URL while it runs, and the tuned export lines a job would get when it ends.
 
-    python -m autotuner.demo [--port 8000] [--keep]
+    python -m autotuner.cli.demo [--port 8000] [--keep]
 
 Everything lives under .data/demo/ (fresh each run). `--keep` leaves the service up afterwards.
 """
@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotuner.claim_report import ClaimText, confirmed_line, print_claim
+from autotuner.cli.claim_report import ClaimText, confirmed_line, print_claim
 from autotuner.store.states import TERMINAL, StudyState
 from autotuner.tuning.outcome import Outcome
 
@@ -49,7 +49,7 @@ def _port(wanted: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="autotuner.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="autotuner.cli.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--keep", action="store_true", help="keep the service running afterwards")
     args = parser.parse_args(argv)

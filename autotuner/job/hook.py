@@ -6,13 +6,13 @@ cached for this (server, cluster, workload, nodes), or to nothing; it warns on s
 gives up within a hard time bound. Machine output (the export lines) goes alone to stdout.
 
 It trusts no answer: every one (from the service, the cache file or the store) goes through the gate
-the service publishes with (autotuner.configs.check_exports): an answer that is not a config object
+the service publishes with (autotuner.job.exports.check_exports): an answer that is not a config object
 is treated like an error, and a variable that a config may not carry (LD_*, PYTHON*, BASH_ENV, PATH,
 *_PLUGIN, an unknown name, a name with '=', a value with a newline or a NUL, ...) is dropped, named
 on stderr and in a comment line. Only a checked config is ever used, printed or cached.
 `https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
 
-It says what the job runs on (autotuner.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
+It says what the job runs on (autotuner.job.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
 the files the job would load, node count; read in milliseconds, taken off the fetch's deadline) in
 the X-Autotuner-Fingerprint header, so the service learns of jobs on another stack than the config
 was validated on; and when they differ, a comment line and a warning say what (from the service,
@@ -37,8 +37,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from autotuner.configs import FORMATS, checked_config, render
-from autotuner.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
+from autotuner.job.exports import FORMATS, checked_config, render
+from autotuner.job.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)

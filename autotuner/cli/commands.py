@@ -1,6 +1,6 @@
 """The `autotuner` command line (Typer). Diagnostics go to stderr; machine output (export lines,
 JSON) alone to stdout. The entry point is autotuner.__main__, which sends the pre-job hook commands
-(`env`, `exec`) to autotuner.hook without importing any of this."""
+(`env`, `exec`) to autotuner.job.hook without importing any of this."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotuner.configs import render
+from autotuner.job.exports import render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.tuning.outcome import Outcome
@@ -145,7 +145,7 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
 
 def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
-    from autotuner.claim_report import inert_lines
+    from autotuner.cli.claim_report import inert_lines
     from autotuner.executors import make_executor
     from autotuner.tuning import StudyBusy, StudyDriver
 
@@ -216,7 +216,7 @@ def _progress_bar(total: int) -> Iterator[Any]:
 
 
 def _print_outcome(store: Any, study: Any) -> None:
-    from autotuner.claim_report import claim_text, confirmed_line, print_claim, scaling_table
+    from autotuner.cli.claim_report import claim_text, confirmed_line, print_claim, scaling_table
 
     outcome = Outcome.load(study.outcome) or Outcome()
     if study.state == StudyState.FAILED:
@@ -361,7 +361,7 @@ def configs_show(
     row = store.served_config(cluster, workload, nodes)
     if row is None:
         raise _fail(f"no config published for {cluster}/{workload}", 1)
-    from autotuner.claim_report import evidence_claim, print_claim
+    from autotuner.cli.claim_report import evidence_claim, print_claim
 
     print_claim(err, *evidence_claim(row.evidence))  # stderr: the config stays clean
     sys.stdout.write(render(store.public_config(row), fmt) + "\n")
@@ -370,7 +370,7 @@ def configs_show(
 @configs_app.command("validations")
 def configs_validations(cluster: str, workload: str, nodes: int | None = None, db: DbOption = None) -> None:
     """The re-validations of a (cluster, workload)'s versions, newest first."""
-    from autotuner.fingerprint import describe
+    from autotuner.job.fingerprint import describe
 
     store = _store(db)
     versions = {c.id: c.version for c in store.config_history(cluster, workload, nodes)}
@@ -409,7 +409,7 @@ def revalidate(
     exit 0. Failed: a new version (the last that still holds here, else the baseline) unless the version
     is pinned (flagged), exit 1. Not measured: exit 3."""
     from autotuner.executors import make_executor
-    from autotuner.fingerprint import describe
+    from autotuner.job.fingerprint import describe
     from autotuner.store import NotFound, ValidationState, ValidationTrigger
     from autotuner.tuning import Progress as DriverProgress
     from autotuner.tuning import StudyBusy
@@ -496,7 +496,7 @@ _HOOK: dict[str, Any] = {
 @app.command("env", **_HOOK)
 def env_cmd(ctx: typer.Context) -> None:
     """Print the tuned config's export lines (pre-job hook; fail-open). See `autotuner env --help`."""
-    from autotuner.hook import env_main
+    from autotuner.job.hook import env_main
 
     raise typer.Exit(env_main(list(ctx.args)))
 
@@ -504,7 +504,7 @@ def env_cmd(ctx: typer.Context) -> None:
 @app.command("exec", **_HOOK)
 def exec_cmd(ctx: typer.Context) -> None:
     """Run `-- CMD ARGS` with the tuned env (pre-job hook; fail-open)."""
-    from autotuner.hook import exec_main
+    from autotuner.job.hook import exec_main
 
     raise typer.Exit(exec_main(list(ctx.args)))
 

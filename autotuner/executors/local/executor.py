@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from autotuner.executors.netns import PORT as NODE_PORT
-from autotuner.executors.netns import NodeNetwork, sweep_command
+from autotuner.executors.local.netns import PORT as NODE_PORT
+from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from autotuner.executors.options import FABRIC_RATE
 from autotuner.executors.script import (
     EXIT_CODE_FILE,

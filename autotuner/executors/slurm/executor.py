@@ -1,6 +1,6 @@
 """Slurm executor: one batch job per launch, torchrun on every node through srun.
 
-The dryrun is the whole sbatch script (`slurm_script`, golden-tested); its options are
+The dryrun is the whole sbatch script (`slurm/script.py`, golden-tested); its options are
 `options.SlurmOptions`. Everything `describe` needs is the job id (kept in the database) and the launch
 directory, where the script leaves the trial's exit code: a tuner killed with SIGKILL re-attaches with
 a fresh executor.
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from autotuner.executors.options import SlurmOptions
 from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
-from autotuner.executors.slurm_script import check_launch, sbatch_script
+from autotuner.executors.slurm.options import SlurmOptions
+from autotuner.executors.slurm.script import check_launch, sbatch_script
 
 log = logging.getLogger(__name__)
 

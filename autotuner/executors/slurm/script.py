@@ -14,8 +14,8 @@ import shlex
 import string
 
 from autotuner.executors.base import LaunchRequest
-from autotuner.executors.options import SlurmOptions
 from autotuner.executors.script import EXIT_CODE_FILE, exports
+from autotuner.executors.slurm.options import SlurmOptions
 
 
 class _Template(string.Template):

@@ -1,0 +1,1 @@
+"""The front end: the `autotuner` commands, the claim in words, and `make demo`."""

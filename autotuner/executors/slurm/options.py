@@ -1,0 +1,142 @@
+"""The Slurm executor's options, and the sbatch arguments an operator may add (judged as sbatch reads them)."""
+
+import re
+from typing import Annotated
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
+
+from autotuner.executors.options import (
+    Count,
+    ExecutorOptions,
+    OptionError,
+    Port,
+    fullmatch,
+    option,
+)
+
+# Set by the executor from the launch, or changing the environment a trial runs with: an extra sbatch
+# argument may not fight them.
+SLURM_OWN_ARGS = {
+    "--job-name", "--nodes", "--ntasks-per-node", "--ntasks", "--output", "--error", "--open-mode", "--chdir",
+    "--time", "--exclusive", "--partition", "--account", "--qos", "--gpus-per-node", "--cpus-per-task",
+    "--constraint", "--parsable", "--wrap", "--export", "--requeue", "--no-requeue", "--array", "--wait",
+    "--export-file", "--get-user-env",
+}  # fmt: skip
+# sbatch's long options (man sbatch, Slurm 23.02-24.11). sbatch reads them with getopt_long, which takes
+# any unique prefix of an option as the option: `--outp=x` is --output, `--arr=1-1000` is --array. An
+# extra argument is judged as the option sbatch will read it as.
+SBATCH_LONG_OPTIONS = SLURM_OWN_ARGS | {
+    f"--{name}" for name in (
+        "acctg-freq", "batch", "bb", "bbf", "begin", "cluster-constraint", "clusters", "comment", "container",
+        "container-id", "contiguous", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "deadline",
+        "delay-boot", "dependency", "distribution", "exclude", "extra", "extra-node-info", "gid", "gpu-bind",
+        "gpu-freq", "gpus", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "hint", "hold",
+        "ignore-pbs", "input", "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "nodefile", "nodelist",
+        "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-socket", "oom-kill-step", "overcommit", "oversubscribe",
+        "power", "prefer", "priority", "profile", "propagate", "quiet", "reboot", "reservation", "resv-ports",
+        "segment", "signal", "sockets-per-node", "spread-job", "stepmgr", "switches", "test-only", "thread-spec",
+        "threads-per-core", "time-min", "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes",
+        "verbose", "version", "wait-all-nodes", "wckey",
+    )
+}  # fmt: skip
+
+
+def sbatch_reads_as(name: str) -> set[str]:
+    """The options sbatch may read `--name` as: itself where it is an option, else every option it is
+    a prefix of (one: getopt_long takes it as that option; several: sbatch refuses it as ambiguous).
+    A name that is neither is left to sbatch."""
+    if name in SBATCH_LONG_OPTIONS:
+        return {name}
+    return {option for option in SBATCH_LONG_OPTIONS if option.startswith(name)} or {name}
+
+
+_SBATCH_ARG = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=%*\[\]-]+)?")
+_TIME_LIMIT = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
+
+
+def _time_limit(value: int | str) -> int | str:
+    if isinstance(value, int) and value < 1:
+        raise OptionError(f"{value} minutes; give at least 1")
+    if isinstance(value, str) and not _TIME_LIMIT.fullmatch(value):
+        raise OptionError("use minutes, 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM', 'D-HH:MM:SS' or 'UNLIMITED'")
+    return value
+
+
+def _sbatch_arg(arg: str) -> str:
+    if not _SBATCH_ARG.fullmatch(arg):
+        raise OptionError(
+            f"{arg!r} is not a '--long-option' or '--long-option=value' (no spaces, quotes or shell "
+            "characters; it becomes an #SBATCH line)"
+        )
+    name = arg.split("=", 1)[0]
+    own = sorted(sbatch_reads_as(name) & SLURM_OWN_ARGS)
+    if own:
+        shown = name if own == [name] else f"{name} (sbatch reads it as {' or '.join(own)})"
+        raise OptionError(
+            f"{shown} is set by the executor; use its own option (partition, account, qos, time_limit, "
+            "exclusive, gpus_per_node, cpus_per_task, constraint)"
+        )
+    return arg
+
+
+SlurmName = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+")]
+Partitions = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")]
+TimeLimit = Annotated[StrictInt | StrictStr, AfterValidator(_time_limit)]
+Constraint = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.,&|\[\]*()!:-]+")]
+SbatchArg = Annotated[StrictStr, AfterValidator(_sbatch_arg)]
+NodePath = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9._/+@-]+")]
+EnvName = Annotated[StrictStr, fullmatch(r"[A-Za-z_][A-Za-z0-9_]*")]
+OneLine = Annotated[StrictStr, fullmatch(r"[^\n\0]*")]
+
+
+class SlurmOptions(ExecutorOptions):
+    """The operator's settings for the Slurm executor (a study's `executor_options`)."""
+
+    executor = "slurm"
+
+    partition: Partitions | None = option(
+        None, "the partition(s) to submit to", "a partition name or a comma-separated list"
+    )
+    account: SlurmName | None = option(None, "the account to charge", "an account name")
+    qos: SlurmName | None = option(None, "the quality of service", "a QOS name")
+    time_limit: TimeLimit | None = option(
+        None, "the job's time limit; default: the launch timeout plus a minute, a backstop for when the "
+        "tuner itself is gone (it cancels at the launch timeout)", "minutes or a Slurm time such as 'HH:MM:SS'",
+    )  # fmt: skip
+    exclusive: StrictBool = option(
+        True, "trials own their nodes and NICs (to measure anything)", "true or false"
+    )
+    gpus_per_node: Count | None = option(
+        None, "GPUs to ask for; default: nproc_per_node when the launch uses GPUs (spec device 'cuda', or "
+        "'auto' on a partition with GPU GRES); 0: never", "an integer >= 0",
+    )  # fmt: skip
+    cpus_per_task: Annotated[StrictInt, Field(ge=1)] | None = option(
+        None, "CPUs per node (one task per node)", "an integer >= 1"
+    )
+    constraint: Constraint | None = option(
+        None, "node features to ask for", "a feature expression such as 'a100&efa' (no spaces)"
+    )
+    sbatch_args: tuple[SbatchArg, ...] = option(
+        (), "more #SBATCH lines, e.g. ['--mem=0']", "a list of '--name=value' strings"
+    )
+    python: NodePath | None = option(
+        None, "the interpreter on the nodes; default: the launch's (this interpreter)",
+        "the interpreter's path on the nodes (letters, digits and ._/+@- only)",
+    )  # fmt: skip
+    rdzv_port: Port = option(29500, "torchrun's c10d rendezvous port on the job's first node", "1..65535")
+    env: dict[EnvName, OneLine] = option(
+        {}, "fixed exports the fabric needs but that are not tuned (e.g. FI_PROVIDER=efa for aws-ofi-nccl); "
+        "the launch's own variables come after them and win", "an object of NAME: one-line string values",
+    )  # fmt: skip
+    queue_timeout_s: Annotated[StrictFloat, Field(gt=0)] | None = option(
+        None, "how long a launch may wait in the queue (null: as long as it takes); the launch timeout "
+        "counts from when the job runs", "seconds > 0 or null",
+    )  # fmt: skip
