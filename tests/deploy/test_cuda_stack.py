@@ -148,7 +148,9 @@ def test_no_cuda_torch_of_a_known_train_installs_nothing(monkeypatch, tmp_path, 
 
 
 def make_n(*args: str) -> list[str]:
-    proc = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    # --no-print-directory: under `make test` this make is a sub-make, which prints "Entering directory"
+    proc = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True)  # fmt: skip
     return proc.stdout.splitlines()
 
 
