@@ -19,7 +19,7 @@ FBGEMM_cuda := fbgemm-gpu==$(FBGEMM_VERSION)
 STAMP := $(VENV)/.installed-$(FLAVOR)
 # `make test-min`: a second venv with every direct dependency at its pyproject floor (.ci/floors.py).
 VENV_MIN ?= .venv-min
-FAST := not slow and not slurm and not postgres and not browser
+FAST := not slow and not soak and not slurm and not postgres and not browser
 
 .PHONY: setup setup-min demo test test-fast test-min lint bench gpu-check landscape clean
 

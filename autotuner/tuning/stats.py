@@ -9,8 +9,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.special import stdtrit
-
 PASSED, REFUSED, NOT_RESOLVED = "passed", "refused", "not resolved"
 MAX_SEEDS = 1000  # "would resolve at k=..." says no more than this
 
@@ -19,6 +17,10 @@ def t975(df: float) -> float:
     """The two-sided 95% Student t quantile t(0.975, df)."""
     if df < 1:
         raise ValueError("need at least 2 pairs for an interval")
+    # imported here: scipy costs every service process and CLI command ~0.2 s at start, and only
+    # an interval needs it
+    from scipy.special import stdtrit
+
     return float(stdtrit(df, 0.975))
 
 

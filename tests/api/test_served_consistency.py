@@ -171,6 +171,7 @@ def db_url(request, tmp_path):
     return fresh_postgres_database(base)
 
 
+@pytest.mark.soak
 def test_configs_never_404_and_never_go_back_while_another_process_changes_them(tmp_path, db_url):
     server = make_server(tmp_path, AUTOTUNER_DATABASE_URL=db_url, AUTOTUNER_SCHEDULER="0",
                          AUTOTUNER_WORKERS=str(WORKERS), AUTOTUNER_CONFIG_REFRESH_S=str(REFRESH_S))  # fmt: skip

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 import pytest
 
 from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
+from tests.helpers import LANDSCAPE
 
 
+@pytest.mark.soak
 def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
     server = make_server(tmp_path)
     server.start()
@@ -27,7 +30,11 @@ def test_sigkill_during_a_study_then_restart_finishes_it(tmp_path):
     assert client.get(f"/v1/studies/{study['id']}").json()["state"] == "running"
     server.kill()  # SIGKILL: no shutdown hooks, lease not released
 
-    server.start()  # same data dir, same database
+    # same data dir, same database; the rest of the study need not be watched: its launches are instant
+    server.env["AUTOTUNER_EXECUTOR_OPTIONS"] = json.dumps(
+        {"replay": {"landscape": str(LANDSCAPE), "delay_s": 0}}
+    )
+    server.start()
     client = server.client("write")
     final = wait_for_state(client, study["id"], ("done", "failed"), timeout_s=120)
     assert final["state"] == "done", final
