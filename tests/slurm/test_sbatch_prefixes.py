@@ -14,7 +14,9 @@ from autotuner.executors.slurm.options import SlurmOptions
 def test_sbatch_reads_abbreviations_as_the_options_the_gate_refuses(slurm_cluster, tmp_path):
     out = tmp_path / "abbreviated.out"
     script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/sh\n#SBATCH --outp={out}\n#SBATCH --chd={tmp_path}\n#SBATCH --job-n=abbreviated\npwd\n")
+    script.write_text(
+        f"#!/bin/sh\n#SBATCH --outp={out}\n#SBATCH --chd={tmp_path}\n#SBATCH --job-n=abbreviated\npwd\n"
+    )
     proc = subprocess.run(["sbatch", "--wait", "--nodes=1", str(script)], capture_output=True, text=True,
                           timeout=120, cwd="/")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
