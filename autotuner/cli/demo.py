@@ -33,7 +33,7 @@ from autotuner.cli.claim_report import ClaimText, confirmed_line, print_claim
 from autotuner.store.states import TERMINAL, StudyState
 from autotuner.tuning.outcome import Outcome
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: autotuner/cli/demo.py
 EXAMPLES = ROOT / "deploy" / "examples"
 console = Console(stderr=True)
 
