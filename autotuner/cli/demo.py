@@ -100,7 +100,8 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
         console.print(confirmed)
     console.print(outcome.decision or "", highlight=False)
     console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
-    hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), "--token", token,
+    # --token=VALUE: a token_urlsafe token may start with "-", which argparse reads as an option
+    hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), f"--token={token}",
             "--cluster", "demo-cpu", "--workload", "demo-dlrm"]  # fmt: skip
     subprocess.run(hook, env=env, check=False)
     _linger(url, data, service, keep)

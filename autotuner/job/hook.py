@@ -35,7 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from autotuner.job.exports import FORMATS, checked_config, render
 from autotuner.job.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
@@ -258,8 +258,19 @@ def _comments(dropped: Dropped) -> str:
     )
 
 
+class UsageError(Exception):
+    """A command line the hook cannot read: said, and the job starts with its own environment."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse exits 2 on a bad argument; in a job's prolog or wrapper that would fail the job (or
+    # never run its command), so the hook says what is wrong and fails open instead (--help still exits 0)
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
 def parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    p = _Parser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument(
         "--server", default=os.environ.get("AUTOTUNER_SERVER"), help="service URL (AUTOTUNER_SERVER)"
     )
@@ -291,8 +302,20 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def env_main(argv: list[str]) -> int:
     p = parser("autotuner env")
     p.add_argument("--format", choices=[f for f in FORMATS if f != "env"] + ["env"], default="sh")
-    args = p.parse_args(argv)
-    _check(p, args)
+    try:
+        args = p.parse_args(argv)
+        _check(p, args)
+    except UsageError as exc:
+        _warn(_printable(f"{exc}: no tuned config, the job starts with its own environment"))
+        json_asked = "--format=json" in argv or ["--format", "json"] in (
+            argv[i : i + 2] for i in range(len(argv))
+        )
+        print(
+            "null"
+            if json_asked
+            else "# nccl-autotuner: no config (the hook's command line could not be read)"
+        )
+        return 0
     try:
         config, dropped = resolve(args)
     except Exception as exc:  # a broken local DB is an admin error: say so, still exit 0 for the job
@@ -324,16 +347,18 @@ def exec_main(argv: list[str]) -> int:
         print("autotuner exec: no command after --", file=sys.stderr)
         return 2
     p = parser("autotuner exec")
-    args = p.parse_args(own)
-    _check(p, args)
     env = dict(os.environ)
     try:
+        args = p.parse_args(own)
+        _check(p, args)
         config, _ = resolve(args)
         if config is not None:
             env.update(config["exports"])  # checked: names and string values a config may set
         note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
         if note:
             _warn(note)
+    except UsageError as exc:
+        _warn(_printable(f"{exc}: no tuned config, running the command with its own environment"))
     except Exception as exc:
         _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
     try:

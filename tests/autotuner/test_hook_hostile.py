@@ -263,3 +263,34 @@ def _redirect_to(url: str):
         self.end_headers()
 
     return do_get
+
+
+BAD_COMMAND_LINES = [["--bogus"], ["--token", "-starts-with-a-dash"], ["--nodes", "x"], ["--timeout"]]
+
+
+@pytest.mark.parametrize("bad", BAD_COMMAND_LINES, ids=" ".join)
+def test_env_with_a_command_line_it_cannot_read_exits_0_and_says_what_is_wrong(tmp_path, bad):
+    for fmt, quiet in (("sh", "# nccl-autotuner: no config (the hook's command line could not be read)"),
+                       ("json", "null")):  # fmt: skip
+        proc = hook(tmp_path, "http://127.0.0.1:9", "--format", fmt, *bad)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == quiet
+        assert "autotuner env: " in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("bad", BAD_COMMAND_LINES, ids=" ".join)
+def test_exec_with_a_command_line_it_cannot_read_still_runs_the_command(tmp_path, bad):
+    proc = hook(tmp_path, "http://127.0.0.1:9", *bad, "--", sys.executable, "-c", "raise SystemExit(7)",
+                command="exec")  # fmt: skip
+    assert proc.returncode == 7, proc.stderr  # the command ran, with its own environment
+    assert "autotuner exec: " in proc.stderr
+    assert "running the command with its own environment" in proc.stderr
+
+
+def test_exec_without_a_cluster_runs_the_command(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    proc = subprocess.run([sys.executable, "-m", "autotuner", "exec", "--", sys.executable, "-c", "print('ran')"],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "ran\n"), proc.stderr
+    assert "--cluster and --workload are required" in proc.stderr
