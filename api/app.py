@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import Message, Receive, Scope, Send
 
 from api import errors, links
 from api.cache import ConfigCache, SharedGeneration
@@ -24,8 +25,6 @@ from autotuner import __version__
 from autotuner.store import Store
 
 log = logging.getLogger("autotuner.api")
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Guard:
@@ -36,7 +35,7 @@ class Guard:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
@@ -46,7 +45,7 @@ class Guard:
             route = getattr(scope.get("route"), "path", "other")
             scope["app"].state.metrics.observe_latency(route, time.perf_counter() - started)
 
-    async def _limited(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await self._reject(send)
@@ -54,7 +53,7 @@ class Guard:
         too_large = False
         started = False
 
-        async def limited() -> dict[str, Any]:
+        async def limited() -> Message:
             nonlocal seen, too_large
             message = await receive()
             seen += len(message.get("body", b""))
@@ -63,7 +62,7 @@ class Guard:
                 raise _TooLarge
             return message
 
-        async def answer(message: dict[str, Any]) -> None:
+        async def answer(message: Message) -> None:
             # The app may catch the exception above (FastAPI turns any error while reading a body into
             # "400 There was an error parsing the body"): once the body was too large, the answer is 413.
             nonlocal started
@@ -105,18 +104,20 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
                                       SharedGeneration(Path(shared)) if shared else None, reports)  # fmt: skip
         app.state.cache.start()
         app.state.metrics = Metrics(app.state.store, app.state.cache, settings.revalidate_every_s)
-        app.state.scheduler = None
+        scheduler: RunningScheduler | SchedulerProcess | None = None
         if settings.scheduler:
             # `autotuner serve` starts one scheduler beside its workers and names it; an app run on its
             # own (`uvicorn --factory api.app:app_from_env`) starts its own.
             pid = os.environ.get("AUTOTUNER_SCHEDULER_PID")
-            app.state.scheduler = (
-                RunningScheduler(int(pid)) if pid else SchedulerProcess(scheduler_env(settings))
-            )
-            app.state.scheduler.start()
+            if pid:
+                scheduler = RunningScheduler(int(pid))
+            else:
+                scheduler = SchedulerProcess(scheduler_env(settings))
+            scheduler.start()
+        app.state.scheduler = scheduler
         yield
-        if app.state.scheduler is not None:
-            app.state.scheduler.stop()
+        if scheduler is not None:
+            scheduler.stop()
         app.state.cache.stop()
 
     app = FastAPI(

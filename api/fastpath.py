@@ -14,10 +14,11 @@ differs is counted for the store (api.fingerprints) and in /metrics.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl
+
+from starlette.types import Receive, Scope, Send
 
 from api.auth import may, token_scope
 from autotuner.job.exports import MEDIA_TYPES
@@ -31,15 +32,13 @@ MEDIA = {fmt: media.encode() for fmt, media in MEDIA_TYPES.items()}
 MAX_NODES = 1_000_000
 
 _ROUTE = SimpleNamespace(path=ROUTE_PATH)
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class ConfigFastPath:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "GET" or not scope["path"].startswith(PREFIX):
             return await self.app(scope, receive, send)
         state = scope["app"].state
@@ -64,7 +63,7 @@ class ConfigFastPath:
         await send({"type": "http.response.body", "body": body})
 
     @staticmethod
-    def _parse(scope: dict[str, Any], state: Any) -> tuple[str, str, int | None, str, bytes | None] | None:
+    def _parse(scope: Scope, state: Any) -> tuple[str, str, int | None, str, bytes | None] | None:
         """(cluster, workload, nodes, format, fingerprint header) of a plain, valid, authorised
         request; else None."""
         parts = scope["path"][len(PREFIX) :].split("/")
@@ -80,12 +79,13 @@ class ConfigFastPath:
                 fmt = value
             else:
                 return None
-        authorization = fingerprint = None
-        for name, value in scope["headers"]:  # one pass over the headers
-            if name == b"authorization":
-                authorization = value
-            elif name == FINGERPRINT:
-                fingerprint = value
+        authorization: bytes | None = None
+        fingerprint: bytes | None = None
+        for header, raw in scope["headers"]:  # one pass over the headers
+            if header == b"authorization":
+                authorization = raw
+            elif header == FINGERPRINT:
+                fingerprint = raw
         if not state.settings.public_read and not _may_read(authorization, state.settings.token_scopes):
             return None
         return parts[0], parts[1], nodes, fmt, fingerprint

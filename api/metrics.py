@@ -70,8 +70,9 @@ class ValidationCollector(Collector):
         states = GaugeMetricFamily("autotuner_revalidations", "Re-validations of published configs by state",
                                    labels=["state"])  # fmt: skip
         with self.store.session() as s:
-            counted = dict(s.execute(select(ConfigValidation.state, func.count(ConfigValidation.id))
-                                     .group_by(ConfigValidation.state)).all())  # fmt: skip
+            rows = s.execute(select(ConfigValidation.state, func.count(ConfigValidation.id))
+                             .group_by(ConfigValidation.state)).all()  # fmt: skip
+        counted: dict[str, int] = {state: count for state, count in rows}
         for state in ValidationState:
             states.add_metric([state.value], counted.get(state.value, 0))
         yield states

@@ -140,8 +140,11 @@ class SearchSpace(BaseModel):
             return None  # a continuum, or too many points to list: sampled instead
         axes: list[list[tuple[str, int | str | None]]] = []
         for name, dim in self.env.items():
-            values = dim.values() if isinstance(dim, IntRange) else list(dim)
-            assert values is not None
+            values: list[int | str | None] = []
+            if isinstance(dim, IntRange):
+                values.extend(dim.values() or [])
+            else:
+                values.extend(dim)
             axes.append([(name, v) for v in values])
         grid = []
         for combo in itertools.product(*axes):
