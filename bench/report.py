@@ -79,6 +79,10 @@ def headline(s: dict[str, Any]) -> list[list[str]]:
                      f"{q['after_s']:.0f} s ({q['models']['after']} models)",
                      f"{q['before_s']:.0f} s ({q['models']['before']} models, one seed each)", f"{q['ratio']:.2f}x",
                      "demo total within 1.5x", "-"])  # fmt: skip
+    if (rv := s.get("revalidate")) and (fin := rv["finalist_revalidation"]):
+        rows.append(["re-validation of a published finalist (demo, 2 CPU ranks)", f"{fin['wall_s']:.0f} s, {fin['state']}",
+                     f"its study {rv['study_s']:.0f} s", f"{fin['wall_s'] / rv['study_s']:.2f}x of the study",
+                     "cheaper than the study", "met" if fin["wall_s"] < rv["study_s"] else "missed"])  # fmt: skip
     if v := {k: r for k, r in s.get("serving", {}).items() if isinstance(r, dict)}:
         rows += _headline_serving(v)
     return rows
@@ -293,6 +297,26 @@ def _md_quality(q: dict[str, Any]) -> list[str]:
 LIMIT = 0.002
 
 
+def _md_revalidate(r: dict[str, Any]) -> list[str]:
+    def row(label: str, config: dict[str, Any], v: dict[str, Any]) -> list[str]:
+        ci = f" [{v['ci_low']:.2f}-{v['ci_high']:.2f}]" if v.get("ci_low") is not None else ""
+        change = f"{config['precision']}, batch {config['batch_size']}" + "".join(
+            f", {k}={x}" for k, x in config["env"].items()
+        )
+        return [f"{label} v{v['version']}", change, str(v.get("rounds") or "-"), f"{v['speedup']:.2f}x{ci}", v["state"],
+                f"{v['wall_s']:.1f}", str(v["launches"])]  # fmt: skip
+
+    return ["## Re-validation", "", f"`{CMD.format('revalidate')}` — the demo's study on 2 local CPU ranks "
+            f"({r['study_s']:.0f} s), then `autotuner revalidate` of what it published, and of its finalist published "
+            "as a version of its own (a config that changes something is re-checked in interleaved rounds against "
+            "the study's baseline, with the study's executor settings):", "",
+            table(["version", "setting", "rounds", "vs baseline [95% CI]", "result", "wall s", "launches"],
+                  [row("published", r["published"], r["published_revalidation"]),
+                   row("finalist", r["finalist"], r["finalist_revalidation"])]), "",
+            f"Re-checking the baseline costs one launch; the finalist's re-validation costs "
+            f"{r['finalist_revalidation']['wall_s'] / r['study_s']:.2f}x the study that found it.", ""]  # fmt: skip
+
+
 def _md_tuned(u: dict[str, Any]) -> list[str]:
     return ["## Tuned vs default", "", f"`{CMD.format('tuned')}` — a real study per fabric (local executor, "
               "2 CPU ranks, `deploy/examples/`, the settings of `make demo`: 3 search launches x 4 candidates, "
@@ -338,7 +362,7 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
               "tuned": _md_tuned, "quality": _md_quality,
-              "serving": _md_serving, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
+              "serving": _md_serving, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 
 def _trial_rows(trial: dict[str, Any]) -> list[list[str]]:

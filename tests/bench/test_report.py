@@ -52,3 +52,31 @@ def test_the_committed_gpu_check_has_its_section_with_the_sweep_the_timing_and_t
     assert "NCCL_NSOCKS_PERTHREAD" in section
     assert "ladder: env kept" in section
     assert "## GPU check" not in render(json.loads(RESULTS_JSON.read_text()))  # only when a report is there
+
+
+def test_the_revalidation_section_and_headline_row_show_both_versions():
+    def validation(version: int, speedup: float, ci: tuple | None, rounds: int | None, wall_s: float) -> dict:
+        low, high = ci or (None, None)
+        return {"version": version, "state": "held", "speedup": speedup, "ci_low": low, "ci_high": high,
+                "rounds": rounds, "wall_s": wall_s, "launches": 1}  # fmt: skip
+
+    def config(batch: int) -> dict:
+        return {"precision": "fp32/fp32", "batch_size": batch, "env": {"NCCL_NSOCKS_PERTHREAD": "4"}}
+
+    section = {"study_s": 120.0, "published": config(512), "finalist": config(1024),
+               "published_revalidation": validation(1, 1.0, None, None, 9.0),
+               "finalist_revalidation": validation(2, 1.15, (1.06, 1.26), 6, 36.0)}  # fmt: skip
+    text = render({"sections": {"revalidate": section}})
+    assert "## Re-validation" in text
+    assert (
+        "| finalist v2 | fp32/fp32, batch 1024, NCCL_NSOCKS_PERTHREAD=4 | 6 | 1.15x [1.06-1.26] | held | 36.0 | 1 |"
+        in text
+    )
+    assert (
+        "| published v1 | fp32/fp32, batch 512, NCCL_NSOCKS_PERTHREAD=4 | - | 1.00x | held | 9.0 | 1 |"
+        in text
+    )
+    assert "0.30x the study that found it" in text
+    assert (
+        "| re-validation of a published finalist (demo, 2 CPU ranks) | 36 s, held | its study 120 s |" in text
+    )
