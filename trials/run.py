@@ -28,7 +28,7 @@ from trials.result import (  # noqa: E402
 )
 from trials.spec import SpecError, load_spec  # noqa: E402
 from trials.table import format_table  # noqa: E402
-from trials.watchdog import SHARE_OF_PG_TIMEOUT, Watchdog  # noqa: E402
+from trials.watchdog import Watchdog, deadline_s  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             write_json_atomic(args.out, error_result(f"TrialStalled: {message}", launch_env))
 
-    limit = PG_TIMEOUT.total_seconds() * SHARE_OF_PG_TIMEOUT
+    limit = deadline_s(PG_TIMEOUT.total_seconds(), rank)
     watchdog = Watchdog(limit, stalled, exit_code=EXIT_LAUNCH_FAILED).start()
     runner = TrialRunner(spec, _STARTED, launch_env, watchdog)
     try:

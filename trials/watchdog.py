@@ -14,8 +14,16 @@ import threading
 import time
 from collections.abc import Callable
 
-# Of the process group's timeout: fire before NCCL's watchdog (or gloo's timeout) does.
+# Of the process group's timeout: fire before NCCL's watchdog (or gloo's timeout) does. Rank 0
+# writes the result, so it fires first; a peer that exited at the same moment would break rank 0's
+# pending collective ("Connection closed by peer") and its error would hide the stall.
 SHARE_OF_PG_TIMEOUT = 0.8
+PEER_SHARE_OF_PG_TIMEOUT = 0.95
+
+
+def deadline_s(pg_timeout_s: float, rank: int) -> float:
+    """How long a rank may go without progress: rank 0 (which reports) before its peers."""
+    return pg_timeout_s * (SHARE_OF_PG_TIMEOUT if rank == 0 else PEER_SHARE_OF_PG_TIMEOUT)
 
 
 class Watchdog:

@@ -48,6 +48,13 @@ def test_a_launch_that_keeps_beating_is_left_alone(tmp_path):
     assert not out.exists()
 
 
+def test_rank_0_reports_a_stall_before_any_peer_gives_up():
+    from trials.watchdog import deadline_s
+
+    assert deadline_s(15, 0) == pytest.approx(12)
+    assert deadline_s(15, 0) < deadline_s(15, 1) == deadline_s(15, 7) < 15  # all before the group's timeout
+
+
 @pytest.mark.slow
 def test_a_hung_peer_leaves_an_error_result_and_exit_3(tmp_path):
     spec = {"workload": {"name": "unit", "tables": TABLES, "sharding": "table_wise"}, "warmup": 1, "iterations": 2,
