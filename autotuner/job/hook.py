@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -71,16 +72,27 @@ def fetch_from_server(
     fingerprint: str = "",
 ) -> Any:
     """GET /v1/configs/{cluster}/{workload} within a hard deadline: the decoded answer, unchecked,
-    or NOT_PUBLISHED (404). `fingerprint`: the job's, as the header's value ("": not sent).
+    or NOT_PUBLISHED (404). `fingerprint`: the job's, as the header's value ("": not sent)."""
+    path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
+    query = f"?nodes={nodes}" if nodes is not None else ""
+    url = server.rstrip("/") + path + query
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if fingerprint:
+        request.add_header(HEADER, fingerprint)
+    return _within(timeout_s, lambda: _read(request, ca_file, timeout_s))
 
-    urllib's timeout bounds each socket operation, not the request: a server that trickles bytes
-    could hold a job forever. The request runs in a daemon thread that we stop waiting for.
-    """
+
+def _within(timeout_s: float, call: Callable[[], Any]) -> Any:
+    """`call()`'s answer, or TimeoutError once `timeout_s` has passed. urllib's timeout bounds each
+    socket operation, not the request: a server that trickles bytes could hold a job forever. The
+    call runs in a daemon thread that we stop waiting for."""
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["config"] = _get(server, token, cluster, workload, nodes, timeout_s, ca_file, fingerprint)
+            box["answer"] = call()
         except BaseException as exc:
             box["error"] = exc
 
@@ -91,7 +103,7 @@ def fetch_from_server(
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     if "error" in box:
         raise box["error"]
-    return box["config"]
+    return box["answer"]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -110,26 +122,9 @@ def _opener(url: str, ca_file: str | None) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(*handlers)
 
 
-def _get(
-    server: str,
-    token: str | None,
-    cluster: str,
-    workload: str,
-    nodes: int | None,
-    timeout_s: float,
-    ca_file: str | None = None,
-    fingerprint: str = "",
-) -> Any:
-    path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
-    query = f"?nodes={nodes}" if nodes is not None else ""
-    url = server.rstrip("/") + path + query
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if fingerprint:
-        request.add_header(HEADER, fingerprint)
+def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float) -> Any:
     try:
-        with _opener(url, ca_file).open(request, timeout=timeout_s) as response:
+        with _opener(request.full_url, ca_file).open(request, timeout=timeout_s) as response:
             return json.loads(response.read(1 << 20))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
