@@ -186,6 +186,11 @@ class ConfigPublic(BaseModel):
     sharding: str
     num_threads: int | None
     pipeline: str | None = None
+    lr_scale: float | None = Field(
+        default=None,
+        description="with a batch change: the factor on the job's learning rate it was validated with "
+        "(AUTOTUNER_LR_SCALE); null: the job's own rate",
+    )
     exports: dict[str, str]
     evidence: dict[str, Any]
     claim: ClaimText | None = Field(

@@ -30,11 +30,23 @@ AUTOTUNER_KEYS = {
     "sharding": "AUTOTUNER_SHARDING",
     "num_threads": "AUTOTUNER_NUM_THREADS",
     "pipeline": "AUTOTUNER_PIPELINE",
+    "lr_scale": "AUTOTUNER_LR_SCALE",
 }
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # autotuner.names
 _LABEL = re.compile(rf"{_NAME_PART}/{_NAME_PART}/[1-9][0-9]{{0,9}}n/v[1-9][0-9]{{0,9}}")
 _POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
+_DECIMAL = re.compile(r"[0-9]{1,6}(\.[0-9]{1,12})?([eE]-?[0-9]{1,2})?")
+MAX_LR_SCALE = 1024.0  # trials.spec's bound on the factor a convergence check trains with
+
+
+def _lr_scale(value: str) -> bool:
+    """A plain positive decimal no larger than MAX_LR_SCALE (no sign, nan, inf or spaces)."""
+    return _DECIMAL.fullmatch(value) is not None and 0.0 < float(value) <= MAX_LR_SCALE
+
+
+def _text(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
@@ -49,6 +61,7 @@ _AUTOTUNER_VALUES = {
     "AUTOTUNER_SHARDING": _one_of(SHARDING_TYPES),
     "AUTOTUNER_NUM_THREADS": lambda value: _POSITIVE.fullmatch(value) is not None,
     "AUTOTUNER_PIPELINE": _one_of(PIPELINES),
+    "AUTOTUNER_LR_SCALE": _lr_scale,
     "AUTOTUNER_CONFIG": lambda value: _LABEL.fullmatch(value) is not None,
 }
 
@@ -61,7 +74,7 @@ def config_to_dict(row: Any, validation: Mapping[str, Any] | None = None) -> dic
     for attr, var in AUTOTUNER_KEYS.items():
         value = getattr(row, attr)
         if value is not None:
-            exports[var] = str(value)
+            exports[var] = _text(value)
     exports["AUTOTUNER_CONFIG"] = f"{row.cluster.name}/{row.workload.name}/{row.nodes}n/v{row.version}"
     return {
         "cluster": row.cluster.name,
@@ -76,6 +89,7 @@ def config_to_dict(row: Any, validation: Mapping[str, Any] | None = None) -> dic
         "sharding": row.sharding,
         "num_threads": row.num_threads,
         "pipeline": row.pipeline,
+        "lr_scale": row.lr_scale,
         "exports": exports,
         "evidence": row.evidence,
         "fingerprint": row.fingerprint,

@@ -8,6 +8,12 @@ imported only when you ask for TorchRec objects.
     sharder = EmbeddingBagCollectionSharder(**tuned_sharder_kwargs(device))
 
 or, piece by piece: `tuned()` (a plain dataclass), `qcomms_config()`, `qcomm_codecs_registry(device)`.
+
+A config that changes the batch may also change the learning rate it was validated with: take both, or
+neither (`tuned().lr_scale` multiplies the rate you use at your own batch size):
+
+    t = tuned()
+    batch_size, lr = t.batch_size or batch_size, lr * t.lr_scale
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The spec's own lists (standard library only, as this module must stay: a training script imports it).
+from autotuner.job.exports import MAX_LR_SCALE
 from trials.choices import PIPELINES, PRECISIONS
 
 
@@ -33,6 +40,8 @@ class Tuned:
     # TorchRec train pipeline the config was measured with ("none": a plain loop); None: unsaid.
     pipeline: str | None = None
     config: str | None = None  # e.g. "cluster/workload/2n/v3", for logs
+    # With batch_size: the factor on the job's learning rate the convergence check trained it under.
+    lr_scale: float = 1.0
 
     @property
     def quantized(self) -> bool:
@@ -57,6 +66,16 @@ def tuned(environ: Mapping[str, str] | None = None) -> Tuned:
             raise ValueError(f"{name}={value!r}: expected a positive integer")
         return int(value)
 
+    def scale(name: str) -> float:
+        value = env.get(name) or "1"
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not 0.0 < number <= MAX_LR_SCALE:  # nan fails too
+            raise ValueError(f"{name}={value!r}: expected a number above 0, at most {MAX_LR_SCALE:g}")
+        return number
+
     pipeline = env.get("AUTOTUNER_PIPELINE") or None
     if pipeline is not None and pipeline not in PIPELINES:
         raise ValueError(f"AUTOTUNER_PIPELINE={pipeline!r}: expected one of {', '.join(PIPELINES)}")
@@ -68,6 +87,7 @@ def tuned(environ: Mapping[str, str] | None = None) -> Tuned:
         num_threads=positive("AUTOTUNER_NUM_THREADS"),
         pipeline=pipeline,
         config=env.get("AUTOTUNER_CONFIG") or None,
+        lr_scale=scale("AUTOTUNER_LR_SCALE"),
     )
 
 

@@ -201,6 +201,9 @@ class Config(Base):
     sharding: Mapped[str] = mapped_column(String(32))
     num_threads: Mapped[int | None] = mapped_column(Integer)
     pipeline: Mapped[str | None] = mapped_column(String(32))
+    # A batch change's factor on the job's learning rate, as the convergence check trained it (None: the
+    # job's own rate). Travels with the batch: a bigger batch at the old rate is not what was validated.
+    lr_scale: Mapped[float | None] = mapped_column(Float)
     evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
     fingerprint: Mapped[dict[str, Any]] = mapped_column(default=dict)
     study_id: Mapped[int | None] = mapped_column(ForeignKey("at_studies.id"))

@@ -10,6 +10,7 @@ from typing import Any
 from autotuner.store import Candidate, Config
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import Outcome
+from autotuner.tuning.quality import LR_POWER
 
 
 def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
@@ -38,5 +39,16 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
         env={k: v for k, v in chosen.env.items() if k not in (outcome.inert or {})},
         fwd_precision=chosen.fwd_precision, bwd_precision=chosen.bwd_precision, batch_size=chosen.batch_size,
         sharding=chosen.sharding, num_threads=chosen.num_threads, pipeline=chosen.pipeline,
+        lr_scale=lr_scale(outcome, chosen.batch_size, ctx.baseline_point.batch_size),
         evidence=evidence, study_id=ctx.study_id,
     )  # fmt: skip
+
+
+def lr_scale(outcome: Outcome, batch: int, baseline_batch: int) -> float | None:
+    """The factor on the job's learning rate that goes with a published batch change: the rule its time
+    to quality was shown under (None: the job's own rate, or no batch change)."""
+    ttq = outcome.quality.time_to_quality if outcome.quality is not None else None
+    power = LR_POWER.get(ttq.lr_scaling or "none", 0.0) if ttq is not None else 0.0
+    if batch == baseline_batch or not power:
+        return None
+    return float((batch / baseline_batch) ** power)

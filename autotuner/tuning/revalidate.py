@@ -264,7 +264,7 @@ class Revalidation:
                                     f"found it holds on this stack)"}  # fmt: skip
             setting = {"env": dict(older.env), "fwd_precision": older.fwd_precision, "bwd_precision": older.bwd_precision,
                        "batch_size": older.batch_size, "sharding": older.sharding, "num_threads": older.num_threads,
-                       "pipeline": older.pipeline}  # fmt: skip
+                       "pipeline": older.pipeline, "lr_scale": older.lr_scale}  # fmt: skip
             what = f"v{older.version}'s setting, which still holds"
         else:
             evidence = {**common, "speedup": 1.0, "candidate_id": baseline.id, "no_changes": True,

@@ -49,6 +49,14 @@ def test_the_gate_keeps_what_a_config_may_set_and_names_the_rest():
     assert "not a plain decimal" in dropped["NCCL_IB_SL"]
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "0.0", "1e9", " 1.5", "1.5\n", "1,5", "0x2"])
+def test_a_learning_rate_factor_is_a_plain_positive_decimal(value):
+    kept, dropped = check_exports({"AUTOTUNER_LR_SCALE": value, "AUTOTUNER_BATCH_SIZE": "1024"})
+    assert kept == {"AUTOTUNER_BATCH_SIZE": "1024"}
+    assert "is not a value of AUTOTUNER_LR_SCALE" in dropped["AUTOTUNER_LR_SCALE"]
+    assert check_exports({"AUTOTUNER_LR_SCALE": "1.41421"})[0] == {"AUTOTUNER_LR_SCALE": "1.41421"}
+
+
 @pytest.mark.parametrize("answer", MALFORMED, ids=repr)
 def test_an_answer_that_is_not_a_config_is_none(answer):
     config, why = checked_config(answer)

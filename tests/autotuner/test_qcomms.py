@@ -46,7 +46,7 @@ def exported(fmt: str, **fields: object) -> dict[str, str]:
 @pytest.mark.parametrize("fmt", ["slurm", "sh"])
 def test_what_the_hook_exports_is_read_back(fmt):
     fields = {"fwd_precision": "fp8", "bwd_precision": "bf16", "batch_size": 1024, "sharding": "row_wise",
-              "num_threads": 4, "pipeline": "sparse_dist"}  # fmt: skip
+              "num_threads": 4, "pipeline": "sparse_dist", "lr_scale": 2.0}  # fmt: skip
     read = tuned(exported(fmt, **fields))
     assert read == Tuned(**fields, config="c/w/2n/v3")
     assert read.quantized
@@ -54,7 +54,7 @@ def test_what_the_hook_exports_is_read_back(fmt):
 
 def test_a_config_that_says_nothing_keeps_the_jobs_own():
     plain = {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": None, "sharding": None,
-             "num_threads": None, "pipeline": None}  # fmt: skip
+             "num_threads": None, "pipeline": None, "lr_scale": None}  # fmt: skip
     assert tuned(exported("slurm", **plain)) == Tuned(config="c/w/2n/v3")
     assert tuned({}) == Tuned()
     assert not tuned({}).quantized
@@ -70,7 +70,8 @@ def test_values_are_read_leniently_where_unambiguous():
 @pytest.mark.parametrize(
     ("name", "value"),
     [("AUTOTUNER_FWD_PRECISION", "fp4"), ("AUTOTUNER_BWD_PRECISION", "int4"), ("AUTOTUNER_BATCH_SIZE", "0"),
-     ("AUTOTUNER_BATCH_SIZE", "-8"), ("AUTOTUNER_NUM_THREADS", "two"), ("AUTOTUNER_PIPELINE", "fast")],
+     ("AUTOTUNER_BATCH_SIZE", "-8"), ("AUTOTUNER_NUM_THREADS", "two"), ("AUTOTUNER_PIPELINE", "fast"),
+     ("AUTOTUNER_LR_SCALE", "0"), ("AUTOTUNER_LR_SCALE", "nan"), ("AUTOTUNER_LR_SCALE", "2x")],
 )  # fmt: skip
 def test_a_bad_value_raises_naming_the_variable(name, value):
     with pytest.raises(ValueError, match=f"^{name}="):

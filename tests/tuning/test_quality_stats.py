@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from autotuner.executors import LocalExecutor
+from autotuner.job.qcomms import tuned as tuned_of
 from autotuner.space import load_space
 from autotuner.store import LaunchKind, Store
 from autotuner.tuning import StudySettings, create_study
@@ -18,8 +19,9 @@ from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import candidate_row
 from autotuner.tuning.launch import spec_of
 from autotuner.tuning.lease import Lease
-from autotuner.tuning.outcome import LadderStep
+from autotuner.tuning.outcome import LadderStep, Outcome, Quality, TimeToQuality
 from autotuner.tuning.pairs import Setting
+from autotuner.tuning.publish import lr_scale, publish
 from autotuner.tuning.quality import (
     CHECKPOINTS,
     MAX_EXTENSION,
@@ -283,3 +285,20 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
     assert evidence.knobs["batch"].verdict == PASSED
     assert kept == tuned
     assert ctx.store.launches(ctx.study_id)[-1].kind == LaunchKind.QUALITY
+    # The batch travels with the rule it was shown under: a job gets lr x sqrt(1024 / 512), not its old rate.
+    (row,) = [r for r in ctx.store.candidates(ctx.study_id) if r.batch_size == 1024 and r.fwd_precision == "int8"
+              and r.metrics["quality"]["model_seed"] == 0 and r.metrics["quality"]["lr_scale"] != 1.0]  # fmt: skip
+    config = ctx.store.public_config(publish(ctx, row, Outcome(quality=evidence)))
+    assert config["lr_scale"] == pytest.approx(2**0.5)
+    assert config["exports"]["AUTOTUNER_LR_SCALE"] == "1.41421"
+    assert tuned_of(config["exports"]).lr_scale == pytest.approx(2**0.5, rel=1e-5)
+
+
+def test_a_config_keeps_the_jobs_rate_unless_its_batch_was_shown_under_another():
+    ttq = TimeToQuality(lr_scaling="linear")
+    assert lr_scale(Outcome(quality=Quality(time_to_quality=ttq)), 2048, 512) == 4.0
+    assert lr_scale(Outcome(quality=Quality(time_to_quality=ttq)), 512, 512) is None  # the batch was dropped
+    none = TimeToQuality(lr_scaling="none")
+    assert lr_scale(Outcome(quality=Quality(time_to_quality=none)), 2048, 512) is None
+    assert lr_scale(Outcome(quality=Quality(skipped="replay")), 2048, 512) is None  # never trained: no rule
+    assert lr_scale(Outcome(), 2048, 512) is None
