@@ -88,9 +88,13 @@ async def fetch(
 
 
 @router.get("/{cluster}/{workload}/history", response_model=list[ConfigPublic])
-def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess) -> list[dict]:
-    """Every published version, newest first, with what its re-validations say."""
-    return store.public_configs(store.config_history(cluster, workload))
+def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess,
+            nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+            limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+            offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> list[dict]:  # fmt: skip
+    """Published versions, by node count and newest first, with what their re-validations say: a page
+    of `limit` (the next one at `offset` + `limit`)."""
+    return store.public_configs(store.config_history(cluster, workload, nodes, limit=limit, offset=offset))
 
 
 @router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,
@@ -123,7 +127,7 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
     if served is None:
         raise HTTPException(404, f"no config published for {cluster}/{workload}")
     public = store.public_config(served)
-    versions = {row.id: row.version for row in store.config_history(cluster, workload, served.nodes)}
+    versions = store.config_versions(cluster, workload, served.nodes)
     reports = store.fingerprint_reports([served.id])[served.id]
     every = settings.revalidate_every_s
     stale = staleness(public, reports, every)

@@ -315,9 +315,17 @@ def _config_table(rows: list[Any], title: str) -> None:
 
 
 @configs_app.command("history")
-def configs_history(cluster: str, workload: str, db: DbOption = None) -> None:
-    """Every published version of a (cluster, workload)."""
-    _config_table(_store(db).config_history(cluster, workload), f"history of {cluster}/{workload}")
+def configs_history(
+    cluster: str, workload: str, nodes: int | None = None,
+    limit: Annotated[int, typer.Option(min=1, help="versions per page")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="skip this many (newest first)")] = 0,
+    db: DbOption = None,
+) -> None:  # fmt: skip
+    """Published versions of a (cluster, workload), newest first, a page at a time."""
+    rows = _store(db).config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
+    _config_table(rows[:limit], f"history of {cluster}/{workload}")
+    if len(rows) > limit:
+        err.print(f"more: --offset {offset + limit}")
 
 
 def _serve_change(change: Any, what: str) -> None:
@@ -373,7 +381,7 @@ def configs_validations(cluster: str, workload: str, nodes: int | None = None, d
     from autotuner.job.fingerprint import describe
 
     store = _store(db)
-    versions = {c.id: c.version for c in store.config_history(cluster, workload, nodes)}
+    versions = store.config_versions(cluster, workload, nodes)
     table = Table(title=f"re-validations of {cluster}/{workload}", title_justify="left")
     for col in ("id", "version", "trigger", "state", "speedup", "on", "action", "when"):
         table.add_column(col, overflow="fold")

@@ -50,18 +50,29 @@ class ConfigRecords(StudyRecords):
             return s.scalars(select(Config).where(Config.id == config.id)).one()
 
     def config_history(
-        self, cluster: str | None = None, workload: str | None = None, nodes: int | None = None
-    ) -> list[Config]:
+        self, cluster: str | None = None, workload: str | None = None, nodes: int | None = None,
+        *, limit: int | None = None, offset: int = 0,
+    ) -> list[Config]:  # fmt: skip
+        """Published versions, by (cluster, workload, nodes) and newest first; a page of them with `limit`."""
+        query = self._versions(select(Config), cluster, workload, nodes)
+        query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
         with self.session() as s:
-            query = select(Config).join(Config.cluster).join(Config.workload)
-            if cluster is not None:
-                query = query.where(Cluster.name == cluster)
-            if workload is not None:
-                query = query.where(Workload.name == workload)
-            if nodes is not None:
-                query = query.where(Config.nodes == nodes)
-            query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
-            return list(s.scalars(query).unique())
+            return list(s.scalars(query.offset(offset).limit(limit)).unique())
+
+    def config_versions(self, cluster: str, workload: str, nodes: int | None = None) -> dict[int, int]:
+        """{id: version} of (cluster, workload)'s configs, without loading their rows."""
+        with self.session() as s:
+            rows = s.execute(self._versions(select(Config.id, Config.version), cluster, workload, nodes))
+            return {int(i): int(v) for i, v in rows}
+
+    @staticmethod
+    def _versions(query: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:
+        query = query.join(Config.cluster).join(Config.workload)
+        if cluster is not None:
+            query = query.where(Cluster.name == cluster)
+        if workload is not None:
+            query = query.where(Workload.name == workload)
+        return query if nodes is None else query.where(Config.nodes == nodes)
 
     @staticmethod
     def _head_ids(*filters: Any) -> Any:
@@ -142,16 +153,14 @@ class ConfigRecords(StudyRecords):
 
     def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
         """Serve `version` regardless of newer publishes (None: unpin, serve the latest again)."""
-        rows = self.config_history(cluster, workload, nodes)
-        if not rows:
+        versions = self.config_versions(cluster, workload, nodes)
+        if not versions:
             raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
-        if version is not None and version not in {r.version for r in rows}:
+        if version is not None and version not in versions.values():
             raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
-        with self.session() as s:
-            for row in rows:
-                obj = s.get(Config, row.id)
-                assert obj is not None
-                obj.pinned = row.version == version
+        with self.session() as s:  # one statement, whatever the number of versions
+            s.execute(update(Config).where(Config.id.in_(list(versions)))
+                      .values(pinned=Config.version == version if version is not None else False))  # fmt: skip
             self._bump_generation(s)
         return self.served_config(cluster, workload, nodes)
 
@@ -160,9 +169,7 @@ class ConfigRecords(StudyRecords):
         served = self.served_config(cluster, workload, nodes)
         if served is None or served.nodes != nodes:
             raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
-        older = [
-            r.version for r in self.config_history(cluster, workload, nodes) if r.version < served.version
-        ]
+        older = [v for v in self.config_versions(cluster, workload, nodes).values() if v < served.version]
         if not older:
             raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
         result = self.pin_config(cluster, workload, nodes, max(older))

@@ -86,14 +86,14 @@ def config_to_revalidate(
 ) -> Config:
     """The served version of (cluster, workload) at `nodes` (exactly, when given), or `version`."""
     if version is not None:
-        rows = [r for r in store.config_history(cluster, workload, nodes) if r.version == version]
-        if not rows:
+        ids = [i for i, v in store.config_versions(cluster, workload, nodes).items() if v == version]
+        if not ids:
             raise NotFound(f"{cluster}/{workload}{_at(nodes)} has no version {version}")
-        if len(rows) > 1:
+        if len(ids) > 1:
             raise NotFound(
                 f"{cluster}/{workload} has a version {version} at several node counts: give --nodes"
             )
-        return rows[0]
+        return store.configs_by_id(ids)[0]
     served = store.served_config(cluster, workload, nodes)
     if served is None or (nodes is not None and served.nodes != nodes):
         raise NotFound(f"no config published for {cluster}/{workload}{_at(nodes)}")

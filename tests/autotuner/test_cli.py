@@ -70,6 +70,12 @@ def test_configs_history_pin_rollback(tuned, db):
     assert (
         runner.invoke(app, ["configs", "rollback", "cpu-box", "small", "--db", db]).exit_code == 2
     )  # only v1
+    history = runner.invoke(app, ["configs", "history", "cpu-box", "small", "--limit", "1", "--db", db])
+    assert history.exit_code == 0
+    assert "v1" in history.output
+    assert "more:" not in history.output  # one version: one page
+    empty = runner.invoke(app, ["configs", "history", "cpu-box", "small", "--offset", "1", "--db", db])
+    assert "v1" not in empty.output
     shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--format", "slurm", "--db", db])
     assert shown.exit_code == 0
     assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout

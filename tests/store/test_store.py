@@ -117,6 +117,24 @@ def test_configs_version_pin_rollback_and_nearest_nodes(store):
     assert store.served_config("c", "nope") is None
 
 
+def test_history_comes_a_page_at_a_time_and_a_pin_touches_no_row_it_loads(store):
+    make_study(store)
+    for batch in range(1, 8):
+        publish(store, nodes=2, batch_size=batch)
+    publish(store, nodes=4)
+    pages = [store.config_history("c", "w", 2, limit=3, offset=o) for o in (0, 3, 6)]
+    assert [[c.version for c in page] for page in pages] == [[7, 6, 5], [4, 3, 2], [1]]
+    assert len(store.config_history("c", "w")) == 8  # every node count without a limit
+    assert sorted(store.config_versions("c", "w", 2).values()) == list(range(1, 8))
+    assert store.pin_config("c", "w", 2, 3).version == 3
+    assert [c.version for c in store.config_history("c", "w", 2) if c.pinned] == [3]
+    assert store.rollback_config("c", "w", 2).version == 2  # below the served (pinned) one
+    assert [c.version for c in store.config_history("c", "w", 2) if c.pinned] == [2]
+    assert store.pin_config("c", "w", 2, None).version == 7
+    assert not any(c.pinned for c in store.config_history("c", "w"))
+    assert store.served_config("c", "w", 4).version == 1  # the other node count untouched
+
+
 def test_quarantine_is_per_cluster_and_deduplicated(store):
     study = make_study(store)
     store.quarantine(study.cluster_id, {"NCCL_BUFFSIZE": "1"}, "timeout", None)

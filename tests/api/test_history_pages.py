@@ -1,0 +1,58 @@
+"""A config's history over REST comes a page at a time (newest first, by node count), and a version
+that changes the batch carries the learning-rate factor it was validated under to the job."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.store import Store
+
+FIELDS = dict(env={}, fwd_precision="fp32", bwd_precision="fp32", sharding="table_wise", evidence={})
+
+
+@pytest.fixture
+def client(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("w", {})
+    for batch in (512, 1024, 2048, 4096, 8192):
+        store.publish_config(cluster="c", workload="w", nodes=2, batch_size=batch,
+                             lr_scale=None if batch == 512 else (batch / 512) ** 0.5, **FIELDS)  # fmt: skip
+    store.publish_config(cluster="c", workload="w", nodes=4, batch_size=512, **FIELDS)
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as c:
+        yield c
+    store.dispose()
+
+
+def test_history_pages_by_node_count_newest_first(client):
+    def page(**params):
+        response = client.get("/v1/configs/c/w/history", params=params)
+        assert response.status_code == 200, response.text
+        return [(c["nodes"], c["version"]) for c in response.json()]
+
+    assert page(nodes=2, limit=2) == [(2, 5), (2, 4)]
+    assert page(nodes=2, limit=2, offset=2) == [(2, 3), (2, 2)]
+    assert page(nodes=2, limit=2, offset=4) == [(2, 1)]
+    assert page(nodes=2, offset=5) == []
+    assert page() == [(2, 5), (2, 4), (2, 3), (2, 2), (2, 1), (4, 1)]
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"nodes": 0}])
+def test_a_page_out_of_range_is_a_422_naming_it(client, params):
+    response = client.get("/v1/configs/c/w/history", params=params)
+    assert response.status_code == 422
+    assert next(iter(params)) in response.text
+
+
+def test_the_served_batch_change_brings_its_learning_rate_factor(client):
+    config = client.get("/v1/configs/c/w", params={"nodes": 2}).json()
+    assert (config["batch_size"], config["lr_scale"]) == (8192, 4.0)
+    assert config["exports"]["AUTOTUNER_LR_SCALE"] == "4"
+    env = client.get("/v1/configs/c/w", params={"nodes": 2, "format": "env"}).text
+    assert "export AUTOTUNER_LR_SCALE=4\n" in env
+    plain = client.get("/v1/configs/c/w", params={"nodes": 4}).json()
+    assert plain["lr_scale"] is None
+    assert "AUTOTUNER_LR_SCALE" not in plain["exports"]
