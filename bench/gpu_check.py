@@ -255,17 +255,25 @@ def two_node_trial(
     fidelity = {f["candidate"]: f for f in result.get("fidelity", [])}
     rows = candidate_rows(result)
     for i, row in enumerate(rows):
-        f = fidelity.get(i)
-        if f and f.get("raw"):
-            row["a2a_alone_ms"] = f["raw"]["ms"]["median"]
-            row["wire_vs_alone"] = (
-                (row["a2a_ms"] or {}).get("median", 0.0) / f["raw"]["ms"]["median"]
-                if f["raw"]["ms"]["median"]
-                else None
-            )
+        raw = (fidelity.get(i) or {}).get("raw")
+        if raw:
+            row.update(alone_figures(raw, (row["a2a_ms"] or {}).get("median", 0.0)))
     effective = result.get("nccl_effective") or {}
     return {"rc": rc, "env": env, "error": result.get("error"), "nnodes": result.get("nnodes"), "comm_timing": result.get("comm_timing"),
             "env_per_rank": result.get("env_per_rank"), "nccl_effective": effective, "candidates": rows}  # fmt: skip
+
+
+def alone_figures(raw: dict[str, Any], wire_ms: float) -> dict[str, Any]:
+    """A candidate's wire time against its calls replayed alone, timed with the same instrument where
+    there is one: NCCL's own events (the trial's breakdown is timed with them), else the issuing
+    stream's events around each call; both kept."""
+    alone = raw.get("nccl_ms") or raw["ms"]
+    return {
+        "a2a_alone_ms": alone["median"],
+        "alone_timing": "NCCL's own events" if "nccl_ms" in raw else "the issuing stream's events",
+        "a2a_alone_stream_ms": raw["ms"]["median"],
+        "wire_vs_alone": wire_ms / alone["median"] if alone["median"] else None,
+    }
 
 
 def phase_b(device: str, iterations: int, work: Path, clock: Clock, settings: list[str]) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 `replay_calls` replays exactly the all-to-all calls one trial iteration issued (dtype, element
 counts, splits) in a bare `torch.distributed.all_to_all_single` loop, timed the way the trial times
 them (issue to completion, as the last rank to arrive sees it), with no TorchRec around them. It
-waits on each call at once, so there issue to wait is issue to completion. The trial runner calls it
+waits on each call at once, so there issue to wait is issue to completion. On NCCL with its timing on
+(the trial sets TORCH_NCCL_ENABLE_TIMING) it also reads NCCL's own start/end events of each call
+(`nccl_ms`): the instrument the trial's breakdown uses, so the two compare like with like. The trial runner calls it
 in process; on its own,
 `torchrun ... -m trials.plain_a2a --result R.json --out RAW.json` does it per candidate of a trial
 result (on the same number of ranks) and reports its bandwidth beside the trial's. Or, with
@@ -18,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +45,8 @@ def replay_calls(
     import torch
     import torch.distributed as dist
 
+    from trials.probe import nccl_seconds
+
     buffers = [
         (
             torch.ones(c["in_numel"], dtype=getattr(torch, c["dtype"]), device=device),
@@ -53,44 +58,66 @@ def replay_calls(
     ]
     cuda = device.type == "cuda"
 
-    def timed_call(send: torch.Tensor, recv: torch.Tensor, in_splits: Any, out_splits: Any) -> float:
+    def timed_call(send: torch.Tensor, recv: torch.Tensor, in_splits: Any, out_splits: Any) -> Timed:
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True).wait()
+            work = dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True)
+            work.wait()
             end.record()
             end.synchronize()
-            return start.elapsed_time(end) / 1000.0
+            return start.elapsed_time(end) / 1000.0, nccl_seconds(work)
         t0 = time.perf_counter()
         dist.all_to_all_single(recv, send, out_splits, in_splits, async_op=True).wait()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, None
 
-    def one_iteration() -> list[float]:
+    def one_iteration() -> list[Timed]:
         return [timed_call(*b) for b in buffers]
 
     for _ in range(warmup):
         one_iteration()
     dist.barrier()
     local = [one_iteration() for _ in range(iterations)]
-    everyone: list[list[list[float]]] = [[] for _ in range(world_size)]
+    everyone: list[list[list[Timed]]] = [[] for _ in range(world_size)]
     dist.all_gather_object(everyone, local)
-    # Same statistic as the trial: per call, the last rank to arrive sees the wire time.
-    per_iter = [
-        sum(min(rank[i][j] for rank in everyone) for j in range(len(buffers))) for i in range(iterations)
-    ]
-    stats = summarize(per_iter)
     nbytes = sum(send.numel() * send.element_size() for send, *_ in buffers)
     sent = [0.0] * world_size
     dist.all_gather_object(sent, float(nbytes))
-    mean_bytes = sum(sent) / world_size
+    return wire_figures(everyone, sum(sent) / world_size)
+
+
+Timed = tuple[float, float | None]  # a call's seconds: on the issuing stream (or the clock), by NCCL's events
+
+
+def wire_figures(everyone: list[list[list[Timed]]], mean_bytes: float) -> dict[str, Any]:
+    """Per-iteration wire time of every rank's timed calls (rank -> iteration -> call), as the trial
+    takes it: per call, the last rank to arrive sees the wire time (the min over ranks). `ms` from the
+    issuing stream's events (CUDA) or the clock (CPU); with NCCL's own events on every call, `nccl_ms`
+    from them too: the instrument the trial's breakdown uses (trials.probe)."""
+    world_size = len(everyone)
+    iterations, calls = len(everyone[0]), len(everyone[0][0]) if everyone[0] else 0
+
+    def per_iteration(seconds: Callable[[Timed], float]) -> list[float]:
+        return [
+            sum(min(seconds(rank[i][j]) for rank in everyone) for j in range(calls))
+            for i in range(iterations)
+        ]
+
+    def as_ms(stats: dict[str, float]) -> dict[str, float]:
+        return {k: (v * 1000 if k not in ("cv", "n") else v) for k, v in stats.items()}
+
+    stats = summarize(per_iteration(lambda t: t[0]))
     algbw = mean_bytes / stats["median"] / 1e9 if stats["median"] > 0 else 0.0
-    return {
-        "calls_per_iter": len(buffers),
+    out: dict[str, Any] = {
+        "calls_per_iter": calls,
         "bytes_per_iter": mean_bytes,
-        "ms": {k: (v * 1000 if k not in ("cv", "n") else v) for k, v in stats.items()},
+        "ms": as_ms(stats),
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * (world_size - 1) / world_size,
     }
+    if calls and all(t[1] is not None for rank in everyone for it in rank for t in it):
+        out["nccl_ms"] = as_ms(summarize(per_iteration(lambda t: t[1] or 0.0)))
+    return out
 
 
 def _uniform_calls(nbytes: int, world_size: int) -> list[dict[str, Any]]:

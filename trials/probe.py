@@ -95,14 +95,20 @@ class CommEvent:
         return marker.elapsed_time(self.start) / 1000.0, end
 
     def read_device_time(self) -> None:
-        """NCCL's own duration of the collective (Work._get_duration, ms), once it completed."""
+        """NCCL's own duration of the collective, once it completed."""
         if self.work is None:
             return
-        try:
-            self.device_s = float(self.work._get_duration()) / 1000.0
-        except (RuntimeError, AttributeError, ValueError):  # timing off, or an older torch
-            self.device_s = None
+        self.device_s = nccl_seconds(self.work)
         self.work = None
+
+
+def nccl_seconds(work: Any) -> float | None:
+    """Seconds between the start and end events NCCL recorded on its own stream for a completed `work`
+    (Work._get_duration, ms); None without them (timing off, gloo, or an older torch)."""
+    try:
+        return float(work._get_duration()) / 1000.0
+    except (RuntimeError, AttributeError, ValueError):
+        return None
 
 
 def serialized(intervals: list[tuple[float, float]]) -> list[float]:

@@ -203,3 +203,27 @@ def _tensor(n: int):
     import torch
 
     return torch.zeros(n)
+
+
+def test_a_replay_is_read_as_the_trial_reads_it_with_nccls_events_where_every_call_has_them():
+    from bench.gpu_check import alone_figures
+    from trials.plain_a2a import wire_figures
+
+    # rank -> iteration -> call: (seconds on the issuing stream, seconds by NCCL's own events)
+    rank0 = [[(0.004, 0.001), (0.002, 0.0015)], [(0.003, 0.001), (0.002, 0.001)]]
+    rank1 = [[(0.001, 0.0005), (0.005, 0.002)], [(0.002, 0.002), (0.001, 0.001)]]
+    raw = wire_figures([rank0, rank1], mean_bytes=3e6)
+    # per call, the last rank to arrive: min over ranks, summed over the iteration's calls
+    assert raw["ms"]["n"] == 2
+    assert raw["ms"]["median"] == pytest.approx((0.003 + 0.003) / 2 * 1000)
+    assert raw["nccl_ms"]["median"] == pytest.approx((0.002 + 0.002) / 2 * 1000)
+    assert raw["algbw_gbps"] == pytest.approx(3e6 / 0.003 / 1e9)
+    assert raw["busbw_gbps"] == pytest.approx(raw["algbw_gbps"] / 2)
+    same = alone_figures(raw, wire_ms=3.0)
+    assert (same["a2a_alone_ms"], same["alone_timing"]) == (pytest.approx(2.0), "NCCL's own events")
+    assert same["wire_vs_alone"] == pytest.approx(1.5)
+    assert same["a2a_alone_stream_ms"] == pytest.approx(3.0)
+    rank1[1][0] = (0.002, None)  # one call without NCCL's events (gloo, timing off): the stream's alone
+    partial = wire_figures([rank0, rank1], mean_bytes=3e6)
+    assert "nccl_ms" not in partial
+    assert alone_figures(partial, wire_ms=3.0)["alone_timing"] == "the issuing stream's events"
