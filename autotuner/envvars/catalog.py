@@ -60,12 +60,17 @@ def _var(
     return var
 
 
-# (name, kind, default, low, high, negative, doc) of NCCL_IB_* variables that take an integer.
+# (name, kind, default, low, high, negative, doc) of NCCL_IB_* variables that take an integer. Checked
+# against NCCL's source (src/transport/net_ib/ connect.cc, init.cc, common.h; NVIDIA/nccl 5067397c):
+# SL, TC and FIFO_TC are read with -1 as "unset" (the traffic-class plugin's, else 0), the QP's SL is 4
+# bits and its TC a uint8_t; the QP timeout (5 bits; 0 would be "never") and retry count (3 bits) go to
+# ibv_qp_attr as they are; QPs per connection x devices fill at most NCCL_IB_MAX_QPS (128); relaxed
+# ordering is on for 1 or 2; the AR threshold's and adaptive routing's -2 mean NCCL's default.
 _IB_INTEGERS = (
     ("NCCL_IB_DISABLE", "bool", "0", None, None, (), "Disables the IB verbs transport (sockets instead)."),
-    ("NCCL_IB_SL", "int", "0", 0, 15, (), "InfiniBand service level."),
-    ("NCCL_IB_TC", "int", "0", 0, 255, (), "InfiniBand traffic class."),
-    ("NCCL_IB_FIFO_TC", "int", None, 0, 255, (), "Traffic class of the control messages (2.22+)."),
+    ("NCCL_IB_SL", "int", "0", 0, 15, (-1,), "InfiniBand service level (-1: NCCL's choice)."),
+    ("NCCL_IB_TC", "int", "0", 0, 255, (-1,), "InfiniBand traffic class (-1: NCCL's choice)."),
+    ("NCCL_IB_FIFO_TC", "int", None, 0, 255, (-1,), "Traffic class of the control messages (2.22+; -1: NCCL_IB_TC's)."),
     ("NCCL_IB_TIMEOUT", "int", "20", 1, 31, (), "InfiniBand verbs timeout: 4.096 us x 2^value."),
     ("NCCL_IB_RETRY_CNT", "int", "7", 0, 7, (), "InfiniBand retry count."),
     ("NCCL_IB_GID_INDEX", "int", "-1", 0, 255, (-1,), "GID index for RoCE (-1: chosen by NCCL)."),

@@ -12,7 +12,8 @@ from autotuner.space import SpaceError, load_space
 @pytest.mark.parametrize(
     ("name", "value"),
     [("NCCL_IB_SL", "0x10"), ("NCCL_IB_SL", "16"), ("NCCL_IB_TIMEOUT", "010"), ("NCCL_IB_TC", "4k"),
-     ("NCCL_IB_RETRY_CNT", "8"), ("NCCL_IB_GID_INDEX", "-2"), ("NCCL_IB_QPS_PER_CONNECTION", "0")],
+     ("NCCL_IB_RETRY_CNT", "8"), ("NCCL_IB_GID_INDEX", "-2"), ("NCCL_IB_QPS_PER_CONNECTION", "0"),
+     ("NCCL_IB_QPS_PER_CONNECTION", "129"), ("NCCL_IB_TIMEOUT", "0"), ("NCCL_IB_TC", "-2"), ("NCCL_IB_TC", "256")],
 )  # fmt: skip
 def test_integer_ib_variables_refuse_what_strtoll_would_misread_or_what_is_out_of_range(name, value):
     assert lookup(name).kind in ("int", "bool")
@@ -26,6 +27,8 @@ def test_integer_ib_variables_refuse_what_strtoll_would_misread_or_what_is_out_o
         ("NCCL_IB_SL", "3"),
         ("NCCL_IB_TIMEOUT", "22"),
         ("NCCL_IB_GID_INDEX", "-1"),
+        ("NCCL_IB_SL", "-1"),  # NCCL's own "unset" (src/transport/net_ib/connect.cc)
+        ("NCCL_IB_TC", "-1"),
         ("NCCL_IB_HCA", "=mlx5_0:1"),
     ],
 )
