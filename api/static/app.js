@@ -752,6 +752,8 @@
 
   // ---------------------------------------------------------------- configs page
 
+  const HISTORY_SHOWN = 20; // versions a card lists, newest first (the API pages the rest)
+
   function configsPage() {
     let lastKey = null;
     let lastShown = null;
@@ -764,9 +766,9 @@
           const base = `/v1/configs/${encodeURIComponent(c.cluster)}/${encodeURIComponent(c.workload)}`;
           const [lines, history] = await Promise.all([
             api(`${base}?format=env&nodes=${c.nodes}`, { text: true }),
-            api(`${base}/history`),
+            api(`${base}/history?nodes=${c.nodes}&limit=${HISTORY_SHOWN}`),
           ]);
-          return { config: c, base, lines, history: history.filter((h) => h.nodes === c.nodes) };
+          return { config: c, base, lines, history };
         }));
         lastKey = key;
       }
@@ -831,7 +833,7 @@
         ["Decision", ev.decision || "—"],
         ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "—"],
         ["Precision", `${c.qcomms.forward_precision} fwd / ${c.qcomms.backward_precision} bwd`],
-        ["Batch · sharding", `${num0(c.batch_size)} · ${c.sharding}${c.num_threads ? ` · ${c.num_threads} threads` : ""}`],
+        ["Batch · sharding", `${num0(c.batch_size)}${isNum(c.lr_scale) ? ` (learning rate × ${num2(c.lr_scale)})` : ""} · ${c.sharding}${c.num_threads ? ` · ${c.num_threads} threads` : ""}`],
         ["NCCL env", Object.keys(c.env).length ? `${Object.keys(c.env).length} variable(s)` : "defaults (no overrides)"],
         ["Evidence", c.study_id ? el("span", {}, el("a", { href: `/studies/${c.study_id}` }, `study #${c.study_id}`),
           ev.measured_on ? ` · measured with ${ev.measured_on}` : "") : "—"],
@@ -853,7 +855,7 @@
             ev.emulation ? el("div", { class: "warn-note" }, ev.emulation) : null, ...stale),
           el("div", { class: "config-exports" }, el("div", { class: "pre-wrap" }, pre, copy))),
         validationSection(validation),
-        el("div", { class: "history" }, el("h3", {}, `Version history (${history.length})`),
+        el("div", { class: "history" }, el("h3", {}, history.length < HISTORY_SHOWN ? `Version history (${history.length})` : `Version history (latest ${HISTORY_SHOWN})`),
           el("table", { class: "data" },
             el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
               (h, i) => el("th", { class: [2, 4].includes(i) ? "num" : null }, h)))),

@@ -56,3 +56,34 @@ def test_the_config_card_shows_validation_staleness_and_history(browser, tmp_pat
         assert errors == []
     finally:
         server.kill()
+
+
+@pytest.mark.browser
+def test_a_long_history_shows_its_latest_versions_and_a_batch_change_its_learning_rate(browser, tmp_path):  # noqa: F811
+    from autotuner.store import Store
+    from tests.api.service import make_server
+
+    server = make_server(tmp_path)
+    store = Store(f"sqlite:///{server.data_dir / 'autotuner.db'}")
+    store.upsert_workload("w", {})
+    for version in range(1, 26):  # an older store's worth of re-validations and republishes
+        store.publish_config(cluster="c", workload="w", nodes=2, env={}, fwd_precision="fp32", bwd_precision="fp32",
+                             batch_size=512 * (1 + version % 2), lr_scale=2.0 if version % 2 else None,
+                             sharding="table_wise", evidence={"speedup": 1.0 + version / 100})  # fmt: skip
+    store.dispose()
+    server.start()
+    errors: list[str] = []
+    try:
+        page = open_page(browser, errors)
+        page.goto(server.url + "/configs")
+        enter_token(page, TOKENS["read"])
+        page.wait_for_selector(".config-card .history table tbody tr", timeout=20_000)
+        card = page.inner_text(".config-card")
+        assert "version history (latest 20)" in card.lower()
+        rows = page.locator(".config-card .history:not(.revalidations) tbody tr").all_inner_texts()
+        assert [r.split()[0] for r in rows] == [f"v{v}" for v in range(25, 5, -1)]  # newest first
+        assert "1,024 (learning rate × 2.00) · table_wise" in card  # v25: batch 1024 under lr x2
+        assert "export AUTOTUNER_LR_SCALE=2" in page.inner_text(".config-card pre")
+        assert errors == []
+    finally:
+        server.kill()
