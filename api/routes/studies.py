@@ -24,6 +24,7 @@ from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
 from autotuner.tuning.insights import ImportanceCache, study_insights
+from autotuner.tuning.study import best_and_baseline_of
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
@@ -74,7 +75,10 @@ def list_studies(
 ) -> StudiesPublic:
     states = [state] if state else None
     rows = store.studies(states=states, limit=limit, offset=offset)
-    return StudiesPublic(data=[to_public(store, s) for s in rows], count=store.count_studies(states=states))
+    counts = store.count_candidates_of([s.id for s in rows])
+    chosen = best_and_baseline_of(store, rows, counts)
+    data = [study_public(s, counts[s.id], *chosen[s.id]) for s in rows]
+    return StudiesPublic(data=data, count=store.count_studies(states=states))
 
 
 @router.get("/{study_id}", response_model=StudyPublic)

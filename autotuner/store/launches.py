@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import func, select
@@ -116,6 +116,23 @@ class LaunchRecords(StoreBase):
             if states:
                 query = query.where(Candidate.state.in_(states))
             return {state: int(n) for state, n in s.execute(query)}
+
+    def count_candidates_of(self, study_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+        """count_candidates of several studies in one grouped query (a listing's page)."""
+        out: dict[int, dict[str, int]] = {i: {} for i in study_ids}
+        query = (
+            select(Candidate.study_id, Candidate.state, func.count(Candidate.id))
+            .where(Candidate.study_id.in_(list(study_ids)))
+            .group_by(Candidate.study_id, Candidate.state)
+        )
+        with self.session() as s:
+            for study_id, state, n in s.execute(query):
+                out[study_id][state] = int(n)
+        return out
+
+    def candidates_by_id(self, ids: Iterable[int]) -> dict[int, Candidate]:
+        with self.session() as s:
+            return {c.id: c for c in s.scalars(select(Candidate).where(Candidate.id.in_(list(ids))))}
 
     def update_candidate(self, candidate_id: int, **fields: Any) -> Candidate:
         return self._update(Candidate, candidate_id, fields)

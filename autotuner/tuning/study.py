@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -131,3 +132,20 @@ def best_and_baseline(store: Store, study: Study) -> tuple[Candidate | None, Can
     best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
     baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
     return best or finalist(store, study.id), baseline or baseline_of(store, study.id)
+
+
+def best_and_baseline_of(
+    store: Store, studies: Sequence[Study], counts: Mapping[int, Mapping[str, int]]
+) -> dict[int, tuple[Candidate | None, Candidate | None]]:
+    """best_and_baseline of a listing's page (`counts`: its candidates by state): the decided ones in
+    one query; the current ones looked up only in studies that measured something."""
+    ids = {i for study in studies for i in (study.best_candidate_id, study.baseline_candidate_id) if i}
+    chosen = store.candidates_by_id(ids)
+    out = {}
+    for study in studies:
+        best = chosen.get(study.best_candidate_id or 0)
+        baseline = chosen.get(study.baseline_candidate_id or 0)
+        if counts[study.id].get(CandidateState.OK):
+            best, baseline = best or finalist(store, study.id), baseline or baseline_of(store, study.id)
+        out[study.id] = (best, baseline)
+    return out
