@@ -142,4 +142,3 @@ def _type_name(annotation: Any) -> str:
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 Count = Annotated[StrictInt, Field(ge=0)]
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]
-FABRIC_RATE = r"[1-9][0-9]*(kbit|mbit|gbit)"

@@ -27,7 +27,7 @@ from pathlib import Path
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.local.netns import PORT as NODE_PORT
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
-from autotuner.executors.options import FABRIC_RATE
+from autotuner.executors.local.options import FABRIC_RATE
 from autotuner.executors.script import (
     EXIT_CODE_FILE,
     EXIT_NO_NETNS,

@@ -4,12 +4,9 @@ from typing import Annotated, Literal
 
 from pydantic import StrictStr
 
-from autotuner.executors.options import (
-    FABRIC_RATE,
-    ExecutorOptions,
-    fullmatch,
-    option,
-)
+from autotuner.executors.options import ExecutorOptions, fullmatch, option
+
+FABRIC_RATE = r"[1-9][0-9]*(kbit|mbit|gbit)"  # tc's rate units that tbf takes, as `--fabric` gives them
 
 
 class LocalOptions(ExecutorOptions):
