@@ -201,6 +201,11 @@ def judge(
     }
     names = ("tuned", *(f"only_{k}" for k in knobs))
     chosen = {name: best for name in names if (best := _best_rule(name, variants, figures)) is not None}
+    # The batch goes out with the rule it was shown under (publish.lr_scale): the tuned config is judged
+    # under that rule too, not under whichever did best for it.
+    same_rule = chosen.get("only_batch", "").replace("only_batch", "tuned", 1)
+    if same_rule in figures:
+        chosen["tuned"] = same_rule
 
     def verdict(name: str) -> str | None:
         return figures[chosen[name]].verdict

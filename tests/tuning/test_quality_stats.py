@@ -207,6 +207,32 @@ def test_the_batch_knob_is_judged_on_time_to_quality_not_at_equal_samples():
     assert evidence.refused == []
 
 
+def test_the_tuned_config_is_judged_under_the_learning_rate_rule_its_batch_goes_out_with():
+    budget = 131072
+    base = [{"logloss": 0.575 + d, "auc": 0.76, "train_samples": budget, "eval_samples": 16384} for d in
+            (0.0, 0.002, -0.002)]  # fmt: skip
+
+    def trained(needs: float, cost: float, rule: str) -> list[dict]:
+        return [{"logloss": b["logloss"] + cost, "auc": 0.76, "train_samples": budget, "eval_samples": 16384,
+                 "curve": curve(needs, final=b["logloss"]), "budget_samples": 2 * budget,
+                 "lr_scale": 2**0.5 if rule == "sqrt" else 1.0} for b in base]  # fmt: skip
+
+    scores = {"baseline": base, "only_precision": [{**b, "logloss": b["logloss"] + 0.0001} for b in base],
+              "tuned@none": trained(1.0, 0.0001, "none"), "tuned@sqrt": trained(1.1, 0.0003, "sqrt"),
+              "only_batch@none": trained(1.4, 0.0, "none"), "only_batch@sqrt": trained(1.05, 0.0, "sqrt")}  # fmt: skip
+    variants = [Variant("baseline", None), Variant("only_precision", None)]
+    variants += [
+        Variant(f"{name}@{rule}", None, True, rule)
+        for name in ("tuned", "only_batch")
+        for rule in ("none", "sqrt")
+    ]
+    evidence = judge(scores, ["precision", "batch"], variants, LIMIT, Ratio.of_interval(1.6, 1.5, 1.7, 5))
+    assert evidence.time_to_quality.lr_scaling == "sqrt"  # the batch alone reached quality sooner under sqrt
+    # tuned@none did better on its own, but sqrt is what a job gets with the batch: judged under sqrt
+    assert evidence.tuned_per_seed == [x["logloss"] for x in scores["tuned@sqrt"]]
+    assert evidence.delta == pytest.approx(0.0003)
+
+
 # ------------------------------------------------------------------------------ the launch it plans
 
 
