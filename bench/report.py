@@ -347,6 +347,27 @@ def _md_serving(section: dict[str, Any]) -> list[str]:
                   for r in v.values()]), ""]  # fmt: skip
 
 
+def _md_store(c: dict[str, Any]) -> list[str]:
+    few, many, ratio = c["configs_few"], c["configs_many"], c["configs_ratio"]
+    listing = c["listing"]
+    changes = [
+        ("pin", "pin_ms"),
+        ("unpin", "unpin_ms"),
+        ("rollback", "rollback_ms"),
+        ("history page of 10", "history_page_ms"),
+    ]
+    return ["## The store at scale", "", f"`{CMD.format('store')}` — SQLite, in process. One (cluster, workload, nodes) "
+            f"with {c['versions']['few']} versions (the baseline) and with {c['versions']['many']:,}: what an operator's "
+            "changes cost as versions pile up (median of 7 calls).", "",
+            table(["change", f"{c['versions']['few']} versions ms", f"{c['versions']['many']:,} versions ms", "ratio"],
+                  [[name, f"{few[k]:.1f}", f"{many[k]:.1f}", f"{ratio[k]:.2f}x"] for name, k in changes]), "",
+            f"The studies listing over {listing['studies']} studies (a tenth measured, two of them running): a page of 5 "
+            f"in {listing['page_5_statements']} SQL statements ({listing['page_5_ms']:.1f} ms), of 50 in "
+            f"{listing['page_50_statements']} ({listing['page_50_ms']:.1f} ms), of 500 in {listing['page_500_statements']} "
+            f"({listing['page_500_ms']:.1f} ms): {c['listing_statements_50_vs_5']:.2f}x the statements for 10x the page.",
+            ""]  # fmt: skip
+
+
 def _md_scaling(c: dict[str, Any]) -> list[str]:
     lines = ["## How cost scales", "", f"`{CMD.format('scaling')}` — one fp16 candidate, batch 512.", "",
               table(["tables", "ranks", "wall s", "setup s", "iteration ms", "all-to-all ms", "a2a MB/iter"], [
@@ -362,7 +383,7 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
               "tuned": _md_tuned, "quality": _md_quality,
-              "serving": _md_serving, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
+              "serving": _md_serving, "store": _md_store, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 
 def _trial_rows(trial: dict[str, Any]) -> list[list[str]]:

@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,quality,serving,revalidate,scaling,scaling-emulated]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,quality,serving,store,revalidate,scaling,scaling-emulated]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -100,6 +100,12 @@ def _serving() -> dict[str, Any]:
     return {"10": serving.run(10, 64, 9, 20), "10000": serving.run(10, 64, 9999, 10)}
 
 
+def _store() -> dict[str, Any]:
+    from bench import store_scale
+
+    return store_scale.run()
+
+
 def _revalidate() -> dict[str, Any]:
     from bench import revalidate
 
@@ -120,7 +126,7 @@ def _scaling() -> dict[str, Any]:
 
 SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
             "search": _search, "planning": _planning, "tuned": _tuned, "quality": _quality, "serving": _serving,
-            "revalidate": _revalidate, "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
+            "store": _store, "revalidate": _revalidate, "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
 
 
 def machine() -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
@@ -152,15 +152,27 @@ class ConfigRecords(StudyRecords):
         return pick_served(self.served_configs(cluster, workload), nodes)
 
     def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
-        """Serve `version` regardless of newer publishes (None: unpin, serve the latest again)."""
-        versions = self.config_versions(cluster, workload, nodes)
-        if not versions:
-            raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
-        if version is not None and version not in versions.values():
-            raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
-        with self.session() as s:  # one statement, whatever the number of versions
-            s.execute(update(Config).where(Config.id.in_(list(versions)))
-                      .values(pinned=Config.version == version if version is not None else False))  # fmt: skip
+        """Serve `version` regardless of newer publishes (None: unpin, serve the latest again). Reads
+        and changes by key, whatever the number of versions."""
+        key = _key(cluster, workload, nodes)
+        with self.session() as s:
+            if not s.scalar(select(func.count()).select_from(Config).where(*key)):
+                raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
+            if (
+                version is not None
+                and s.scalar(select(Config.id).where(*key, Config.version == version)) is None
+            ):
+                raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
+            # Only the rows whose flag changes (the pinned one, the one to pin): rows carry their evidence.
+            # This session holds no Config object, so there is nothing to synchronize (and no RETURNING).
+            changes = (
+                Config.pinned.is_(True)
+                if version is None
+                else or_(Config.pinned.is_(True), Config.version == version)
+            )
+            s.execute(update(Config).where(*key, changes)
+                      .values(pinned=Config.version == version if version is not None else False)
+                      .execution_options(synchronize_session=False))  # fmt: skip
             self._bump_generation(s)
         return self.served_config(cluster, workload, nodes)
 
@@ -169,12 +181,26 @@ class ConfigRecords(StudyRecords):
         served = self.served_config(cluster, workload, nodes)
         if served is None or served.nodes != nodes:
             raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
-        older = [v for v in self.config_versions(cluster, workload, nodes).values() if v < served.version]
-        if not older:
+        with self.session() as s:
+            older = s.scalar(
+                select(func.max(Config.version)).where(
+                    *_key(cluster, workload, nodes), Config.version < served.version
+                )
+            )
+        if older is None:
             raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
-        result = self.pin_config(cluster, workload, nodes, max(older))
+        result = self.pin_config(cluster, workload, nodes, older)
         assert result is not None
         return result
+
+
+def _key(cluster: str, workload: str, nodes: int) -> tuple[Any, ...]:
+    """The WHERE of one (cluster, workload, nodes)'s versions: names resolved inside the statement."""
+    return (
+        Config.cluster_id == select(Cluster.id).where(Cluster.name == cluster).scalar_subquery(),
+        Config.workload_id == select(Workload.id).where(Workload.name == workload).scalar_subquery(),
+        Config.nodes == nodes,
+    )
 
 
 def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:

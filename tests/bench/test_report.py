@@ -80,3 +80,14 @@ def test_the_revalidation_section_and_headline_row_show_both_versions():
     assert (
         "| re-validation of a published finalist (demo, 2 CPU ranks) | 36 s, held | its study 120 s |" in text
     )
+
+
+def test_the_store_bench_measures_a_page_in_statements_per_page_not_per_study():
+    from bench.store_scale import run
+
+    c = run(versions=40, studies=120)
+    listing = c["listing"]
+    assert listing["page_500_statements"] == listing["page_50_statements"]  # 120 studies read as 50 are
+    assert set(c["configs_ratio"]) == {"pin_ms", "unpin_ms", "rollback_ms", "history_page_ms"}
+    assert all(v > 0 for v in c["configs_many"].values())
+    assert "## The store at scale" in render({"sections": {"store": c}})

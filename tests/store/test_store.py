@@ -117,7 +117,7 @@ def test_configs_version_pin_rollback_and_nearest_nodes(store):
     assert store.served_config("c", "nope") is None
 
 
-def test_history_comes_a_page_at_a_time_and_a_pin_touches_no_row_it_loads(store):
+def test_history_comes_a_page_at_a_time_and_a_pin_changes_only_the_rows_whose_flag_changes(store):
     make_study(store)
     for batch in range(1, 8):
         publish(store, nodes=2, batch_size=batch)
@@ -126,6 +126,17 @@ def test_history_comes_a_page_at_a_time_and_a_pin_touches_no_row_it_loads(store)
     assert [[c.version for c in page] for page in pages] == [[7, 6, 5], [4, 3, 2], [1]]
     assert len(store.config_history("c", "w")) == 8  # every node count without a limit
     assert sorted(store.config_versions("c", "w", 2).values()) == list(range(1, 8))
+    touched: list[int] = []
+
+    def rows_updated(conn, cursor, statement, *args) -> None:
+        if statement.startswith("UPDATE at_configs"):
+            touched.append(cursor.rowcount)
+
+    sa.event.listen(store.engine, "after_cursor_execute", rows_updated)
+    assert store.pin_config("c", "w", 2, 3).version == 3
+    assert store.pin_config("c", "w", 2, 5).version == 5
+    sa.event.remove(store.engine, "after_cursor_execute", rows_updated)
+    assert touched == [1, 2]  # the row to pin, then it and the one pinned before: never all seven
     assert store.pin_config("c", "w", 2, 3).version == 3
     assert [c.version for c in store.config_history("c", "w", 2) if c.pinned] == [3]
     assert store.rollback_config("c", "w", 2).version == 2  # below the served (pinned) one
