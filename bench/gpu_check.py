@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     clock = Clock(args.budget_s)
     report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
-                              "work": str(work), "phases": {}}  # fmt: skip
+                              "work": str(work), "cuda_mps": cuda_mps(), "phases": {}}  # fmt: skip
     settings = [x for x in args.sweep.split(",") if x]
     runners: dict[str, Callable[..., dict[str, Any]]] = {
         "a": phase_a,
@@ -504,6 +504,13 @@ def main(argv: list[str] | None = None) -> int:
     _write(args.out, report, clock)
     print_table(report)
     return 0 if report["ok"] else 1
+
+
+def cuda_mps() -> bool:
+    """Whether this run's processes go through a CUDA MPS server (deploy/gpu/run-on-lent-gpu.sh starts
+    one): the emulated nodes then share the GPU side by side, not time-sliced. Said in the report."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    return bool(pipe) and Path(pipe, "control").exists()
 
 
 def _write(out: str, report: dict[str, Any], clock: Clock) -> None:

@@ -7,7 +7,10 @@
 # --no-deps --python-version 3.12 ...`), and `git archive HEAD trials bench autotuner deploy/examples
 # pyproject.toml` into .gpu/main. On the GPU machine, from the project root:
 #   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
-#                                                MPS=1 to run the phases with CUDA MPS started
+#                                                MPS=0 to run without CUDA MPS (default: started, since the
+#                                                emulated nodes then run kernels side by side, as nodes with a
+#                                                GPU each do; time-slicing one GPU inflated every overlapped
+#                                                collective in run 2: the dense all-reduce 4.3 ms vs 0.6 ms)
 set -u
 G=$(pwd)/.gpu
 OUT=${OUT:-/tmp/gpu-check-out}
@@ -20,15 +23,21 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then  # fbgemm_gpu_p
 fi
 timeout 150 python3 "$G/unpack.py" /tmp/site > "$OUT/unpack.txt" 2>&1 || { echo "unpack failed: $OUT/unpack.txt" >&2; exit 1; }
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 CUDA_MODULE_LOADING=LAZY AUTOTUNER_TRIAL_PG_TIMEOUT_S=120
-if [ "${MPS:-0}" = 1 ]; then  # nodes sharing the GPU then run kernels side by side instead of time-slicing it
+MPS=${MPS:-1}
+if [ "$MPS" = 1 ]; then  # nodes sharing the GPU then run kernels side by side instead of time-slicing it
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || /usr/local/nvidia/bin/nvidia-cuda-mps-control -d
+  if ! { nvidia-cuda-mps-control -d || /usr/local/nvidia/bin/nvidia-cuda-mps-control -d; } 2>/dev/null; then
+    echo "CUDA MPS did not start: running without it (time-sliced)" | tee "$OUT/mps.txt" >&2
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    MPS=0
+  fi
 fi
+echo "MPS=$MPS" >> "$OUT/mps.txt"
 mkdir -p /tmp/gpu-check-work
 python3 -m bench.gpu_check --out "$OUT/gpu-check.json" --work /tmp/gpu-check-work --phases "${PHASES:-a,b,c}" \
   --budget-s "${BUDGET:-400}" 2>&1 | tee "$OUT/gpu-check.txt"
 rc=${PIPESTATUS[0]}
-[ "${MPS:-0}" = 1 ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
+[ "$MPS" = 1 ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
 tar -czf "$OUT/logs.tar.gz" -C /tmp/gpu-check-work --exclude='*.db' --exclude='torchelastic_*' . 2>/dev/null
 exit "$rc"

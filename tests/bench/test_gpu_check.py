@@ -72,3 +72,14 @@ def test_two_emulated_nodes_and_a_study_run_their_whole_path_on_cpu(tmp_path):
     )
     assert "2-node trial, default" in proc.stdout
     assert report["ok"] is False
+
+
+def test_the_report_says_whether_the_nodes_went_through_cuda_mps(tmp_path, monkeypatch):
+    from bench.gpu_check import cuda_mps
+
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    assert cuda_mps() is False
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert cuda_mps() is False  # a pipe directory without a server in it: not MPS
+    (tmp_path / "control").touch()
+    assert cuda_mps() is True
