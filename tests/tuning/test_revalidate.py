@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from autotuner.executors import Landscape, ReplayExecutor
 from autotuner.store import NotFound, ValidationState, ValidationTrigger
@@ -159,6 +160,8 @@ def test_a_pinned_version_is_flagged_not_replaced(store, published):
 
 def test_the_last_older_version_that_still_holds_on_this_stack_is_published_again(store, published):
     recorded, v1 = published
+    with store.engine.begin() as conn:  # v1's batch was validated under a learning-rate rule
+        conn.execute(sa.text("UPDATE at_configs SET lr_scale = 1.5 WHERE id = :id"), {"id": v1.id})
     # v2: another setting (fp16 at batch 256), published later by hand in the same study's name
     store.publish_config(cluster="cpu-box", workload="small", nodes=1, env={}, fwd_precision="fp16",
                          bwd_precision="fp16", batch_size=256, sharding="table_wise", pipeline="none",
@@ -182,6 +185,7 @@ def test_the_last_older_version_that_still_holds_on_this_stack_is_published_agai
     assert v3.version == 3
     assert (v3.fwd_precision, v3.batch_size) == ("fp32", 256)
     assert v3.evidence["republished_version"] == 1
+    assert v3.lr_scale == 1.5  # its batch goes out again with the rate it was validated under
     assert "published v1's setting again" in v3.evidence["decision"]
     assert done.action == "replaced: published v3, v1's setting, which still holds"
 
