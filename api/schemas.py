@@ -274,13 +274,18 @@ class ValidationStatus(BaseModel):
     reports: list[FingerprintReportPublic]
 
 
+MAX_VERSION = 2**31 - 1  # versions are a 32-bit INTEGER column
+
+
 class RevalidateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: int | None = Field(
         None, ge=1, le=4096, description="the node count of the config (default: the served one)"
     )
-    version: int | None = Field(None, ge=1, description="re-check this version (default: the served one)")
+    version: int | None = Field(
+        None, ge=1, le=MAX_VERSION, description="re-check this version (default: the served one)"
+    )
     reason: str | None = Field(None, max_length=500)
 
 
@@ -288,7 +293,7 @@ class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: int = Field(1, ge=1, le=4096)
-    version: int | None = Field(None, ge=1, description="null: unpin (serve the latest)")
+    version: int | None = Field(None, ge=1, le=MAX_VERSION, description="null: unpin (serve the latest)")
 
 
 class RollbackRequest(BaseModel):

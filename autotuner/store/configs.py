@@ -158,9 +158,9 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
                 raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
-            if (
-                version is not None
-                and s.scalar(select(Config.id).where(*key, Config.version == version)) is None
+            if version is not None and (
+                not 1 <= version < 2**31  # the column's range: a bigger number is no version, not an error
+                or s.scalar(select(Config.id).where(*key, Config.version == version)) is None
             ):
                 raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
             # Only the rows whose flag changes (the pinned one, the one to pin): rows carry their evidence.

@@ -56,3 +56,19 @@ def test_the_served_batch_change_brings_its_learning_rate_factor(client):
     plain = client.get("/v1/configs/c/w", params={"nodes": 4}).json()
     assert plain["lr_scale"] is None
     assert "AUTOTUNER_LR_SCALE" not in plain["exports"]
+
+
+def test_a_version_beyond_any_stored_is_a_422_not_a_500(tmp_path):
+    """schemathesis found it: a pin of version 348067992130902586032128 overflowed the driver (500)."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("w", {})
+    store.publish_config(cluster="c", workload="w", nodes=1, batch_size=512, **FIELDS)
+    settings = Settings(data_dir=tmp_path, tokens="a-token:admin", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer a-token"}) as c:
+        for path, body in (("pin", {"nodes": 1, "version": 348067992130902586032128}),
+                           ("revalidate", {"version": 2**31})):  # fmt: skip
+            response = c.post(f"/v1/configs/c/w/{path}", json=body)
+            assert response.status_code == 422, response.text
+            assert "version" in response.text
+        assert c.post("/v1/configs/c/w/pin", json={"nodes": 1, "version": 2**31 - 1}).status_code == 404
+    store.dispose()

@@ -112,6 +112,8 @@ def test_configs_version_pin_rollback_and_nearest_nodes(store):
     assert store.pin_config("c", "w", 2, None).version == 3
     with pytest.raises(NotFound):
         store.pin_config("c", "w", 2, 42)
+    with pytest.raises(NotFound):  # beyond the column's range: no such version, not a driver error
+        store.pin_config("c", "w", 2, 348067992130902586032128)
     with pytest.raises(NotFound):
         store.rollback_config("c", "w", 99)
     assert store.served_config("c", "nope") is None
