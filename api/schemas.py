@@ -12,6 +12,7 @@ from autotuner.cli.claim_report import ClaimText, claim_text
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
 from autotuner.space import PRESETS, declaration_schema
 from autotuner.store import Candidate, Launch, Study, StudyState
+from autotuner.store.configs import MAX_VERSION
 from autotuner.tuning import RequestSettings
 from autotuner.tuning.outcome import Outcome
 from trials.spec import WorkloadSpec
@@ -272,9 +273,6 @@ class ValidationStatus(BaseModel):
         description="of every version at this node count, newest first"
     )
     reports: list[FingerprintReportPublic]
-
-
-MAX_VERSION = 2**31 - 1  # versions are a 32-bit INTEGER column
 
 
 class RevalidateRequest(BaseModel):

@@ -61,14 +61,10 @@ def config_changes(store: Store, cluster: str, versions: int) -> dict[str, float
 
 def _listing(store: Store, limit: int) -> tuple[float, int]:
     """One listing page as the route builds it: (ms, SQL statements)."""
-    from api.schemas import study_public
-    from autotuner.tuning.study import best_and_baseline_of
+    from api.routes.studies import public_studies
 
     def page() -> None:
-        rows = store.studies(limit=limit)
-        counts = store.count_candidates_of([s.id for s in rows])
-        chosen = best_and_baseline_of(store, rows, counts)
-        [study_public(s, counts[s.id], *chosen[s.id]) for s in rows]
+        public_studies(store, store.studies(limit=limit))
         store.count_studies()
 
     statements: list[str] = []

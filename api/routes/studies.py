@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
@@ -24,15 +25,20 @@ from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
 from autotuner.tuning.insights import ImportanceCache, study_insights
-from autotuner.tuning.study import best_and_baseline_of
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
 
 
+def public_studies(store: Store, studies: Sequence[Study]) -> list[StudyPublic]:
+    """Studies as REST shows them, in a few queries whatever their number (a listing's page)."""
+    counts = store.count_candidates_of([s.id for s in studies])
+    chosen = best_and_baseline(store, studies, counts)
+    return [study_public(s, counts[s.id], *chosen[s.id]) for s in studies]
+
+
 def to_public(store: Store, study: Study) -> StudyPublic:
-    best, baseline = best_and_baseline(store, study)
-    return study_public(study, store.count_candidates(study.id), best, baseline)
+    return public_studies(store, [study])[0]
 
 
 def get_study(store: Store, study_id: int) -> Study:
@@ -75,10 +81,7 @@ def list_studies(
 ) -> StudiesPublic:
     states = [state] if state else None
     rows = store.studies(states=states, limit=limit, offset=offset)
-    counts = store.count_candidates_of([s.id for s in rows])
-    chosen = best_and_baseline_of(store, rows, counts)
-    data = [study_public(s, counts[s.id], *chosen[s.id]) for s in rows]
-    return StudiesPublic(data=data, count=store.count_studies(states=states))
+    return StudiesPublic(data=public_studies(store, rows), count=store.count_studies(states=states))
 
 
 @router.get("/{study_id}", response_model=StudyPublic)

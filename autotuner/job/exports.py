@@ -40,7 +40,7 @@ _DECIMAL = re.compile(r"[0-9]{1,6}(\.[0-9]{1,12})?([eE]-?[0-9]{1,2})?")
 MAX_LR_SCALE = 1024.0  # trials.spec's bound on the factor a convergence check trains with
 
 
-def _lr_scale(value: str) -> bool:
+def is_lr_scale(value: str) -> bool:
     """A plain positive decimal no larger than MAX_LR_SCALE (no sign, nan, inf or spaces)."""
     return _DECIMAL.fullmatch(value) is not None and 0.0 < float(value) <= MAX_LR_SCALE
 
@@ -61,7 +61,7 @@ _AUTOTUNER_VALUES = {
     "AUTOTUNER_SHARDING": _one_of(SHARDING_TYPES),
     "AUTOTUNER_NUM_THREADS": lambda value: _POSITIVE.fullmatch(value) is not None,
     "AUTOTUNER_PIPELINE": _one_of(PIPELINES),
-    "AUTOTUNER_LR_SCALE": _lr_scale,
+    "AUTOTUNER_LR_SCALE": is_lr_scale,
     "AUTOTUNER_CONFIG": lambda value: _LABEL.fullmatch(value) is not None,
 }
 

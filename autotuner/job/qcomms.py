@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The spec's own lists (standard library only, as this module must stay: a training script imports it).
-from autotuner.job.exports import MAX_LR_SCALE
+from autotuner.job.exports import MAX_LR_SCALE, is_lr_scale
 from trials.choices import PIPELINES, PRECISIONS
 
 
@@ -67,14 +67,10 @@ def tuned(environ: Mapping[str, str] | None = None) -> Tuned:
         return int(value)
 
     def scale(name: str) -> float:
-        value = env.get(name) or "1"
-        try:
-            number = float(value)
-        except ValueError:
-            number = float("nan")
-        if not 0.0 < number <= MAX_LR_SCALE:  # nan fails too
+        value = (env.get(name) or "1").strip()
+        if not is_lr_scale(value):  # the hook's own rule for what a config may export
             raise ValueError(f"{name}={value!r}: expected a number above 0, at most {MAX_LR_SCALE:g}")
-        return number
+        return float(value)
 
     pipeline = env.get("AUTOTUNER_PIPELINE") or None
     if pipeline is not None and pipeline not in PIPELINES:

@@ -14,6 +14,8 @@ from autotuner.store.base import NotFound
 from autotuner.store.models import Cluster, Config, ConfigGeneration, ConfigValidation, Workload
 from autotuner.store.studies import StudyRecords
 
+MAX_VERSION = 2**31 - 1  # versions are an INTEGER column (32 bits on PostgreSQL)
+
 
 class ConfigRecords(StudyRecords):
     # ------------------------------------------------------------------ configs
@@ -54,7 +56,9 @@ class ConfigRecords(StudyRecords):
         *, limit: int | None = None, offset: int = 0,
     ) -> list[Config]:  # fmt: skip
         """Published versions, by (cluster, workload, nodes) and newest first; a page of them with `limit`."""
-        query = self._versions(select(Config), cluster, workload, nodes)
+        query = (
+            select(Config).join(Config.cluster).join(Config.workload).where(*_of(cluster, workload, nodes))
+        )
         query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
         with self.session() as s:
             return list(s.scalars(query.offset(offset).limit(limit)).unique())
@@ -62,17 +66,8 @@ class ConfigRecords(StudyRecords):
     def config_versions(self, cluster: str, workload: str, nodes: int | None = None) -> dict[int, int]:
         """{id: version} of (cluster, workload)'s configs, without loading their rows."""
         with self.session() as s:
-            rows = s.execute(self._versions(select(Config.id, Config.version), cluster, workload, nodes))
+            rows = s.execute(select(Config.id, Config.version).where(*_of(cluster, workload, nodes)))
             return {int(i): int(v) for i, v in rows}
-
-    @staticmethod
-    def _versions(query: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:
-        query = query.join(Config.cluster).join(Config.workload)
-        if cluster is not None:
-            query = query.where(Cluster.name == cluster)
-        if workload is not None:
-            query = query.where(Workload.name == workload)
-        return query if nodes is None else query.where(Config.nodes == nodes)
 
     @staticmethod
     def _head_ids(*filters: Any) -> Any:
@@ -154,12 +149,12 @@ class ConfigRecords(StudyRecords):
     def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
         """Serve `version` regardless of newer publishes (None: unpin, serve the latest again). Reads
         and changes by key, whatever the number of versions."""
-        key = _key(cluster, workload, nodes)
+        key = _of(cluster, workload, nodes)
         with self.session() as s:
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
                 raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
             if version is not None and (
-                not 1 <= version < 2**31  # the column's range: a bigger number is no version, not an error
+                not 1 <= version <= MAX_VERSION  # a bigger number is no version, not a driver error
                 or s.scalar(select(Config.id).where(*key, Config.version == version)) is None
             ):
                 raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
@@ -184,7 +179,7 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             older = s.scalar(
                 select(func.max(Config.version)).where(
-                    *_key(cluster, workload, nodes), Config.version < served.version
+                    *_of(cluster, workload, nodes), Config.version < served.version
                 )
             )
         if older is None:
@@ -194,13 +189,19 @@ class ConfigRecords(StudyRecords):
         return result
 
 
-def _key(cluster: str, workload: str, nodes: int) -> tuple[Any, ...]:
-    """The WHERE of one (cluster, workload, nodes)'s versions: names resolved inside the statement."""
-    return (
-        Config.cluster_id == select(Cluster.id).where(Cluster.name == cluster).scalar_subquery(),
-        Config.workload_id == select(Workload.id).where(Workload.name == workload).scalar_subquery(),
-        Config.nodes == nodes,
-    )
+def _of(cluster: str | None, workload: str | None, nodes: int | None) -> list[Any]:
+    """The WHERE of the configs of a cluster, workload and node count (None: any), names resolved
+    inside the statement: no join needed, and a key's rows are changed in one UPDATE."""
+    where: list[Any] = []
+    if cluster is not None:
+        where.append(Config.cluster_id == select(Cluster.id).where(Cluster.name == cluster).scalar_subquery())
+    if workload is not None:
+        where.append(
+            Config.workload_id == select(Workload.id).where(Workload.name == workload).scalar_subquery()
+        )
+    if nodes is not None:
+        where.append(Config.nodes == nodes)
+    return where
 
 
 def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:

@@ -10,7 +10,7 @@ from typing import Any
 from autotuner.store import Candidate, Config
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import Outcome
-from autotuner.tuning.quality import LR_POWER
+from autotuner.tuning.quality import lr_factor
 
 
 def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
@@ -48,7 +48,4 @@ def lr_scale(outcome: Outcome, batch: int, baseline_batch: int) -> float | None:
     """The factor on the job's learning rate that goes with a published batch change: the rule its time
     to quality was shown under (None: the job's own rate, or no batch change)."""
     ttq = outcome.quality.time_to_quality if outcome.quality is not None else None
-    power = LR_POWER.get(ttq.lr_scaling or "none", 0.0) if ttq is not None else 0.0
-    if batch == baseline_batch or not power:
-        return None
-    return float((batch / baseline_batch) ** power)
+    return lr_factor(ttq.lr_scaling, batch, baseline_batch) if ttq is not None else None

@@ -178,12 +178,18 @@ def _extra(
     further than the log loss of its seed's baseline (`baseline_slot`: that candidate)."""
     extra: dict[str, Any] = {"model_seed": seed}
     if variant.batch_change:
-        power = LR_POWER[variant.lr_rule or "none"]
-        if power:
-            extra["lr_scale"] = (variant.planned.point.batch_size / baseline_batch) ** power
+        scale = lr_factor(variant.lr_rule, variant.planned.point.batch_size, baseline_batch)
+        if scale is not None:
+            extra["lr_scale"] = scale
         extra["train_samples"] = int(budget * extension(gain))
         extra["stop_at"] = baseline_slot
     return extra
+
+
+def lr_factor(rule: str | None, batch: int, baseline_batch: int) -> float | None:
+    """The factor a learning-rate rule puts on the job's rate for `batch` (None: the job's own rate)."""
+    power = LR_POWER[rule or "none"]
+    return float((batch / baseline_batch) ** power) if power and batch != baseline_batch else None
 
 
 # ------------------------------------------------------------------------------ the verdicts

@@ -127,20 +127,14 @@ def baseline_of(store: Store, study_id: int) -> Candidate | None:
     return rows[0] if rows else None
 
 
-def best_and_baseline(store: Store, study: Study) -> tuple[Candidate | None, Candidate | None]:
-    """What a study reports: its chosen best and baseline once decided, the current ones before."""
-    best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
-    baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
-    return best or finalist(store, study.id), baseline or baseline_of(store, study.id)
-
-
-def best_and_baseline_of(
+def best_and_baseline(
     store: Store, studies: Sequence[Study], counts: Mapping[int, Mapping[str, int]]
 ) -> dict[int, tuple[Candidate | None, Candidate | None]]:
-    """best_and_baseline of a listing's page (`counts`: its candidates by state): the decided ones in
-    one query; the current ones looked up only in studies that measured something."""
+    """What each study reports (`counts`: its candidates by state): its chosen best and baseline once
+    decided, read for all in one query; the current ones before, looked up only where it measured
+    something."""
     ids = {i for study in studies for i in (study.best_candidate_id, study.baseline_candidate_id) if i}
-    chosen = store.candidates_by_id(ids)
+    chosen = store.candidates_by_id(ids) if ids else {}
     out = {}
     for study in studies:
         best = chosen.get(study.best_candidate_id or 0)
