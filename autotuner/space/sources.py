@@ -22,11 +22,27 @@ PRESETS: dict[str, Path] = {p.stem: p for p in sorted(PRESET_DIR.glob("*.yaml"))
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML 1.1 reads 010 as 8, 0x10 as 16 and 1_000 as 1000: only plain decimals are integers here, the
-    rest stay strings so the linter can say what NCCL would do with them. Duplicate keys are refused."""
+    rest stay strings so the linter can say what NCCL would do with them. Duplicate keys, keys that are
+    not plain scalars and aliases are refused: nine levels of aliases in 300 bytes expand to 9^9 values."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):  # type: ignore[no-untyped-call]
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in a space file: write the values out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)  # type: ignore[no-untyped-call,no-any-return]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a plain name, not a list or a mapping", key_node.start_mark
+                )
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -70,9 +86,9 @@ def read_file(path: Path) -> dict[str, Any]:
             data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
         else:
             data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except (ValueError, yaml.YAMLError) as exc:
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
-        detail = " ".join(str(exc).split())
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())
         raise SpaceError([Problem(where, "schema", f"not valid {kind}: {detail}")]) from None
     if not isinstance(data, dict):
         raise SpaceError(

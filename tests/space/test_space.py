@@ -555,6 +555,9 @@ def test_a_file_may_name_a_preset(tmp_path):
     assert s.fixed_env == {"NCCL_NET": "Libfabric"}
 
 
+ALIAS_BOMB = "batch_sizes: [512, &a [x, x, x], &b [*a, *a, *a], [*b, *b, *b]]\n"
+
+
 @pytest.mark.parametrize(
     ("name", "text", "words"),
     [
@@ -565,6 +568,11 @@ def test_a_file_may_name_a_preset(tmp_path):
         ("s.json", '{"max_quant_error": NaN}', "not valid JSON"),
         ("s.json", "{", "not valid JSON"),
         ("s.toml", "x = 1", "ends in .yaml"),
+        # nine levels of aliases would expand to 9^9 values (gigabytes) before a check saw them
+        ("s.yaml", ALIAS_BOMB, "aliases (*name) are not allowed"),
+        ("s.yaml", "env: {? [a, b] : [1]}\n", "a key must be a plain name"),
+        ("s.json", '{"env": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ("s.yaml", "env: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
     ],
 )
 def test_bad_files(tmp_path, name, text, words):
