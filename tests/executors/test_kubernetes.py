@@ -223,6 +223,10 @@ def test_names_are_readable_and_distinct():
         (dict(memory="64GB"), "quantity"),
         (dict(memory="lots"), "quantity"),
         (dict(cpu=0), "quantity"),
+        (dict(memory="0Gi"), "quantity"),  # zero with a unit is still zero
+        (dict(memory="0.0Mi"), "quantity"),
+        (dict(cpu="0m"), "quantity"),
+        (dict(hugepages_2mi="00k", memory="1Gi"), "quantity"),
         (dict(node_selector={"pool": 1}), "node_selector"),
         (dict(node_selector=["gpu"]), "node_selector"),
         (dict(tolerations={"key": "x"}), "tolerations"),

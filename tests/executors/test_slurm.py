@@ -121,7 +121,16 @@ BAD_OPTIONS = [
     ({"sbatch_args": ["--nodes=4"]}, "set by the executor"),
     ({"sbatch_args": ["--wrap=true"]}, "set by the executor"),
     ({"python": "python3 -X dev"}, "python"),
+    ({"python": "--chdir"}, "python"),  # it follows srun's options: srun would take it as one
+    ({"python": "-K0"}, "python"),
     ({"env": {"FI PROVIDER": "efa"}}, "env"),
+    # would undo the script's own AUTOTUNER_DISABLE=1 (a served config in every trial), steer srun,
+    # or change which code the trial runs
+    ({"env": {"AUTOTUNER_DISABLE": "0"}}, "AUTOTUNER_DISABLE: not settable here"),
+    ({"env": {"SLURM_JOB_NUM_NODES": "1"}}, "SLURM_JOB_NUM_NODES: not settable"),
+    ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, "LD_PRELOAD: not settable"),
+    ({"env": {"PYTHONPATH": "/tmp"}}, "PYTHONPATH: not settable"),
+    ({"env": {"PATH": "/tmp"}}, "PATH: not settable"),
     ({"env": {"FI_PROVIDER": 1}}, "env"),
     ({"queue_timeout_s": 0}, "queue_timeout_s"),
 ]
@@ -137,6 +146,9 @@ def test_good_options_are_kept():
     o = SlurmOptions.parse({**GPU_OPTIONS, "time_limit": 30, "queue_timeout_s": 3600})
     assert (o.partition, o.time_limit, o.sbatch_args, o.queue_timeout_s) == ("p5", 30, ("--mem=0", "--reservation=tuning"), 3600)  # fmt: skip
     assert SlurmOptions.parse({"time_limit": "1-00:00:00"}).time_limit == "1-00:00:00"
+    # fabric settings stay settable, the plugin's library path included
+    fabric = {"FI_PROVIDER": "efa", "LD_LIBRARY_PATH": "/opt/aws-ofi-nccl/lib", "NCCL_NET_PLUGIN": "aws-ofi"}
+    assert SlurmOptions.parse({"env": fabric}).env == fabric
 
 
 def test_make_executor_builds_it_from_study_settings():

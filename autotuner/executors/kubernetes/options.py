@@ -63,7 +63,7 @@ Tolerations = Annotated[list[dict[str, Any]], AfterValidator(_tolerations)]
 # '64Gi', '5120Mi', '16', or a positive integer (kept as its string); never zero.
 Quantity = Annotated[
     StrictStr, BeforeValidator(_positive_int_as_str),
-    fullmatch(r"(?![0.]*$)[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?"),
+    fullmatch(r"(?![0.]*[a-zA-Z]*$)[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?"),
 ]  # fmt: skip
 _QUANTITY = "a Kubernetes quantity such as '64Gi', '5120Mi' or '16'"
 _UP_TO_64 = Annotated[StrictInt, Field(ge=0, le=64)]

@@ -87,13 +87,28 @@ def _sbatch_arg(arg: str) -> str:
     return arg
 
 
+# Variables a fixed export may not set: the trial's own (AUTOTUNER_DISABLE keeps the served config out
+# of every trial), srun's, and those that change which code runs instead of how NCCL behaves.
+_NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|PYTHON.*|BASH_ENV|ENV")
+
+
+def _fixed_env_name(name: str) -> str:
+    if _NOT_FIXED_ENV.fullmatch(name):
+        raise OptionError(
+            f"{name}: not settable here (AUTOTUNER_*, SLURM_*, SRUN_*, PATH, LD_PRELOAD, LD_AUDIT, PYTHON* and "
+            "BASH_ENV are the trial's, srun's or change which code runs); give fabric settings only"
+        )
+    return name
+
+
 SlurmName = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+")]
 Partitions = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")]
 TimeLimit = Annotated[StrictInt | StrictStr, AfterValidator(_time_limit)]
 Constraint = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.,&|\[\]*()!:-]+")]
 SbatchArg = Annotated[StrictStr, AfterValidator(_sbatch_arg)]
-NodePath = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9._/+@-]+")]
-EnvName = Annotated[StrictStr, fullmatch(r"[A-Za-z_][A-Za-z0-9_]*")]
+# never a leading '-': the path follows srun's options, where it would be read as one
+NodePath = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9._/+@][A-Za-z0-9._/+@-]*")]
+EnvName = Annotated[StrictStr, fullmatch(r"[A-Za-z_][A-Za-z0-9_]*"), AfterValidator(_fixed_env_name)]
 OneLine = Annotated[StrictStr, fullmatch(r"[^\n\0]*")]
 
 
@@ -129,7 +144,7 @@ class SlurmOptions(ExecutorOptions):
     )
     python: NodePath | None = option(
         None, "the interpreter on the nodes; default: the launch's (this interpreter)",
-        "the interpreter's path on the nodes (letters, digits and ._/+@- only)",
+        "the interpreter's path on the nodes (letters, digits and ._/+@- only, not starting with '-')",
     )  # fmt: skip
     rdzv_port: Port = option(29500, "torchrun's c10d rendezvous port on the job's first node", "1..65535")
     env: dict[EnvName, OneLine] = option(

@@ -27,10 +27,10 @@ SBATCH_TEMPLATE = _Template("""\
 # nccl-autotuner launch @name (slurm executor): @nnodes node(s) x @nproc rank(s)
 @sbatch
 
-# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
-# exactly the variables below, the baseline with none.
+@{fixed_env}@{launch_env}# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
+# exactly the variables above, the baseline with none.
 export AUTOTUNER_DISABLE=1
-@{fixed_env}@{launch_env}
+
 # Rendezvous on the job's first node.
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 srun --kill-on-bad-exit=1 --export=ALL --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \\

@@ -11,15 +11,15 @@
 #SBATCH --no-requeue
 #SBATCH --exclusive
 
-# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
-# exactly the variables below, the baseline with none.
-export AUTOTUNER_DISABLE=1
 # (Fabric settings every trial needs but that are not tuned, e.g. FI_PROVIDER=efa for aws-ofi-nccl:
 #  executor option env.)
 # The launch's variables: srun hands this environment to every rank unchanged.
 export NCCL_ALGO='Ring Tree'
 export NCCL_NSOCKS_PERTHREAD=4
 export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
+# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
+# exactly the variables above, the baseline with none.
+export AUTOTUNER_DISABLE=1
 
 # Rendezvous on the job's first node.
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)

@@ -19,9 +19,6 @@
 #SBATCH --mem=0
 #SBATCH --reservation=tuning
 
-# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
-# exactly the variables below, the baseline with none.
-export AUTOTUNER_DISABLE=1
 # Cluster-fixed fabric settings (executor option env); the launch's variables win.
 export FI_EFA_USE_DEVICE_RDMA=1
 export FI_PROVIDER=efa
@@ -29,6 +26,9 @@ export FI_PROVIDER=efa
 export NCCL_ALGO='Ring Tree'
 export NCCL_NSOCKS_PERTHREAD=4
 export NCCL_SOCKET_IFNAME='eth0,eth1;rm -rf /'
+# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
+# exactly the variables above, the baseline with none.
+export AUTOTUNER_DISABLE=1
 
 # Rendezvous on the job's first node.
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)

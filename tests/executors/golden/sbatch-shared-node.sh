@@ -10,11 +10,11 @@
 #SBATCH --time=11
 #SBATCH --no-requeue
 
-# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
-# exactly the variables below, the baseline with none.
-export AUTOTUNER_DISABLE=1
 # (Fabric settings every trial needs but that are not tuned, e.g. FI_PROVIDER=efa for aws-ofi-nccl:
 #  executor option env.)
+# The pre-job hook (TaskProlog) must not add a served config to a trial: every trial runs with
+# exactly the variables above, the baseline with none.
+export AUTOTUNER_DISABLE=1
 
 # Rendezvous on the job's first node.
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
