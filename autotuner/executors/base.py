@@ -145,6 +145,11 @@ class Executor(ABC):
 
     # ---- shared
 
+    def check(self, launch: LaunchRequest) -> None:
+        """ValueError for a launch this executor could never run (its directory, node or GPU counts),
+        asked before a study exists. Renders the request and sends nothing."""
+        self.dryrun(launch)
+
     def prepare(self, launch: LaunchRequest) -> None:
         """Write the spec where the trial reads it (the workdir is shared with the nodes)."""
         launch.workdir.mkdir(parents=True, exist_ok=True)

@@ -93,11 +93,16 @@ def executor_for(name: str, options: Mapping[str, Any]) -> Executor:
     return EXECUTORS[name].build(parsed)
 
 
+def setting_options(executor: str) -> tuple[str, ...]:
+    """The options of `executor` that a study gives as its own settings (fabric, seed), not as options."""
+    entry = EXECUTORS.get(executor)
+    return entry.from_settings if entry else ()
+
+
 def settings_options(settings: Any) -> dict[str, Any]:
     """A study's executor options with the fields its executor takes from the study's own settings
     (fabric, seed). Duck-typed, so this package needs nothing of the study's."""
-    entry = EXECUTORS.get(settings.executor)
-    taken = {key: getattr(settings, key) for key in (entry.from_settings if entry else ())}
+    taken = {key: getattr(settings, key) for key in setting_options(settings.executor)}
     return {**settings.executor_options, **taken}
 
 

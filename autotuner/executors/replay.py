@@ -56,13 +56,20 @@ class Landscape:
     def __init__(self, data: dict[str, Any]) -> None:
         self.meta = {k: v for k, v in data.items() if k != "points"}
         self.points: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for point in data["points"]:
-            key = (env_key(point["env"]), candidate_key(point["candidate"]))
-            self.points.setdefault(key, []).extend(point["results"])
+        for i, point in enumerate(data["points"]):
+            try:
+                key = (env_key(point["env"]), candidate_key(point["candidate"]))
+                self.points.setdefault(key, []).extend(point["results"])
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"landscape point {i}: needs env, candidate and results ({exc!r})") from None
 
     @classmethod
     def load(cls, path: str | Path) -> Landscape:
-        return cls(json.loads(Path(path).read_text()))
+        """A recorded landscape; OSError if the file cannot be read, ValueError if it is not one."""
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+            raise ValueError(f"landscape {path}: not a recorded landscape (an object with a list of points)")
+        return cls(data)
 
     def lookup(
         self, env: dict[str, str], candidate: dict[str, Any], sharding: str, pipeline: str = "none"

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.executors import Executor
-from autotuner.paths import default_data_dir
 from autotuner.space import InProcPoint, SearchSpace, load_space
 from autotuner.store import Candidate, Launch, Store
 from autotuner.tuning.lease import Lease
@@ -92,7 +91,7 @@ class StudyContext:
             space=load_space(study.space), workload_obj=study.workload.spec,
             workload=parse_workload(study.workload.spec), cluster_id=study.cluster_id,
             cluster_name=study.cluster.name, workload_name=study.workload.name,
-            workdir=Path(settings.workdir or default_data_dir() / "runs") / f"study-{study.id}", **kwargs,
+            workdir=settings.study_dir(study.id), **kwargs,
         )  # fmt: skip
 
     @cached_property

@@ -8,9 +8,13 @@ with the study, so a resumed study runs the same way.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autotuner.paths import default_data_dir
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
@@ -103,6 +107,16 @@ class StudySettings(RequestSettings):
     max_attempts: int = Field(2, ge=1, le=5, description="tries of a launch interrupted by a tuner crash")
     workdir: str | None = Field(None, description="where launch directories go (shared with the nodes)")
     executor_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, workdir: str | None) -> str | None:
+        """Kept absolute: a launch's script runs from inside it, and a study may resume elsewhere."""
+        return os.path.abspath(workdir) if workdir else workdir
+
+    def study_dir(self, study_id: int) -> Path:
+        """Where the study's launch directories go."""
+        return Path(self.workdir or default_data_dir() / "runs") / f"study-{study_id}"
 
     @model_validator(mode="after")
     def _replay_has_a_landscape(self) -> StudySettings:

@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from autotuner.envvars import Problem
-from autotuner.executors import settings_options, validate_options
+from autotuner.executors import LaunchRequest, executor_for, settings_options
+from autotuner.executors.registry import setting_options
 from autotuner.limits import limits, over
 from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
@@ -83,10 +84,7 @@ def create_study(
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
     check_batch_change(space_obj, baseline_batch(workload_spec, space_obj))
-    try:  # bad executor options fail here, before a study row exists
-        validate_options(settings.executor, settings_options(settings))
-    except (ValueError, TypeError) as exc:
-        raise StudyError(f"executor {settings.executor}: {exc}") from exc
+    check_executor(settings, workload)
     if name is None:
         name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
     check_name("study", name)
@@ -101,6 +99,29 @@ def create_study(
         settings=settings.model_dump(mode="json"),
         inert=inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings)),
     )
+
+
+def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
+    """What none of a study's launches could run is refused before its row exists: bad or misplaced
+    options, a landscape that cannot be read, a launch directory, node or GPU count the executor
+    cannot take. Each node count the study will launch at is asked; nothing is sent."""
+    where = f"executor {settings.executor}"
+    given = [key for key in setting_options(settings.executor) if key in settings.executor_options]
+    if given:
+        raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "
+                         "not as an executor option")  # fmt: skip
+    try:
+        executor = executor_for(settings.executor, settings_options(settings))
+        for nnodes in sorted({settings.nnodes, *settings.scaling_nodes}):
+            executor.check(
+                LaunchRequest(
+                    name="s1-l1", spec={"workload": workload, "candidates": []}, env={},
+                    workdir=settings.study_dir(1) / "launch-0001", nproc_per_node=settings.nproc_per_node,
+                    nnodes=nnodes, timeout_s=settings.launch_timeout_s, options=settings.executor_options,
+                )
+            )  # fmt: skip
+    except (ValueError, TypeError, OSError) as exc:
+        raise StudyError(f"{where}: {exc}") from exc
 
 
 def check_batch_change(space: SearchSpace, job_batch: int) -> None:

@@ -31,9 +31,11 @@ FLAGS = {
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("settings")
-    app = create_app(
-        Settings(data_dir=tmp, tokens="w:write", scheduler=False), store=Store(f"sqlite:///{tmp / 'at.db'}")
+    # emulated nodes: a study asking for scaling_nodes [1, 2] is one the local executor can run
+    settings = Settings(
+        data_dir=tmp, tokens="w:write", scheduler=False, executor_options='{"local": {"nodes": "ranks"}}'
     )
+    app = create_app(settings, store=Store(f"sqlite:///{tmp / 'at.db'}"))
     with TestClient(app, headers={"Authorization": "Bearer w"}) as c:
         yield c
 

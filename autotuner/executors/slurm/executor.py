@@ -108,6 +108,9 @@ class SlurmExecutor(Executor):
         script = sbatch_script(launch, self.options, self._gpus_per_node(launch))
         return AppDryrun(ScriptRequest(script, launch.workdir / "launch.sbatch"), script, launch)
 
+    def check(self, launch: LaunchRequest) -> None:
+        sbatch_script(launch, self.options, self.options.gpus_per_node)  # Slurm is not asked about GPUs
+
     def _gpus_per_node(self, launch: LaunchRequest) -> int | None:
         wanted = self.options.gpus_per_node
         if wanted is not None:
