@@ -38,6 +38,7 @@ _LABEL = re.compile(rf"{_NAME_PART}/{_NAME_PART}/[1-9][0-9]{{0,9}}n/v[1-9][0-9]{
 _POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
 _DECIMAL = re.compile(r"[0-9]{1,6}(\.[0-9]{1,12})?([eE]-?[0-9]{1,2})?")
 MAX_LR_SCALE = 1024.0  # trials.spec's bound on the factor a convergence check trains with
+MAX_EXPORTS = 256  # a config sets a few variables; the registry knows fewer than this
 
 
 def is_lr_scale(value: str) -> bool:
@@ -142,11 +143,20 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
     exports = answer.get("exports")
     if not isinstance(exports, dict):
         return None, {"": f"the answer's exports is {type(exports).__name__}, not an object"}
+    if len(exports) > MAX_EXPORTS:  # checked one by one, a flood would hold the job's start
+        return None, {
+            "": f"the answer's exports has {len(exports)} entries (a config has at most {MAX_EXPORTS})"
+        }
     kept, dropped = check_exports(exports)
     config = {**answer, "exports": kept}
-    if isinstance(answer.get("env"), dict):
-        config["env"] = {k: v for k, v in answer["env"].items() if k in kept}
+    if isinstance(answer.get("env"), dict):  # the env map repeats exports: only its checked values
+        config["env"] = {k: kept[k] for k in answer["env"] if k in kept}
     return config, dropped
+
+
+def printable(text: str) -> str:
+    """One line of printable ASCII: what may go to a terminal, a log or a comment line."""
+    return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
 
 
 def _one_line(value: object, limit: int = 60) -> str:

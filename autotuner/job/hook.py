@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -38,23 +39,60 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autotuner.job.exports import FORMATS, checked_config, render
+from autotuner.job.exports import FORMATS, checked_config, printable, render
 from autotuner.job.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
 
 
-def cache_dir() -> Path:
+MAX_CACHE_BYTES = 64 << 10  # a config is a few hundred bytes
+
+
+def cache_dir() -> Path | None:
+    """This user's cache directory, or None where there is no absolute one (no HOME and no passwd
+    entry: `~` stays `~`, and a relative path would land in the job's working directory). A
+    subdirectory per user: a shared AUTOTUNER_CACHE_DIR then needs no trust between users."""
     base = os.environ.get("AUTOTUNER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nccl-autotuner"
     )
-    return Path(base) / "hook"
+    return Path(base) / "hook" / str(os.geteuid()) if os.path.isabs(base) else None
 
 
-def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> Path:
+def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> Path | None:
     key = hashlib.sha256(f"{server}|{cluster}|{workload}|{nodes}".encode()).hexdigest()[:32]
-    return cache_dir() / f"{key}.json"
+    where = cache_dir()
+    return where / f"{key}.json" if where is not None else None
+
+
+def _read_cache(cache: Path) -> Any:
+    """The cache file's JSON. Only a regular file of this user's, opened without following a link
+    or blocking (a FIFO there would hang the job, /dev/zero fill its memory), at most MAX_CACHE_BYTES."""
+    fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_CACHE_BYTES:
+            raise ValueError(
+                f"{cache} is not a regular file of this user's under {MAX_CACHE_BYTES >> 10} KiB"
+            )
+        return json.loads(os.read(fd, MAX_CACHE_BYTES + 1))
+    finally:
+        os.close(fd)
+
+
+def _write_cache(cache: Path, config: dict[str, Any]) -> None:
+    """Written whole under a name nobody can guess or plant a link at (O_EXCL), then renamed over."""
+    text = json.dumps({k: v for k, v in config.items() if k not in PER_JOB}).encode()
+    cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.stem}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(text)
+        os.replace(tmp, cache)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _warn(message: str) -> None:
@@ -153,10 +191,11 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     job's fingerprint in `args.job_fingerprint`."""
     args.job_fingerprint, spent = timed_detect(nodes=args.nodes)
     if not args.server:
-        if not args.db:
-            from autotuner.paths import default_database_url
-
-            args.db = default_database_url()
+        if not args.db:  # never a store by default: it could be anywhere, and nothing bounds its time
+            _warn(
+                "no config service set (--server or AUTOTUNER_SERVER): starting with the job's own environment"
+            )
+            return None, {}
         return _checked(fetch_from_db(args.db, args.cluster, args.workload, args.nodes), "the store")
     cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
     started = time.monotonic()
@@ -172,7 +211,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         _warn(
             f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
         )
-        cache.unlink(missing_ok=True)
+        if cache is not None:
+            cache.unlink(missing_ok=True)
         return None, {}
     config, dropped = checked_config(answer)
     if config is None:  # a 200 that is not a config: as if the service had failed
@@ -180,12 +220,10 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         return _from_cache(cache, reason), {"": reason}
     _warn_dropped(dropped, "the service's answer")
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({k: v for k, v in config.items() if k not in PER_JOB}))
-        os.replace(tmp, cache)
-    except (OSError, ValueError) as exc:
-        _warn(f"could not cache the config ({exc})")
+        if cache is not None:
+            _write_cache(cache, config)
+    except (OSError, ValueError, RecursionError) as exc:
+        _warn(printable(f"could not cache the config ({type(exc).__name__}: {exc})"))
     return config, dropped
 
 
@@ -200,14 +238,20 @@ def _checked(answer: Any, source: str) -> tuple[dict[str, Any] | None, Dropped]:
     return config, dropped
 
 
-def _from_cache(cache: Path, trouble: str) -> dict[str, Any] | None:
+def _from_cache(cache: Path | None, trouble: str) -> dict[str, Any] | None:
     """The cached config, if there is one and it passes the gate whole (the hook only ever writes
     checked configs: anything else in that file was put there by someone else)."""
-    trouble = _printable(trouble)
+    trouble = printable(trouble)
     try:
-        cached = json.loads(cache.read_text())
-    except (OSError, ValueError, RecursionError):
+        if cache is None:
+            raise FileNotFoundError("no cache directory")
+        cached = _read_cache(cache)
+    except FileNotFoundError:
         _warn(f"{trouble} and no cached config: starting the job with its own environment")
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        _warn(printable(f"{trouble} and the cached config is not usable ({exc}): "
+                         "starting the job with its own environment"))  # fmt: skip
         return None
     config, dropped = checked_config(cached)
     if config is None or dropped:
@@ -221,7 +265,7 @@ def _from_cache(cache: Path, trouble: str) -> dict[str, Any] | None:
 def _warn_dropped(dropped: Dropped, source: str) -> None:
     if dropped:
         what = "; ".join(f"{name} ({why})" for name, why in dropped.items())
-        _warn(_printable(f"not exported from {source}: {what}"))
+        _warn(printable(f"not exported from {source}: {what}"))
 
 
 def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str | None:
@@ -236,19 +280,14 @@ def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str 
     if match is not False:
         return None
     label = config["exports"].get("AUTOTUNER_CONFIG", "the config")
-    return _printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
+    return printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
                       f"{describe_diff(diff)}")[:600]  # fmt: skip
-
-
-def _printable(text: str) -> str:
-    """One line of printable ASCII: what may go to a terminal, a log or a comment line."""
-    return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
 
 
 def _comments(dropped: Dropped) -> str:
     """Comment lines (a shell and a TaskProlog skip them) saying what was not used and why."""
     return "".join(
-        f"# nccl-autotuner: {'not exported: ' + name if name else 'the answer was not used'}: {_printable(why)}\n"
+        f"# nccl-autotuner: {'not exported: ' + name if name else 'the answer was not used'}: {printable(why)}\n"
         for name, why in dropped.items()
     )
 
@@ -301,7 +340,7 @@ def env_main(argv: list[str]) -> int:
         args = p.parse_args(argv)
         _check(p, args)
     except UsageError as exc:
-        _warn(_printable(f"{exc}: no tuned config, the job starts with its own environment"))
+        _warn(printable(f"{exc}: no tuned config, the job starts with its own environment"))
         json_asked = "--format=json" in argv or ["--format", "json"] in (
             argv[i : i + 2] for i in range(len(argv))
         )
@@ -314,12 +353,12 @@ def env_main(argv: list[str]) -> int:
     try:
         config, dropped = resolve(args)
     except Exception as exc:  # a broken local DB is an admin error: say so, still exit 0 for the job
-        _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
+        _warn(printable(f"could not read the config: {type(exc).__name__}: {exc}"))
         config, dropped = None, {}
     try:
         text = render(config, args.format) if config is not None else ""
     except Exception as exc:  # cannot happen to a checked config; the job starts regardless
-        _warn(_printable(f"could not render the config: {type(exc).__name__}: {exc}"))
+        _warn(printable(f"could not render the config: {type(exc).__name__}: {exc}"))
         config, text = None, "# nccl-autotuner: no config (it could not be rendered)\n"
     note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
     if note:
@@ -353,9 +392,9 @@ def exec_main(argv: list[str]) -> int:
         if note:
             _warn(note)
     except UsageError as exc:
-        _warn(_printable(f"{exc}: no tuned config, running the command with its own environment"))
+        _warn(printable(f"{exc}: no tuned config, running the command with its own environment"))
     except Exception as exc:
-        _warn(_printable(f"could not read the config: {type(exc).__name__}: {exc}"))
+        _warn(printable(f"could not read the config: {type(exc).__name__}: {exc}"))
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

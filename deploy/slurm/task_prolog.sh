@@ -10,7 +10,7 @@
 # /etc/autotuner/hook.env, KEY=value lines, see hook.env.example):
 #   AUTOTUNER_SERVER, AUTOTUNER_TOKEN (a read-scope token), AUTOTUNER_CLUSTER, AUTOTUNER_WORKLOAD,
 #   AUTOTUNER_HOOK (the autotuner executable; default: `autotuner` on PATH),
-#   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, default 5), AUTOTUNER_DISABLE=1 to opt a job out,
+#   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, 1-60, default 5), AUTOTUNER_DISABLE=1 to opt a job out,
 #   AUTOTUNER_CA_FILE (the CA that signs an https:// service's certificate),
 #   AUTOTUNER_FINGERPRINT (what the jobs run on, where the hook cannot see it; see hook.env.example).
 #
@@ -60,7 +60,10 @@ if [ -z "$hook" ] || [ ! -x "$hook" ]; then
 fi
 
 limit=${AUTOTUNER_HOOK_TIMEOUT:-5}
+# whole seconds from 1 to 60: `timeout 0` would mean no limit at all
 case "$limit" in ''|*[!0-9]*) limit=5 ;; esac
+limit=${limit#"${limit%%[!0]*}"}  # no leading zeros
+case "$limit" in '') limit=5 ;; ?|[1-5]?|60) ;; *) limit=60 ;; esac
 set -- "$hook" env --format slurm --server "$AUTOTUNER_SERVER" --cluster "$AUTOTUNER_CLUSTER" \
   --workload "$AUTOTUNER_WORKLOAD"
 case "${SLURM_JOB_NUM_NODES:-}" in ''|*[!0-9]*) ;; *) set -- "$@" --nodes "$SLURM_JOB_NUM_NODES" ;; esac

