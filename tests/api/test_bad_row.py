@@ -86,3 +86,49 @@ def test_the_service_starts_and_restarts_with_a_bad_row_in_the_store(tmp_path):
         finally:
             server.kill(signal.SIGTERM)
     assert "cannot be served" in server.log.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["env", "slurm"])
+def test_what_a_config_was_validated_on_is_said_in_one_comment_line(tmp_path, fmt):
+    """The note for a job on another stack quoted the stored fingerprint as it was: a newline in a
+    trial's driver string put a bare `export LD_PRELOAD=...` line into the answer."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("small", {})
+    evil = {"driver": "550.1\nexport LD_PRELOAD=/tmp/evil.so\n#", "device": "cuda", "device_name": "H100"}
+    store.update_fingerprint(store.cluster("gpu-box", create=True).id, evil)  # as a trial recorded it
+    store.publish_config(
+        cluster="gpu-box", workload="small", nodes=1, env={"NCCL_NSOCKS_PERTHREAD": "4"}, **FIELDS
+    )
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        response = client.get("/v1/configs/gpu-box/small", params={"format": fmt},
+                              headers={"X-Autotuner-Fingerprint": "driver=570.86&gpu=H100"})  # fmt: skip
+    assert response.status_code == 200, response.text
+    lines = response.text.splitlines()
+    exported = sorted(line.split("=")[0].split()[-1] for line in lines if not line.startswith("#"))
+    assert exported == sorted(["NCCL_NSOCKS_PERTHREAD", "AUTOTUNER_BATCH_SIZE", "AUTOTUNER_BWD_PRECISION",
+                               "AUTOTUNER_CONFIG", "AUTOTUNER_FWD_PRECISION", "AUTOTUNER_SHARDING"]), lines  # fmt: skip
+    (note,) = [line for line in lines if "was validated on" in line]
+    assert "550.1\\x0aexport LD_PRELOAD" in note
+    store.dispose()
+
+
+def test_a_version_deleted_by_hand_is_no_longer_served(store):
+    """Deleting the row is the documented remedy for one that cannot be served; it never bumped the
+    generation, so every service kept answering the deleted version until some other publish."""
+    from api.cache import ConfigCache
+
+    store.upsert_workload("small", {})
+    for _ in range(2):
+        store.publish_config(cluster="cpu-box", workload="small", nodes=1, env={}, **FIELDS)
+    cache = ConfigCache(store, refresh_s=3600)
+    cache.refresh()
+    assert cache.get("cpu-box", "small", 1).config["version"] == 2
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM at_configs WHERE version = 2"))
+    cache.refresh()
+    assert cache.get("cpu-box", "small", 1).config["version"] == 1
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM at_configs"))
+    cache.refresh()
+    assert cache.get("cpu-box", "small", 1) is None
