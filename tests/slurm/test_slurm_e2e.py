@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,6 +100,27 @@ def test_hung_trial_is_scancelled_at_its_timeout(slurm_cluster, tmp_path):
     assert slurm_state(outcome.backend_id) == "CANCELLED"
     assert SlurmExecutor().describe(outcome.backend_id, launch).state == LaunchState.CANCELLED
     assert _processes_mentioning(str(launch.spec_path)) == []
+
+
+def test_a_job_sbatch_queued_but_answered_too_late_for_is_followed(slurm_cluster, tmp_path, monkeypatch):
+    """sbatch that queues the job and then does not answer within the executor's bound (a slow
+    controller): the job was orphaned, running with no one to collect or cancel it, and the study
+    failed. Now it is found (this user's, its name, its directory) and followed to its result."""
+    real = shutil.which("sbatch")
+    slow = tmp_path / "bin" / "sbatch"
+    slow.parent.mkdir()
+    slow.write_text(f'#!/bin/sh\n{real} "$@"\nrc=$?\nsleep 8\nexit $rc\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow.parent}:{os.environ['PATH']}")
+    spec = {"workload": WORKLOAD, "warmup": 1, "iterations": 3,
+            "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}]}  # fmt: skip
+    launch = LaunchRequest(name="late-1", spec=spec, env={}, workdir=tmp_path / "late", timeout_s=120)
+    executor = SlurmExecutor()
+    executor.command_timeout_s = 3
+    outcome = executor.run(launch)
+    assert outcome.state == LaunchState.SUCCEEDED, (outcome.reason, outcome.log_tail)
+    assert outcome.backend_id == (launch.workdir / "job_id").read_text().strip()
+    assert outcome.result is not None and outcome.result["candidates"][0]["status"] == "ok"
 
 
 def test_a_tuner_killed_with_sigkill_reattaches_to_its_running_job(slurm_cluster, tmp_path):

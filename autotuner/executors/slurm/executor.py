@@ -24,7 +24,7 @@ from typing import Any
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
 from autotuner.executors.slurm.options import SlurmOptions
-from autotuner.executors.slurm.script import check_launch, sbatch_script
+from autotuner.executors.slurm.script import check_launch, job_name, sbatch_script
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,12 @@ class SlurmExecutor(Executor):
     def schedule(self, dryrun: AppDryrun[ScriptRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
-        proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
+        try:
+            proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
+        except _Unreachable as exc:  # sbatch may have queued the job before it stopped answering
+            job_id = self._submitted(launch, exc)
+            (launch.workdir / "job_id").write_text(job_id + "\n")
+            return job_id
         if proc.returncode != 0:
             raise SlurmError(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
         answer = proc.stdout.strip().splitlines()[-1].strip() if proc.stdout.strip() else ""
@@ -151,6 +156,33 @@ class SlurmExecutor(Executor):
             raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id") from None
         (launch.workdir / "job_id").write_text(job_id + "\n")
         return job_id
+
+    def _submitted(self, launch: LaunchRequest, trouble: _Unreachable) -> str:
+        """The job sbatch queued for `launch` although it did not answer in time: this user's job of
+        the launch's name in the launch's directory (so another tuner's job of the same name is never
+        taken). Followed like any other; else the SlurmError says none was found. Left unfollowed, it
+        would run later with no one to collect or cancel it."""
+        argv = [
+            "squeue",
+            "--noheader",
+            f"--user={os.getuid()}",
+            f"--name={job_name(launch.name)}",
+            "--format=%i|%Z",
+        ]
+        try:
+            proc = self._run(argv)
+        except _Unreachable as exc:
+            raise SlurmError(f"{trouble}; asking squeue for the job it may have queued: {exc}") from trouble
+        ids = []
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            job_id, _, workdir = line.strip().partition("|")
+            if workdir == str(launch.workdir) and job_id.isdigit():
+                ids.append(job_id)
+        if len(ids) != 1:
+            raise SlurmError(f"{trouble}; squeue shows {len(ids)} job(s) named {job_name(launch.name)} in "
+                             f"{launch.workdir}: nothing to follow") from trouble  # fmt: skip
+        log.warning("launch %s: %s, but it queued job %s: following it", launch.name, trouble, ids[0])
+        return ids[0]
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         job_id = _checked_id(backend_id)
