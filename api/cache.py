@@ -289,6 +289,11 @@ class ConfigCache:
             for i, cluster, workload, nodes, version, created_at in labels
         }  # fmt: skip
 
+    @classmethod
+    def why_unservable(cls, row: Config) -> str | None:
+        """Why `row` could not be served (None: it can): asked before a pin or rollback makes it served."""
+        return cls._render(row, True).error
+
     @staticmethod
     def _render(row: Config, pinned: bool, views: dict[int, dict[str, Any]] | None = None) -> Served:
         """A row pre-rendered in every format, or, when it cannot be, a Served that says why."""

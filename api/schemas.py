@@ -330,7 +330,7 @@ def brief(row: Candidate | None) -> CandidateBrief | None:
 
 def trial_public(row: Candidate) -> TrialPublic:
     trial = TrialPublic.model_validate(row, from_attributes=True)
-    metrics = row.metrics or {}
+    metrics = row.metrics if isinstance(row.metrics, dict) else {}  # a tampered row: shown without them
     trial.breakdown_ms = metrics.get("breakdown_ms")
     trial.dense_allreduce_bytes = metrics.get("dense_allreduce_bytes")
     return trial
@@ -353,13 +353,23 @@ def study_public(
     progress = (
         1.0 if row.state == StudyState.DONE else (min(1.0, row.launches_done / budget) if budget else 0.0)
     )
-    outcome = Outcome.load(row.outcome)
+    error = row.error
+    try:
+        outcome = Outcome.load(row.outcome)
+    except (
+        ValueError,
+        TypeError,
+    ) as exc:  # one row an older version (or a hand) wrote never hides the listing
+        outcome, error = (
+            None,
+            f"{error + '; ' if error else ''}its stored outcome cannot be read: {exc}"[:2000],
+        )
     said = outcome or Outcome()  # before it concludes: the inert knobs alone
     claim = claim_text(said.ladder or [], said.quality, row.inert, row.space.get("force_inert") or [])
     return StudyPublic(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
-        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=row.error,
+        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
         owner=row.owner,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
@@ -28,6 +29,7 @@ from autotuner.store.validations import brief
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
 
+log = logging.getLogger("autotuner.api")
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
 NameParam = Path(min_length=1, max_length=NAME_MAX_LEN, pattern=NAME_PATTERN, description=NAME_RULE)
 Cluster = Annotated[str, NameParam]
@@ -38,7 +40,19 @@ _read = require("read").dependency
 @router.get("", response_model=list[ConfigPublic])
 def served(cache: CacheDep, _: ReadAccess) -> list[dict]:
     """The config each (cluster, workload, nodes) serves now, with its claim in words."""
-    return [{**c, "claim": evidence_claim(c.get("evidence"))[1]} for c in cache.all()]
+    return [{**c, "claim": _claim(c)} for c in cache.all()]
+
+
+def _claim(config: dict) -> Any:
+    """The claim in words, or None where the stored evidence cannot be read (the config is still
+    served and listed: one row never hides the rest)."""
+    try:
+        return evidence_claim(config.get("evidence"))[1]
+    except (ValueError, TypeError, AttributeError):
+        log.warning(
+            "config %s: its evidence cannot be read", config.get("exports", {}).get("AUTOTUNER_CONFIG")
+        )
+        return None
 
 
 @router.get(
@@ -152,7 +166,10 @@ def _validation(row: Any, versions: dict[int, int]) -> dict:
 @router.post("/{cluster}/{workload}/pin", response_model=ConfigPublic)
 def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep, cache: CacheDep,
         _: AdminAccess) -> dict:  # fmt: skip
-    """Serve one version regardless of newer publishes (`version: null` unpins)."""
+    """Serve one version regardless of newer publishes (`version: null` unpins). A version that
+    cannot be served is refused (409), nothing changed."""
+    if body.version is not None:
+        _check_servable(store, cache, cluster, workload, body.nodes, body.version)
     row = store.pin_config(cluster, workload, body.nodes, body.version)
     cache.refresh()
     assert row is not None
@@ -162,7 +179,23 @@ def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep,
 @router.post("/{cluster}/{workload}/rollback", response_model=ConfigPublic)
 def rollback(cluster: Cluster, workload: Workload, body: RollbackRequest, store: StoreDep, cache: CacheDep,
              _: AdminAccess) -> dict:  # fmt: skip
-    """Serve the version before the current one (pins it)."""
-    row = store.rollback_config(cluster, workload, body.nodes)
+    """Serve the version before the current one (pins it). One that cannot be served is refused
+    (409), nothing changed."""
+    older = store.rollback_target(cluster, workload, body.nodes)
+    _check_servable(store, cache, cluster, workload, body.nodes, older)
+    row = store.pin_config(cluster, workload, body.nodes, older)
     cache.refresh()
+    assert row is not None
     return store.public_config(row)
+
+
+def _check_servable(store: Any, cache: Any, cluster: str, workload: str, nodes: int, version: int) -> None:
+    """409 for a version that exists but could not be served: making it the served one would break
+    serving for the key (answered 500) where it works now."""
+    try:
+        row = store.config_row(cluster, workload, nodes, version)
+        why = None if row is None else cache.why_unservable(row)
+    except Exception as exc:  # its stored data cannot even be read
+        why = f"version {version} cannot be read ({type(exc).__name__})"
+    if why:
+        raise HTTPException(409, f"{why}: not made the served version, nothing changed")

@@ -171,8 +171,23 @@ class ConfigRecords(StudyRecords):
             self._bump_generation(s)
         return self.served_config(cluster, workload, nodes)
 
+    def config_row(self, cluster: str, workload: str, nodes: int, version: int) -> Config | None:
+        """One version of a key (None: no such version)."""
+        if not 1 <= version <= MAX_VERSION:
+            return None
+        with self.session() as s:
+            return s.scalars(
+                select(Config).where(*_of(cluster, workload, nodes), Config.version == version)
+            ).first()
+
     def rollback_config(self, cluster: str, workload: str, nodes: int) -> Config:
         """Pin the version just below the one served now."""
+        result = self.pin_config(cluster, workload, nodes, self.rollback_target(cluster, workload, nodes))
+        assert result is not None
+        return result
+
+    def rollback_target(self, cluster: str, workload: str, nodes: int) -> int:
+        """The version just below the one served now (NotFound: none)."""
         served = self.served_config(cluster, workload, nodes)
         if served is None or served.nodes != nodes:
             raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
@@ -184,9 +199,7 @@ class ConfigRecords(StudyRecords):
             )
         if older is None:
             raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
-        result = self.pin_config(cluster, workload, nodes, older)
-        assert result is not None
-        return result
+        return int(older)
 
 
 def _of(cluster: str | None, workload: str | None, nodes: int | None) -> list[Any]:

@@ -132,3 +132,45 @@ def test_a_version_deleted_by_hand_is_no_longer_served(store):
         conn.execute(text("DELETE FROM at_configs"))
     cache.refresh()
     assert cache.get("cpu-box", "small", 1) is None
+
+
+@pytest.mark.parametrize("bad_row", ["env is a list", "env is not JSON"])
+def test_a_pin_or_rollback_onto_a_version_that_cannot_be_served_changes_nothing(tmp_path, bad_row):
+    """It was committed, then answered 500: the admin was told it failed, and the key, served
+    before, now answered 500 to every job."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("small", {})
+    for _ in range(2):
+        store.publish_config(
+            cluster="cpu-box", workload="small", nodes=1, env={"NCCL_NSOCKS_PERTHREAD": "4"}, **FIELDS
+        )
+    with store.engine.begin() as conn:
+        conn.execute(text(BAD_ROWS[bad_row].replace("{bad}", "version = 1")))
+    settings = Settings(data_dir=tmp_path, tokens="a-token:admin", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer a-token"}) as client:
+        for path, body in (("rollback", {"nodes": 1}), ("pin", {"nodes": 1, "version": 1})):
+            response = client.post(f"/v1/configs/cpu-box/small/{path}", json=body)
+            assert response.status_code == 409, (path, response.text)
+            assert "nothing changed" in response.json()["detail"]
+            served = client.get("/v1/configs/cpu-box/small")
+            assert (served.status_code, served.json()["version"], served.json()["pinned"]) == (200, 2, False)
+        assert (
+            client.post("/v1/configs/cpu-box/small/pin", json={"nodes": 1, "version": 2}).status_code == 200
+        )
+    store.dispose()
+
+
+def test_one_config_whose_evidence_cannot_be_read_is_listed_without_its_claim(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("small", {})
+    store.upsert_workload("large", {})
+    store.publish_config(cluster="cpu-box", workload="small", nodes=1, env={}, **FIELDS)
+    bad = {**FIELDS, "evidence": {"speedup": 1.2, "ladder": [{"step": "env", "cumulative": 1.2}]}}
+    store.publish_config(cluster="cpu-box", workload="large", nodes=1, env={}, **bad)
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        listing = client.get("/v1/configs")
+    assert listing.status_code == 200, listing.text
+    claims = {c["workload"]: c["claim"] for c in listing.json()}
+    assert claims["large"] is None and claims["small"] is not None
+    store.dispose()

@@ -74,3 +74,26 @@ def test_the_listing_says_what_each_studys_own_page_says(store, tmp_path):
     )
     # a page, the counts, the chosen rows, the running study's two lookups, the total: not a few per study
     assert len(queries) <= 7, queries
+
+
+def test_one_unreadable_outcome_or_metrics_row_never_hides_the_rest(store, tmp_path):
+    """A stored outcome an older version (or a hand) wrote that no longer validates made the whole
+    listing, which the dashboard polls, answer 500; so did a candidate whose metrics are not an object
+    for the study's trials."""
+    done = store.study("done")
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("""UPDATE at_studies SET outcome = '{"speedup": 1.1, "ladder": [{"step": "env"}]}'
+                                WHERE name = 'done'"""))  # fmt: skip
+        conn.execute(sa.text("UPDATE at_candidates SET metrics = '[1]' WHERE study_id = :s"), {"s": done.id})
+    settings = Settings(data_dir=tmp_path, public_read=True, scheduler=False)
+    with TestClient(create_app(settings, store=store)) as client:
+        listing = client.get("/v1/studies")
+        assert listing.status_code == 200, listing.text
+        data = {s["name"]: s for s in listing.json()["data"]}
+        assert set(data) == {"done", "running", "queued"}
+        assert data["done"]["outcome"] is None
+        assert "its stored outcome cannot be read" in data["done"]["error"]
+        assert client.get(f"/v1/studies/{done.id}").status_code == 200
+        trials = client.get(f"/v1/studies/{done.id}/trials")
+        assert trials.status_code == 200, trials.text
+        assert {t["breakdown_ms"] for t in trials.json()["data"]} == {None}
