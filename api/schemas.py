@@ -183,8 +183,8 @@ class ConfigPublic(BaseModel):
     created_at: str = Field(description="when it was published (ISO 8601, UTC)")
     env: dict[str, str] = Field(description="the NCCL / EFA variables exported to jobs")
     qcomms: dict[str, str]
-    batch_size: int
-    sharding: str
+    batch_size: int | None = Field(description="null only for a version whose data cannot be read (`error`)")
+    sharding: str | None = Field(description="null only for a version whose data cannot be read (`error`)")
     num_threads: int | None
     pipeline: str | None = None
     lr_scale: float | None = Field(
@@ -210,6 +210,9 @@ class ConfigPublic(BaseModel):
     last_validation: dict[str, Any] | None = Field(None, description="its last finished re-validation")
     flagged: str | None = Field(
         None, description="its last re-validation failed and it was kept (pinned): why"
+    )
+    error: str | None = Field(
+        None, description="history only: why this version's stored data cannot be shown"
     )
     fingerprint_match: bool | Literal["unknown"] | None = Field(
         None,

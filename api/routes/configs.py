@@ -107,8 +107,28 @@ def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess
             limit: Annotated[int, Query(ge=1, le=1000)] = 100,
             offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> list[dict]:  # fmt: skip
     """Published versions, by node count and newest first, with what their re-validations say: a page
-    of `limit` (the next one at `offset` + `limit`)."""
-    return store.public_configs(store.config_history(cluster, workload, nodes, limit=limit, offset=offset))
+    of `limit` (the next one at `offset` + `limit`). A version whose stored data cannot be shown is
+    listed with `error` saying so, and the others as they are."""
+    try:
+        return store.public_configs(
+            store.config_history(cluster, workload, nodes, limit=limit, offset=offset)
+        )
+    except Exception:  # one row an older version (or a hand) wrote: the page row by row
+        ids = store.config_history_ids(cluster, workload, nodes, limit=limit, offset=offset)
+        return [_version(store, i) for i in ids]
+
+
+def _version(store: Any, config_id: int) -> dict:
+    """One version as history shows it, or what can be said of it when its data cannot be read."""
+    try:
+        return store.public_configs(store.configs_by_id([config_id]))[0]  # type: ignore[no-any-return]
+    except Exception as exc:
+        log.warning("config %s cannot be shown (%s: %s)", config_id, type(exc).__name__, exc)
+    (_, cluster, workload, nodes, version, created_at) = store.config_labels([config_id])[0]
+    return {"cluster": cluster, "workload": workload, "nodes": nodes, "version": version, "pinned": False,
+            "created_at": created_at.isoformat(), "env": {}, "qcomms": {}, "batch_size": None, "sharding": None,
+            "num_threads": None, "exports": {}, "evidence": {}, "fingerprint": {}, "study_id": None,
+            "error": "its stored data cannot be read (a row an older version or a hand left): not servable"}  # fmt: skip
 
 
 @router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,

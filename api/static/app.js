@@ -762,18 +762,20 @@
       const served = await api("/v1/configs");
       const key = JSON.stringify(served);
       if (key !== lastKey) {
+        // One card's trouble (a key answering 500) is said on that card; every other card is drawn.
         details = await Promise.all(served.map(async (c) => {
           const base = `/v1/configs/${encodeURIComponent(c.cluster)}/${encodeURIComponent(c.workload)}`;
           const [lines, history] = await Promise.all([
-            api(`${base}?format=env&nodes=${c.nodes}`, { text: true }),
-            api(`${base}/history?nodes=${c.nodes}&limit=${HISTORY_SHOWN}`),
+            settled(api(`${base}?format=env&nodes=${c.nodes}`, { text: true })),
+            settled(api(`${base}/history?nodes=${c.nodes}&limit=${HISTORY_SHOWN}`)),
           ]);
           return { config: c, base, lines, history };
         }));
         lastKey = key;
       }
       // Staleness moves without a new version (jobs report another stack, time passes): read every time.
-      const validations = await Promise.all(details.map((d) => api(`${d.base}/validations?nodes=${d.config.nodes}`)));
+      const validations = await Promise.all(details.map((d) => settled(api(`${d.base}/validations?nodes=${d.config.nodes}`))
+        .then((v) => (v.error ? null : v))));
       const shown = JSON.stringify([key, validations]);
       if (shown !== lastShown) {
         renderConfigs(details.map((d, i) => ({ ...d, validation: validations[i] })));
@@ -781,6 +783,14 @@
       }
       setLive(true, "live");
       return 10000;
+    });
+  }
+
+  /** A request's answer, or {error} when it failed with an HTTP error (one card's trouble, not the page's). */
+  function settled(request) {
+    return request.catch((err) => {
+      if (err instanceof HttpError) return { error: err.message };
+      throw err;
     });
   }
 
@@ -820,9 +830,11 @@
     fill(root, ...details.map(({ config: c, lines, history, validation }) => {
       const ev = c.evidence || {};
       const hasCi = isNum(ev.ci_low) && isNum(ev.ci_high);
-      const pre = el("pre", {}, lines);
+      const exportsText = typeof lines === "string" ? lines : `# the export lines could not be read (${lines.error})`;
+      const pre = el("pre", {}, exportsText);
       const copy = el("button", { type: "button", class: "btn copy", title: "copy the export lines" }, "Copy");
-      copy.addEventListener("click", () => copyText(lines, copy));
+      copy.addEventListener("click", () => copyText(exportsText, copy));
+      const versions = Array.isArray(history) ? history : [];
       const claim = c.claim || {};
       const ladder = (claim.ladder || []).map((st) => st.line).join(" · ");
       const facts = [
@@ -855,12 +867,17 @@
             ev.emulation ? el("div", { class: "warn-note" }, ev.emulation) : null, ...stale),
           el("div", { class: "config-exports" }, el("div", { class: "pre-wrap" }, pre, copy))),
         validationSection(validation),
-        el("div", { class: "history" }, el("h3", {}, history.length < HISTORY_SHOWN ? `Version history (${history.length})` : `Version history (latest ${HISTORY_SHOWN})`),
+        el("div", { class: "history" }, el("h3", {}, versions.length < HISTORY_SHOWN ? `Version history (${versions.length})` : `Version history (latest ${HISTORY_SHOWN})`),
+          history.error ? el("div", { class: "warn-note" }, `history could not be read: ${history.error}`) : null,
           el("table", { class: "data" },
             el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
               (h, i) => el("th", { class: [2, 4].includes(i) ? "num" : null }, h)))),
-            el("tbody", {}, ...history.map((h) => {
+            el("tbody", {}, ...versions.map((h) => {
               const hev = h.evidence || {};
+              if (h.error) {
+                return el("tr", { class: "unreadable" }, el("td", {}, `v${h.version}`), el("td", {}, when(h.created_at)),
+                  el("td", { colspan: "5" }, el("span", { class: "badge s-failed" }, "unreadable"), ` ${h.error}`));
+              }
               return el("tr", {},
                 el("td", {}, `v${h.version}`),
                 el("td", {}, when(h.created_at)),

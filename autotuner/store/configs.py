@@ -56,12 +56,17 @@ class ConfigRecords(StudyRecords):
         *, limit: int | None = None, offset: int = 0,
     ) -> list[Config]:  # fmt: skip
         """Published versions, by (cluster, workload, nodes) and newest first; a page of them with `limit`."""
-        query = (
-            select(Config).join(Config.cluster).join(Config.workload).where(*_of(cluster, workload, nodes))
-        )
-        query = query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
         with self.session() as s:
-            return list(s.scalars(query.offset(offset).limit(limit)).unique())
+            return list(
+                s.scalars(_history(Config, cluster, workload, nodes).offset(offset).limit(limit)).unique()
+            )
+
+    def config_history_ids(
+        self, cluster: str, workload: str, nodes: int | None, *, limit: int | None = None, offset: int = 0
+    ) -> list[int]:
+        """The ids of `config_history`'s page, without loading the rows (one may not load)."""
+        with self.session() as s:
+            return list(s.scalars(_history(Config.id, cluster, workload, nodes).offset(offset).limit(limit)))
 
     def config_versions(self, cluster: str, workload: str, nodes: int | None = None) -> dict[int, int]:
         """{id: version} of (cluster, workload)'s configs, without loading their rows."""
@@ -200,6 +205,12 @@ class ConfigRecords(StudyRecords):
         if older is None:
             raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
         return int(older)
+
+
+def _history(what: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:
+    """Versions by (cluster, workload, nodes), newest first."""
+    query = select(what).join(Config.cluster).join(Config.workload).where(*_of(cluster, workload, nodes))
+    return query.order_by(Cluster.name, Workload.name, Config.nodes, Config.version.desc())
 
 
 def _of(cluster: str | None, workload: str | None, nodes: int | None) -> list[Any]:

@@ -87,3 +87,44 @@ def test_a_long_history_shows_its_latest_versions_and_a_batch_change_its_learnin
         assert errors == []
     finally:
         server.kill()
+
+
+@pytest.mark.browser
+def test_a_bad_row_is_said_on_its_own_card_and_every_other_card_is_drawn(browser, tmp_path):  # noqa: F811
+    """One older version whose data cannot be read made its key's history answer 500, and the page,
+    which fetched every card's parts together, drew no card at all."""
+    from sqlalchemy import text
+
+    from autotuner.store import Store
+    from tests.api.service import make_server
+
+    server = make_server(tmp_path)
+    store = Store(f"sqlite:///{server.data_dir / 'autotuner.db'}")
+    for workload in ("good", "odd"):
+        store.upsert_workload(workload, {})
+        for _ in range(2):
+            store.publish_config(cluster="c", workload=workload, nodes=1, env={"NCCL_NSOCKS_PERTHREAD": "4"},
+                                 fwd_precision="fp32", bwd_precision="fp32", batch_size=512,
+                                 sharding="table_wise", evidence={"speedup": 1.1})  # fmt: skip
+    with store.engine.begin() as conn:  # odd's v1, as an older version (or a hand) left it
+        conn.execute(text("UPDATE at_configs SET env = 'not json' WHERE version = 1 AND workload_id = "
+                          "(SELECT id FROM at_workloads WHERE name = 'odd')"))  # fmt: skip
+    store.dispose()
+    server.start()
+    errors: list[str] = []
+    try:
+        history = server.client("read").get("/v1/configs/c/odd/history", params={"nodes": 1})
+        assert history.status_code == 200, history.text
+        assert [(v["version"], v["error"] is not None) for v in history.json()] == [(2, False), (1, True)]
+        page = open_page(browser, errors)
+        page.goto(server.url + "/configs")
+        enter_token(page, TOKENS["read"])
+        page.wait_for_selector(".config-card[data-key='c/odd/1'] tr.unreadable", timeout=20_000)
+        assert page.locator(".config-card").count() == 2
+        good = page.inner_text(".config-card[data-key='c/good/1']")
+        assert "export NCCL_NSOCKS_PERTHREAD=4" in good and "version history (2)" in good.lower()
+        odd = page.inner_text(".config-card[data-key='c/odd/1'] tr.unreadable")
+        assert odd.split()[0] == "v1" and "its stored data cannot be read" in odd
+        assert errors == []
+    finally:
+        server.kill()
