@@ -6,6 +6,8 @@ alike; locations point into the request body of `POST /v1/studies`, where these 
 
 from __future__ import annotations
 
+import re
+
 import math
 from typing import Any
 
@@ -32,15 +34,25 @@ def _unprocessable(entries: list[dict[str, Any]]) -> JSONResponse:
 
 async def _space(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SpaceError)
-    return _unprocessable([invalid(_space_loc(p.variable), p.message, p.rule)
+    return _unprocessable([invalid(_space_loc(p.variable, p.rule), p.message, p.rule)
                            for p in exc.problems if p.severity == "error"])  # fmt: skip
 
 
-def _space_loc(variable: str) -> list[str | int]:
-    """Where a space problem is in the body: a field of the space, or a variable of its env."""
+_INDEXED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]+\])+)")
+
+
+def _space_loc(variable: str, rule: str = "") -> list[str | int]:
+    """Where a space problem is in the body: a field of the space (an item of it: `batch_sizes[0]`
+    is ["batch_sizes", 0]; a field it does not have, the schema's problem, is the space's), or a
+    variable of its env."""
     if not variable or variable == "space":
         return ["body", "space"]
-    return ["body", "space", variable] if variable in SPACE_FIELDS else ["body", "space", "env", variable]
+    indexed = _INDEXED.fullmatch(variable)
+    if indexed and indexed.group(1) in SPACE_FIELDS:
+        return ["body", "space", indexed.group(1), *map(int, re.findall(r"[0-9]+", indexed.group(2)))]
+    if variable in SPACE_FIELDS or rule == "schema":
+        return ["body", "space", variable]
+    return ["body", "space", "env", variable]
 
 
 async def _spec(request: Request, exc: Exception) -> JSONResponse:

@@ -279,7 +279,7 @@ class ValidationStatus(BaseModel):
 
 
 class RevalidateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
 
     nodes: int | None = Field(
         None, ge=1, le=4096, description="the node count of the config (default: the served one)"
@@ -291,14 +291,14 @@ class RevalidateRequest(BaseModel):
 
 
 class PinRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
 
     nodes: int = Field(1, ge=1, le=4096)
     version: int | None = Field(None, ge=1, le=MAX_VERSION, description="null: unpin (serve the latest)")
 
 
 class RollbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
 
     nodes: int = Field(1, ge=1, le=4096)
 

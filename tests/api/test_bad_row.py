@@ -154,9 +154,10 @@ def test_a_pin_or_rollback_onto_a_version_that_cannot_be_served_changes_nothing(
             assert "nothing changed" in response.json()["detail"]
             served = client.get("/v1/configs/cpu-box/small")
             assert (served.status_code, served.json()["version"], served.json()["pinned"]) == (200, 2, False)
-        assert (
-            client.post("/v1/configs/cpu-box/small/pin", json={"nodes": 1, "version": 2}).status_code == 200
-        )
+        pin = "/v1/configs/cpu-box/small/pin"
+        for lax in (True, "2", 2.5):  # `true` and "2" were read as versions 1 and 2
+            assert client.post(pin, json={"nodes": 1, "version": lax}).status_code == 422, lax
+        assert client.post(pin, json={"nodes": 1, "version": 2}).status_code == 200
     store.dispose()
 
 

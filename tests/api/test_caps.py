@@ -157,3 +157,20 @@ def test_numbers_that_are_not_finite_get_422_not_500(client, number, where):
     )
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"][-1] == where
+
+
+@pytest.mark.parametrize(
+    ("space", "loc"),
+    [
+        ({"batch_sizes": [-1]}, ["body", "space", "batch_sizes", 0]),
+        ({"sharding": ["table_wise", "diagonal"]}, ["body", "space", "sharding", 1]),
+        ({"bogus": 1}, ["body", "space", "bogus"]),
+        ({"env": {"NCCL_NOT_A_VAR": [1]}}, ["body", "space", "env", "NCCL_NOT_A_VAR"]),
+    ],
+)
+def test_a_space_problem_is_located_where_it_is_in_the_body(client, space, loc):
+    """An item of a field (`batch_sizes[0]`) or an unknown field was put under env, pointing a
+    client at a variable named 'batch_sizes[0]'."""
+    response = post(client, space={**replay_study_body()["space"], **space})
+    assert response.status_code == 422, response.text
+    assert [e["loc"] for e in response.json()["detail"]] == [loc]
