@@ -52,11 +52,12 @@ MAX_CACHE_BYTES = 64 << 10  # a config is a few hundred bytes
 def cache_dir() -> Path | None:
     """This user's cache directory, or None where there is no absolute one (no HOME and no passwd
     entry: `~` stays `~`, and a relative path would land in the job's working directory). A
-    subdirectory per user: a shared AUTOTUNER_CACHE_DIR then needs no trust between users."""
+    directory per user right under it (mode 0700): a shared AUTOTUNER_CACHE_DIR (mode 1777) then
+    needs no trust between users."""
     base = os.environ.get("AUTOTUNER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nccl-autotuner"
     )
-    return Path(base) / "hook" / str(os.geteuid()) if os.path.isabs(base) else None
+    return Path(base) / f"hook-{os.geteuid()}" if os.path.isabs(base) else None
 
 
 def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> Path | None:

@@ -420,3 +420,39 @@ def test_no_cache_lands_in_the_jobs_working_directory(tmp_path, serve, where):
     assert proc.returncode == 0, proc.stderr
     assert "export NCCL_NSOCKS_PERTHREAD=4" in proc.stdout
     assert list(job.rglob("*")) == []
+
+
+def test_a_shared_cache_directory_keeps_each_users_config_apart(tmp_path, serve):
+    """hook.env.example's shared AUTOTUNER_CACHE_DIR: every user caches (each in its own hook-<uid>,
+    mode 0700) and none reads another's."""
+    if os.geteuid() != 0:
+        pytest.skip("running as a second user needs root (CI runs as root)")
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="autotuner-shared-", dir="/tmp"))  # reachable by the other user
+    try:
+        shared.chmod(0o1777)
+        server = serve({"exports": GOOD})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+        env["AUTOTUNER_CACHE_DIR"] = str(shared)
+        cmd = [
+            sys.executable,
+            "-m",
+            "autotuner",
+            "env",
+            "--server",
+            server.url,
+            "--cluster",
+            "c",
+            "--workload",
+            "w",
+        ]
+        for user in ([], ["setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]):
+            proc = subprocess.run([*user, *cmd], capture_output=True, text=True, timeout=60, env=env, cwd="/")
+            assert proc.returncode == 0 and "could not cache" not in proc.stderr, proc.stderr
+        owners = {p.name: (p.stat().st_uid, oct(p.stat().st_mode & 0o777)) for p in shared.iterdir()}
+        assert owners == {"hook-0": (0, "0o700"), "hook-54321": (54321, "0o700")}
+        assert len(list(shared.rglob("*.json"))) == 2
+    finally:
+        shutil.rmtree(shared)
