@@ -307,6 +307,11 @@ def test_exec_without_a_cluster_runs_the_command(tmp_path):
 # ---------------------------------------------------------------- the cache and the job's own environment
 
 
+def env_argv(url: str) -> list[str]:
+    """`autotuner env` against `url`, run as the test says (another user, another directory)."""
+    return [sys.executable, "-m", "autotuner", "env", "--server", url, "--cluster", "c", "--workload", "w"]
+
+
 def served_then_down(tmp_path: Path, serve) -> tuple[str, Path]:
     """A config cached from a good answer, then the service gone: (its URL, the cache file)."""
     server = serve({"exports": GOOD})
@@ -399,18 +404,7 @@ def test_no_cache_lands_in_the_jobs_working_directory(tmp_path, serve, where):
         env["AUTOTUNER_CACHE_DIR"] = "cache"
     job = tmp_path / "job"
     job.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "autotuner",
-        "env",
-        "--server",
-        server.url,
-        "--cluster",
-        "c",
-        "--workload",
-        "w",
-    ]
+    cmd = env_argv(server.url)
     if where == "no-home":  # a uid with no passwd entry: `~` stays `~`
         cmd = ["setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups", *cmd]
         if os.geteuid() != 0:
@@ -436,18 +430,7 @@ def test_a_shared_cache_directory_keeps_each_users_config_apart(tmp_path, serve)
         server = serve({"exports": GOOD})
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
         env["AUTOTUNER_CACHE_DIR"] = str(shared)
-        cmd = [
-            sys.executable,
-            "-m",
-            "autotuner",
-            "env",
-            "--server",
-            server.url,
-            "--cluster",
-            "c",
-            "--workload",
-            "w",
-        ]
+        cmd = env_argv(server.url)
         for user in ([], ["setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]):
             proc = subprocess.run([*user, *cmd], capture_output=True, text=True, timeout=60, env=env, cwd="/")
             assert proc.returncode == 0 and "could not cache" not in proc.stderr, proc.stderr
