@@ -6,9 +6,8 @@ alike; locations point into the request body of `POST /v1/studies`, where these 
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request

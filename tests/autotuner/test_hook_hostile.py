@@ -433,7 +433,8 @@ def test_a_shared_cache_directory_keeps_each_users_config_apart(tmp_path, serve)
         cmd = env_argv(server.url)
         for user in ([], ["setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]):
             proc = subprocess.run([*user, *cmd], capture_output=True, text=True, timeout=60, env=env, cwd="/")
-            assert proc.returncode == 0 and "could not cache" not in proc.stderr, proc.stderr
+            assert proc.returncode == 0, proc.stderr
+            assert "could not cache" not in proc.stderr, proc.stderr
         owners = {p.name: (p.stat().st_uid, oct(p.stat().st_mode & 0o777)) for p in shared.iterdir()}
         assert owners == {"hook-0": (0, "0o700"), "hook-54321": (54321, "0o700")}
         assert len(list(shared.rglob("*.json"))) == 2

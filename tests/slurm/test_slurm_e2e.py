@@ -120,7 +120,8 @@ def test_a_job_sbatch_queued_but_answered_too_late_for_is_followed(slurm_cluster
     outcome = executor.run(launch)
     assert outcome.state == LaunchState.SUCCEEDED, (outcome.reason, outcome.log_tail)
     assert outcome.backend_id == (launch.workdir / "job_id").read_text().strip()
-    assert outcome.result is not None and outcome.result["candidates"][0]["status"] == "ok"
+    assert outcome.result is not None
+    assert outcome.result["candidates"][0]["status"] == "ok"
 
 
 def test_a_tuner_killed_with_sigkill_reattaches_to_its_running_job(slurm_cluster, tmp_path):
