@@ -54,8 +54,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autotuner.job.exports import check_exports, config_to_dict, printable, render
-from autotuner.job.fingerprint import compare, decode, describe, describe_diff, stack_changed
+from autotuner.job.exports import check_exports, config_to_dict, mismatch_note, render
+from autotuner.job.fingerprint import compare, decode, stack_changed
 from autotuner.store import Config, Store, pick_served
 
 log = logging.getLogger("autotuner.api.cache")
@@ -107,10 +107,9 @@ class Served:
                 "slurm": self.body["slurm"]}  # fmt: skip
         if diff:
             label = self.config.get("exports", {}).get("AUTOTUNER_CONFIG", "")
-            # one comment line whatever the stored fingerprint holds: a newline there would be an export
-            said = printable(f"{label} was validated on {describe(self.config.get('validated_on'))}; "
-                             f"this job differs: {describe_diff(diff)}")[:600]  # fmt: skip
-            note = f"# nccl-autotuner: {said}\n".encode()
+            note = (
+                f"# nccl-autotuner: {mismatch_note(label, self.config.get('validated_on'), diff)}\n".encode()
+            )
             body["env"] += note
             body["slurm"] += note
         return Match(match, diff, body, stack_changed(diff))

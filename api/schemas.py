@@ -359,14 +359,9 @@ def study_public(
     error = row.error
     try:
         outcome = Outcome.load(row.outcome)
-    except (
-        ValueError,
-        TypeError,
-    ) as exc:  # one row an older version (or a hand) wrote never hides the listing
-        outcome, error = (
-            None,
-            f"{error + '; ' if error else ''}its stored outcome cannot be read: {exc}"[:2000],
-        )
+    except (ValueError, TypeError) as exc:  # a row an older version (or a hand) wrote: listed, said
+        outcome = None
+        error = f"{error + '; ' if error else ''}its stored outcome cannot be read: {exc}"[:2000]
     said = outcome or Outcome()  # before it concludes: the inert knobs alone
     claim = claim_text(said.ladder or [], said.quality, row.inert, row.space.get("force_inert") or [])
     return StudyPublic(

@@ -93,7 +93,7 @@ def executor_for(name: str, options: Mapping[str, Any]) -> Executor:
     return EXECUTORS[name].build(parsed)
 
 
-def setting_options(executor: str) -> tuple[str, ...]:
+def fields_from_settings(executor: str) -> tuple[str, ...]:
     """The options of `executor` that a study gives as its own settings (fabric, seed), not as options."""
     entry = EXECUTORS.get(executor)
     return entry.from_settings if entry else ()
@@ -102,7 +102,7 @@ def setting_options(executor: str) -> tuple[str, ...]:
 def settings_options(settings: Any) -> dict[str, Any]:
     """A study's executor options with the fields its executor takes from the study's own settings
     (fabric, seed). Duck-typed, so this package needs nothing of the study's."""
-    taken = {key: getattr(settings, key) for key in setting_options(settings.executor)}
+    taken = {key: getattr(settings, key) for key in fields_from_settings(settings.executor)}
     return {**settings.executor_options, **taken}
 
 

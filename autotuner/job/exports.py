@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotuner.envvars import served_problems
-from autotuner.job.fingerprint import comparable
+from autotuner.job.fingerprint import comparable, describe, describe_diff
 from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
 FORMATS = ("json", "sh", "env", "slurm")
@@ -157,6 +157,14 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
 def printable(text: str) -> str:
     """One line of printable ASCII: what may go to a terminal, a log or a comment line."""
     return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
+
+
+def mismatch_note(label: str, validated_on: Mapping[str, Any] | None, diff: Mapping[str, Any]) -> str:
+    """What differs between the stack a config was validated on and a job's, as one printable line
+    whatever the stored fingerprint holds (a newline there would be an export line): what the hook
+    warns and the service's export lines say alike."""
+    return printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
+                     f"{describe_diff(diff)}")[:600]  # fmt: skip
 
 
 def _one_line(value: object, limit: int = 60) -> str:

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autotuner.job.exports import FORMATS, checked_config, printable, render
-from autotuner.job.fingerprint import HEADER, compare, describe, describe_diff, encode, timed_detect
+from autotuner.job.exports import FORMATS, checked_config, mismatch_note, printable, render
+from autotuner.job.fingerprint import HEADER, compare, encode, timed_detect
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
@@ -281,8 +281,7 @@ def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str 
     if match is not False:
         return None
     label = config["exports"].get("AUTOTUNER_CONFIG", "the config")
-    return printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
-                      f"{describe_diff(diff)}")[:600]  # fmt: skip
+    return mismatch_note(label, validated_on, diff)
 
 
 def _comments(dropped: Dropped) -> str:

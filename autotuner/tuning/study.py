@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.executors import LaunchRequest, executor_for, settings_options
-from autotuner.executors.registry import setting_options
+from autotuner.executors.registry import fields_from_settings
 from autotuner.limits import limits, over
 from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
@@ -106,7 +106,7 @@ def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
     options, a landscape that cannot be read, a launch directory, node or GPU count the executor
     cannot take. Each node count the study will launch at is asked; nothing is sent."""
     where = f"executor {settings.executor}"
-    given = [key for key in setting_options(settings.executor) if key in settings.executor_options]
+    given = [key for key in fields_from_settings(settings.executor) if key in settings.executor_options]
     if given:
         raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "
                          "not as an executor option")  # fmt: skip
