@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -334,17 +335,27 @@ def brief(row: Candidate | None) -> CandidateBrief | None:
 def trial_public(row: Candidate) -> TrialPublic:
     trial = TrialPublic.model_validate(row, from_attributes=True)
     metrics = row.metrics if isinstance(row.metrics, dict) else {}  # a tampered row: shown without them
-    trial.breakdown_ms = metrics.get("breakdown_ms")
-    trial.dense_allreduce_bytes = metrics.get("dense_allreduce_bytes")
+    breakdown = metrics.get("breakdown_ms")
+    if isinstance(breakdown, dict) and all(_seconds(v) is not None for v in breakdown.values()):
+        trial.breakdown_ms = breakdown
+    trial.dense_allreduce_bytes = _seconds(metrics.get("dense_allreduce_bytes"))
     return trial
 
 
+def _seconds(value: Any) -> float | None:
+    """A finite number from a stored result (a duration, a size); None for what an older version
+    stored unchecked."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 def launch_public(row: Launch) -> LaunchPublic:
-    summary = row.summary or {}
+    summary = row.summary if isinstance(row.summary, dict) else {}
     return LaunchPublic(
         id=row.id, seq=row.seq, kind=row.kind, attempt=row.attempt, state=row.state, env=row.env,
         executor=row.executor, backend_id=row.backend_id, candidates=len(row.spec.get("candidates", [])),
-        error=row.error, log_tail=row.log_tail, setup_s=summary.get("setup_s"), wall_s=summary.get("wall_s"),
+        error=row.error, log_tail=row.log_tail, setup_s=_seconds(summary.get("setup_s")),
+        wall_s=_seconds(summary.get("wall_s")),
         started_at=row.started_at, finished_at=row.finished_at,
     )  # fmt: skip
 

@@ -26,6 +26,13 @@ TINY_SPEC = {
 }  # fmt: skip
 
 
+def at_rate(measured: dict, samples_per_s: float, world_size: int) -> dict:
+    """A recorded candidate result as if it had run at `samples_per_s`: its median step changed to
+    match, as the trial computes one from the other (a result where they disagree is refused)."""
+    step_ms = measured["batch_size"] * world_size * 1000 / samples_per_s
+    return {**measured, "samples_per_s": samples_per_s, "iter_ms": {**measured["iter_ms"], "median": step_ms}}
+
+
 def launches_when(store, study_name: str, ready, proc, timeout_s: float, what: str) -> list:
     """Poll a study's launches until `ready(launches)` (the tuner `proc` must stay alive meanwhile);
     fail naming `what` never happened within the deadline."""

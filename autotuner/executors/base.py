@@ -18,7 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from trials.result import SCHEMA_VERSION
+from autotuner.executors.files import log_tail, read_bounded
+from autotuner.executors.results import ResultError, parse_result
+from autotuner.limits import limits
 
 T = TypeVar("T")
 
@@ -129,19 +131,18 @@ class Executor(ABC):
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None: ...
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
-        try:
-            lines = launch.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-tail_lines:])
+        return log_tail(launch.log_path, tail_lines)
 
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
-        """The trial result, or None if the trial wrote none (crashed before, or never ran)."""
+        """The trial result, or None if the trial wrote none (crashed before, or never ran).
+        ResultError if what it wrote cannot be used (autotuner.executors.results says why)."""
         try:
-            data = json.loads(launch.result_path.read_text())
-        except (OSError, ValueError):
+            data = read_bounded(launch.result_path, limits().max_result_bytes)
+        except FileNotFoundError:
             return None
-        return data if data.get("schema_version") == SCHEMA_VERSION else None
+        except OSError as exc:
+            raise ResultError(str(exc)) from None
+        return parse_result(data, launch.spec)
 
     # ---- shared
 
@@ -199,10 +200,11 @@ class Executor(ABC):
                 run_started = now if seen_queued else started
             if run_started is not None and now - run_started > launch.timeout_s:
                 self.cancel(backend_id, launch)
+                result, _ = self._result(backend_id, launch)
                 return Outcome(
                     LaunchState.TIMEOUT,
                     backend_id,
-                    self.fetch_result(backend_id, launch),
+                    result,
                     f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
                     self.logs(backend_id, launch),
                 )
@@ -221,14 +223,24 @@ class Executor(ABC):
         outcome.request = dryrun.rendered
         return outcome
 
+    def _result(self, backend_id: str, launch: LaunchRequest) -> tuple[dict[str, Any] | None, str]:
+        """The usable result, or None and why not ("" when the trial wrote none)."""
+        try:
+            return self.fetch_result(backend_id, launch), ""
+        except ResultError as exc:
+            return None, f"its result cannot be used: {exc}"
+
     def _collect(self, backend_id: str, launch: LaunchRequest, desc: Description) -> Outcome:
-        result = self.fetch_result(backend_id, launch)
+        result, unusable = self._result(backend_id, launch)
         state, reason = desc.state, desc.reason
         if state == LaunchState.CANCELLED:
             pass
         elif result is None:
             state = LaunchState.FAILED
-            reason = reason or f"no result written (exit code {desc.exit_code})"
+            reason = (
+                "; ".join(filter(None, (reason, unusable)))
+                or f"no result written (exit code {desc.exit_code})"
+            )
         elif result.get("status") == "error":
             state = LaunchState.FAILED
             reason = result.get("error", "trial failed")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import Description, LaunchRequest, LaunchState
+from autotuner.executors.files import read_small_text
 from trials.result import ENV_PREFIXES, EXIT_BAD_INPUT, EXIT_CANDIDATE_FAILED, EXIT_LAUNCH_FAILED, EXIT_OK
 
 EXIT_CODE_FILE = "exit_code"
@@ -44,11 +45,8 @@ def exports(env: Mapping[str, str]) -> list[str]:
 
 def read_exit_code(workdir: Path) -> int | None:
     """The trial's exit code, as the launch script leaves it in `workdir/exit_code` (None: not yet)."""
-    try:
-        text = (workdir / EXIT_CODE_FILE).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.lstrip("-").isdigit() else None
+    text = read_small_text(workdir / EXIT_CODE_FILE)
+    return int(text) if text is not None and text.isascii() and text.lstrip("-").isdigit() else None
 
 
 # Exit codes of a launch script itself, before or around the trial.

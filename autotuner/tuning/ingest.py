@@ -7,6 +7,7 @@ from typing import Any
 
 from autotuner.executors import Outcome
 from autotuner.executors.base import LaunchState
+from autotuner.executors.results import candidate_problem, clip
 from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, utcnow
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.plan import PlannedLaunch
@@ -17,10 +18,11 @@ def ingest(
     ctx: StudyContext, launch: Launch, outcome: Outcome, plan: PlannedLaunch | None, search: Search | None
 ) -> list[Candidate]:
     result = outcome.result if outcome.state == LaunchState.SUCCEEDED else None
+    world_size = result["world_size"] if result else None
     rows = []
     for index, cand in enumerate(launch.spec["candidates"]):
         measured = result["candidates"][index] if result else None
-        rows.append(candidate_row(ctx, launch, index, cand, measured, outcome))
+        rows.append(candidate_row(ctx, launch, index, cand, measured, outcome, world_size))
     if search is not None:
         for row in rows:
             if row["kind"] == LaunchKind.SEARCH:
@@ -28,13 +30,14 @@ def ingest(
     saved = ctx.store.add_candidates(rows)
     summary = {k: v for k, v in (outcome.result or {}).items() if k != "candidates"} or None
     launch = ctx.store.update_launch(launch.id, state=outcome.state.value, finished_at=utcnow(), summary=summary,
-                                     error=outcome.reason or None, log_tail=outcome.log_tail or None)  # fmt: skip
+                                     error=clip(outcome.reason) if outcome.reason else None,
+                                     log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
     if result is not None:
         ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))
     elif launch.kind == LaunchKind.SEARCH and outcome.state != LaunchState.CANCELLED:
         # Crashed, hung or failed to init: never launch this env config on this cluster again.
         ctx.store.quarantine(
-            ctx.cluster_id, launch.env, f"{outcome.state.value}: {outcome.reason}", launch.id
+            ctx.cluster_id, launch.env, clip(f"{outcome.state.value}: {outcome.reason}"), launch.id
         )
     if search is not None:
         asked: list[int | None] = plan.trials if plan is not None else [None] * len(saved)
@@ -46,8 +49,8 @@ def ingest(
 
 
 def candidate_row(
-    ctx: StudyContext, launch: Launch, index: int, cand: dict[str, Any], measured: dict[str, Any] | None,
-    outcome: Outcome,
+    ctx: StudyContext, launch: Launch, index: int, cand: dict[str, Any], measured: Any, outcome: Outcome,
+    world_size: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     row: dict[str, Any] = {
         "study_id": ctx.study_id,
@@ -62,9 +65,17 @@ def candidate_row(
         "num_threads": cand.get("num_threads"),
         "pipeline": cand.get("pipeline") or ctx.workload.default_pipeline,
     }
+    problem = None if measured is None else candidate_problem(measured, cand, index, world_size)
+    if problem:  # what came back cannot be this candidate's measurement: recorded failed, kept out of metrics
+        return {
+            **row,
+            "state": CandidateState.FAILED,
+            "error": clip(f"result unusable: {problem}"),
+            "metrics": {},
+        }
     if measured is None or measured.get("status") != "ok":
         error = (measured or {}).get("error") or f"launch {outcome.state.value}: {outcome.reason}"
-        return {**row, "state": CandidateState.FAILED, "error": error, "metrics": measured or {}}
+        return {**row, "state": CandidateState.FAILED, "error": clip(error), "metrics": measured or {}}
     if "quality" in measured:  # a convergence check: scores, not timings
         return {**row, "state": CandidateState.OK, "metrics": measured}
     return {**row, **_measurement(ctx, measured)}

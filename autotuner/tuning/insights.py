@@ -16,6 +16,7 @@ The dashboard reads these through `GET /v1/studies/{id}/insights`; nothing here 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from typing import Any
@@ -54,7 +55,11 @@ def study_insights(store: Store, study: Study, importances: ImportanceCache) -> 
 
 def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any]]:
     """Where the step's time goes, for the baseline and the fastest feasible candidates."""
-    timed = [r for r in rows if r.state == "ok" and (r.metrics or {}).get("breakdown_ms")]
+    timed = [
+        r
+        for r in rows
+        if r.state == "ok" and isinstance(r.metrics, dict) and _figures(r.metrics.get("breakdown_ms"))
+    ]
     baseline = [r for r in timed if r.kind == "baseline"][:1]
     fastest = sorted((r for r in timed if r.kind != "baseline"), key=lambda r: -(r.samples_per_s or 0))
     return [
@@ -68,6 +73,18 @@ def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any
         }
         for r in baseline + fastest[: limit - len(baseline)]
     ]
+
+
+def _figures(breakdown: Any) -> bool:
+    """A stored breakdown that can be drawn (rows an older version stored unchecked may hold anything)."""
+    return (
+        isinstance(breakdown, dict)
+        and bool(breakdown)
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in breakdown.values()
+        )
+    )
 
 
 def history(rows: list[Candidate]) -> list[dict[str, Any]]:

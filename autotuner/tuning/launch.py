@@ -69,7 +69,12 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     ctx.store.update_launch(launch.id, backend_id=backend_id, request=dryrun.rendered)
     outcome = wait(ctx, backend_id, request, launch, started)
     outcome.request = dryrun.rendered
-    return ingest(ctx, launch, outcome, plan, search)
+    try:
+        return ingest(ctx, launch, outcome, plan, search)
+    except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
+        ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
+                                error=f"its result could not be recorded: {type(exc).__name__}: {exc}"[:4000])  # fmt: skip
+        raise
 
 
 def wait(

@@ -13,7 +13,7 @@ from autotuner.executors import Landscape, LaunchState, ReplayExecutor
 from autotuner.executors.base import Description
 from autotuner.store import Store, env_hash
 from autotuner.tuning import StudyDriver, StudySettings, create_study, optuna_storage
-from tests.helpers import LANDSCAPE
+from tests.helpers import LANDSCAPE, at_rate
 
 RECORDED = json.loads(LANDSCAPE.read_text())
 SPACE = {
@@ -195,7 +195,11 @@ class NodeCountingReplay(ReplayExecutor):
         dryrun = super().dryrun(launch)
         for cand in dryrun.request.result["candidates"]:
             if cand.get("status") == "ok":
-                cand["samples_per_s"] *= launch.nnodes**0.8
+                cand.update(
+                    at_rate(
+                        cand, cand["samples_per_s"] * launch.nnodes**0.8, dryrun.request.result["world_size"]
+                    )
+                )
         return dryrun
 
 

@@ -35,6 +35,7 @@ from autotuner.executors.kubernetes.executor import (
     parse_result,
     resource_name,
 )
+from autotuner.executors.results import ResultError
 from trials.result import SCHEMA_VERSION
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -447,7 +448,10 @@ RESULT = {
     "world_size": 16,
     "backend": "nccl",
     "env": {"NCCL_NSOCKS_PERTHREAD": "4"},
-    "candidates": [{"status": "ok", "iter_ms": {"median": 41.2}}],
+    "candidates": [
+        {"status": "ok", "iter_ms": {"median": 41.2}},
+        {"status": "ok", "iter_ms": {"median": 40.1}},
+    ],
 }
 POD0_LOG = f"""\
 W0601 10:00:05.123000 1 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded
@@ -654,20 +658,33 @@ def test_fetch_result_finds_index0_by_annotation_on_older_clusters(cluster):
 
 
 @pytest.mark.parametrize(
-    "log",
-    [
-        "torchrun: worker failed\nTraceback (most recent call last):\n",
-        "AUTOTUNER_RESULT {not json\n",
-        'AUTOTUNER_RESULT {"schema_version": 999, "status": "ok"}\n',
-        "AUTOTUNER_RESULT [1, 2]\n",
-        "",
-    ],
-    ids=["no-marker", "malformed", "other-schema", "not-an-object", "empty"],
+    "log", ["torchrun: worker failed\nTraceback (most recent call last):\n", ""], ids=["no-marker", "empty"]
 )
-def test_fetch_result_is_none_without_a_valid_result_line(cluster, log):
+def test_fetch_result_is_none_without_a_result_line(cluster, log):
     ex, job, request = scheduled(cluster)
     cluster.add_pod(job, 0, log=log)
     assert ex.fetch_result(job, request) is None
+
+
+@pytest.mark.parametrize(
+    ("log", "why"),
+    [
+        ("AUTOTUNER_RESULT {not json\n", "not JSON"),
+        ('AUTOTUNER_RESULT {"schema_version": 999, "status": "ok"}\n', "schema_version is 999, expected 1"),
+        ("AUTOTUNER_RESULT [1, 2]\n", "a JSON list, not an object"),
+        ("AUTOTUNER_RESULT " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        (f"AUTOTUNER_RESULT {json.dumps({**RESULT, 'candidates': RESULT['candidates'][:1]})}\n",
+         "1 candidate results for the 2 candidates the launch asked for"),
+    ],
+    ids=["malformed", "other-schema", "not-an-object", "nested", "one-short"],
+)  # fmt: skip
+def test_fetch_result_refuses_a_result_line_it_cannot_use(cluster, log, why):
+    """A marker line that is not a usable result fails the launch with the reason (autotuner.executors
+    .results), rather than reading as "no result written"."""
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=log)
+    with pytest.raises(ResultError, match=re.escape(why)):
+        ex.fetch_result(job, request)
 
 
 def test_fetch_result_is_none_without_a_pod(cluster):

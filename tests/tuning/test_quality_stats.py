@@ -270,7 +270,8 @@ def test_the_quality_launch_pairs_seeds_and_tries_each_lr_rule(ctx, monkeypatch)
         for i, cand in enumerate(spec["candidates"]):
             base = 0.575 + 0.002 * cand["model_seed"]
             needs = 1.0 if cand["batch_size"] == 512 else 1.4 if cand.get("lr_scale") is None else 1.05
-            measured = {"status": "ok", "quality": {
+            measured = {**{k: cand[k] for k in ("fwd_precision", "bwd_precision", "batch_size")}, "status": "ok",
+                        "quality": {
                 "logloss": base + 0.0001 * (cand["fwd_precision"] == "int8"), "auc": 0.76, "train_samples": budget,
                 "eval_samples": 8192, "model_seed": cand["model_seed"], "lr_scale": cand.get("lr_scale", 1.0),
                 "budget_samples": cand.get("train_samples", budget),

@@ -26,6 +26,7 @@ from autotuner.tuning.revalidate import (
     staleness,
 )
 from tests.autotuner.test_driver import RECORDED, SPACE
+from tests.helpers import at_rate
 
 OLD_STACK = {"driver_version": "550.54.15", "nccl": "2.21.5"}
 NEW_STACK = {"driver_version": "570.86.15", "nccl": "2.23.4"}
@@ -45,7 +46,7 @@ def landscape(path: Path, stack: dict, *, gain: bool = True) -> Path:
             if c["batch_size"] != 256:
                 continue
             base = at64[(json.dumps(point["env"], sort_keys=True), c["fwd_precision"], c["bwd_precision"])]
-            point["results"] = [{**r, "samples_per_s": b["samples_per_s"] * f}
+            point["results"] = [at_rate(r, b["samples_per_s"] * f, data["world_size"])
                                 for r, b, f in zip(point["results"], base["results"], (1.03, 0.97), strict=False)]  # fmt: skip
     path.write_text(json.dumps(data))
     return path

@@ -29,6 +29,7 @@ import json
 import logging
 from typing import Any
 
+from autotuner.executors import results
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
@@ -41,7 +42,7 @@ from autotuner.executors.kubernetes.manifests import (
     resource_name,
 )
 from autotuner.executors.kubernetes.options import KubernetesOptions
-from trials.result import RESULT_MARKER, SCHEMA_VERSION
+from trials.result import RESULT_MARKER
 
 __all__ = [
     "INDEX_KEY",
@@ -212,7 +213,7 @@ class KubernetesExecutor(Executor):
         return self._index0_log(backend_id, tail_lines) or ""
 
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
-        return parse_result(self._index0_log(backend_id, None) or "")
+        return parse_result(self._index0_log(backend_id, None) or "", launch.spec)
 
     # ------------------------------------------------------------------ helpers
 
@@ -301,18 +302,14 @@ def job_description(status: Any) -> Description:
     return Description(state, None, f"Job condition {key}" if state == LaunchState.UNKNOWN else "")
 
 
-def parse_result(log_text: str) -> dict[str, Any] | None:
-    """The last `AUTOTUNER_RESULT {json}` line of a log, if it is a result of our schema."""
+def parse_result(log_text: str, spec: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The last `AUTOTUNER_RESULT {json}` line of a log (None: there is none), checked as any result
+    is (ResultError if it cannot be used)."""
     marker = RESULT_MARKER + " "
     for line in reversed(log_text.splitlines()):
         at = line.find(marker)
-        if at < 0:
-            continue
-        try:
-            data = json.loads(line[at + len(marker) :])
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION else None
+        if at >= 0:
+            return results.parse_result(line[at + len(marker) :], spec)
     return None
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.files import read_small_text
 from autotuner.executors.local.netns import PORT as NODE_PORT
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from autotuner.executors.local.options import FABRIC_RATE
@@ -223,7 +224,7 @@ class LocalExecutor(Executor):
         return f"SIGTERM then SIGKILL to process tree {backend_id}"
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
-        tag = _read_text(launch.workdir / "tag")
+        tag = read_small_text(launch.workdir / "tag")
         pids = set(_descendants(int(backend_id))) | ({int(backend_id)} if _exists(int(backend_id)) else set())
         if tag:
             pids |= _tagged(tag)
@@ -371,13 +372,6 @@ def _netns_name(launch_name: str) -> str:
     name = "at-" + re.sub(r"[^a-z0-9-]", "-", launch_name.lower())[:12]
     assert _NETNS.match(name), name
     return name
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def _exists(pid: int) -> bool:

@@ -1,0 +1,230 @@
+"""What the tuner takes from a trial's result, checked before any of it is stored or believed.
+
+The result (trials/result.schema.json) is written by a process on a node into a directory anyone who can
+run jobs there could write too. A wrong type must not fail the study, an infinite throughput must not win
+it, a candidate's figures must not be credited to its neighbour. A result that cannot be used at all
+fails its launch with the reason (`parse_result` raises `ResultError`); a candidate that cannot be used
+fails alone (`candidate_problem`), the others recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trials.result import SCHEMA_VERSION
+
+MAX_TEXT = 4000  # characters of an error, a reason or a log tail that are stored and served
+# How far samples/s may stray from batch x world size / median step (the trial computes it so).
+RATE_TOLERANCE = 0.01
+
+
+class ResultError(ValueError):
+    """The result cannot be used at all: its launch fails with this reason."""
+
+
+def clip(text: object, limit: int = MAX_TEXT) -> str:
+    """Text as stored: a string, at most `limit` characters and a note of what was cut."""
+    text = text if isinstance(text, str) else repr(text)
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit:,} more characters]"
+
+
+# ------------------------------------------------------------------------------ value checks
+# Each says what a value should be ("" when it is that), in words for the reason a launch fails with.
+
+
+def _number(minimum: float = 0.0, *, above: bool = False) -> Callable[[Any], str]:
+    def check(v: Any) -> str:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > minimum if above else v >= minimum)
+        return "" if ok else f"a finite number {'>' if above else '>='} {minimum:g}"
+
+    return check
+
+
+def _count(v: Any) -> str:
+    return "" if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else "an integer >= 1"
+
+
+def _text(v: Any) -> str:
+    return "" if isinstance(v, str) else "a string"
+
+
+def _texts(v: Any) -> str:
+    return "" if isinstance(v, list) and all(isinstance(x, str) for x in v) else "a list of strings"
+
+
+def _text_map(v: Any) -> str:
+    ok = isinstance(v, dict) and all(isinstance(x, (str, type(None))) for x in v.values())
+    return "" if ok else "an object of strings"
+
+
+def _object(v: Any) -> str:
+    return "" if isinstance(v, dict) else "an object"
+
+
+def _curve(v: Any) -> str:
+    pair = _number()
+    ok = isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and not pair(p[0]) and not pair(p[1]) for p in v
+    )
+    return "" if ok else "a list of [samples, log loss] pairs of finite numbers"
+
+
+def _optional(check: Callable[[Any], str]) -> Callable[[Any], str]:
+    return lambda v: "" if v is None else check(v) and f"{check(v)} or null"
+
+
+def _problems(data: Mapping[str, Any], fields: Mapping[str, Callable[[Any], str]], where: str) -> str | None:
+    """The first field of `data` that is not what it should be (a missing one reads as null)."""
+    for name, check in fields.items():
+        want = check(data.get(name))
+        if want:
+            return f"{where}{name} is {_shown(data.get(name))}, expected {want}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    return "missing" if value is None else clip(json.dumps(value, default=str), 60)
+
+
+# What the tuner reads of a result's own facts (the cluster's fingerprint, where NCCL ran, the cost).
+_TOP = {
+    "world_size": _count,
+    "nnodes": _optional(_count),
+    "local_world_size": _optional(_count),
+    "setup_s": _optional(_number()),
+    "wall_s": _optional(_number()),
+    "backend": _optional(_text),
+    "device": _optional(_text),
+    "device_name": _optional(_text),
+    "driver_version": _optional(_text),
+    "hosts": _optional(_texts),
+    "versions": _optional(_text_map),
+    "env": _optional(_text_map),
+    "nccl_effective": _optional(_object),
+}
+_NCCL_EFFECTIVE = {
+    "network": _optional(_text),
+    "ofi_plugin_version": _optional(_text),
+    "ofi_provider": _optional(_text),
+    "transport_kinds": _optional(_texts),
+    "nnodes": _optional(_count),
+}
+_STATS = {"median": _number(), "cv": _number()}
+_TIMING = {
+    "samples_per_s": _number(above=True),
+    "iter_ms": _object,
+    "a2a_ms": _object,
+    "a2a_bytes_per_iter": _number(),
+    "busbw_gbps": _number(),
+    "dense_allreduce_bytes": _optional(_number()),
+    "effective_fwd_precision": _optional(_text),
+    "effective_bwd_precision": _optional(_text),
+    "quant_error": _optional(_object),
+    "breakdown_ms": _optional(_object),
+}
+_QUANT = {"fwd_rel_l2": _optional(_number()), "bwd_rel_l2": _optional(_number())}
+_QUALITY = {
+    "logloss": _number(),
+    "auc": _number(),
+    "train_samples": _count,
+    "eval_samples": _count,
+    "budget_samples": _optional(_count),
+    "model_seed": _optional(_number()),
+    "curve": _optional(_curve),
+}
+# A candidate is recorded as what the launch asked for: these must be what it asked.
+_IDENTITY = ("fwd_precision", "bwd_precision", "batch_size")
+_IDENTITY_IF_GIVEN = ("sharding", "pipeline", "num_threads")
+
+
+# ------------------------------------------------------------------------------ the result
+
+
+def parse_result(data: bytes | str, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result as the tuner may use it; ResultError naming what is wrong otherwise. With the launch's
+    `spec`, it must hold one result per candidate the launch asked for."""
+    try:
+        result = json.loads(data)
+    except RecursionError:
+        raise ResultError("its JSON is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ResultError(f"not JSON ({clip(exc, 200)})") from None
+    if not isinstance(result, dict):
+        raise ResultError(f"a JSON {type(result).__name__}, not an object")
+    if result.get("schema_version") != SCHEMA_VERSION:
+        raise ResultError(
+            f"schema_version is {_shown(result.get('schema_version'))}, expected {SCHEMA_VERSION}"
+        )
+    status = result.get("status")
+    if status == "error":  # the launch failed as a whole (trials.run.error_result)
+        error = result.get("error")
+        if not isinstance(error, str) or not error.strip():
+            raise ResultError("status is error, with no error message")
+        return {**result, "error": clip(error)}
+    if status not in ("ok", "partial", "failed"):
+        raise ResultError(f"status is {_shown(status)}, expected ok, partial, failed or error")
+    problem = _problems(result, _TOP, "") or _problems(result.get("nccl_effective") or {}, _NCCL_EFFECTIVE,
+                                                       "nccl_effective.")  # fmt: skip
+    if problem:
+        raise ResultError(problem)
+    candidates = result.get("candidates")
+    if not isinstance(candidates, list):
+        raise ResultError(f"candidates is {_shown(candidates)}, expected a list")
+    asked = None if spec is None else len(spec.get("candidates") or [])
+    if asked is not None and len(candidates) != asked:
+        raise ResultError(
+            f"{len(candidates)} candidate results for the {asked} candidates the launch asked for"
+        )
+    return result
+
+
+def candidate_problem(
+    measured: Any, planned: Mapping[str, Any], index: int, world_size: int | None
+) -> str | None:
+    """Why candidate `index`'s result cannot be recorded for the candidate `planned` (None: it can).
+    `world_size`: the result's, which a timing's samples/s must agree with (None: not checked)."""
+    if not isinstance(measured, dict):
+        return f"candidate {index}'s result is {_shown(measured)}, expected an object"
+    if measured.get("index", index) != index:
+        return f"candidate {index}'s result says it is candidate {_shown(measured.get('index'))}"
+    for key in (*_IDENTITY, *_IDENTITY_IF_GIVEN):
+        want, got = planned.get(key), measured.get(key)
+        if got != want and (key in _IDENTITY or (want is not None and got is not None)):
+            return (
+                f"candidate {index}'s result is for {key} {_shown(got)}, the launch asked for {_shown(want)}"
+            )
+    status = measured.get("status")
+    if status == "failed":
+        return None
+    if status != "ok":
+        return f"candidate {index}: status is {_shown(status)}, expected ok or failed"
+    if "quality" in measured:
+        quality = measured["quality"]
+        if not isinstance(quality, dict):
+            return f"candidate {index}: quality is {_shown(quality)}, expected an object"
+        return _problems(quality, _QUALITY, f"candidate {index}: quality.")
+    return _timing_problem(measured, index, world_size)
+
+
+def _timing_problem(measured: dict[str, Any], index: int, world_size: int | None) -> str | None:
+    where = f"candidate {index}: "
+    problem = (
+        _problems(measured, _TIMING, where)
+        or _problems(measured["iter_ms"], _STATS, f"{where}iter_ms.")
+        or _problems(measured["a2a_ms"], {"median": _number()}, f"{where}a2a_ms.")
+        or _problems(measured.get("quant_error") or {}, _QUANT, f"{where}quant_error.")
+        or _problems(measured.get("breakdown_ms") or {}, dict.fromkeys(measured.get("breakdown_ms") or {}, _number()),
+                     f"{where}breakdown_ms.")
+    )  # fmt: skip
+    if problem or world_size is None:
+        return problem
+    step_ms, rate = measured["iter_ms"]["median"], measured["samples_per_s"]
+    implied = measured["batch_size"] * world_size * 1000 / step_ms if step_ms > 0 else math.inf
+    if abs(rate - implied) > RATE_TOLERANCE * implied:
+        return (f"{where}samples_per_s {rate:.6g} is not batch {measured['batch_size']} x world size "
+                f"{world_size} / median step {step_ms:.6g} ms = {implied:.6g}")  # fmt: skip
+    return None

@@ -1,0 +1,123 @@
+"""A study survives what a launch directory may hold: a result with a wrong-typed or infinite figure,
+a result that is not a file, an error message or log of megabytes. The bad launch or candidate fails
+with the reason, every other one is recorded, the study concludes, and nothing stays "running"."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.executors import Landscape, ReplayExecutor
+from autotuner.executors.results import MAX_TEXT
+from autotuner.store import Store
+from autotuner.tuning import StudyDriver
+from tests.autotuner.test_driver import study_with
+from tests.helpers import LANDSCAPE
+
+BIG = 4 << 20  # 4 MiB of error message and of one log line
+
+
+def infinite_first(launch, result):
+    result["candidates"][0]["samples_per_s"] = math.inf
+    launch.result_path.write_text(json.dumps(result))
+
+
+def a_fifo(launch, result):
+    launch.result_path.unlink()
+    os.mkfifo(launch.result_path)
+
+
+def megabytes_of_error(launch, result):
+    launch.result_path.write_text(json.dumps({"schema_version": 1, "status": "error", "error": "E" * BIG}))
+    launch.log_path.write_text("L" * BIG + "\nthe last line\n")
+
+
+class TamperingReplay(ReplayExecutor):
+    """Replays the landscape, then rewrites what the first search launches left (by launch name)."""
+
+    def __init__(self, tamper: dict, **kwargs):
+        super().__init__(Landscape.load(LANDSCAPE), **kwargs)
+        self.tamper = tamper
+
+    def schedule(self, dryrun):
+        backend_id = super().schedule(dryrun)
+        seq = int(dryrun.launch.name.rsplit("-l", 1)[1])
+        if seq in self.tamper:
+            self.tamper[seq](dryrun.launch, json.loads(dryrun.launch.result_path.read_text()))
+        return backend_id
+
+
+def test_a_study_concludes_past_hostile_results_and_says_why_each_failed(store: Store, tmp_path):
+    study = study_with(store, tmp_path, trials=4)
+    executor = TamperingReplay({2: infinite_first, 3: a_fifo, 4: megabytes_of_error}, seed=7)
+    final = StudyDriver(store, study.id, executor, poll_s=0.01).run()
+    assert final.state == "done", final.error
+    launches = {launch.seq: launch for launch in store.launches(study.id)}
+    assert all(launch.state in ("succeeded", "failed") for launch in launches.values())
+
+    # the infinite figure: its candidate failed alone, its neighbours recorded
+    first, *rest = store.candidates(study.id, launch_id=launches[2].id)
+    assert launches[2].state == "succeeded"
+    assert first.state == "failed"
+    assert first.samples_per_s is None
+    assert "samples_per_s is Infinity, expected a finite number > 0" in first.error
+    assert rest
+    assert all(c.state == "ok" and math.isfinite(c.samples_per_s) for c in rest)
+    best = store.candidate(final.best_candidate_id)
+    assert best is not None
+    assert math.isfinite(best.samples_per_s)
+
+    # the FIFO: the launch failed at once with the reason (a blocking read would hang this test)
+    assert launches[3].state == "failed"
+    assert launches[3].error == "its result cannot be used: result.json is not a regular file"
+
+    # megabytes of error and log: stored and served bounded
+    assert launches[4].state == "failed"
+    assert len(launches[4].error) < MAX_TEXT + 100
+    assert launches[4].log_tail.endswith("the last line")
+    assert len(launches[4].log_tail) < MAX_TEXT + 100
+    assert all(len(c.error) < MAX_TEXT + 100 for c in store.candidates(study.id, launch_id=launches[4].id))
+
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        served = client.get(f"/v1/studies/{study.id}/launches")
+        assert served.status_code == 200
+        assert len(served.content) < 200_000
+        errors = {launch["seq"]: launch["error"] for launch in served.json()}
+        assert "not a regular file" in errors[3]
+        assert client.get(f"/v1/studies/{study.id}/insights").status_code == 200
+
+
+def test_rows_an_older_version_stored_unchecked_are_served_without_the_bad_figures(store: Store, tmp_path):
+    """Before results were checked, a wrong-typed figure went into the store as it came: those rows are
+    served with the figure left out (null), never a 500 for the whole page."""
+    study = study_with(store, tmp_path)
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    launch = store.launches(study.id)[0]
+    (baseline,) = store.candidates(study.id, launch_id=launch.id)
+    metrics = {**baseline.metrics, "breakdown_ms": {"compute": "slow"}, "dense_allreduce_bytes": "lots"}
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE at_launches SET summary = :s WHERE id = :id"),
+                     {"s": json.dumps({"setup_s": "soon", "wall_s": [1]}), "id": launch.id})  # fmt: skip
+        conn.execute(text("UPDATE at_candidates SET metrics = :m WHERE id = :id"),
+                     {"m": json.dumps(metrics), "id": baseline.id})  # fmt: skip
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        launches = client.get(f"/v1/studies/{study.id}/launches")
+        assert launches.status_code == 200
+        served = {row["id"]: row for row in launches.json()}[launch.id]
+        assert (served["setup_s"], served["wall_s"]) == (None, None)
+        trials = client.get(f"/v1/studies/{study.id}/trials", params={"limit": 500})
+        assert trials.status_code == 200
+        row = {t["id"]: t for t in trials.json()["data"]}[baseline.id]
+        assert (row["breakdown_ms"], row["dense_allreduce_bytes"]) == (None, None)
+        insights = client.get(f"/v1/studies/{study.id}/insights")
+        assert insights.status_code == 200
+        assert baseline.id not in [b["id"] for b in insights.json()["breakdown"]]

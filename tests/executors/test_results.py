@@ -1,0 +1,163 @@
+"""A trial's result is checked before the tuner stores or believes any of it (autotuner.executors.results).
+
+Real results pass whole: every result recorded in the replay landscape and a real trial's result. Each
+hostile variant of one is refused with a reason that names the field: the whole result when it cannot be
+used at all, one candidate when only that candidate's figures are wrong."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+from autotuner.executors.results import MAX_TEXT, ResultError, candidate_problem, clip, parse_result
+from tests.helpers import DATA, LANDSCAPE
+
+REAL = json.loads((DATA / "trial-result-dlrm.json").read_text())
+SPEC = {
+    "candidates": [
+        {k: c[k] for k in ("fwd_precision", "bwd_precision", "batch_size")} for c in REAL["candidates"]
+    ]
+}
+
+
+def text(result: object) -> str:
+    return json.dumps(result)
+
+
+def test_real_results_pass_whole():
+    assert parse_result(text(REAL), SPEC) == REAL
+    for index, (planned, measured) in enumerate(zip(SPEC["candidates"], REAL["candidates"], strict=True)):
+        assert candidate_problem(measured, planned, index, REAL["world_size"]) is None
+
+
+def test_every_recorded_landscape_result_passes():
+    landscape = json.loads(LANDSCAPE.read_text())
+    checked = 0
+    for point in landscape["points"]:
+        for measured in point["results"]:
+            problem = candidate_problem(
+                measured, point["candidate"], measured["index"], landscape["world_size"]
+            )
+            assert problem is None, (point["candidate"], problem)
+            checked += 1
+    assert checked >= 32  # the whole grid, every repeat
+
+
+def but(**changes) -> dict:
+    result = copy.deepcopy(REAL)
+    result.update(changes)
+    return result
+
+
+# A result no part of which can be used: the launch fails with this reason.
+WHOLE = {
+    "not JSON": (b'{"schema_version": 1, "status": "ok"', "not JSON"),
+    "not UTF-8": (text(REAL).encode()[:-3] + b'\xff\xfe"}', "not JSON"),
+    "nested 100,000 deep": ('{"schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    "a list": ("[1, 2]", "a JSON list, not an object"),
+    "another schema": (text(but(schema_version=2)), "schema_version is 2, expected 1"),
+    "an unknown status": (text(but(status="great")), 'status is "great"'),
+    "an error without a message": (text({"schema_version": 1, "status": "error", "error": {"a": 1}}),
+                                   "status is error, with no error message"),
+    "no candidates": (text({k: v for k, v in REAL.items() if k != "candidates"}), "candidates is missing"),
+    "candidates not a list": (text(but(candidates=5)), "candidates is 5, expected a list"),
+    "one candidate short": (text(but(candidates=REAL["candidates"][:1])),
+                            "1 candidate results for the 3 candidates the launch asked for"),
+    "world size a string": (text(but(world_size="2")), 'world_size is "2", expected an integer >= 1'),
+    "world size true": (text(but(world_size=True)), "world_size is true, expected an integer >= 1"),
+    "setup_s a string": (text(but(setup_s="soon")), 'setup_s is "soon", expected a finite number >= 0 or null'),
+    "wall_s infinite": (text(but(wall_s=math.inf)), "wall_s is Infinity"),
+    "env of numbers": (text(but(env={"NCCL_NSOCKS_PERTHREAD": 4})), "env is"),
+    "nccl_effective a list": (text(but(nccl_effective=[1])), "nccl_effective is [1], expected an object"),
+    "a network that is not a name": (text(but(nccl_effective={"network": ["Socket"]})), "nccl_effective.network"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "why"), list(WHOLE.values()), ids=list(WHOLE))
+def test_a_result_that_cannot_be_used_is_refused_with_the_reason(data, why):
+    with pytest.raises(ResultError, match=why.replace("(", r"\(").replace("[", r"\[")):
+        parse_result(data, SPEC)
+
+
+def test_an_error_result_keeps_a_bounded_message():
+    result = parse_result(text({"schema_version": 1, "status": "error", "error": "E" * 100_000}), SPEC)
+    assert result["error"].startswith("E" * MAX_TEXT)
+    assert len(result["error"]) < MAX_TEXT + 100
+
+
+def first(**changes) -> dict:
+    measured = copy.deepcopy(REAL["candidates"][0])
+    measured.update(changes)
+    return measured
+
+
+# One candidate's figures that cannot be its measurement: it fails alone.
+CANDIDATE = {
+    "not an object": ("x", "candidate 0's result is \"x\", expected an object"),
+    "another index": (first(index=1), "candidate 0's result says it is candidate 1"),
+    "another precision": (first(fwd_precision="int8"), 'fwd_precision "int8", the launch asked for "fp32"'),
+    "another batch": (first(batch_size=999_999), "batch_size 999999, the launch asked for"),
+    "an unknown status": (first(status=None), "status is missing, expected ok or failed"),
+    "NaN samples/s": (first(samples_per_s=math.nan), "samples_per_s is NaN, expected a finite number > 0"),
+    "infinite samples/s": (first(samples_per_s=math.inf), "samples_per_s is Infinity"),
+    "negative samples/s": (first(samples_per_s=-5.0), "samples_per_s is -5.0, expected a finite number > 0"),
+    "samples/s a string": (first(samples_per_s="fast"), 'samples_per_s is "fast"'),
+    "samples/s true": (first(samples_per_s=True), "samples_per_s is true"),
+    "1e308 samples/s": (first(samples_per_s=1e308), "samples_per_s 1e+308 is not batch"),
+    "no step times": ({k: v for k, v in first().items() if k != "iter_ms"}, "iter_ms is missing, expected an object"),
+    "a NaN median step": (first(iter_ms={**REAL["candidates"][0]["iter_ms"], "median": math.nan}),
+                          "iter_ms.median is NaN"),
+    "a string cv": (first(iter_ms={**REAL["candidates"][0]["iter_ms"], "cv": "x"}), 'iter_ms.cv is "x"'),
+    "a string busbw": (first(busbw_gbps="x"), 'busbw_gbps is "x"'),
+    "a string quant error": (first(quant_error={"fwd_rel_l2": "0.1", "bwd_rel_l2": None}),
+                             'quant_error.fwd_rel_l2 is "0.1"'),
+    "a NaN quant error": (first(quant_error={"fwd_rel_l2": math.nan, "bwd_rel_l2": None}),
+                          "quant_error.fwd_rel_l2 is NaN"),
+    "a breakdown that is a list": (first(breakdown_ms=[1, 2]), "breakdown_ms is [1, 2], expected an object"),
+    "a string in the breakdown": (first(breakdown_ms={"compute": "slow"}), 'breakdown_ms.compute is "slow"'),
+    "an object as precision": (first(effective_fwd_precision={"x": 1}), "effective_fwd_precision is"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("measured", "why"), list(CANDIDATE.values()), ids=list(CANDIDATE))
+def test_a_candidate_whose_figures_cannot_be_its_measurement_fails_alone(measured, why):
+    problem = candidate_problem(measured, SPEC["candidates"][0], 0, REAL["world_size"])
+    assert problem is not None
+    assert why in problem
+
+
+def test_a_failed_candidate_needs_no_figures():
+    failed = {**SPEC["candidates"][0], "index": 0, "status": "failed", "error": "rank 1: OOM"}
+    assert candidate_problem(failed, SPEC["candidates"][0], 0, 2) is None
+
+
+QUALITY = {"logloss": 0.58, "auc": 0.76, "train_samples": 65536, "eval_samples": 8192, "model_seed": 1,
+           "budget_samples": 65536, "curve": [[16384, 0.6], [65536, 0.58]]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("quality", "why"),
+    [
+        ({**QUALITY, "logloss": math.nan}, "quality.logloss is NaN"),
+        ({**QUALITY, "auc": "0.7"}, 'quality.auc is "0.7"'),
+        ({**QUALITY, "train_samples": 0}, "quality.train_samples is 0, expected an integer >= 1"),
+        ({**QUALITY, "curve": [[1, "x"]]}, "quality.curve is"),
+        ("scores", 'quality is "scores", expected an object'),
+    ],
+    ids=["nan-logloss", "string-auc", "no-samples", "bad-curve", "not-an-object"],
+)
+def test_a_convergence_score_must_be_finite_numbers(quality, why):
+    planned = SPEC["candidates"][0]
+    assert candidate_problem({**planned, "status": "ok", "quality": QUALITY}, planned, 0, 2) is None
+    problem = candidate_problem({**planned, "status": "ok", "quality": quality}, planned, 0, 2)
+    assert problem is not None
+    assert why in problem
+
+
+def test_clip_keeps_short_text_and_says_what_it_cut():
+    assert clip("short") == "short"
+    assert clip({"a": 1}) == "{'a': 1}"
+    assert clip("x" * 50, 10) == "x" * 10 + " [... 40 more characters]"
