@@ -13,7 +13,7 @@ import math
 import pytest
 
 from autotuner.executors.results import MAX_TEXT, ResultError, candidate_problem, clip, parse_result
-from tests.helpers import DATA, LANDSCAPE
+from tests.helpers import DATA, LANDSCAPE, REPO
 
 REAL = json.loads((DATA / "trial-result-dlrm.json").read_text())
 SPEC = {
@@ -161,3 +161,17 @@ def test_clip_keeps_short_text_and_says_what_it_cut():
     assert clip("short") == "short"
     assert clip({"a": 1}) == "{'a': 1}"
     assert clip("x" * 50, 10) == "x" * 10 + " [... 40 more characters]"
+
+
+def test_what_the_tuner_requires_the_trial_promises():
+    """Every figure the tuner refuses to do without is one the result schema requires of the trial
+    (trials/result.schema.json): the two sides of the contract cannot drift apart unnoticed."""
+    from autotuner.executors import results
+
+    schema = json.loads((REPO / "trials" / "result.schema.json").read_text())
+    timing = schema["properties"]["candidates"]["items"]["then"]["required"]
+    required = [k for k, check in results._TIMING.items() if check(None)]  # a check that refuses null
+    assert required == ["samples_per_s", "iter_ms", "a2a_ms", "a2a_bytes_per_iter", "busbw_gbps"]
+    assert set(required) <= set(timing)
+    assert [k for k, check in results._TOP.items() if check(None)] == ["world_size"]
+    assert "world_size" in schema["required"]
