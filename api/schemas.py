@@ -5,9 +5,19 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
 
 from autotuner.cli.claim_report import ClaimText, claim_text
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
@@ -323,23 +333,60 @@ class LintPublic(BaseModel):
     problems: list[ProblemPublic]
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def salvaged(model: type[M], data: dict[str, Any]) -> M:
+    """`model` of a stored row; a field whose stored value does not validate (an older version's, or a
+    hand's) is shown empty and named in `error`: the row is listed, the page is not a 500."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        bad = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+    note = f"stored {', '.join(bad)} cannot be read (shown empty)"
+    error = data.get("error")
+    fixed = {**data, **{name: _empty(model.model_fields[name]) for name in bad if name in model.model_fields}}
+    return model.model_validate({**fixed, "error": f"{error}; {note}" if isinstance(error, str) else note})
+
+
+def _empty(field: FieldInfo) -> Any:
+    if not field.is_required():
+        return field.get_default(call_default_factory=True)
+    kind = field.annotation
+    if get_origin(kind) in (Union, UnionType):
+        if type(None) in get_args(kind):
+            return None
+        kind = get_args(kind)[0]
+    empty: dict[Any, Any] = {dict: {}, list: [], str: "", int: 0, float: 0.0, bool: False}
+    return empty.get(get_origin(kind) or kind)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def brief(row: Candidate | None) -> CandidateBrief | None:
     if row is None:
         return None
-    return CandidateBrief(
-        id=row.id, env=row.env, fwd_precision=row.fwd_precision, bwd_precision=row.bwd_precision,
-        batch_size=row.batch_size, sharding=row.sharding, samples_per_s=row.samples_per_s,
-    )  # fmt: skip
+    try:
+        return CandidateBrief(
+            id=row.id, env=row.env, fwd_precision=row.fwd_precision, bwd_precision=row.bwd_precision,
+            batch_size=row.batch_size, sharding=row.sharding, samples_per_s=row.samples_per_s,
+        )  # fmt: skip
+    except ValidationError:  # a row stored wrong: its study is listed without it (its trials page says why)
+        return None
 
 
 def trial_public(row: Candidate) -> TrialPublic:
-    trial = TrialPublic.model_validate(row, from_attributes=True)
-    metrics = row.metrics if isinstance(row.metrics, dict) else {}  # a tampered row: shown without them
+    data = {name: getattr(row, name, None) for name in TrialPublic.model_fields}
+    metrics = _object(row.metrics)  # a tampered row: shown without them
     breakdown = metrics.get("breakdown_ms")
-    if isinstance(breakdown, dict) and all(_seconds(v) is not None for v in breakdown.values()):
-        trial.breakdown_ms = breakdown
-    trial.dense_allreduce_bytes = _seconds(metrics.get("dense_allreduce_bytes"))
-    return trial
+    ok = isinstance(breakdown, dict) and all(_seconds(v) is not None for v in breakdown.values())
+    data.update(
+        breakdown_ms=breakdown if ok else None,
+        dense_allreduce_bytes=_seconds(metrics.get("dense_allreduce_bytes")),
+    )
+    return salvaged(TrialPublic, data)
 
 
 def _seconds(value: Any) -> float | None:
@@ -350,22 +397,25 @@ def _seconds(value: Any) -> float | None:
 
 
 def launch_public(row: Launch) -> LaunchPublic:
-    summary = row.summary if isinstance(row.summary, dict) else {}
-    return LaunchPublic(
+    summary = _object(row.summary)
+    candidates = _object(row.spec).get("candidates")
+    return salvaged(LaunchPublic, dict(
         id=row.id, seq=row.seq, kind=row.kind, attempt=row.attempt, state=row.state, env=row.env,
-        executor=row.executor, backend_id=row.backend_id, candidates=len(row.spec.get("candidates", [])),
+        executor=row.executor, backend_id=row.backend_id,
+        candidates=len(candidates) if isinstance(candidates, list) else "unreadable",
         error=row.error, log_tail=row.log_tail, setup_s=_seconds(summary.get("setup_s")),
         wall_s=_seconds(summary.get("wall_s")),
         started_at=row.started_at, finished_at=row.finished_at,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def study_public(
     row: Study, counts: dict[str, int], best: Candidate | None, baseline: Candidate | None
 ) -> StudyPublic:
-    budget = row.settings.get("trials")
+    budget, done = _object(row.settings).get("trials"), row.launches_done
+    counted = all(isinstance(n, int) and not isinstance(n, bool) for n in (budget, done))
     progress = (
-        1.0 if row.state == StudyState.DONE else (min(1.0, row.launches_done / budget) if budget else 0.0)
+        1.0 if row.state == StudyState.DONE else (min(1.0, done / budget) if counted and budget else 0.0)
     )
     error = row.error
     try:
@@ -374,12 +424,14 @@ def study_public(
         outcome = None
         error = f"{error + '; ' if error else ''}its stored outcome cannot be read: {exc}"[:2000]
     said = outcome or Outcome()  # before it concludes: the inert knobs alone
-    claim = claim_text(said.ladder or [], said.quality, row.inert, row.space.get("force_inert") or [])
-    return StudyPublic(
+    inert = {k: v for k, v in _object(row.inert).items() if isinstance(v, str)}
+    forced = _object(row.space).get("force_inert")
+    claim = claim_text(said.ladder or [], said.quality, inert, forced if isinstance(forced, list) else [])
+    return salvaged(StudyPublic, dict(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
         trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
         owner=row.owner,
         created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-    )  # fmt: skip
+    ))  # fmt: skip

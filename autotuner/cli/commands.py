@@ -147,7 +147,8 @@ def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
     from autotuner.cli.claim_report import inert_lines
     from autotuner.executors import make_executor
-    from autotuner.tuning import StudyBusy, StudyDriver
+    from autotuner.tuning import StudyBusy
+    from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
     store = _store(options["db"])
     row = store.study(options["study"]) if options["study"] else None
@@ -158,10 +159,14 @@ def tune(**options: Any) -> None:
             err.print(line, highlight=False)
     else:
         err.print(f"resuming study [bold]{row.name}[/bold] (id {row.id}, {row.state})")
-    settings = StudySettings.model_validate(row.settings)
-    with _progress_bar((settings.trials or 0) + 1) as progress:
+    budget = row.settings.get("trials") if isinstance(row.settings, dict) else None
+    with _progress_bar((budget if isinstance(budget, int) else 0) + 1) as progress:
         try:
-            final = StudyDriver(store, row.id, make_executor(settings), progress=progress).run()
+            driver = driver_for(store, row, make_executor, progress=progress)
+        except UNRUNNABLE as exc:
+            raise _fail(cannot_run(store, row.id, exc), 1) from exc
+        try:
+            final = driver.run()
         except StudyBusy as exc:
             raise _fail(str(exc), 3) from exc
     _print_outcome(store, final)

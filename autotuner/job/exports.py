@@ -92,8 +92,8 @@ def config_to_dict(row: Any, validation: Mapping[str, Any] | None = None) -> dic
         "pipeline": row.pipeline,
         "lr_scale": row.lr_scale,
         "exports": exports,
-        "evidence": row.evidence,
-        "fingerprint": row.fingerprint,
+        "evidence": row.evidence if isinstance(row.evidence, dict) else {},  # a row written by hand: none
+        "fingerprint": row.fingerprint if isinstance(row.fingerprint, dict) else {},
         "study_id": row.study_id,
         "validated_at": _iso((validation or {}).get("validated_at") or row.created_at),
         "validated_on": dict(

@@ -302,7 +302,7 @@ def digest(fingerprint: Mapping[str, Any]) -> str:
 def comparable(recorded: Mapping[str, Any] | None, nodes: int | None = None) -> dict[str, str]:
     """A trial's recorded fingerprint (autotuner.tuning.ingest.fingerprint) in the comparable shape.
     The GPU model only where the trial ran on CUDA (on CPU its device name is the processor's)."""
-    recorded = recorded or {}
+    recorded = recorded if isinstance(recorded, Mapping) else {}  # a row written by hand: nothing known
     versions = recorded.get("versions") or {}
     out = {
         "gpu": recorded.get("device_name") if recorded.get("device") == "cuda" else None,

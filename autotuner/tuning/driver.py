@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
+from typing import Any
 
 from autotuner.executors import Executor
+from autotuner.executors.results import clip
 from autotuner.names import BadName, check_name
 from autotuner.store import TERMINAL, Candidate, LaunchKind, Store, Study, StudyState, utcnow
 from autotuner.tuning.claim import honest_claim
@@ -40,8 +43,30 @@ from autotuner.tuning.publish import publish
 from autotuner.tuning.recover import recover
 from autotuner.tuning.scaling import scaling_curve
 from autotuner.tuning.search import Search
+from autotuner.tuning.settings import StudySettings
 
 log = logging.getLogger("autotuner.tuning")
+
+
+# What a study's stored rows raise when they no longer describe a study that can run (settings or space
+# that fail validation, an executor that cannot be built from them): that study fails, the others run.
+UNRUNNABLE = (ValueError, TypeError, KeyError, AttributeError, OSError)
+
+
+def driver_for(store: Store, study: Study, make_executor: Callable[[StudySettings], Executor],
+               **kwargs: Any) -> StudyDriver:  # fmt: skip
+    """The driver of a stored study; UNRUNNABLE if its rows cannot give one (see cannot_run)."""
+    return StudyDriver(store, study.id, make_executor(StudySettings.model_validate(study.settings)), **kwargs)
+
+
+def cannot_run(store: Store, study_id: int, exc: BaseException) -> str:
+    """Fail a study whose stored rows cannot give a driver, with the reason, so no runner picks it again."""
+    why = clip(f"this study cannot run: {type(exc).__name__}: {exc}")
+    try:
+        store.update_study(study_id, state=StudyState.FAILED, error=why, finished_at=utcnow())
+    except Exception:  # the store itself is in trouble: the next tick tries again
+        log.exception("study %s: could not record that it cannot run", study_id)
+    return why
 
 
 class StudyDriver:

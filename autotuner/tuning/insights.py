@@ -42,15 +42,27 @@ TOO_FEW = "too few trials to rank knobs ({n} completed, {need} needed)"
 def study_insights(store: Store, study: Study, importances: ImportanceCache) -> dict[str, Any]:
     """Chart data: optimization history, parameter importance with its noise floor, the best throughput
     of each precision x batch size, and where the step's time goes."""
-    rows = store.candidates(study.id, kinds=SEARCH_KINDS)
+    rows = [r for r in store.candidates(study.id, kinds=SEARCH_KINDS) if _drawable(r)]
+    space = study.space if isinstance(study.space, dict) else {}
     return {
         "study_id": study.id,
         "state": study.state,
         "history": history(rows),
         "importance": importances.importance(study.id),
-        "matrix": precision_batch_matrix(rows, study.space),
+        "matrix": precision_batch_matrix(rows, space),
         "breakdown": step_breakdown(rows),
     }
+
+
+def _drawable(row: Candidate) -> bool:
+    """A row whose figures can be charted (one an older version, or a hand, stored wrong is left out)."""
+    rate = row.samples_per_s
+    return (
+        isinstance(row.fwd_precision, str)
+        and isinstance(row.bwd_precision, str)
+        and isinstance(row.batch_size, int)
+        and (rate is None or (isinstance(rate, (int, float)) and math.isfinite(rate)))
+    )
 
 
 def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any]]:
@@ -111,11 +123,18 @@ def history(rows: list[Candidate]) -> list[dict[str, Any]]:
     return points
 
 
+def _listed(space: dict[str, Any], key: str) -> list[Any]:
+    value = space.get(key)
+    return value if isinstance(value, list) else []
+
+
 def precision_batch_matrix(rows: list[Candidate], space: dict[str, Any]) -> dict[str, Any]:
     """Best feasible samples/s per (precision, batch size): rows follow the space's order."""
-    declared = [f"{f}/{b}" for f, b in space.get("precisions") or []]
+    pairs = _listed(space, "precisions")
+    declared = [f"{p[0]}/{p[1]}" for p in pairs if isinstance(p, list) and len(p) == 2]
     precisions = list(dict.fromkeys(declared + [f"{r.fwd_precision}/{r.bwd_precision}" for r in rows]))
-    batches = sorted({*(b for b in space.get("batch_sizes") or [] if isinstance(b, int)),
+    sizes = _listed(space, "batch_sizes")
+    batches = sorted({*(b for b in sizes if isinstance(b, int)),
                       *(r.batch_size for r in rows)})  # fmt: skip
     best: dict[tuple[str, int], float] = {}
     measured: dict[tuple[str, int], int] = {}

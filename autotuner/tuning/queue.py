@@ -17,7 +17,7 @@ from typing import Any
 
 from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
-from autotuner.tuning.driver import StudyDriver
+from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
 from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
@@ -74,10 +74,17 @@ class StudyQueue:
 
     def run_once(self) -> bool:
         for study in self.runnable():
-            settings = StudySettings.model_validate(study.settings)
+            try:
+                driver = driver_for(self.store, study, self.make_executor, owner=self.owner)
+            except UNRUNNABLE as exc:  # its rows say no study: it fails with why, the others run
+                log.error("study %s: %s", study.id, cannot_run(self.store, study.id, exc))
+                continue
+            except Exception:  # e.g. the store did not answer: tried again next tick, the others meanwhile
+                log.exception("study %s: could not load it", study.id)
+                continue
             self.current = study.id
             try:
-                StudyDriver(self.store, study.id, self.make_executor(settings), owner=self.owner).run()
+                driver.run()
             except StudyBusy:
                 continue
             except Exception:  # a broken study must not stop the queue

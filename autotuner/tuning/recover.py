@@ -26,11 +26,22 @@ def recover(ctx: StudyContext) -> None:
     for launch in ctx.store.launches(
         ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value]
     ):
+        if not _readable(
+            launch.spec
+        ):  # an older version's (or a hand's) row: this launch ends, the study goes on
+            ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
+                                    error="its stored spec has no list of candidates: not resumed")  # fmt: skip
+            continue
         if launch.backend_id and _reattach(ctx, launch):
             continue
         ingest(ctx, launch, Outcome(LaunchState.FAILED, launch.backend_id, None, INTERRUPTED), None, None)
         if launch.attempt < ctx.settings.max_attempts and launch.kind != LaunchKind.CONFIRM:
             _retry(ctx, launch)
+
+
+def _readable(spec: object) -> bool:
+    candidates = spec.get("candidates") if isinstance(spec, dict) else None
+    return isinstance(candidates, list) and all(isinstance(c, dict) for c in candidates)
 
 
 def _reattach(ctx: StudyContext, launch: Launch) -> bool:

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autotuner.executors import Executor
+from autotuner.executors.results import clip
 from autotuner.job.fingerprint import comparable, compare, describe, describe_diff, stack_changed
 from autotuner.space import InProcPoint
 from autotuner.store import (
@@ -351,6 +352,14 @@ def run_pending(
             Revalidation(store, row.id, executor, owner=owner, progress=progress, poll_s=poll_s).run()
         except StudyBusy:
             continue
+        except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
+            log.exception("re-validation %s could not run", row.id)
+            try:
+                store.finish_validation(row.id, ValidationState.ERROR, action="nothing changed",
+                                        error=clip(f"it cannot run: {type(exc).__name__}: {exc}"))  # fmt: skip
+            except Exception:
+                log.exception("re-validation %s: could not record that it cannot run", row.id)
+                continue
         return True
     return False
 

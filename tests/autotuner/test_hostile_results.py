@@ -8,6 +8,7 @@ import json
 import math
 import os
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -121,3 +122,41 @@ def test_rows_an_older_version_stored_unchecked_are_served_without_the_bad_figur
         insights = client.get(f"/v1/studies/{study.id}/insights")
         assert insights.status_code == 200
         assert baseline.id not in [b["id"] for b in insights.json()["breakdown"]]
+
+
+# Each: a JSON column of a finished study's rows holding what no version writes there, and the listing it is on.
+ODD_ROWS = {
+    "study settings a list": (lambda s, st: s.update_study(st.id, settings=[1, 2]), "/v1/studies", "settings"),
+    "study space a list": (lambda s, st: s.update_study(st.id, space=[]), "/v1/studies/{id}", "space"),
+    "study inert a list": (lambda s, st: s.update_study(st.id, inert=[1]), "/v1/studies", "inert"),
+    "launch env a list": (lambda s, st: s.update_launch(s.launches(st.id)[0].id, env=["x"]),
+                          "/v1/studies/{id}/launches", "env"),
+    "launch spec a list": (lambda s, st: s.update_launch(s.launches(st.id)[0].id, spec=[1, 2]),
+                           "/v1/studies/{id}/launches", "candidates"),
+    "best candidate env a list": (lambda s, st: s.update_candidate(st.best_candidate_id, env=[1]),
+                                  "/v1/studies/{id}/trials", "env"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("odd", list(ODD_ROWS))
+def test_a_row_with_an_odd_column_is_listed_with_why_never_a_500_for_the_page(store: Store, tmp_path, odd):
+    study = study_with(store, tmp_path)
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    damage, url, field = ODD_ROWS[odd]
+    damage(store, final)
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        for page in ("/v1/studies", "/v1/studies/{id}", "/v1/studies/{id}/launches", "/v1/studies/{id}/trials",
+                     "/v1/studies/{id}/insights"):  # fmt: skip
+            assert client.get(page.format(id=study.id)).status_code == 200, page
+        body = client.get(url.format(id=study.id)).json()
+    rows = (
+        body["data"]
+        if isinstance(body, dict) and "data" in body
+        else body
+        if isinstance(body, list)
+        else [body]
+    )
+    said = [r["error"] for r in rows if r.get("error") and f"stored {field}" in r["error"]]
+    assert said == [f"stored {field} cannot be read (shown empty)"]

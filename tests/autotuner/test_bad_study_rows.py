@@ -1,0 +1,102 @@
+"""One study whose stored rows no longer describe a study that can run (an older version's, a crash's, a
+hand's) fails with the reason; every other study and re-validation in the queue runs. Before, such a
+row raised out of every queue tick (or was picked again at once, spinning the scheduler) and no other
+study ever ran."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autotuner.executors import make_executor
+from autotuner.store import Store
+from autotuner.tuning import StudyDriver, StudyQueue, StudySettings, create_study
+from autotuner.tuning.revalidate import config_to_revalidate, request
+from tests.autotuner.test_driver import RECORDED, SPACE, replay, study_with
+from tests.helpers import LANDSCAPE
+
+DEADLINE_S = 120
+
+# Each: what a stored study row holds instead of what it held when it was created.
+BAD_ROWS = {
+    "settings fail validation": lambda study: {"settings": {**study.settings, "trials": -1}},
+    "settings are a list": lambda study: {"settings": [1, 2]},
+    "its landscape is gone": lambda study: {"settings": {**study.settings, "executor_options": {
+        "landscape": "/nonexistent.json"}}},
+    "its space fails validation": lambda study: {"space": {**study.space, "batch_sizes": "x"}},
+}  # fmt: skip
+
+
+def tamper(store: Store, bad: str, study) -> None:
+    store.update_study(study.id, **BAD_ROWS[bad](study))
+
+
+def ticks_until(queue: StudyQueue, done, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
+        queue.run_once()
+
+
+@pytest.mark.parametrize("bad", list(BAD_ROWS))
+def test_a_study_that_cannot_run_fails_with_why_and_the_next_one_runs(store: Store, tmp_path, bad):
+    broken = study_with(store, tmp_path, name="broken")
+    good = study_with(store, tmp_path, name="good")
+    tamper(store, bad, broken)
+    queue = StudyQueue(store, make_executor, poll_s=0.01)
+    ticks_until(queue, lambda: store.study(good.id).state == "done", "the good study")
+    failed = store.study(broken.id)
+    assert failed.state == "failed"
+    assert failed.error.startswith("this study cannot run: ")
+    assert store.launches(broken.id) == []
+
+
+def test_the_cli_fails_such_a_study_with_why_instead_of_a_traceback(store: Store, tmp_path):
+    from typer.testing import CliRunner
+
+    from autotuner.cli.commands import app
+
+    broken = study_with(store, tmp_path, name="broken")
+    tamper(store, "settings fail validation", broken)
+    result = CliRunner().invoke(app, ["tune", "--db", store.url, "--study", "broken"])
+    assert result.exit_code == 1, result.output
+    assert "this study cannot run: ValidationError" in result.output
+    assert store.study(broken.id).state == "failed"
+
+
+def test_a_revalidation_whose_study_cannot_run_ends_with_why_and_the_next_one_runs(store: Store, tmp_path):
+    studies = []
+    for cluster in ("box-a", "box-b"):
+        settings = StudySettings(executor="replay", trials=3, candidates_per_launch=3, confirm_rounds=2, seed=7,
+                                 workdir=str(tmp_path / "runs"), executor_options={"landscape": str(LANDSCAPE)})  # fmt: skip
+        study = create_study(store, cluster=cluster, workload=RECORDED["workload"], space=SPACE, name=cluster,
+                             settings=settings)  # fmt: skip
+        assert StudyDriver(store, study.id, replay(), poll_s=0.01).run().state == "done"
+        studies.append(study)
+    asked = [
+        request(store, config_to_revalidate(store, s.name, RECORDED["workload"]["name"]))[0].id
+        for s in studies
+    ]
+    tamper(store, "its landscape is gone", studies[0])
+    queue = StudyQueue(store, make_executor, poll_s=0.01)
+    ticks_until(queue, lambda: store.validation(asked[1]).state not in ("queued", "running"), "the good one")
+    broken, good = (store.validation(v) for v in asked)
+    assert good.state == "held"
+    assert broken.state == "error"
+    assert broken.error.startswith("it cannot run: FileNotFoundError")
+
+
+def test_a_launch_whose_stored_spec_cannot_be_read_ends_and_the_study_resumes(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    store.update_study(
+        study.id, state="running"
+    )  # a runner died with a launch running, its spec since damaged
+    launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec={"candidates": []}, executor="replay",
+                              attempt=1, nnodes=None)  # fmt: skip
+    store.update_launch(launch.id, state="running", spec=[1, 2])
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    first = store.launches(study.id)[0]
+    assert first.state == "failed"
+    assert first.error == "its stored spec has no list of candidates: not resumed"
