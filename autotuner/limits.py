@@ -12,6 +12,7 @@ its next start and a test can set one):
                                default 1,000
     AUTOTUNER_MAX_TABLES       embedding tables of one workload, default 4,096
     AUTOTUNER_MAX_BODY_BYTES   a REST request body, chunked or not (413 above it), default 1 MiB
+    AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
                                launch), default 64 MiB
 
@@ -31,6 +32,7 @@ DEFAULTS = {
     "AUTOTUNER_MAX_DIM_VALUES": 1_000,
     "AUTOTUNER_MAX_TABLES": 4_096,
     "AUTOTUNER_MAX_BODY_BYTES": 1 << 20,
+    "AUTOTUNER_MAX_NODES": 64,
     "AUTOTUNER_MAX_RESULT_BYTES": 64 << 20,
 }
 
@@ -41,6 +43,7 @@ class Limits:
     max_dim_values: int
     max_tables: int
     max_body_bytes: int
+    max_nodes: int
     max_result_bytes: int
 
 
@@ -60,6 +63,7 @@ def limits() -> Limits:
         max_dim_values=_read("AUTOTUNER_MAX_DIM_VALUES"),
         max_tables=_read("AUTOTUNER_MAX_TABLES"),
         max_body_bytes=_read("AUTOTUNER_MAX_BODY_BYTES"),
+        max_nodes=_read("AUTOTUNER_MAX_NODES"),
         max_result_bytes=_read("AUTOTUNER_MAX_RESULT_BYTES"),
     )
 

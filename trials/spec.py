@@ -47,9 +47,14 @@ from trials.choices import (
     Sharding,
 )
 
-# Embedding rows are materialised on every launch: keep a typo from allocating a terabyte.
+# Embedding rows are materialised on every launch: keep a typo from allocating a terabyte. The comm a
+# trial times depends on the batch and the pooled dims, not on the rows, so these bounds cost no fidelity.
 MAX_TABLE_BYTES = 8 * 1024**3
+MAX_WORKLOAD_TABLE_BYTES = 64 * 1024**3  # every table of a workload, fp32, across the world
+MAX_DENSE_PARAMETERS = 1 << 28  # weights of the bottom and top MLPs (1 GiB of fp32)
+MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size: ids (int64) and dense (fp32)
 MAX_BATCH = 1 << 20
+GIB = 1024**3
 
 
 def comm_precision_problem(fwd: str, bwd: str, sharding: str) -> str | None:
@@ -188,6 +193,15 @@ class DenseSpec(_Spec):
     over_arch: Layers  # the last layer is 1 (the logit)
     interaction: Interaction = "dot"
 
+    @property
+    def parameters(self) -> int:
+        """The bottom MLP's weights and the top MLP's past its first layer (whose width the
+        interaction sets): what bounds the dense model's size."""
+        widths, top = (self.in_features, *self.arch), self.over_arch
+        return sum(a * b for a, b in zip(widths, widths[1:], strict=False)) + sum(
+            a * b for a, b in zip(top, top[1:], strict=False)
+        )
+
     @model_validator(mode="after")
     def _ends_in_the_logit(self) -> DenseSpec:
         if self.over_arch[-1] != 1:
@@ -243,6 +257,12 @@ class WorkloadSpec(_Spec):
         problem = comm_precision_problem(*self.comm_precision, self.sharding)
         if problem:  # the job as declared cannot run: its baseline would fail in TorchRec
             raise _Problem(problem, "comm_precision")
+        rows_bytes = sum(t.num_embeddings * t.embedding_dim * 4 for t in self.tables)
+        if rows_bytes > MAX_WORKLOAD_TABLE_BYTES:
+            raise _Problem(f"{rows_bytes / GIB:,.1f} GiB of fp32 rows in all, above the "
+                           f"{MAX_WORKLOAD_TABLE_BYTES // GIB} GiB a trial builds", "tables")  # fmt: skip
+        if self.dense is not None and self.dense.parameters > MAX_DENSE_PARAMETERS:
+            raise _Problem(f"{self.dense.parameters:,} MLP weights, above {MAX_DENSE_PARAMETERS:,}", "dense")
         if self.dense is not None:  # DLRM's shape rules, checked here so a bad one fails before torch
             dims = sorted({t.embedding_dim for t in self.tables})
             if len(dims) > 1:
@@ -351,6 +371,14 @@ class TrialSpec(_Spec):
                 raise _Problem(
                     f"must name an earlier candidate (< {i}), got {c.stop_at}", "candidates", i, "stop_at"
                 )
+        per_sample = sum(t.pooling_factor for t in self.workload.tables) * 8 + (
+            self.workload.dense.in_features * 4 if self.workload.dense is not None else 0
+        )
+        batch = max(c.batch_size for c in self.candidates)
+        if batch * per_sample * self.input_batches > MAX_INPUT_BYTES:
+            raise _Problem(f"{self.input_batches} input batches of {batch} samples x {per_sample:,} bytes are "
+                           f"{batch * per_sample * self.input_batches / GIB:,.1f} GiB per rank, above "
+                           f"{MAX_INPUT_BYTES // GIB} GiB (fewer, smaller batches or less pooling)", "candidates")  # fmt: skip
         if self.quality is not None and self.workload.dense is None:
             raise _Problem("a convergence check trains a DLRM: the workload needs a dense part", "quality")
         return self

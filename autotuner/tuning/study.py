@@ -16,7 +16,7 @@ from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
 from autotuner.tuning.inert import inert_variables, where_before_launching
 from autotuner.tuning.settings import RequestSettings, StudySettings
-from trials.spec import WorkloadSpec, parse_workload
+from trials.spec import WorkloadSpec, parse_spec, parse_workload
 
 
 class StudyError(ValueError):
@@ -83,7 +83,11 @@ def create_study(
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
-    check_batch_change(space_obj, baseline_batch(workload_spec, space_obj))
+    job_batch = baseline_batch(workload_spec, space_obj)
+    check_batch_change(space_obj, job_batch)
+    # the largest batch it would launch, as the trial will check it (the inputs one rank makes)
+    parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
+                                                      "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
     check_executor(settings, workload)
     if name is None:
         name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
@@ -106,6 +110,9 @@ def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
     options, a landscape that cannot be read, a launch directory, node or GPU count the executor
     cannot take. Each node count the study will launch at is asked; nothing is sent."""
     where = f"executor {settings.executor}"
+    most, cap = max([settings.nnodes, *settings.scaling_nodes]), limits().max_nodes
+    if most > cap:  # the operator's bound on what one request may ask of the cluster
+        raise StudyError(f"{where}: {over('a launch', most, cap, 'AUTOTUNER_MAX_NODES', ' nodes')}")
     given = [key for key in fields_from_settings(settings.executor) if key in settings.executor_options]
     if given:
         raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "

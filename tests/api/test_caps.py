@@ -174,3 +174,39 @@ def test_a_space_problem_is_located_where_it_is_in_the_body(client, space, loc):
     response = post(client, space={**replay_study_body()["space"], **space})
     assert response.status_code == 422, response.text
     assert [e["loc"] for e in response.json()["detail"]] == [loc]
+
+
+def test_a_launch_of_more_nodes_than_the_operator_allows_is_refused(client, monkeypatch):
+    for settings in ({"nnodes": 65}, {"scaling_nodes": [1, 2, 100]}):
+        response = post(client, name=f"n{len(settings)}", **settings)
+        assert response.status_code == 422, response.text
+        assert "above the limit of 64 nodes (raise it with AUTOTUNER_MAX_NODES)" in response.text
+    monkeypatch.setenv("AUTOTUNER_MAX_NODES", "100")
+    response = post(client, name="raised", scaling_nodes=[1, 2, 100])
+    assert "AUTOTUNER_MAX_NODES" not in response.text
+
+
+# Workloads the per-table bound let through and the trial then tried to build (audit, by running them under a
+# memory cap): each refused before a study exists, naming the size.
+HUGE_WORKLOADS = {
+    "tables": ({"tables": [{"name": f"t{i}", "num_embeddings": 1 << 29, "embedding_dim": 4, "pooling_factor": 1}
+                           for i in range(9)]}, "72.0 GiB of fp32 rows in all, above the 64 GiB"),
+    "mlp": ({"tables": [{"name": "t", "num_embeddings": 100, "embedding_dim": 16, "pooling_factor": 1}],
+             "dense": {"in_features": 13, "arch": [65536, 65536, 16], "over_arch": [1]}},
+            "4,296,867,840 MLP weights, above 268,435,456"),
+    "inputs": ({"tables": [{"name": "t", "num_embeddings": 100, "embedding_dim": 16, "pooling_factor": 100_000}],
+                "batch_size": 1 << 20}, "GiB per rank, above 8 GiB"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("huge", list(HUGE_WORKLOADS))
+def test_a_workload_too_large_to_build_is_refused_naming_its_size(client, huge):
+    shape, why = HUGE_WORKLOADS[huge]
+    body = replay_study_body(huge)
+    body["workload"] = {"name": "huge", **shape}
+    body["space"] = {"precisions": [["fp32", "fp32"]]}
+    response = client.post(
+        "/v1/studies", content=json.dumps(body), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert why in response.text
