@@ -25,7 +25,7 @@ from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
 from trials.plain_a2a import replay_calls
 from trials.probe import COMM_KINDS, CommProbe
 from trials.result import SCHEMA_VERSION, nvidia_driver_version, read_nccl_conf_files
-from trials.spec import CandidateSpec, TrialSpec
+from trials.spec import MAX_INPUT_BYTES, CandidateSpec, TrialSpec
 from trials.watchdog import Watchdog
 
 PG_TIMEOUT = timedelta(seconds=int(os.environ.get("AUTOTUNER_TRIAL_PG_TIMEOUT_S", "300")))
@@ -124,8 +124,11 @@ class TrialRunner:
         return start.elapsed_time(end) / 1000.0
 
     def _inputs(self, batch_size: int) -> list[Any]:
-        """Training batches for a batch size: made once per launch, reused."""
+        """Training batches for a batch size: made once per launch, reused. Those of other sizes are let
+        go (oldest first) while keeping them would hold more than one size may (MAX_INPUT_BYTES)."""
         if batch_size not in self._batches:
+            while self._batches and self.spec.input_bytes(sum(self._batches) + batch_size) > MAX_INPUT_BYTES:
+                del self._batches[next(iter(self._batches))]
             seed = self.spec.seed * 1000 + self.rank
             self._batches[batch_size] = make_batches(
                 self.spec.workload, batch_size, self.spec.input_batches, seed, self.device

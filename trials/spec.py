@@ -371,17 +371,20 @@ class TrialSpec(_Spec):
                 raise _Problem(
                     f"must name an earlier candidate (< {i}), got {c.stop_at}", "candidates", i, "stop_at"
                 )
-        per_sample = sum(t.pooling_factor for t in self.workload.tables) * 8 + (
-            self.workload.dense.in_features * 4 if self.workload.dense is not None else 0
-        )
         batch = max(c.batch_size for c in self.candidates)
-        if batch * per_sample * self.input_batches > MAX_INPUT_BYTES:
-            raise _Problem(f"{self.input_batches} input batches of {batch} samples x {per_sample:,} bytes are "
-                           f"{batch * per_sample * self.input_batches / GIB:,.1f} GiB per rank, above "
-                           f"{MAX_INPUT_BYTES // GIB} GiB (fewer, smaller batches or less pooling)", "candidates")  # fmt: skip
+        if (size := self.input_bytes(batch)) > MAX_INPUT_BYTES:
+            raise _Problem(f"{self.input_batches} input batches of {batch} samples x {self.input_bytes(1) // self.input_batches:,} "
+                           f"bytes are {size / GIB:,.1f} GiB per rank, above {MAX_INPUT_BYTES // GIB} GiB "
+                           "(fewer, smaller batches or less pooling)", "candidates")  # fmt: skip
         if self.quality is not None and self.workload.dense is None:
             raise _Problem("a convergence check trains a DLRM: the workload needs a dense part", "quality")
         return self
+
+    def input_bytes(self, batch_size: int) -> int:
+        """What one rank's input batches of `batch_size` hold: ids (int64) and dense features (fp32)."""
+        dense = self.workload.dense.in_features * 4 if self.workload.dense is not None else 0
+        per_sample = sum(t.pooling_factor for t in self.workload.tables) * 8 + dense
+        return batch_size * per_sample * self.input_batches
 
     def sharding_of(self, candidate: CandidateSpec) -> str:
         return candidate.sharding or self.workload.sharding
