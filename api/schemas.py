@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from functools import partial
 from types import UnionType
@@ -20,6 +19,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from autotuner.cli.claim_report import ClaimText, claim_text
+from autotuner.executors.results import finite
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
 from autotuner.space import PRESETS, declaration_schema
 from autotuner.store import Candidate, Launch, Study, StudyState
@@ -392,8 +392,7 @@ def trial_public(row: Candidate) -> TrialPublic:
 def _seconds(value: Any) -> float | None:
     """A finite number from a stored result (a duration, a size); None for what an older version
     stored unchecked."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    return float(value) if finite(value) else None
 
 
 def launch_public(row: Launch) -> LaunchPublic:

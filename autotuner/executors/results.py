@@ -31,14 +31,18 @@ def clip(text: object, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit:,} more characters]"
 
 
+def finite(value: Any) -> bool:
+    """A number JSON can carry and arithmetic can trust: not a bool, NaN or an infinity."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 # ------------------------------------------------------------------------------ value checks
 # Each says what a value should be ("" when it is that), in words for the reason a launch fails with.
 
 
 def _number(minimum: float = 0.0, *, above: bool = False) -> Callable[[Any], str]:
     def check(v: Any) -> str:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = ok and (v > minimum if above else v >= minimum)
+        ok = finite(v) and (v > minimum if above else v >= minimum)
         return "" if ok else f"a finite number {'>' if above else '>='} {minimum:g}"
 
     return check

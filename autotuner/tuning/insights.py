@@ -16,7 +16,6 @@ The dashboard reads these through `GET /v1/studies/{id}/insights`; nothing here 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 from typing import Any
@@ -26,6 +25,7 @@ from optuna.distributions import FloatDistribution
 from optuna.importance import PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
+from autotuner.executors.results import finite
 from autotuner.store import Candidate, Store, Study
 from autotuner.tuning.search import optuna_storage, record_name
 
@@ -61,7 +61,7 @@ def _drawable(row: Candidate) -> bool:
         isinstance(row.fwd_precision, str)
         and isinstance(row.bwd_precision, str)
         and isinstance(row.batch_size, int)
-        and (rate is None or (isinstance(rate, (int, float)) and math.isfinite(rate)))
+        and (rate is None or finite(rate))
     )
 
 
@@ -89,14 +89,7 @@ def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any
 
 def _figures(breakdown: Any) -> bool:
     """A stored breakdown that can be drawn (rows an older version stored unchecked may hold anything)."""
-    return (
-        isinstance(breakdown, dict)
-        and bool(breakdown)
-        and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in breakdown.values()
-        )
-    )
+    return isinstance(breakdown, dict) and bool(breakdown) and all(map(finite, breakdown.values()))
 
 
 def history(rows: list[Candidate]) -> list[dict[str, Any]]:

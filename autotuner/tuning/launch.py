@@ -8,6 +8,7 @@ from typing import Any
 
 from autotuner.executors import LaunchRequest, Outcome
 from autotuner.executors.base import LaunchState
+from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, utcnow
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
@@ -73,7 +74,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         return ingest(ctx, launch, outcome, plan, search)
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
-                                error=f"its result could not be recorded: {type(exc).__name__}: {exc}"[:4000])  # fmt: skip
+                                error=clip(f"its result could not be recorded: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
 
 

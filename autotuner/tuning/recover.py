@@ -26,9 +26,8 @@ def recover(ctx: StudyContext) -> None:
     for launch in ctx.store.launches(
         ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value]
     ):
-        if not _readable(
-            launch.spec
-        ):  # an older version's (or a hand's) row: this launch ends, the study goes on
+        # An older version's (or a hand's) row: this launch ends, the study goes on.
+        if not _readable(launch.spec):
             ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
                                     error="its stored spec has no list of candidates: not resumed")  # fmt: skip
             continue
