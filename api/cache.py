@@ -56,7 +56,7 @@ from typing import Any
 
 from autotuner.job.exports import check_exports, config_to_dict, mismatch_note, render
 from autotuner.job.fingerprint import compare, decode, stack_changed
-from autotuner.store import Config, Store, pick_served
+from autotuner.store import Config, Store, pick_served, unreadable_columns
 
 log = logging.getLogger("autotuner.api.cache")
 
@@ -299,6 +299,8 @@ class ConfigCache:
         # `pinned` as of the generation read: the row itself was read a moment later
         try:
             key = (row.cluster.name, row.workload.name)
+            if bad := unreadable_columns(row):
+                raise ValueError(f"its stored {bad} cannot be read")
             config = {**config_to_dict(row, (views or {}).get(row.id)), "pinned": pinned}
             _, dropped = check_exports(config["exports"])
             if dropped:

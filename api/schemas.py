@@ -51,6 +51,7 @@ NAME_FIELD: dict[str, Any] = {
 }
 PresetName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(PRESETS)})]
 SpaceObject = Annotated[dict[str, Any], WithJsonSchema(declaration_schema())]  # load_space judges it
+UNREAD_DATE = "when it was created; null only where its stored date cannot be read (`error` says so)"
 NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LEN, "pattern": NAME_PATTERN}
 
 
@@ -120,7 +121,7 @@ class StudyPublic(BaseModel):
     )
     error: str | None
     owner: str | None = Field(description="the process running it (host:pid:id), while it runs")
-    created_at: datetime
+    created_at: datetime | None = Field(description=UNREAD_DATE)
     started_at: datetime | None
     finished_at: datetime | None
 
@@ -159,7 +160,7 @@ class TrialPublic(BaseModel):
     )
     dense_allreduce_bytes: float | None = None
     error: str | None
-    created_at: datetime
+    created_at: datetime | None = Field(description=UNREAD_DATE)
 
 
 class TrialsPublic(BaseModel):
@@ -361,6 +362,12 @@ def _empty(field: FieldInfo) -> Any:
     return empty.get(get_origin(kind) or kind)
 
 
+def _stored_date(value: datetime | None) -> datetime | str:
+    """A date every row has; the store reads one whose text is no date as None, and this makes it fail
+    validation so that `salvaged` names it."""
+    return "unreadable" if value is None else value
+
+
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -385,6 +392,7 @@ def trial_public(row: Candidate) -> TrialPublic:
     data.update(
         breakdown_ms=breakdown if ok else None,
         dense_allreduce_bytes=_seconds(metrics.get("dense_allreduce_bytes")),
+        created_at=_stored_date(row.created_at),
     )
     return salvaged(TrialPublic, data)
 
@@ -432,5 +440,5 @@ def study_public(
         trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
         owner=row.owner,
-        created_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
+        created_at=_stored_date(row.created_at), started_at=row.started_at, finished_at=row.finished_at,
     ))  # fmt: skip

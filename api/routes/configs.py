@@ -126,7 +126,7 @@ def _version(store: Any, config_id: int) -> dict:
         log.warning("config %s cannot be shown (%s: %s)", config_id, type(exc).__name__, exc)
     (_, cluster, workload, nodes, version, created_at) = store.config_labels([config_id])[0]
     return {"cluster": cluster, "workload": workload, "nodes": nodes, "version": version, "pinned": False,
-            "created_at": created_at.isoformat(), "env": {}, "qcomms": {}, "batch_size": None, "sharding": None,
+            "created_at": created_at.isoformat() if created_at else "", "env": {}, "qcomms": {}, "batch_size": None, "sharding": None,
             "num_threads": None, "exports": {}, "evidence": {}, "fingerprint": {}, "study_id": None,
             "error": "its stored data cannot be read (a row an older version or a hand left): not servable"}  # fmt: skip
 

@@ -10,6 +10,7 @@ from autotuner.store.models import (
     Quarantine,
     Study,
     Workload,
+    unreadable_columns,
     utcnow,
 )
 from autotuner.store.repo import (
@@ -57,5 +58,6 @@ __all__ = [
     "Workload",
     "env_hash",
     "pick_served",
+    "unreadable_columns",
     "utcnow",
 ]

@@ -31,11 +31,49 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class Unreadable(str):
+    """What a JSON column reads as when its stored text is not JSON at all (only a hand on an SQLite file
+    writes one): a string that says why. Never a dict or a list, so every reader that checks a value's
+    shape refuses the row with the reason, and the rest are read."""
+
+
+def _tolerant(parse: Any, unreadable: Any) -> Any:
+    """A result processor that reads a value `parse` cannot as `unreadable(error)`: one row's bad text
+    would otherwise raise out of the query that loads every row (a listing, a queue tick)."""
+    if parse is None:
+        return None
+
+    def process(value: Any) -> Any:
+        try:
+            return parse(value)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a date that is no date
+            return unreadable(exc)
+
+    return process
+
+
+class StoredJSON(TypeDecorator[Any]):
+    """JSON whose unreadable text reads as `Unreadable`. Wraps the inner processor (not only
+    `process_result_value`) because the inner one is what raises."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        return _tolerant(
+            super().result_processor(dialect, coltype), lambda exc: Unreadable(f"not JSON: {exc}")
+        )
+
+
 class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC in and out, whatever the backend stores (SQLite keeps naive strings)."""
+    """Timezone-aware UTC in and out, whatever the backend stores (SQLite keeps naive strings). A
+    stored text that is no date reads as None: unknown, never a made-up time."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        return _tolerant(super().result_processor(dialect, coltype), lambda exc: None)
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
@@ -46,6 +84,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+def unreadable_columns(row: Any) -> str:
+    """The columns of a loaded row whose stored text could not be read, and why ("" when none): a JSON
+    column that read as `Unreadable`, a date that read as None where a row always has one."""
+    bad = []
+    for column in row.__table__.columns:
+        value = row.__dict__.get(column.key)
+        if isinstance(value, Unreadable):
+            bad.append(f"{column.key} ({value})")
+        elif value is None and column.key in row.__dict__ and not column.nullable:
+            bad.append(f"{column.key} (not a date)" if isinstance(column.type, UTCDateTime) else column.key)
+    return ", ".join(bad)
 
 
 class Label(TypeDecorator[str]):
@@ -60,7 +111,7 @@ class Label(TypeDecorator[str]):
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: UTCDateTime}
+    type_annotation_map = {dict[str, Any]: StoredJSON, list[Any]: StoredJSON, datetime: UTCDateTime}
 
 
 class Named:
@@ -99,9 +150,9 @@ class Study(Base):
     best_candidate_id: Mapped[int | None] = mapped_column(Integer)
     baseline_candidate_id: Mapped[int | None] = mapped_column(Integer)
     # Confirmation: speedup with its confidence interval, the published config version.
-    outcome: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     # Variables of the space that cannot act where the study measures: {name: why}.
-    inert: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    inert: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     error: Mapped[str | None] = mapped_column(Text)
     # Who runs it: a lease that a killed holder loses when it stops renewing it.
     owner: Mapped[str | None] = mapped_column(String(200))
@@ -140,7 +191,7 @@ class Launch(Base):
     log_path: Mapped[str | None] = mapped_column(Text)
     result_path: Mapped[str | None] = mapped_column(Text)
     # The trial result's launch-level facts (versions, env seen, NCCL effective, setup and wall time).
-    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     error: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -235,9 +286,9 @@ class ConfigValidation(Base):
     reason: Mapped[str] = mapped_column(Text)
     state: Mapped[str] = mapped_column(Label, index=True)  # store.states.ValidationState
     # What the jobs that asked for it run on (a fingerprint trigger), and what it ran on.
-    requested_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # speedup, interval, rounds, why
+    requested_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
+    fingerprint: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
+    result: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)  # speedup, interval, rounds, why
     action: Mapped[str | None] = mapped_column(Text)  # kept, replaced by vN, flagged (pinned), recorded
     new_config_id: Mapped[int | None] = mapped_column(ForeignKey("at_configs.id"))
     error: Mapped[str | None] = mapped_column(Text)

@@ -29,7 +29,16 @@ from typing import Any
 from autotuner.executors import Executor
 from autotuner.executors.results import clip
 from autotuner.names import BadName, check_name
-from autotuner.store import TERMINAL, Candidate, LaunchKind, Store, Study, StudyState, utcnow
+from autotuner.store import (
+    TERMINAL,
+    Candidate,
+    LaunchKind,
+    Store,
+    Study,
+    StudyState,
+    unreadable_columns,
+    utcnow,
+)
 from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide
 from autotuner.tuning.context import Progress, StudyContext
@@ -56,6 +65,8 @@ UNRUNNABLE = (ValueError, TypeError, KeyError, AttributeError, OSError)
 def driver_for(store: Store, study: Study, make_executor: Callable[[StudySettings], Executor],
                **kwargs: Any) -> StudyDriver:  # fmt: skip
     """The driver of a stored study; UNRUNNABLE if its rows cannot give one (see cannot_run)."""
+    if bad := unreadable_columns(study):
+        raise ValueError(f"its stored {bad} cannot be read")
     return StudyDriver(store, study.id, make_executor(StudySettings.model_validate(study.settings)), **kwargs)
 
 

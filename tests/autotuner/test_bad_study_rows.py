@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from sqlalchemy import text
 
 from autotuner.executors import make_executor
 from autotuner.store import Store
@@ -100,3 +101,35 @@ def test_a_launch_whose_stored_spec_cannot_be_read_ends_and_the_study_resumes(st
     first = store.launches(study.id)[0]
     assert first.state == "failed"
     assert first.error == "its stored spec has no list of candidates: not resumed"
+
+
+# Text no version writes where the store keeps JSON or a date. Only SQLite can hold it (PostgreSQL checks
+# both types on write), so these tests make their own SQLite store.
+RAW_TEXT = {"settings": "{not json", "space": "[1,", "created_at": "yesterday"}
+
+
+def write_raw(store: Store, table: str, row_id: int, column: str, value: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE {table} SET {column} = :v WHERE id = :i"), {"v": value, "i": row_id})
+
+
+def read_raw(store: Store, table: str, row_id: int, column: str) -> str:
+    with store.engine.connect() as conn:
+        return conn.execute(text(f"SELECT {column} FROM {table} WHERE id = :i"), {"i": row_id}).scalar_one()
+
+
+@pytest.mark.parametrize("column", list(RAW_TEXT))
+def test_text_that_is_no_json_or_no_date_fails_its_study_alone_with_why_and_is_kept(tmp_path, column):
+    store = Store(f"sqlite:///{tmp_path / 'raw.db'}")
+    broken = study_with(store, tmp_path, name="broken")
+    good = study_with(store, tmp_path, name="good")
+    write_raw(store, "at_studies", broken.id, column, RAW_TEXT[column])
+    assert [s.name for s in store.studies()] == ["good", "broken"]  # the listing loads it: before, it raised
+    queue = StudyQueue(store, make_executor, poll_s=0.01)
+    ticks_until(queue, lambda: store.study(good.id).state == "done", "the good study")
+    failed = store.study(broken.id)
+    assert failed.state == "failed"
+    why = "not a date" if column == "created_at" else "not JSON: "
+    assert failed.error.startswith(f"this study cannot run: ValueError: its stored {column} ({why}")
+    assert read_raw(store, "at_studies", broken.id, column) == RAW_TEXT[column]  # nothing written over it
+    store.dispose()

@@ -138,6 +138,13 @@ ODD_ROWS = {
 }  # fmt: skip
 
 
+def rows_of(body) -> list:
+    """The rows of a listing (a page, a plain list) or the one row a single-row page answers."""
+    if isinstance(body, dict):
+        return body["data"] if "data" in body else [body]
+    return body
+
+
 @pytest.mark.parametrize("odd", list(ODD_ROWS))
 def test_a_row_with_an_odd_column_is_listed_with_why_never_a_500_for_the_page(store: Store, tmp_path, odd):
     study = study_with(store, tmp_path)
@@ -151,12 +158,63 @@ def test_a_row_with_an_odd_column_is_listed_with_why_never_a_500_for_the_page(st
                      "/v1/studies/{id}/insights"):  # fmt: skip
             assert client.get(page.format(id=study.id)).status_code == 200, page
         body = client.get(url.format(id=study.id)).json()
-    rows = (
-        body["data"]
-        if isinstance(body, dict) and "data" in body
-        else body
-        if isinstance(body, list)
-        else [body]
-    )
+    rows = rows_of(body)
     said = [r["error"] for r in rows if r.get("error") and f"stored {field}" in r["error"]]
     assert said == [f"stored {field} cannot be read (shown empty)"]
+
+
+# Text no version writes where the store keeps JSON or a date (only SQLite can hold it: PostgreSQL checks
+# both types on write): (table, column, text, the page that lists the row, the field it names).
+RAW_TEXT = {
+    "study date": ("at_studies", "created_at", "yesterday", "/v1/studies", "created_at"),
+    "study outcome": ("at_studies", "outcome", "{x", "/v1/studies/{id}", "outcome"),
+    "trial date": ("at_candidates", "created_at", "x", "/v1/studies/{id}/trials", "created_at"),
+    "trial env": ("at_candidates", "env", "{", "/v1/studies/{id}/trials", "env"),
+    "launch env": ("at_launches", "env", "[", "/v1/studies/{id}/launches", "env"),
+}
+
+
+@pytest.mark.parametrize("raw", list(RAW_TEXT))
+def test_a_row_holding_text_that_is_no_json_or_date_is_listed_with_why(tmp_path, raw):
+    store = Store(f"sqlite:///{tmp_path / 'raw.db'}")
+    study = study_with(store, tmp_path)
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    table, column, value, url, field = RAW_TEXT[raw]
+    with store.engine.begin() as conn:  # every row of the table: the page must list them all the same
+        conn.execute(text(f"UPDATE {table} SET {column} = :v"), {"v": value})
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        for page in ("/v1/studies", "/v1/studies/{id}", "/v1/studies/{id}/launches", "/v1/studies/{id}/trials",
+                     "/v1/studies/{id}/insights", "/v1/configs"):  # fmt: skip
+            assert client.get(page.format(id=study.id)).status_code == 200, page
+        body = client.get(url.format(id=study.id)).json()
+    rows = rows_of(body)
+    assert rows
+    for row in rows:
+        assert f"stored {field} cannot be read" in (row["error"] or ""), row
+    store.dispose()
+
+
+def test_a_config_whose_env_is_no_json_is_refused_with_why_and_its_history_listed(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'raw.db'}")
+    study = study_with(store, tmp_path)
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    config = store.served_configs()[0]
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE at_configs SET env = '{', created_at = 'x' WHERE id = :i"), {"i": config.id}
+        )
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    where = f"/v1/configs/{config.cluster.name}/{config.workload.name}"
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        served = client.get(where)
+        history = client.get(f"{where}/history")
+    assert served.status_code == 500
+    assert "its stored env (not JSON: " in served.json()["detail"]
+    assert "created_at (not a date)" in served.json()["detail"]
+    assert history.status_code == 200
+    assert [(v["version"], v["created_at"], v["env"]) for v in history.json()] == [(config.version, "", {})]
+    assert "cannot be read" in history.json()[0]["error"]
+    store.dispose()
