@@ -15,6 +15,9 @@ its next start and a test can set one):
     AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
                                launch), default 64 MiB
+    AUTOTUNER_MAX_QUEUED       studies waiting in the service's queue at once: a POST beyond it is
+                               refused with 429 and Retry-After until one starts or is cancelled,
+                               default 100
 
 A request over a cap is refused with 422 (the CLI: exit 2) naming the limit, its variable and the size
 asked for. Numbers must be finite (NaN and infinities are refused with 422, never a 500).
@@ -34,6 +37,7 @@ DEFAULTS = {
     "AUTOTUNER_MAX_BODY_BYTES": 1 << 20,
     "AUTOTUNER_MAX_NODES": 64,
     "AUTOTUNER_MAX_RESULT_BYTES": 64 << 20,
+    "AUTOTUNER_MAX_QUEUED": 100,
 }
 
 
@@ -45,6 +49,7 @@ class Limits:
     max_body_bytes: int
     max_nodes: int
     max_result_bytes: int
+    max_queued: int
 
 
 def _read(name: str) -> int:
@@ -65,6 +70,7 @@ def limits() -> Limits:
         max_body_bytes=_read("AUTOTUNER_MAX_BODY_BYTES"),
         max_nodes=_read("AUTOTUNER_MAX_NODES"),
         max_result_bytes=_read("AUTOTUNER_MAX_RESULT_BYTES"),
+        max_queued=_read("AUTOTUNER_MAX_QUEUED"),
     )
 
 

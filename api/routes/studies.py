@@ -21,6 +21,7 @@ from api.schemas import (
     study_public,
     trial_public,
 )
+from autotuner.limits import limits, over
 from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
@@ -48,9 +49,22 @@ def get_study(store: Store, study_id: int) -> Study:
     return study
 
 
-@router.post("", status_code=201, response_model=StudyPublic)
+QUEUE_FULL_RETRY_S = 60  # a study runs for minutes: sooner, the queue is as full
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=StudyPublic,
+    responses={429: {"description": "the queue is full (AUTOTUNER_MAX_QUEUED): retry after Retry-After"}},
+)
 def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAccess) -> StudyPublic:
     """Queue a tuning study; the service's scheduler runs it."""
+    queued, cap = store.count_studies(states=[StudyState.QUEUED]), limits().max_queued
+    if queued >= cap:  # a client in a loop must not grow the store and the queue without end
+        raise HTTPException(429, over("the queue with this study", queued + 1, cap, "AUTOTUNER_MAX_QUEUED",
+                                      " studies") + "; retry when one has started or been cancelled",
+                            headers={"Retry-After": str(QUEUE_FULL_RETRY_S)})  # fmt: skip
     executor = body.settings.executor
     if executor not in settings.allowed_executors:
         enabled = ", ".join(settings.allowed_executors)

@@ -210,3 +210,19 @@ def test_a_workload_too_large_to_build_is_refused_naming_its_size(client, huge):
     )
     assert response.status_code == 422, response.text
     assert why in response.text
+
+
+def test_a_full_queue_refuses_with_429_until_a_study_leaves_it(client, monkeypatch):
+    monkeypatch.setenv("AUTOTUNER_MAX_QUEUED", "3")
+    queued = [post(client, name=f"s{i}") for i in range(3)]
+    assert [r.status_code for r in queued] == [201, 201, 201]
+    refused = post(client, name="s3")
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "60"
+    assert refused.json()["detail"] == (
+        "the queue with this study is 4 studies, above the limit of 3 studies (raise it with AUTOTUNER_MAX_QUEUED)"
+        "; retry when one has started or been cancelled"
+    )
+    assert client.get("/v1/studies").json()["count"] == 3  # nothing stored for the refused one
+    assert client.post(f"/v1/studies/{queued[0].json()['id']}/cancel").status_code == 200
+    assert post(client, name="s3").status_code == 201

@@ -9,7 +9,9 @@ import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
 from autotuner.executors.local.executor import _tagged
+from autotuner.executors.local.memory import RANK_BASE_BYTES, available_bytes, launch_bytes
 from tests.helpers import TINY_SPEC as SPEC
+from trials.spec import parse_spec
 
 GOLDEN = """\
 #!/bin/sh
@@ -64,6 +66,31 @@ def test_fabric_rate_is_validated(rate):
 def test_more_than_one_node_is_refused():
     with pytest.raises(ValueError, match="one node"):
         LocalExecutor().dryrun(request(nnodes=2))
+
+
+def test_ranks_this_host_cannot_hold_are_refused_before_they_start(monkeypatch):
+    """Local ranks run beside the tuner: more than the memory available would bring the OOM killer,
+    which may pick the service itself."""
+    monkeypatch.setattr("autotuner.executors.local.executor.available_bytes", lambda: 4 << 30)
+    LocalExecutor().dryrun(request(nproc_per_node=2))  # 2 of 512 MiB fit in 4 GiB
+    with pytest.raises(ValueError, match="ranks on this host") as refused:
+        LocalExecutor(nodes="hostids").dryrun(request(nnodes=4, nproc_per_node=16))
+    assert str(refused.value).startswith("64 ranks on this host would hold about 32.0 GiB")
+    assert "and 4.0 GiB is available: run fewer ranks per node or nodes here (--nproc, --nnodes)" in str(
+        refused.value
+    )
+
+
+def test_what_a_launch_holds_counts_its_inputs_and_rows(tmp_path):
+    spec = {**SPEC, "candidates": [{**SPEC["candidates"][0], "batch_size": 8192}]}
+    trial = parse_spec(spec)
+    rows = sum(t.num_embeddings * t.embedding_dim * 4 for t in trial.workload.tables)
+    assert launch_bytes(spec, 3) == 3 * (RANK_BASE_BYTES + trial.input_bytes(8192)) + rows
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    assert available_bytes(meminfo) == 20_000_000 * 1024
+    assert available_bytes(tmp_path / "none") is None  # no /proc: no check, as before
+    assert available_bytes() > 0  # this host's own
 
 
 @pytest.mark.slow
@@ -126,3 +153,19 @@ def test_our_own_launch_is_running_while_proc_cannot_tell_yet(tmp_path, monkeypa
     finally:
         monkeypatch.undo()
         executor.cancel(backend_id, launch)
+
+
+def test_a_study_of_more_ranks_than_this_host_holds_is_refused_when_created(tmp_path, monkeypatch):
+    from autotuner.store import Store
+    from autotuner.tuning import StudyError
+    from tests.autotuner.test_driver import study_with
+
+    monkeypatch.setattr("autotuner.executors.local.executor.available_bytes", lambda: 8 << 30)
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    with pytest.raises(StudyError, match=r"executor local: 64 ranks on this host would hold about 32\.0 GiB"):
+        study_with(store, tmp_path, executor="local", executor_options={}, nproc_per_node=64)
+    assert store.studies() == []  # nothing queued that could not run
+    assert (
+        study_with(store, tmp_path, executor="local", executor_options={}, nproc_per_node=2).state == "queued"
+    )
+    store.dispose()

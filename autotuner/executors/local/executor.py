@@ -26,6 +26,7 @@ from pathlib import Path
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.files import read_small_text
+from autotuner.executors.local.memory import available_bytes, check_host_memory
 from autotuner.executors.local.netns import PORT as NODE_PORT
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from autotuner.executors.local.options import FABRIC_RATE
@@ -116,6 +117,7 @@ class LocalExecutor(Executor):
             )
         if launch.spec.get("device") != "cpu":
             check_gpu_sharing(self.nodes, launch.nnodes, launch.nproc_per_node, self.gpus)
+        check_host_memory(launch.spec, launch.nnodes * launch.nproc_per_node, available_bytes())
         tag = f"{launch.name}-{os.urandom(3).hex()}"
         q = shlex.quote
         lines = [
