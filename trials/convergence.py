@@ -28,7 +28,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from trials.codecs import DamagedCodec
 from trials.model import ShardedWorkload
 from trials.pipelines import make_pipeline, release
-from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec
+from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec, quality_problem
 
 TEACHER_DIM = 4
 TEACHER_SEED = 1234
@@ -245,6 +245,8 @@ class QualityContext:
         assert spec.quality is not None
         rank, world = dist.get_rank(), dist.get_world_size()
         most = max(c.train_samples or spec.quality.train_samples for c in spec.candidates)
+        if problem := quality_problem(spec.workload, most, spec.quality.eval_samples, world):
+            raise ValueError(problem)  # before building them: past it, the kernel kills the rank, no result
         train = rank_samples(spec.workload, spec.quality, "train", rank, world, most)
         held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
         return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,

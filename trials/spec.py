@@ -53,6 +53,7 @@ MAX_TABLE_BYTES = 8 * 1024**3
 MAX_WORKLOAD_TABLE_BYTES = 64 * 1024**3  # every table of a workload, fp32, across the world
 MAX_DENSE_PARAMETERS = 1 << 28  # weights of the bottom and top MLPs (1 GiB of fp32)
 MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size: ids (int64) and dense (fp32)
+MAX_SAMPLE_BYTES = 8 * 1024**3  # one rank's samples of a convergence check, for training and held out
 MAX_BATCH = 1 << 20
 GIB = 1024**3
 
@@ -287,6 +288,23 @@ class WorkloadSpec(_Spec):
     def dim_sum(self) -> int:
         return sum(t.embedding_dim for t in self.tables)
 
+    @property
+    def sample_bytes(self) -> int:
+        """What one sample holds in memory: its ids (int64) and dense features (fp32)."""
+        dense = self.dense.in_features * 4 if self.dense is not None else 0
+        return sum(t.pooling_factor for t in self.tables) * 8 + dense
+
+
+def quality_problem(workload: WorkloadSpec, train_samples: int, eval_samples: int, world: int) -> str | None:
+    """Why a convergence check of these samples (over all ranks) cannot be made (None: it can): each
+    rank builds its share of both splits before the first step."""
+    size = (train_samples // world + eval_samples // world) * workload.sample_bytes
+    if size <= MAX_SAMPLE_BYTES:
+        return None
+    return (f"a convergence check of {train_samples:,} training and {eval_samples:,} held-out samples over "
+            f"{world} rank(s) holds {size / GIB:,.1f} GiB of samples per rank ({workload.sample_bytes:,} bytes "
+            f"each), above {MAX_SAMPLE_BYTES // GIB} GiB: fewer quality_samples, or more ranks")  # fmt: skip
+
 
 class CandidateSpec(_Spec):
     """One point measured inside a launch. Fields left None fall back to the workload's."""
@@ -382,9 +400,7 @@ class TrialSpec(_Spec):
 
     def input_bytes(self, batch_size: int) -> int:
         """What one rank's input batches of `batch_size` hold: ids (int64) and dense features (fp32)."""
-        dense = self.workload.dense.in_features * 4 if self.workload.dense is not None else 0
-        per_sample = sum(t.pooling_factor for t in self.workload.tables) * 8 + dense
-        return batch_size * per_sample * self.input_batches
+        return batch_size * self.workload.sample_bytes * self.input_batches
 
     def sharding_of(self, candidate: CandidateSpec) -> str:
         return candidate.sharding or self.workload.sharding

@@ -36,12 +36,14 @@ from autotuner.tuning.launch import run_launch
 from autotuner.tuning.outcome import Gain, KnobQuality, LadderStep, Quality, TimeToQuality, VariantFigures
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch
+from autotuner.tuning.settings import MAX_EXTENSION, eval_samples
 from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio, paired_delta, product, ratio_over
+from autotuner.tuning.study import why_no_training
 
 KNOBS = ("precision", "batch", "pipeline")  # what changes the training, not only its speed
 LR_POWER = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # lr x (batch / the job's batch) ** power
 CHECKPOINTS = 4  # held-out scores per common budget, for a launch with a batch change
-MIN_EXTENSION, MAX_EXTENSION = 1.25, 1.5  # how far past the common budget a bigger batch trains
+MIN_EXTENSION = 1.25  # how far past the budget a bigger batch trains, at least (at most MAX_EXTENSION)
 SYNTHETIC = "synthetic teacher task (a proxy: trials/convergence.py)"
 
 
@@ -111,13 +113,7 @@ def _alone(knob: str, baseline: Setting, tuned: Setting) -> Setting:
 def _why_not(ctx: StudyContext, knobs: list[str]) -> str | None:
     if not knobs:
         return "the tuned config trains as the baseline does (no precision, batch or pipeline change)"
-    if ctx.workload.dense is None:
-        return "the workload has no dense part: nothing trains to a loss"
-    if ctx.settings.executor == "replay":
-        return "the replay executor answers with recorded timings: it cannot train"
-    if not ctx.settings.quality_samples:
-        return "quality_samples is 0"
-    return None
+    return why_no_training(ctx.settings, ctx.workload)
 
 
 def batch_gain(ladder: Sequence[LadderStep]) -> Ratio | None:
@@ -154,7 +150,7 @@ def _scores(
         or len(done[-1].spec["candidates"]) != len(slots)
     ):
         batch_change = any(v.batch_change for v in variants)
-        quality = {"train_samples": budget, "eval_samples": max(8192, budget // 8), "data_seed": ctx.settings.seed,
+        quality = {"train_samples": budget, "eval_samples": eval_samples(budget), "data_seed": ctx.settings.seed,
                    **({"checkpoints": CHECKPOINTS} if batch_change else {}),
                    **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
         extras = [_extra(v, seed, baseline_batch, budget, gain, seeds.index(seed)) for v, seed in slots]

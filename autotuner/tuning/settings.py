@@ -20,6 +20,21 @@ EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
 
 
+MAX_EXTENSION = 1.5  # how far past the common budget a bigger batch may train in the convergence check
+
+
+def eval_samples(budget: int) -> int:
+    """Held-out samples of a check whose models train on `budget`: enough for a log loss to the third
+    decimal, an eighth of the budget for a large one."""
+    return max(8192, budget // 8)
+
+
+def most_samples(budget: int) -> tuple[int, int]:
+    """The most training samples a quality launch of `budget` gives one model (a bigger batch trains
+    past the budget, see extension), and its held-out samples: what its ranks build."""
+    return int(budget * MAX_EXTENSION), eval_samples(budget)
+
+
 def _cli(name: str) -> dict[str, Any]:
     """The command-line option of a field whose name there differs (`--nproc`, not `--nproc-per-node`)."""
     return {"json_schema_extra": {"cli": name}}

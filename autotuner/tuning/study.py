@@ -15,8 +15,8 @@ from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
 from autotuner.tuning.inert import inert_variables, where_before_launching
-from autotuner.tuning.settings import RequestSettings, StudySettings
-from trials.spec import WorkloadSpec, parse_spec, parse_workload
+from autotuner.tuning.settings import RequestSettings, StudySettings, most_samples
+from trials.spec import WorkloadSpec, parse_spec, parse_workload, quality_problem
 
 
 class StudyError(ValueError):
@@ -89,6 +89,11 @@ def create_study(
     parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
                                                       "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
     check_executor(settings, workload)
+    ranks = settings.nnodes * settings.nproc_per_node
+    if why_no_training(settings, workload_spec) is None and (
+        problem := quality_problem(workload_spec, *most_samples(settings.quality_samples), ranks)
+    ):
+        raise StudyError(problem, "settings")
     if name is None:
         name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
     check_name("study", name)
@@ -129,6 +134,17 @@ def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
             )  # fmt: skip
     except (ValueError, TypeError, OSError) as exc:
         raise StudyError(f"{where}: {exc}") from exc
+
+
+def why_no_training(settings: StudySettings, workload: WorkloadSpec) -> str | None:
+    """Why the study's convergence check cannot train models, whatever the study finds (None: it can)."""
+    if workload.dense is None:
+        return "the workload has no dense part: nothing trains to a loss"
+    if settings.executor == "replay":
+        return "the replay executor answers with recorded timings: it cannot train"
+    if not settings.quality_samples:
+        return "quality_samples is 0"
+    return None
 
 
 def check_batch_change(space: SearchSpace, job_batch: int) -> None:

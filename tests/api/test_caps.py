@@ -226,3 +226,27 @@ def test_a_full_queue_refuses_with_429_until_a_study_leaves_it(client, monkeypat
     assert client.get("/v1/studies").json()["count"] == 3  # nothing stored for the refused one
     assert client.post(f"/v1/studies/{queued[0].json()['id']}/cancel").status_code == 200
     assert post(client, name="s3").status_code == 201
+
+
+def test_a_convergence_check_whose_samples_a_rank_cannot_hold_is_refused_naming_the_size(client):
+    """The check's ranks build their samples before the first step: 2^26 over 2 ranks (and up to 1.5x for
+    a bigger batch) is 51 GiB a rank on this workload, where the trial would be killed with no result."""
+    body = replay_study_body("samples", executor="local", quality_samples=1 << 26, nproc_per_node=2)
+    body["workload"] = {"name": "dlrm", "tables": [{"name": "t", "num_embeddings": 1000, "embedding_dim": 16,
+                        "pooling_factor": 64}], "dense": {"in_features": 13, "arch": [16], "over_arch": [1]}}  # fmt: skip
+    body["space"] = {"precisions": [["fp32", "fp32"], ["fp16", "fp16"]]}
+    response = client.post(
+        "/v1/studies", content=json.dumps(body), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "settings"]
+    assert error["msg"].startswith(
+        "a convergence check of 100,663,296 training and 8,388,608 held-out samples over 2 rank(s) holds "
+    )
+    assert (
+        "GiB of samples per rank (564 bytes each), above 8 GiB: fewer quality_samples, or more ranks"
+        in error["msg"]
+    )
+    body["settings"]["quality_samples"] = 1 << 17  # the default: accepted
+    assert client.post("/v1/studies", json=body).status_code == 201
