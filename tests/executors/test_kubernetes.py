@@ -16,6 +16,8 @@ import re
 import subprocess
 import sys
 import time
+import tracemalloc
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,17 +311,54 @@ class Sent:
 
 
 class FakeResponse:
-    def __init__(self, status: int, payload: Any, content_type: str = "application/json") -> None:
+    """An answer as the client gets it from urllib3: read whole (`read()`, `data`) or, for a request made
+    with _preload_content=False, in pieces (`stream`, `read(amt)`), each at most one of the server's
+    `writes` (by default the payload in one)."""
+
+    def __init__(
+        self,
+        status: int,
+        payload: Any,
+        content_type: str = "application/json",
+        writes: Iterable[bytes] | None = None,
+    ) -> None:
         self.status, self.reason = (
             status,
             {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(status, "Error"),
         )
-        self.data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        body = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        self.writes = iter([body] if writes is None else writes)
+        self.pending = b""
+        self.whole: bytes | None = None
+        self.pieces: list[int] = []  # the size of each piece read with read(amt)
+        self.closed = self.released = False
         self.headers = {"content-type": content_type}
         self.response = self
 
-    def read(self) -> bytes:
-        return self.data
+    def read(self, amt: int | None = None, decode_content: bool | None = None) -> bytes:
+        if amt is None:  # the rest at once, kept: the client reads it, then looks at `data`
+            if self.whole is None:
+                self.whole, self.pending = self.pending + b"".join(self.writes), b""
+            return self.whole
+        while not self.pending and (write := next(self.writes, None)) is not None:
+            self.pending = write
+        piece, self.pending = self.pending[:amt], self.pending[amt:]
+        self.pieces.append(len(piece))
+        return piece
+
+    @property
+    def data(self) -> bytes:
+        return self.read()
+
+    def stream(self, amt: int = 1 << 16, decode_content: bool | None = None) -> Iterator[bytes]:
+        while piece := self.read(amt):
+            yield piece
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        self.released = True
 
     def getheaders(self) -> dict[str, str]:
         return self.headers
@@ -342,7 +381,10 @@ class FakeCluster(ApiClient):
         super().__init__(Configuration(host="https://k8s.test"))
         self.sent: list[Sent] = []
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (namespace, resource, name)
-        self.logs: dict[str, str] = {}  # pod name -> log text
+        # pod name -> log text, or what makes a log as it is read (so that a test need not hold it)
+        self.logs: dict[str, str | bytes | Callable[[], Iterable[bytes]]] = {}
+        self.log_write_bytes = 64 << 10  # how much of a log the server writes at a time
+        self.log_responses: list[FakeResponse] = []
         self.errors: dict[tuple[str, str], int | Exception] = {}  # (method, resource) -> status or raise
         self.uids = itertools.count(1)
 
@@ -378,9 +420,8 @@ class FakeCluster(ApiClient):
         if obj is None:
             return FakeResponse(404, {"kind": "Status", "code": 404, "message": f'"{name}" not found'})
         if method == "GET" and sub == "log":
-            lines = self.logs.get(name, "").splitlines(keepends=True)
-            tail = int(query["tailLines"]) if "tailLines" in query else len(lines)
-            return FakeResponse(200, "".join(lines[-tail:] if tail else []), "text/plain")
+            self.log_responses.append(FakeResponse(200, "", "text/plain", self.log_writes(name, query)))
+            return self.log_responses[-1]
         if method == "GET":
             return FakeResponse(200, obj)
         if method == "PATCH":
@@ -402,6 +443,19 @@ class FakeCluster(ApiClient):
             )
         raise AssertionError(f"unexpected {method} {url}")
 
+    def log_writes(self, pod: str, query: dict[str, str]) -> Iterable[bytes]:
+        """The pod's log (its last tailLines lines if asked) as the server writes it: in pieces of
+        log_write_bytes, or as a generated log yields them."""
+        log = self.logs.get(pod, "")
+        if callable(log):
+            return log() if "tailLines" not in query else own_tail(log(), int(query["tailLines"]))
+        data = log.encode() if isinstance(log, str) else log
+        if "tailLines" in query:
+            lines, tail = data.splitlines(keepends=True), int(query["tailLines"])
+            data = b"".join(lines[-tail:] if tail else [])
+        n = self.log_write_bytes
+        return [data[at : at + n] for at in range(0, len(data), n)]
+
     # ---- what the Job controller and kubelet would do
 
     def job(self, name: str) -> dict[str, Any]:
@@ -410,8 +464,8 @@ class FakeCluster(ApiClient):
     def set_status(self, name: str, status: dict[str, Any]) -> None:
         self.job(name)["status"] = status
 
-    def add_pod(self, job: str, index: int, log: str = "", terminated: dict[str, Any] | None = None,
-                index_label: bool = True) -> str:  # fmt: skip
+    def add_pod(self, job: str, index: int, log: str | bytes | Callable[[], Iterable[bytes]] = "",
+                terminated: dict[str, Any] | None = None, index_label: bool = True) -> str:  # fmt: skip
         pod = f"{job}-{index}-x7k2p"
         labels = {LAUNCH_LABEL: job, "job-name": job, **({INDEX_KEY: str(index)} if index_label else {})}
         self.objects[(NS, "pods", pod)] = {
@@ -440,6 +494,16 @@ class FakeCluster(ApiClient):
             )
             seen.add((m["group"] or "", resource, verb))
         return seen
+
+
+def own_tail(writes: Iterable[bytes], lines: int) -> Iterator[bytes]:
+    """A generated log served as its own last `lines` lines, which it must be short enough to be (lines
+    counted as they pass, so that nothing is held)."""
+    count = 0
+    for write in writes:
+        count += write.count(b"\n")
+        yield write
+    assert count <= lines, f"a generated log of {count} lines served as its last {lines}"
 
 
 RESULT = {
@@ -646,6 +710,8 @@ def test_fetch_result_parses_the_index0_pod_log(cluster):
     (read,) = [s for s in cluster.sent if s.path.endswith("/log")]
     assert read.path == f"/api/v1/namespaces/{NS}/pods/{pod0}/log"
     assert read.query == {"container": "trial"}  # the whole log: the marker need not be in the tail
+    (response,) = cluster.log_responses
+    assert streamed(response)
     (listing,) = [s for s in cluster.sent if s.path.endswith("/pods")]
     assert listing.query == {"labelSelector": f"{LAUNCH_LABEL}={job}"}
 
@@ -675,8 +741,9 @@ def test_fetch_result_is_none_without_a_result_line(cluster, log):
         ("AUTOTUNER_RESULT " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
         (f"AUTOTUNER_RESULT {json.dumps({**RESULT, 'candidates': RESULT['candidates'][:1]})}\n",
          "1 candidate results for the 2 candidates the launch asked for"),
+        (b'noise\nAUTOTUNER_RESULT {"status": "\xff"}\n', "not JSON (UnicodeDecodeError('utf-8'"),
     ],
-    ids=["malformed", "other-schema", "not-an-object", "nested", "one-short"],
+    ids=["malformed", "other-schema", "not-an-object", "nested", "one-short", "not-utf-8"],
 )  # fmt: skip
 def test_fetch_result_refuses_a_result_line_it_cannot_use(cluster, log, why):
     """A marker line that is not a usable result fails the launch with the reason (autotuner.executors
@@ -706,6 +773,159 @@ def test_logs_tail_the_index0_pod(cluster):
     assert tail.splitlines() == [f"line {i}" for i in range(95, 100)]
     (read,) = [s for s in cluster.sent if s.path.endswith("/log")]
     assert read.query == {"container": "trial", "tailLines": "5"}
+
+
+# ------------------------------------------------------------- a pod log is the pod's to write, any size
+
+NOISE_LINE = b"ip-10-0-1-17:42:42 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
+RESULT_LINE = f"[default0]:AUTOTUNER_RESULT {json.dumps(RESULT)}\n".encode()
+SHUTDOWN = b"ip-10-0-1-17:42:42 [0] NCCL INFO comm 0x55d0 rank 0 nranks 16 - Destroy COMPLETE\n" * 3
+MiB = 1 << 20
+
+
+def streamed(response: FakeResponse) -> bool:
+    """The body was read in pieces, never whole, and its connection closed and given back."""
+    return response.whole is None and bool(response.pieces) and response.closed and response.released
+
+
+def generated_log(
+    head: bytes, block: bytes, mib: int, tail: bytes
+) -> tuple[Callable[[], Iterator[bytes]], int]:
+    """A log of `head`, `mib` MiB of `block` over and over, then `tail`, made as it is read (the same
+    64 KiB object written each time: the test holds none of it); and its size."""
+    piece = block * ((64 << 10) // len(block))
+    count = mib * MiB // len(piece)
+
+    def writes() -> Iterator[bytes]:
+        yield head
+        for _ in range(count):
+            yield piece
+        yield tail
+
+    return writes, len(head) + count * len(piece) + len(tail)
+
+
+def peak_memory(call: Callable[[], Any]) -> tuple[Any, int]:
+    """What `call` returns and the most memory Python held at once while it ran: the executor, the
+    client and the fake server together, all of it in the tuner's process."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_fetch_result_reads_a_huge_log_holding_little_of_it(cluster):
+    """64 MiB of NCCL chatter, then the result and the shutdown: found, and the log never held (kubelet's
+    log rotation bounds it on most clusters; the tuner does not count on that)."""
+    ex, job, request = scheduled(cluster)
+    writes, size = generated_log(b"", NOISE_LINE, 64, RESULT_LINE + SHUTDOWN)
+    cluster.add_pod(job, 0, log=writes)
+    result, peak = peak_memory(lambda: ex.fetch_result(job, request))
+    assert result == RESULT
+    assert peak < size / 16, f"held {peak:,} bytes at once of a {size:,} byte log"
+    assert streamed(cluster.log_responses[-1])
+
+
+@pytest.mark.parametrize("end", [b"", b"\n", b"\r"], ids=["same-line", "newline", "carriage-return"])
+def test_fetch_result_finds_the_result_after_one_enormous_line(cluster, end):
+    """32 MiB without a line break or a marker (binary junk, a progress bar), then the result: on that
+    line still, on the next, or after a carriage return."""
+    ex, job, request = scheduled(cluster)
+    writes, size = generated_log(b"", bytes(range(32, 127)), 32, end + RESULT_LINE)
+    cluster.add_pod(job, 0, log=writes)
+    result, peak = peak_memory(lambda: ex.fetch_result(job, request))
+    assert result == RESULT
+    assert peak < size / 16, f"held {peak:,} bytes at once of a {size:,} byte log"
+
+
+def test_fetch_result_holds_no_more_of_a_result_line_than_the_cap(cluster, monkeypatch):
+    """A result line of 32 MiB under a cap of 1 MiB: refused, naming the cap and how to raise it,
+    after holding no more than the cap of it."""
+    monkeypatch.setenv("AUTOTUNER_MAX_RESULT_BYTES", str(MiB))
+    ex, job, request = scheduled(cluster)
+    writes, size = generated_log(b'noise\nAUTOTUNER_RESULT {"padding": "', b"x", 32, b'"}\nshutdown\n')
+    cluster.add_pod(job, 0, log=writes)
+    result_bytes = size - len(b"noise\nAUTOTUNER_RESULT \nshutdown\n")
+    refused, peak = peak_memory(lambda: pytest.raises(ResultError, ex.fetch_result, job, request))
+    refused.match(re.escape(f"is {result_bytes:,} bytes, above the limit of 1,048,576 bytes (raise it with "
+                            "AUTOTUNER_MAX_RESULT_BYTES)"))  # fmt: skip
+    assert peak < 4 * MiB, f"held {peak:,} bytes at once of a {size:,} byte log"
+
+
+def test_only_the_last_result_line_must_fit_the_cap(cluster, monkeypatch):
+    result = json.dumps(RESULT)
+    padded = json.dumps({**RESULT, "padding": "x" * 5000})
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=f"AUTOTUNER_RESULT {padded}\n[default0]:AUTOTUNER_RESULT {result}\n")
+    monkeypatch.setenv("AUTOTUNER_MAX_RESULT_BYTES", str(len(result)))
+    assert ex.fetch_result(job, request) == RESULT
+    monkeypatch.setenv("AUTOTUNER_MAX_RESULT_BYTES", str(len(result) - 1))
+    with pytest.raises(ResultError, match=re.escape(f"is {len(result):,} bytes, above the limit of")):
+        ex.fetch_result(job, request)
+
+
+PARTIAL = json.dumps({**RESULT, "status": "partial"})
+# Logs whose last result line is RESULT, each a way a line can end or a line may look.
+LINES = {
+    "last-wins": b"noise\nAUTOTUNER_RESULT " + PARTIAL.encode() + b"\n" + NOISE_LINE * 3 + RESULT_LINE + SHUTDOWN,
+    "carriage-returns": f"step 1\rstep 2\rAUTOTUNER_RESULT {PARTIAL}\rAUTOTUNER_RESULT {json.dumps(RESULT)}\r\n"
+    .encode(),
+    # str.splitlines broke lines there too: U+2028 (3 bytes in UTF-8) and U+0085 (2)
+    "unicode-breaks": f"AUTOTUNER_RESULT {PARTIAL}\u2028AUTOTUNER_RESULT {json.dumps(RESULT)}\x85trailing\n"
+    .encode(),
+    "no-final-newline": b"noise\n" + RESULT_LINE.rstrip(b"\n"),
+    "not-utf-8-noise": b"\xff\xfe binary \x80\n" + RESULT_LINE + b"\xc3( cut\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("write_bytes", [1, 2, 7, 16, 17, 64 << 10])
+@pytest.mark.parametrize("log", list(LINES))
+def test_fetch_result_reads_lines_alike_however_the_log_is_cut(cluster, log, write_bytes):
+    """The server's writes cut lines, markers and line breaks anywhere (7 bytes: odd places; 16 and 17:
+    a marker's length, give or take): the last result line wins all the same, and bytes that are not
+    UTF-8 only matter in a result."""
+    ex, job, request = scheduled(cluster)
+    cluster.log_write_bytes = write_bytes
+    cluster.add_pod(job, 0, log=LINES[log])
+    assert ex.fetch_result(job, request) == RESULT
+    response = cluster.log_responses[-1]
+    assert streamed(response)
+    assert max(response.pieces) <= write_bytes
+    assert len(response.pieces) > len(LINES[log]) // write_bytes
+
+
+def test_fetch_result_is_none_when_the_log_breaks_off(cluster, caplog):
+    """A result line may yet follow where the stream broke: none is taken, and the connection is closed
+    rather than handed back half read."""
+    from urllib3.exceptions import ProtocolError
+
+    def writes() -> Iterator[bytes]:
+        yield NOISE_LINE * 10 + RESULT_LINE
+        raise ProtocolError("Connection broken: IncompleteRead(1024 bytes read, 1 more expected)")
+
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=writes)
+    assert ex.fetch_result(job, request) is None
+    assert f"could not read the log of Job {NS}/{job}: ProtocolError: Connection broken" in caplog.text
+    response = cluster.log_responses[-1]
+    assert response.closed
+    assert response.released
+
+
+def test_logs_keep_a_bounded_tail_of_a_huge_line(cluster):
+    """The server tails lines, not bytes: one line of 32 MiB in the last 60 is cut to what a log tail
+    keeps, and says so, and it is never held."""
+    ex, job, request = scheduled(cluster)
+    writes, size = generated_log(b"starting\n", b"x", 32, b"\nTraceback: boom\n")
+    cluster.add_pod(job, 0, log=writes)
+    tail, peak = peak_memory(lambda: ex.logs(job, request))
+    assert tail == "[...] Traceback: boom"
+    assert peak < size / 16, f"held {peak:,} bytes at once of a {size:,} byte log"
+    (read,) = [s for s in cluster.sent if s.path.endswith("/log")]
+    assert read.query == {"container": "trial", "tailLines": "60"}
+    assert streamed(cluster.log_responses[-1])
 
 
 def test_run_end_to_end_against_the_fake_server(cluster, tmp_path):

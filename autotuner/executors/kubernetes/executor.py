@@ -19,7 +19,9 @@ With static rendezvous node rank 0 always hosts it, and the others retry (DNS in
 answers. The Job's activeDeadlineSeconds bounds the wait.
 
 Pods share no disk with the tuner: rank 0 prints the result as one `AUTOTUNER_RESULT {json}` line,
-read back from the log of the index-0 pod.
+read back from the log of the index-0 pod. That log is the pod's to write, gigabytes of it if it likes:
+it is read as a stream, holding only the line being read and the last result line seen, each at most
+AUTOTUNER_MAX_RESULT_BYTES past its marker.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from typing import Any
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from autotuner.executors import results
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.files import LOG_TAIL_BYTES
 from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
     INDEX_KEY,
@@ -42,6 +47,8 @@ from autotuner.executors.kubernetes.manifests import (
     resource_name,
 )
 from autotuner.executors.kubernetes.options import KubernetesOptions
+from autotuner.executors.results import ResultError
+from autotuner.limits import limits, over
 from trials.result import RESULT_MARKER
 
 __all__ = [
@@ -52,6 +59,7 @@ __all__ = [
     "KubernetesExecutor",
     "KubernetesRequest",
     "job_description",
+    "last_result_text",
     "parse_result",
     "resource_name",
 ]
@@ -59,6 +67,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30  # a hung API server must not hang the study
+LOG_CHUNK_BYTES = 64 << 10  # what is read of a pod log at a time
+
+T = TypeVar("T")
 
 # Every (API group, resource, verb) the executor uses; deploy/k8s's Role grants these (tested).
 REQUIRED_PERMISSIONS = frozenset({
@@ -210,10 +221,13 @@ class KubernetesExecutor(Executor):
         self._delete(backend_id, self.options.namespace, ["job", "service", "configmap"])
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
-        return self._index0_log(backend_id, tail_lines) or ""
+        # The API server tails the lines, but one of them may be as long as the pod likes.
+        return self._index0_log(backend_id, tail_lines, lambda chunks: _log_tail(chunks, tail_lines)) or ""
 
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
-        return parse_result(self._index0_log(backend_id, None) or "", launch.spec)
+        cap = limits().max_result_bytes  # read first: a bad setting must not pass for an unreadable log
+        text = self._index0_log(backend_id, None, lambda chunks: last_result_text(chunks, cap))
+        return None if text is None else results.parse_result(text, launch.spec)
 
     # ------------------------------------------------------------------ helpers
 
@@ -245,7 +259,11 @@ class KubernetesExecutor(Executor):
             (p.metadata.labels or {}).get(INDEX_KEY), (p.metadata.annotations or {}).get(INDEX_KEY))]  # fmt: skip
         return max(index0, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
 
-    def _index0_log(self, job_name: str, tail_lines: int | None) -> str | None:
+    def _index0_log(
+        self, job_name: str, tail_lines: int | None, consume: Callable[[Iterator[bytes]], T]
+    ) -> T | None:
+        """What `consume` makes of the index-0 pod's log, streamed to it in chunks (never whole); None
+        when there is no such pod or its log cannot be read. A ResultError of `consume` propagates."""
         try:
             pod = self._index0_pod(job_name)
             if pod is None:
@@ -254,7 +272,16 @@ class KubernetesExecutor(Executor):
             kwargs: dict[str, Any] = {"container": CONTAINER, "_request_timeout": REQUEST_TIMEOUT_S}
             if tail_lines is not None:
                 kwargs["tail_lines"] = tail_lines
-            return str(core.read_namespaced_pod_log(pod.metadata.name, self.options.namespace, **kwargs))
+            response = core.read_namespaced_pod_log(
+                pod.metadata.name, self.options.namespace, _preload_content=False, **kwargs
+            )  # the urllib3 response, its body not read yet
+            try:
+                return consume(response.stream(LOG_CHUNK_BYTES))
+            finally:  # closed first: a connection left half read must not go back to the pool
+                response.close()
+                response.release_conn()
+        except ResultError:
+            raise
         except Exception as exc:  # logs are evidence, not control flow
             log.warning(
                 "could not read the log of Job %s/%s: %s", self.options.namespace, job_name, _api_error(exc)
@@ -302,15 +329,109 @@ def job_description(status: Any) -> Description:
     return Description(state, None, f"Job condition {key}" if state == LaunchState.UNKNOWN else "")
 
 
-def parse_result(log_text: str, spec: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The last `AUTOTUNER_RESULT {json}` line of a log (None: there is none), checked as any result
-    is (ResultError if it cannot be used)."""
-    marker = RESULT_MARKER + " "
-    for line in reversed(log_text.splitlines()):
-        at = line.find(marker)
-        if at >= 0:
-            return results.parse_result(line[at + len(marker) :], spec)
-    return None
+def parse_result(log_text: str | bytes, spec: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The last `AUTOTUNER_RESULT {json}` line of a log, text or bytes (None: there is none), checked as
+    any result is (ResultError if it cannot be used)."""
+    data = log_text.encode("utf-8", "surrogatepass") if isinstance(log_text, str) else log_text
+    chunks = (data[at : at + LOG_CHUNK_BYTES] for at in range(0, len(data), LOG_CHUNK_BYTES))
+    text = last_result_text(chunks, limits().max_result_bytes)
+    return None if text is None else results.parse_result(text, spec)
+
+
+def last_result_text(chunks: Iterable[bytes], cap: int) -> bytes | None:
+    """The text after the marker of a log's last line holding one (None: no line does), read from the
+    log's `chunks` while holding only the line being read and the last marker line, at most `cap` bytes
+    past the marker each. ResultError when the last marker line has more than that after its marker."""
+    lines = _MarkerLines(cap)
+    for chunk in chunks:
+        lines.feed(chunk)
+    return lines.finish()
+
+
+_MARKER = (RESULT_MARKER + " ").encode()
+_MARKER_HEAD = len(_MARKER) - 1  # the most of a marker that one chunk can end with
+# Where str.splitlines breaks lines, in UTF-8 (the marker may follow a "\r" of a progress bar).
+_LINE_BREAK = re.compile(rb"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
+
+
+class _MarkerLines:
+    """The log's lines as they arrive, each kept from its first marker on: the line's first marker is the
+    one that counts, and the last line with one wins. Bytes that are not UTF-8 are only looked at where
+    they follow a marker (results.parse_result refuses them there)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.held = b""  # the end of the last chunk, where a line break of several bytes may begin
+        # The last bytes read while the line has no marker, where one may begin (a marker never spans a
+        # line break, so they may as well reach back into the lines before).
+        self.head = b""
+        self.text: bytearray | None = None  # what follows the line's marker (None: none yet), up to cap
+        self.size = 0  # how many bytes follow the line's marker, kept or not
+        self.last: tuple[bytearray, int] | None = None  # the last marker line ended: its text and size
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.held + chunk
+        keep = 2 if data.endswith(b"\xe2\x80") else 1 if data[-1:] in (b"\xc2", b"\xe2") else 0
+        data, self.held = data[: len(data) - keep], data[len(data) - keep :]
+        if self.text is None:
+            window = self.head + data
+            if _MARKER not in window:  # no marker line ends or begins here: its lines need no look
+                self.head = window[-_MARKER_HEAD:]
+                return
+        *ended, rest = _LINE_BREAK.split(data)
+        for line in ended:
+            self._extend(line)
+            self._end_line()
+        self._extend(rest)
+
+    def finish(self) -> bytes | None:
+        self._extend(self.held)
+        self._end_line()
+        if self.last is None:
+            return None
+        text, size = self.last
+        if size > self.cap:
+            what = f"the result on the last {RESULT_MARKER} line of the log"
+            raise ResultError(over(what, size, self.cap, "AUTOTUNER_MAX_RESULT_BYTES", " bytes"))
+        return bytes(text)
+
+    def _extend(self, piece: bytes) -> None:
+        if self.text is None:
+            window = self.head + piece
+            at = window.find(_MARKER)
+            if at < 0:
+                self.head = window[-_MARKER_HEAD:]
+                return
+            self.text, self.size = bytearray(), 0
+            piece = window[at + len(_MARKER) :]
+        self.size += len(piece)
+        if self.size <= self.cap:
+            self.text += piece
+        elif self.text:
+            self.text = bytearray()  # over the cap: only its size is told
+
+    def _end_line(self) -> None:
+        if self.text is not None:
+            self.last = (self.text, self.size)
+        self.text, self.head = None, b""
+
+
+def _log_tail(chunks: Iterable[bytes], lines: int, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last `lines` lines of a streamed log, from at most its last `max_bytes` bytes (as files.log_tail
+    reads a log on disk)."""
+    kept, clipped = bytearray(), False
+    for chunk in chunks:
+        kept += chunk
+        if len(kept) > 2 * max_bytes:  # cut now and then, not at every chunk
+            del kept[:-max_bytes]
+            clipped = True
+    if len(kept) > max_bytes:
+        del kept[:-max_bytes]
+        clipped = True
+    text = kept.decode(errors="replace")
+    if clipped:  # the first line kept is most likely cut: say so rather than show half of it
+        text = "[...] " + text.split("\n", 1)[-1]
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _api_error(exc: BaseException) -> str:
