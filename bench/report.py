@@ -216,6 +216,18 @@ def _md_planning(pl: dict[str, Any]) -> list[str]:
             table(["launches", "mean CPU ms to plan one"], [[g, f"{sum(v) / len(v):.1f}"] for g, v in groups]), ""]  # fmt: skip
 
 
+def _md_planning_wide(pw: dict[str, Any]) -> list[str]:
+    now, before = pw["now"], pw["before"]
+    rows = [[str(i + 1), f"{n / 1000:.2f}", f"{b / 1000:.1f}", f"{b / n:.0f}x", f"{nc / 1000:.1f}", f"{bc / 1000:.1f}"]
+            for i, (n, b, nc, bc) in enumerate(zip(now["cpu_ms_per_launch"], before["cpu_ms_per_launch"],
+                                                   now["cycle_cpu_ms_per_launch"], before["cycle_cpu_ms_per_launch"], strict=True))]  # fmt: skip
+    return ["## Planning cost of wide launches", "", f"`{CMD.format('planning-wide')}` — {pw['setup']}, in the same "
+            "run. CPU seconds to plan each search launch, and to plan, store and learn it (the replay itself costs "
+            f"nothing); both found the best point ({now['best_samples_per_s'][-1]:,.0f} samples/s).", "",
+            table(["search launch", "plan s, now", "plan s, before", "before / now", "cycle s, now", "cycle s, before"],
+                  rows), ""]  # fmt: skip
+
+
 def _md_scaling_emulated(se: dict[str, Any]) -> list[str]:
     link, study = se["link"], se["study"]
     curve = study["scaling"] or []
@@ -382,6 +394,7 @@ def _md_scaling(c: dict[str, Any]) -> list[str]:
 # Each section's Markdown, in the order RESULTS.md shows them.
 SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
+              "planning-wide": _md_planning_wide,
               "tuned": _md_tuned, "quality": _md_quality,
               "serving": _md_serving, "store": _md_store, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 

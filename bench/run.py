@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,tuned,quality,serving,store,revalidate,scaling,scaling-emulated]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,planning-wide,tuned,quality,serving,store,revalidate,scaling,scaling-emulated]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -81,6 +81,12 @@ def _planning() -> dict[str, Any]:
     return planning.run()
 
 
+def _planning_wide() -> dict[str, Any]:
+    from bench import planning
+
+    return planning.wide(launches=3)  # the engine before this bound takes ~18 min of it
+
+
 def _tuned() -> dict[str, Any]:
     from bench import tuned
 
@@ -125,7 +131,7 @@ def _scaling() -> dict[str, Any]:
 
 
 SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
-            "search": _search, "planning": _planning, "tuned": _tuned, "quality": _quality, "serving": _serving,
+            "search": _search, "planning": _planning, "planning-wide": _planning_wide, "tuned": _tuned, "quality": _quality, "serving": _serving,
             "store": _store, "revalidate": _revalidate, "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
 
 

@@ -1,9 +1,10 @@
 """Planning a search launch: one env point from the sampler, and up to k in-process points at it.
 
 NCCL reads its environment once per process, so the env point is the launch; the in-process points
-(precision, batch, sharding, threads, pipeline) are proposed by the same sampler at that env. A
-proposal of a point measured already is answered from memory (an echo); when the sampler keeps
-echoing, the launch is filled with unmeasured points, so every launch measures something new.
+(precision, batch, sharding, threads, pipeline) are proposed by the same sampler at that env, up to
+SAMPLER_PROPOSALS a launch. A proposal of a point measured already is answered from memory (an echo);
+when the sampler keeps echoing, or a wider launch has had its proposals, the launch is filled with
+unmeasured points, so every launch measures something new.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from autotuner.tuning.search import INPROC_PARAMS, Search
 
 log = logging.getLogger("autotuner.tuning")
 MAX_PROPOSALS = 50  # env proposals in a row that may be invalid, quarantined or exhausted
+# In-process points the sampler proposes per launch; unmeasured points fill the rest of a wider launch.
+# Each proposal reads every trial so far: launches of k = 1,000 took 11 s of CPU to plan the first and
+# 561 s the third when the sampler proposed every point, 0.03 s and 0.95 s now, and found the same best
+# point (bench/RESULTS.md, planning-wide); a launch that wide measures much of its env's grid anyway.
+SAMPLER_PROPOSALS = 32
 
 
 @dataclass
@@ -72,11 +78,12 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
 def _ask_at(
     plan: PlannedLaunch, search: Search, params: dict, measured: dict[str, Candidate], k: int
 ) -> None:
-    """More in-process points at the same env, from the same sampler, until k are planned or it
-    proposed k in a row that this launch or an earlier one has (then unmeasured ones fill up)."""
+    """More in-process points at the same env, from the same sampler, until k (at most
+    SAMPLER_PROPOSALS) are planned or it proposed as many in a row that this launch or an earlier one
+    has (then unmeasured ones fill up)."""
     env_params = {n: v for n, v in params.items() if n not in INPROC_PARAMS}
-    echoes = 0
-    while len(plan.points) < k and echoes < k:
+    wanted, echoes = min(k, SAMPLER_PROPOSALS), 0
+    while len(plan.points) < wanted and echoes < wanted:
         before = len(plan.points)
         trial = search.ask(env_params)
         _add(plan, search, trial, search.point_of(trial.params), measured)

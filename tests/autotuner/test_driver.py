@@ -254,3 +254,26 @@ def test_a_front_end_callback_that_raises_never_fails_the_study(store, tmp_path,
     final = StudyDriver(store, study.id, replay(), progress=progress, poll_s=0.01).run()
     assert final.state == "done", final.error
     assert "progress callback on_launch_end failed" in caplog.text
+
+
+def test_a_wide_launch_asks_the_sampler_a_bounded_number_of_times_and_fills_the_rest(store, tmp_path):
+    """Each proposal reads every trial so far: a launch of k = 1,000 that asked the sampler for each point
+    held the queue minutes per launch (bench/planning.py wide). Past SAMPLER_PROPOSALS, unmeasured
+    points fill the launch."""
+    import random
+
+    from autotuner.tuning import plan as planner
+    from autotuner.tuning.search import Search
+
+    space = {**SPACE, "batch_sizes": list(range(64, 164))}  # 4 precisions x 100 batches
+    study = study_with(store, tmp_path, space=space, candidates_per_launch=300)
+    ctx = StudyDriver(store, study.id, replay(), poll_s=0.01).ctx
+    search, asked = Search(ctx), []
+    ask = search.ask
+    search.ask = lambda *a: asked.append(1) or ask(*a)  # count every proposal
+    plan = planner.plan_launch(ctx, search, random.Random(0))
+    assert plan is not None
+    assert len(plan.points) == len(set(plan.points)) == 300
+    proposed = [t for t in plan.trials if t is not None]
+    assert 0 < len(proposed) <= planner.SAMPLER_PROPOSALS  # the sampler's picks lead, unmeasured ones fill
+    assert len(asked) < 2 * planner.SAMPLER_PROPOSALS  # before: 300 and more (echoes), each slower
