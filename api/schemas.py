@@ -299,7 +299,12 @@ class RevalidateRequest(BaseModel):
     version: int | None = Field(
         None, ge=1, le=MAX_VERSION, description="re-check this version (default: the served one)"
     )
-    reason: str | None = Field(None, max_length=500)
+    reason: str | None = Field(
+        None,
+        max_length=500,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="why (one line: no control characters)",
+    )
 
 
 class PinRequest(BaseModel):

@@ -56,8 +56,12 @@
   }
   const envText = (env) => Object.entries(env || {}).map(([k, v]) => `${k}=${v}`).join(" ");
   const precision = (f, b) => `${f}/${b}`;
+  // Bidi controls in a stored string (a trial's text) are shown as escapes, never obeyed: U+202E would
+  // make "evil" read "live".
+  const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  const shownText = (s) => String(s).replace(BIDI, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
   // Plotly reads a little HTML in labels; data-derived strings go through this first.
-  const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const plain = (s) => shownText(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
   // ---------------------------------------------------------------- DOM
 
@@ -77,7 +81,7 @@
   function append(node, children) {
     for (const child of children.flat()) {
       if (child === null || child === undefined || child === false) continue;
-      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+      node.append(child instanceof Node ? child : document.createTextNode(shownText(child)));
     }
     return node;
   }
@@ -87,7 +91,7 @@
     return append(node, children);
   }
   const $ = (id) => document.getElementById(id);
-  const setText = (id, text) => { const n = $(id); if (n) n.textContent = text ?? ""; };
+  const setText = (id, text) => { const n = $(id); if (n) n.textContent = shownText(text ?? ""); };
   function badge(state, extra = "") {
     return el("span", { class: `badge s-${state} ${extra}`.trim() }, state);
   }
@@ -411,7 +415,7 @@
     ].filter(Boolean).join(" · "));
     const error = $("study-error");
     error.hidden = !study.error;
-    error.textContent = study.error || "";
+    error.textContent = shownText(study.error || "");
   }
 
   const pointText = (point) => `${precision(point.fwd_precision, point.bwd_precision)} · batch ${num0(point.batch_size)}`;

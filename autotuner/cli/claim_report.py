@@ -15,6 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from autotuner.cli.terminal import shown
 from autotuner.tuning.outcome import KnobQuality, LadderStep, Outcome, Quality, ScalingPoint, TimeToQuality
 
 GROUPS = ("precision", "batch", "pipeline", "sharding", "threads")  # a step's value, not an env variable
@@ -55,13 +56,13 @@ def ladder_table(ladder: Sequence[LadderStep]) -> Table:
     for step in ladder:
         measured = step.measured
         table.add_row(
-            step.step,
-            change_text(step.changed),
+            shown(step.step),
+            shown(change_text(step.changed)),
             f"{step.samples_per_s:,.0f}" if measured else "-",
             times(step.speedup_vs_previous or 0.0) if measured else "-",
             interval(step.ci_low or 0.0, step.ci_high or 0.0) if measured else "-",
             times(step.cumulative or 1.0),
-            "kept" if step.kept else "[yellow]dropped[/yellow]" if measured else f"[yellow]{step.verdict}[/yellow]",
+            "kept" if step.kept else shown("dropped" if measured else step.verdict, "yellow"),
         )  # fmt: skip
         ttq = step.time_to_quality
         if ttq:  # a batch step: its time to quality (throughput gain x sample efficiency) beside its gain
@@ -73,7 +74,7 @@ def ladder_table(ladder: Sequence[LadderStep]) -> Table:
                 "-" if never else times(ttq.speedup or 0.0),
                 "-" if never else interval(ttq.ci_low or 0.0, ttq.ci_high or 0.0),
                 "",
-                "kept" if ttq.verdict == "passed" else "[yellow]dropped[/yellow]",  # why: the quality line
+                "kept" if ttq.verdict == "passed" else shown("dropped", "yellow"),  # why: the quality line
             )  # fmt: skip
     return table
 
@@ -215,7 +216,7 @@ def print_claim(console: Console, ladder: Sequence[LadderStep], text: ClaimText)
     if ladder:
         console.print(ladder_table(ladder))
     for line in ([text.quality] if text.quality else []) + text.inert:
-        console.print(line, highlight=False)
+        console.print(shown(line), highlight=False)
 
 
 def scaling_table(curve: Sequence[ScalingPoint]) -> Table:

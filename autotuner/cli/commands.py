@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotuner.cli.terminal import labelled, shown
+from autotuner.executors.results import finite
 from autotuner.job.exports import render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
@@ -53,7 +55,7 @@ def _store(db: str | None):
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(labelled("error:", message), highlight=False)
     return typer.Exit(code)
 
 
@@ -156,7 +158,7 @@ def tune(**options: Any) -> None:
         row = _new_study(store, options)
         err.print(f"study [bold]{row.name}[/bold] (id {row.id}) created")
         for line in inert_lines(row.inert, row.space.get("force_inert", [])):
-            err.print(line, highlight=False)
+            err.print(shown(line), highlight=False)
     else:
         err.print(f"resuming study [bold]{row.name}[/bold] (id {row.id}, {row.state})")
     budget = row.settings.get("trials") if isinstance(row.settings, dict) else None
@@ -225,7 +227,7 @@ def _print_outcome(store: Any, study: Any) -> None:
 
     outcome = Outcome.load(study.outcome) or Outcome()
     if study.state == StudyState.FAILED:
-        err.print(f"[red]study {study.name} failed:[/red] {study.error}")
+        err.print(labelled(f"study {study.name} failed:", study.error), highlight=False)
         return
     rows = {label: store.candidate(cid) for label, cid in
             (("baseline", study.baseline_candidate_id), ("best", study.best_candidate_id)) if cid}  # fmt: skip
@@ -395,9 +397,10 @@ def configs_validations(cluster: str, workload: str, nodes: int | None = None, d
         speed = f"{result['speedup']:.2f}x" if result.get("speedup") else "-"
         if result.get("ci_low"):
             speed += f" [{result['ci_low']:.2f}-{result['ci_high']:.2f}]"
-        table.add_row(str(v.id), f"v{versions[v.config_id]}", v.trigger, v.state, speed,
-                      describe(v.fingerprint) if v.fingerprint else "-", v.action or v.reason,
-                      (v.finished_at or v.created_at).strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+        when = v.finished_at or v.created_at
+        table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), speed,
+                      shown(describe(v.fingerprint) if v.fingerprint else "-"), shown(v.action or v.reason or ""),
+                      when.strftime("%Y-%m-%d %H:%M") if when else "-")  # fmt: skip
     out.print(table)
 
 
@@ -455,12 +458,12 @@ def revalidate(
     except StudyBusy as exc:
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
     result = done.result or {}
-    err.print(f"[bold]{done.state}[/bold]: {result.get('why') or done.error}", highlight=False)
+    err.print(labelled(f"{done.state}:", result.get("why") or done.error, "bold"), highlight=False)
     if done.fingerprint is not None:
-        err.print(
-            f"measured on {describe(done.fingerprint)} in {result.get('wall_s', 0):.0f} s", highlight=False
-        )
-    err.print(done.action or "", highlight=False)
+        wall = result.get("wall_s")
+        err.print(shown(f"measured on {describe(done.fingerprint)} in {wall if finite(wall) else 0:.0f} s"),
+                  highlight=False)  # fmt: skip
+    err.print(shown(done.action or ""), highlight=False)
     codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
     raise typer.Exit(codes.get(done.state, 3))
 

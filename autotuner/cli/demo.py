@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotuner.cli.claim_report import ClaimText, confirmed_line, print_claim
+from autotuner.cli.terminal import labelled, shown
 from autotuner.store.states import TERMINAL, StudyState
 from autotuner.tuning.outcome import Outcome
 
@@ -91,14 +92,14 @@ def _run(url: str, token: str, env: dict[str, str], service: subprocess.Popen, d
     )
     study = _follow(client, study)
     if study["state"] != StudyState.DONE:
-        console.print(f"[red]study {study['state']}:[/red] {study['error']}")
+        console.print(labelled(f"study {study['state']}:", study["error"]), highlight=False)
         return 1
     _print_trials(client, study["id"])
     outcome = Outcome.load(study["outcome"]) or Outcome()
     print_claim(console, outcome.ladder or [], ClaimText.model_validate(study["claim"]))  # the API's words
     if confirmed := confirmed_line(outcome):
         console.print(confirmed)
-    console.print(outcome.decision or "", highlight=False)
+    console.print(shown(outcome.decision or ""), highlight=False)
     console.print("\n$ autotuner env --server ... --cluster demo-cpu --workload demo-dlrm")
     # --token=VALUE: a token_urlsafe token may start with "-", which argparse reads as an option
     hook = [sys.executable, "-m", "autotuner", "env", "--server", str(client.base_url), f"--token={token}",
@@ -129,7 +130,7 @@ def _create(client: httpx.Client) -> dict | None:
             "space": yaml.safe_load((EXAMPLES / "space-demo.yaml").read_text())}  # fmt: skip
     created = client.post("/v1/studies", json=body)
     if created.status_code != 201:
-        console.print(f"[red]could not create the study:[/red] {created.text}")
+        console.print(labelled("could not create the study:", created.text), highlight=False)
         return None
     return created.json()
 
@@ -215,7 +216,7 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
             if t.get("iter_ms")
             else "-"
         )
-        cells = [t["kind"], precision, str(t["batch_size"]), *([t.get("pipeline") or "-"] if pipelines else []),
+        cells = [t["kind"], shown(precision), str(t["batch_size"]), *([t.get("pipeline") or "-"] if pipelines else []),
                  speed, step, f"{qerr:.1e}" if qerr is not None else "-"]  # fmt: skip
         table.add_row(*cells, env)
     console.print(table)
@@ -224,7 +225,7 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
     )
     if ran_as_other:
         console.print(
-            "* ran as " + ", ".join(f"{ran} (asked {asked})" for asked, ran in ran_as_other.items())
+            shown("* ran as " + ", ".join(f"{ran} (asked {asked})" for asked, ran in ran_as_other.items()))
         )
 
 

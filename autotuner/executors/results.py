@@ -14,11 +14,13 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from autotuner.text import cleaned
 from trials.result import SCHEMA_VERSION
 
 MAX_TEXT = 4000  # characters of an error, a reason or a log tail that are stored and served
 # How far samples/s may stray from batch x world size / median step (the trial computes it so).
 RATE_TOLERANCE = 0.01
+MULTILINE = frozenset({"error"})  # strings of a result that keep their line breaks (a traceback)
 
 
 class ResultError(ValueError):
@@ -168,7 +170,7 @@ def parse_result(data: bytes | str, spec: Mapping[str, Any] | None = None) -> di
         error = result.get("error")
         if not isinstance(error, str) or not error.strip():
             raise ResultError("status is error, with no error message")
-        return {**result, "error": clip(error)}
+        return cleaned({**result, "error": clip(error)}, MULTILINE)
     if status not in ("ok", "partial", "failed"):
         raise ResultError(f"status is {_shown(status)}, expected ok, partial, failed or error")
     problem = _problems(result, _TOP, "") or _problems(result.get("nccl_effective") or {}, _NCCL_EFFECTIVE,
@@ -183,7 +185,7 @@ def parse_result(data: bytes | str, spec: Mapping[str, Any] | None = None) -> di
         raise ResultError(
             f"{len(candidates)} candidate results for the {asked} candidates the launch asked for"
         )
-    return result
+    return cleaned(result, MULTILINE)  # its strings reach terminals, logs and pages: shown, never obeyed
 
 
 def candidate_problem(

@@ -12,6 +12,7 @@ from typing import Any
 
 from autotuner.envvars import served_problems
 from autotuner.job.fingerprint import comparable, describe, describe_diff
+from autotuner.text import printable
 from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
 FORMATS = ("json", "sh", "env", "slurm")
@@ -152,11 +153,6 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
     if isinstance(answer.get("env"), dict):  # the env map repeats exports: only its checked values
         config["env"] = {k: kept[k] for k in answer["env"] if k in kept}
     return config, dropped
-
-
-def printable(text: str) -> str:
-    """One line of printable ASCII: what may go to a terminal, a log or a comment line."""
-    return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
 
 
 def mismatch_note(label: str, validated_on: Mapping[str, Any] | None, diff: Mapping[str, Any]) -> str:

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from autotuner.text import printable
+
 KEYS = ("gpu", "driver", "nccl", "aws_ofi_nccl", "nodes")
 # A change of these makes a config stale: the stack it was measured on is not the one jobs run on.
 # A different node count is reported too, but re-validating the same config would not answer it
@@ -345,19 +347,19 @@ def stack_changed(diff: Mapping[str, Any]) -> bool:
 
 
 def describe_diff(diff: Mapping[str, Any]) -> str:
-    """`driver 550.54.15 -> 570.86.15, NCCL 2.21.5 -> 2.23.4`"""
-    return ", ".join(f"{LABELS.get(k, k)} {was} -> {now}" for k, (was, now) in diff.items())
+    """`driver 550.54.15 -> 570.86.15, NCCL 2.21.5 -> 2.23.4` (printable: a stored side may be a trial's)"""
+    return printable(", ".join(f"{LABELS.get(k, k)} {was} -> {now}" for k, (was, now) in diff.items()))
 
 
 def describe(fingerprint: Mapping[str, Any] | None) -> str:
-    """`NVIDIA H100 80GB HBM3, driver 550.54.15, NCCL 2.21.5, aws-ofi-nccl 1.9.1, 2 nodes` (ASCII: it
-    goes into comment lines and logs)"""
+    """`NVIDIA H100 80GB HBM3, driver 550.54.15, NCCL 2.21.5, aws-ofi-nccl 1.9.1, 2 nodes` (printable
+    ASCII on one line, whatever a trial recorded: it goes into comment lines, logs and terminals)"""
     fp = fingerprint or {}
     parts = [str(fp["gpu"])] if fp.get("gpu") else []
     parts += [f"{LABELS[k]} {fp[k]}" for k in ("driver", "nccl", "aws_ofi_nccl") if fp.get(k)]
     if fp.get("nodes"):
         parts.append(f"{fp['nodes']} node{'' if str(fp['nodes']) == '1' else 's'}")
-    return ", ".join(parts) or "an unrecorded stack"
+    return printable(", ".join(parts)) or "an unrecorded stack"
 
 
 def timed_detect(

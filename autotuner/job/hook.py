@@ -39,8 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autotuner.job.exports import FORMATS, checked_config, mismatch_note, printable, render
+from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
 from autotuner.job.fingerprint import HEADER, compare, encode, timed_detect
+from autotuner.text import printable
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)

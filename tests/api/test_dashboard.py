@@ -25,6 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 PROGRESS_MS = 120_000
 ARTIFACTS = REPO / "test-artifacts"
 HOSTILE = '<script>window.__xss = "script"</script><img src=x onerror="window.__xss = \'img\'">'
+BIDI = "\u202eevil"  # a right-to-left override: obeyed, "evil" reads "live"
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,8 @@ def plant_hostile_study(db: Path) -> int:
                             log_tail=f"NCCL WARN bad interface\n{HOSTILE}\n<b>not bold</b>")  # fmt: skip
         store.add_candidates([{**candidate, "study_id": study.id, "launch_id": launch.id, "index": 0,
                                "kind": "search", "env": launch.env, "state": "failed",
-                               "error": f"launch failed: {HOSTILE}"}])  # fmt: skip
-        store.update_study(study.id, error=f"study failed: {HOSTILE}")
+                               "error": f"launch failed: {HOSTILE} {BIDI}"}])  # fmt: skip
+        store.update_study(study.id, error=f"study failed: {HOSTILE} {BIDI}")
         return study.id
     finally:
         store.dispose()
@@ -377,8 +378,10 @@ def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     assert HOSTILE in page.inner_text("#failed-list pre.log")
     assert "<b>not bold</b>" in page.inner_text("#failed-list pre.log")
     assert HOSTILE in page.inner_text("#study-error")
+    assert "\\u202eevil" in page.inner_text("#study-error")  # the override shown, not obeyed
     page.wait_for_selector("#trials tbody tr.error-row")
     assert HOSTILE in page.inner_text("#trials tbody")  # the env value and the trial's error, as text
+    assert "\\u202eevil" in page.inner_text("#trials tbody")
     # No element was made of the markup anywhere (so no onerror can fire later, whatever the timing):
     # the page's own images and scripts all come from /static.
     assert page.locator('img:not([src^="/static/"]), script:not([src^="/static/"]), pre b').count() == 0

@@ -1,0 +1,38 @@
+"""Text that others wrote, made safe for where it is shown: a terminal, a log line, a comment line.
+
+A trial is user code on the cluster and writes what it likes into its result: escape sequences, which a
+terminal obeys (a screen clear, a clipboard write, a hyperlink), a newline, which forges a record in a
+log, bidi overrides, which reorder what is read. What it wrote is shown, never obeyed. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def printable(text: str) -> str:
+    """One line of printable ASCII: every other character as its escape (\\x1b, \\u202e)."""
+    return "".join(c if " " <= c <= "~" else _escape(c) for c in text)
+
+
+def for_terminal(text: str) -> str:
+    """Printable ASCII that keeps its line breaks: a multi-line message (a traceback) as it reads."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def cleaned(value: Any, multiline: frozenset[str] = frozenset(), key: str | None = None) -> Any:
+    """`value` (parsed JSON) with every string printable on one line, keys included; the strings under
+    a key in `multiline` keep their line breaks."""
+    if isinstance(value, str):
+        return for_terminal(value) if key in multiline else printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: cleaned(v, multiline, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [cleaned(v, multiline, key) for v in value]
+    return value
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
