@@ -258,9 +258,8 @@ class WorkloadSpec(_Spec):
         problem = comm_precision_problem(*self.comm_precision, self.sharding)
         if problem:  # the job as declared cannot run: its baseline would fail in TorchRec
             raise _Problem(problem, "comm_precision")
-        rows_bytes = sum(t.num_embeddings * t.embedding_dim * 4 for t in self.tables)
-        if rows_bytes > MAX_WORKLOAD_TABLE_BYTES:
-            raise _Problem(f"{rows_bytes / GIB:,.1f} GiB of fp32 rows in all, above the "
+        if self.row_bytes > MAX_WORKLOAD_TABLE_BYTES:
+            raise _Problem(f"{self.row_bytes / GIB:,.1f} GiB of fp32 rows in all, above the "
                            f"{MAX_WORKLOAD_TABLE_BYTES // GIB} GiB a trial builds", "tables")  # fmt: skip
         if self.dense is not None and self.dense.parameters > MAX_DENSE_PARAMETERS:
             raise _Problem(f"{self.dense.parameters:,} MLP weights, above {MAX_DENSE_PARAMETERS:,}", "dense")
@@ -287,6 +286,11 @@ class WorkloadSpec(_Spec):
     @property
     def dim_sum(self) -> int:
         return sum(t.embedding_dim for t in self.tables)
+
+    @property
+    def row_bytes(self) -> int:
+        """Every table's rows in fp32: what the tables hold across the world (each row on one rank)."""
+        return sum(t.num_embeddings * t.embedding_dim * 4 for t in self.tables)
 
     @property
     def sample_bytes(self) -> int:

@@ -34,13 +34,11 @@ def launch_bytes(spec: dict, ranks: int) -> int:
     """What `ranks` ranks of a trial of `spec` hold at most: each its base and its input batches at
     the launch's largest batch, and the workload's fp32 rows once (sharded: each row lives on one rank).
     A spec without candidates (a study's check before its first launch) counts no inputs."""
-    workload = parse_workload(spec.get("workload"))
-    rows = sum(t.num_embeddings * t.embedding_dim * 4 for t in workload.tables)
-    inputs = 0
-    if spec.get("candidates"):
-        trial = parse_spec(spec)
-        inputs = trial.input_bytes(max(c.batch_size for c in trial.candidates))
-    return ranks * (RANK_BASE_BYTES + inputs) + rows
+    if not spec.get("candidates"):
+        return ranks * RANK_BASE_BYTES + parse_workload(spec.get("workload")).row_bytes
+    trial = parse_spec(spec)
+    inputs = trial.input_bytes(max(c.batch_size for c in trial.candidates))
+    return ranks * (RANK_BASE_BYTES + inputs) + trial.workload.row_bytes
 
 
 def check_host_memory(spec: dict, ranks: int, available: int | None) -> None:
