@@ -8,6 +8,7 @@ only.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 
@@ -16,16 +17,27 @@ def printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else _escape(c) for c in text)
 
 
-def for_terminal(text: str) -> str:
+def printable_lines(text: str) -> str:
     """Printable ASCII that keeps its line breaks: a multi-line message (a traceback) as it reads."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def displayed(text: str) -> str:
+    """`text` as a terminal may show it without obeying it: line breaks kept, every control, format
+    (a bidi override) and line-separator character as its escape, all other Unicode as it is (a "±" of
+    our own, a GPU's name in any script)."""
+    return "".join(c if c == "\n" or _harmless(c) else _escape(c) for c in text)
+
+
+def _harmless(c: str) -> bool:
+    return not unicodedata.category(c).startswith(("C", "Zl", "Zp"))
 
 
 def cleaned(value: Any, multiline: frozenset[str] = frozenset(), key: str | None = None) -> Any:
     """`value` (parsed JSON) with every string printable on one line, keys included; the strings under
     a key in `multiline` keep their line breaks."""
     if isinstance(value, str):
-        return for_terminal(value) if key in multiline else printable(value)
+        return printable_lines(value) if key in multiline else printable(value)
     if isinstance(value, dict):
         return {printable(k) if isinstance(k, str) else k: cleaned(v, multiline, k) for k, v in value.items()}
     if isinstance(value, list):

@@ -147,7 +147,10 @@ def _follow(client: httpx.Client, study: dict) -> dict:
             said = f"best {best:,.0f} samples/s" if best else ""
             if study["state"] == StudyState.CONFIRMING:
                 said = _quality_progress(client, study["id"]) or said
-            bar.update(task, description=study["state"], completed=study["launches_done"], best=said)
+            done = study["launches_done"]
+            if study["state"] in (StudyState.CONFIRMING, StudyState.DONE):  # the search is over: it may
+                bar.update(task, total=done)  # have measured every point before its budget of launches
+            bar.update(task, description=study["state"], completed=done, best=said)
     return study
 
 
@@ -196,11 +199,12 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
     columns = ["kind", "precision", "batch", *(["pipeline"] if pipelines else []), "samples/s", "step ms",
                "q-err"]  # fmt: skip
     for col in columns:
-        table.add_column(
-            col, no_wrap=True, justify="left" if col in ("kind", "precision", "pipeline") else "right"
-        )
+        # the step's bars start in one column, so their lengths compare: its figures are padded instead
+        left = col in ("kind", "precision", "pipeline", "step ms")
+        table.add_column(col, no_wrap=True, justify="left" if left else "right")
     table.add_column("env", overflow="fold")
     longest = max((t.get("iter_ms") or 0.0 for t in rows), default=0.0)
+    figure = len(f"{longest:.1f}")
     ran_as_other: dict[str, str] = {}
     for t in rows:
         env = _env_text({k: v for k, v in t["env"].items() if k not in shared}, "\n")
@@ -212,7 +216,7 @@ def _print_trials(client: httpx.Client, study_id: int) -> None:
             precision += "*"
         speed = f"{t['samples_per_s']:,.0f}" if t["samples_per_s"] else t["state"]
         step = (
-            Text(f"{t['iter_ms']:.1f} ") + _step_bar(t.get("breakdown_ms"), longest)
+            Text(f"{t['iter_ms']:>{figure}.1f} ") + _step_bar(t.get("breakdown_ms"), longest)
             if t.get("iter_ms")
             else "-"
         )

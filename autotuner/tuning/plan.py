@@ -70,9 +70,23 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
             _fill(plan, ctx.points, measured, k, rng)
         if plan.points:
             return plan
-    log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
-                MAX_PROPOSALS)  # fmt: skip
+    if _exhausted(ctx, search, quarantined):  # a small space (the demo's on CPU): nothing is left to do
+        log.info("study %s: every runnable point of its space is measured: the search ends", ctx.study_id)
+    else:
+        log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
+                    MAX_PROPOSALS)  # fmt: skip
     return None
+
+
+def _exhausted(ctx: StudyContext, search: Search, quarantined: dict[str, str]) -> bool:
+    """Whether every point of the space that may run (its env grid, less what crashed here before) was
+    measured at every in-process point; False where the grid is too large to list."""
+    grid = ctx.space.env_grid()
+    if grid is None:
+        return False
+    wanted = {p.key() for p in ctx.points}
+    envs = ({**ctx.space.fixed_env, **env} for env in grid)
+    return all(wanted <= search.measured_at(env).keys() for env in envs if env_hash(env) not in quarantined)
 
 
 def _ask_at(

@@ -65,3 +65,47 @@ def test_no_measured_candidate_says_so(monkeypatch):
     monkeypatch.setattr(demo, "console", console)
     demo._print_trials(_Client([]), 7)
     assert console.export_text() == "no candidate was measured\n"
+
+
+def test_step_bars_start_in_one_column(monkeypatch):
+    # before: "9.7 ███" and "12.3 ███" were one right-justified cell, so bars to one scale began at
+    # different columns and their lengths could not be compared by eye
+    console = Console(width=80, record=True, file=io.StringIO())
+    monkeypatch.setattr(demo, "console", console)
+    slow = {**_trial("search", "fp32", "fp32", "fp32", "fp32", 512, 41000.0), "iter_ms": 12.34}
+    slow["breakdown_ms"] = {**slow["breakdown_ms"], "compute": 9.9}
+    demo._print_trials(_Client([_trial("confirm", "int8", "int8", "int8", "int8", 1024, 106012.4), slow]), 7)
+    rows = [line for line in console.export_text().splitlines() if "█" in line and "compute" not in line]
+    assert len(rows) == 2
+    assert len({line.index("█") for line in rows}) == 1
+    assert rows[1].count("█") + rows[1].count("▒") == 10  # the longest step fills the bar
+
+
+class _Studies:
+    """GET /v1/studies/{id} answering each state in turn; no quality launch yet."""
+
+    def __init__(self, states):
+        self.states = list(states)
+
+    def get(self, url, params=None):
+        body = self.states.pop(0) if url.endswith("/7") else []
+
+        class Response:
+            def json(self):
+                return body
+
+        return Response()
+
+
+def test_a_search_that_ends_early_fills_its_bar(monkeypatch):
+    # the demo's space on CPU is measured whole in 2 of its 3 search launches: it said "done 2/3"
+    console = Console(width=80, record=True, file=io.StringIO())
+    monkeypatch.setattr(demo, "console", console)
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+    study = {"id": 7, "state": "running", "launches_done": 0, "best": None}
+    states = [{**study, "launches_done": 2}, {**study, "state": "confirming", "launches_done": 2},
+              {**study, "state": "done", "launches_done": 2}]  # fmt: skip
+    assert demo._follow(_Studies(states), study)["state"] == "done"
+    last = console.export_text().strip().splitlines()[-1]
+    assert last.startswith("done")
+    assert "2/2" in last

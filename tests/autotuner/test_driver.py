@@ -277,3 +277,18 @@ def test_a_wide_launch_asks_the_sampler_a_bounded_number_of_times_and_fills_the_
     proposed = [t for t in plan.trials if t is not None]
     assert 0 < len(proposed) <= planner.SAMPLER_PROPOSALS  # the sampler's picks lead, unmeasured ones fill
     assert len(asked) < 2 * planner.SAMPLER_PROPOSALS  # before: 300 and more (echoes), each slower
+
+
+def test_a_search_that_measured_every_point_ends_and_says_so(store, tmp_path, caplog):
+    # before: "50 proposals in a row were invalid, quarantined or exhausted", a warning, after every
+    # point of a small space (the demo's on CPU) was measured
+    study = study_with(store, tmp_path, trials=10, candidates_per_launch=4, confirm_rounds=0)
+    with caplog.at_level("INFO", logger="autotuner.tuning"):
+        final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert final.launches_done < 10
+    assert len(set(measured(store, study.id))) == 16  # 2 env points x 8 in-process points
+    said = [r for r in caplog.records if "proposals in a row" in r.message or "is measured" in r.message]
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        ("INFO", f"study {study.id}: every runnable point of its space is measured: the search ends")
+    ]

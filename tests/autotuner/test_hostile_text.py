@@ -9,9 +9,11 @@ import copy
 import json
 
 from fastapi.testclient import TestClient
+from rich.console import Console
 
 from api.app import create_app
 from api.settings import Settings
+from autotuner.cli.claim_report import ClaimText, print_claim
 from autotuner.cli.commands import app
 from autotuner.executors.results import parse_result
 from autotuner.job.fingerprint import describe, describe_diff
@@ -87,3 +89,15 @@ def test_a_revalidation_reason_must_be_one_line(tmp_path):
         answer = client.post("/v1/configs/c/w/revalidate", json={"reason": "fine\n2099 WARNING forged"})
     assert answer.status_code == 422
     assert answer.json()["detail"][0]["loc"] == ["body", "reason"]
+
+
+def test_our_own_words_keep_their_unicode_and_only_controls_are_escaped():
+    # before: every non-ASCII character was escaped on the terminal, so the demo's quality line read
+    # "baseline 0.5752 \xb1 0.0023 (seed spread)"
+    console = Console(record=True, width=200)
+    text = ClaimText(ladder=[], quality="quality: baseline 0.5752 ± 0.0023 (seed spread)",
+                     inert=[f"NCCL_X: measured on 英伟达 H100{ESCAPES}\u202e\x9b2J\u2028"])  # fmt: skip
+    print_claim(console, [], text)
+    said = console.export_text()
+    assert "baseline 0.5752 ± 0.0023 (seed spread)" in said
+    assert "measured on 英伟达 H100\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b[2J\\u202e\\x9b2J\\u2028" in said
