@@ -4,8 +4,9 @@
 # On a machine with the package index: copy ../shared/gpu to .gpu (ignored), build its payload
 # (`.gpu/tools/build_payload.sh`: sm_90 fbgemm-gpu 1.6.0, torchrec 1.6.1 and pure wheels), add the
 # engine's wheels to .gpu/whl (optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet: `pip download
-# --no-deps --python-version 3.12 ...`), and `git archive HEAD trials bench autotuner deploy/examples
-# pyproject.toml` into .gpu/main. On the GPU machine, from the project root:
+# --no-deps --python-version 3.12 ...`). The code run is the project root's, the tree the device tool
+# copies (never a `.gpu/main` archived earlier: it may be days behind HEAD); name its commit with
+# COMMIT=<hash>, since the copy has no .git. On the GPU machine, from the project root:
 #   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
 #                                                MPS=0 to run without CUDA MPS (default: started, since the
 #                                                emulated nodes then run kernels side by side, as nodes with a
@@ -15,7 +16,9 @@ set -u
 G=$(pwd)/.gpu
 OUT=${OUT:-/tmp/gpu-check-out}
 mkdir -p "$OUT"
-cd "$G/main" || { echo "no $G/main: build the payload first (see the top of this script)" >&2; exit 2; }
+[ -f "$G/unpack.py" ] && [ -d "$G/whl" ] || { echo "no payload in $G: build it first (see the top of this script)" >&2; exit 2; }
+[ -f bench/gpu_check.py ] || { echo "run this from the project root" >&2; exit 2; }
+echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
 if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then  # fbgemm_gpu_py.so needs it
   NVML=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64 -maxdepth 3 \
     -name 'libnvidia-ml.so.1' 2>/dev/null | head -1)
