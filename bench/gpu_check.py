@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     clock = Clock(args.budget_s)
     report: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": args.device,
-                              "work": str(work), "cuda_mps": cuda_mps(), "phases": {}}  # fmt: skip
+                              "commit": code_commit(), "work": str(work), "cuda_mps": cuda_mps(), "phases": {}}  # fmt: skip
     settings = [x for x in args.sweep.split(",") if x]
     runners: dict[str, Callable[..., dict[str, Any]]] = {
         "a": phase_a,
@@ -504,6 +504,19 @@ def main(argv: list[str] | None = None) -> int:
     _write(args.out, report, clock)
     print_table(report)
     return 0 if report["ok"] else 1
+
+
+def code_commit() -> str | None:
+    """The commit whose code ran: AUTOTUNER_COMMIT where the tree came without its .git (a device's
+    copy; deploy/gpu/run-on-lent-gpu.sh sets it), else the checkout's own."""
+    named = os.environ.get("AUTOTUNER_COMMIT")
+    if named:
+        return named
+    here = Path(__file__).resolve().parent.parent
+    said = subprocess.run(
+        ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return (said.stdout.strip() or None) if said.returncode == 0 else None
 
 
 def cuda_mps() -> bool:

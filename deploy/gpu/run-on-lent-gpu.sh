@@ -6,7 +6,7 @@
 # engine's wheels to .gpu/whl (optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet: `pip download
 # --no-deps --python-version 3.12 ...`). The code run is the project root's, the tree the device tool
 # copies (never a `.gpu/main` archived earlier: it may be days behind HEAD); name its commit with
-# COMMIT=<hash>, since the copy has no .git. On the GPU machine, from the project root:
+# COMMIT=<hash> (the copy has no .git), and gpu-check.json records it. On the GPU machine, from the project root:
 #   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
 #                                                MPS=0 to run without CUDA MPS (default: started, since the
 #                                                emulated nodes then run kernels side by side, as nodes with a
@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/gpu-check-out}
 mkdir -p "$OUT"
 [ -f "$G/unpack.py" ] && [ -d "$G/whl" ] || { echo "no payload in $G: build it first (see the top of this script)" >&2; exit 2; }
 [ -f bench/gpu_check.py ] || { echo "run this from the project root" >&2; exit 2; }
-echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+export AUTOTUNER_COMMIT="${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"  # into gpu-check.json
 if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then  # fbgemm_gpu_py.so needs it
   NVML=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/lib64 -maxdepth 3 \
     -name 'libnvidia-ml.so.1' 2>/dev/null | head -1)

@@ -2,6 +2,7 @@
 its whole path here (real launches, two emulated nodes, a study), the NCCL-only checks failing as they should."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,9 +11,11 @@ import pytest
 from tests.helpers import REPO
 
 
-def gpu_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def gpu_check(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench.gpu_check", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})  # fmt: skip
 
 
 def test_without_a_gpu_it_exits_2_saying_why_and_writes_no_figure(tmp_path):
@@ -33,9 +36,12 @@ def test_make_gpu_check_exits_2_on_this_machine():
 @pytest.mark.slow
 def test_world_size_1_on_cpu_reports_what_needs_cuda(tmp_path):
     out = tmp_path / "gpu-check.json"
-    proc = gpu_check("--device", "cpu", "--phases", "a", "--iterations", "2", "--out", str(out))
+    # a device's copy of the tree has no .git: the run names the commit it was given
+    proc = gpu_check("--device", "cpu", "--phases", "a", "--iterations", "2", "--out", str(out),
+                     env={"AUTOTUNER_COMMIT": "0123abcd"})  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-2000:]  # semi_sync needs CUDA streams: a check fails
     report = json.loads(out.read_text())
+    assert report["commit"] == "0123abcd"
     by_name = {c["check"]: c for c in report["checks"]}
     assert by_name["ran on cpu"]["ok"]
     for precision in ("fp32", "fp16", "bf16", "fp8", "int8"):
@@ -83,3 +89,13 @@ def test_the_report_says_whether_the_nodes_went_through_cuda_mps(tmp_path, monke
     assert cuda_mps() is False  # a pipe directory without a server in it: not MPS
     (tmp_path / "control").touch()
     assert cuda_mps() is True
+
+
+def test_a_run_names_the_commit_of_its_checkout(monkeypatch):
+    from bench.gpu_check import code_commit
+
+    monkeypatch.delenv("AUTOTUNER_COMMIT", raising=False)
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    )
+    assert code_commit() == head.stdout.strip()
