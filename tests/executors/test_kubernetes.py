@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import yaml
 
+import autotuner.executors.kubernetes.executor as kexec
 from autotuner.executors import LaunchRequest, LaunchState
 from autotuner.executors.kubernetes.executor import (
     INDEX_KEY,
@@ -1017,3 +1018,54 @@ def test_the_pod_command_runs_as_two_nodes_under_torchrun(tmp_path):
     assert result["status"] == "ok"
     assert result["env"]["NCCL_NSOCKS_PERTHREAD"] == "4"  # the pod env reached the ranks
     assert parse_result(logs[1]) is None
+
+
+class _Clock:
+    """time.monotonic for the executor, moved on by the server's writes."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_log_that_trickles_in_fails_the_launch_naming_why(cluster, monkeypatch, caplog):
+    """Each read answers within REQUEST_TIMEOUT_S, yet the whole log takes longer than LOG_READ_S: the
+    result is refused (before: the study waited for as long as the server kept trickling), and a log
+    tail gives up alike without stopping anything."""
+    clock = _Clock()
+    monkeypatch.setattr(kexec, "time", clock)
+
+    def trickle() -> Iterator[bytes]:
+        for _ in range(40):
+            clock.now += 10  # a few bytes every 10 s: every read in time, the whole far too slow
+            yield NOISE_LINE
+        yield RESULT_LINE
+
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=trickle)
+    with pytest.raises(
+        ResultError, match=rf"took more than {kexec.LOG_READ_S} s to read \([\d,]+ bytes read\)"
+    ):
+        ex.fetch_result(job, request)
+    response = cluster.log_responses[-1]
+    assert response.closed
+    assert response.released
+    assert ex.logs(job, request) == ""
+    assert "API server answers too slowly" in caplog.text
+
+
+def test_a_log_read_in_time_is_read_whole(cluster, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(kexec, "time", clock)
+
+    def steady() -> Iterator[bytes]:
+        for _ in range(20):
+            clock.now += 10  # 200 s in all: within LOG_READ_S
+            yield NOISE_LINE
+        yield RESULT_LINE
+
+    ex, job, request = scheduled(cluster)
+    cluster.add_pod(job, 0, log=steady)
+    assert ex.fetch_result(job, request) == RESULT

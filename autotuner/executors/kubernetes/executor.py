@@ -30,6 +30,7 @@ import copy
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -67,6 +68,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30  # a hung API server must not hang the study
+# The whole read of a pod's log: REQUEST_TIMEOUT_S bounds each read, and a server that answers a few
+# bytes a read would otherwise hold the study for good (a 64 MiB log streams in about a second).
+LOG_READ_S = 300
 LOG_CHUNK_BYTES = 64 << 10  # what is read of a pod log at a time
 
 T = TypeVar("T")
@@ -222,7 +226,13 @@ class KubernetesExecutor(Executor):
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         # The API server tails the lines, but one of them may be as long as the pod likes.
-        return self._index0_log(backend_id, tail_lines, lambda chunks: _log_tail(chunks, tail_lines)) or ""
+        try:
+            return (
+                self._index0_log(backend_id, tail_lines, lambda chunks: _log_tail(chunks, tail_lines)) or ""
+            )
+        except ResultError as exc:  # too slow to read: a tail is evidence, never a reason to stop
+            log.warning("could not read the log of Job %s/%s: %s", self.options.namespace, backend_id, exc)
+            return ""
 
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
         cap = limits().max_result_bytes  # read first: a bad setting must not pass for an unreadable log
@@ -276,7 +286,7 @@ class KubernetesExecutor(Executor):
                 pod.metadata.name, self.options.namespace, _preload_content=False, **kwargs
             )  # the urllib3 response, its body not read yet
             try:
-                return consume(response.stream(LOG_CHUNK_BYTES))
+                return consume(_within(response.stream(LOG_CHUNK_BYTES), pod.metadata.name))
             finally:  # closed first: a connection left half read must not go back to the pool
                 response.close()
                 response.release_conn()
@@ -303,6 +313,17 @@ class KubernetesExecutor(Executor):
                 )
                 return terminated.exit_code, f"pod {pod.metadata.name}: exit code {terminated.exit_code}{why}"
         return None, ""
+
+
+def _within(chunks: Iterable[bytes], pod: str) -> Iterator[bytes]:
+    """The log's chunks while the read has taken at most LOG_READ_S; ResultError after that."""
+    deadline, read = time.monotonic() + LOG_READ_S, 0
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise ResultError(f"the log of pod {pod} took more than {LOG_READ_S} s to read ({read:,} bytes "
+                              "read): the API server answers too slowly for its result to be trusted")  # fmt: skip
+        read += len(chunk)
+        yield chunk
 
 
 def job_description(status: Any) -> Description:
