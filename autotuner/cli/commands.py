@@ -17,13 +17,14 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotuner.cli.terminal import labelled, shown
 from autotuner.executors.results import finite
-from autotuner.job.exports import render
+from autotuner.job.exports import FORMATS, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.tuning.outcome import Outcome
@@ -42,16 +43,43 @@ app.add_typer(configs_app, name="configs")
 err = Console(stderr=True)
 out = Console()
 
-DbOption = Annotated[
-    str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help="SQLAlchemy URL of the store")
-]
+DB_HELP = (
+    "SQLAlchemy URL of the store, e.g. sqlite:////srv/autotuner/autotuner.db (default: autotuner.db in "
+    "$AUTOTUNER_DATA_DIR, else in ~/.local/share/nccl-autotuner)"
+)
+DbOption = Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help=DB_HELP)]
 KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _store(db: str | None):
+def _store(db: str | None, *, create: bool = False) -> Any:
+    """The store at `db` (else the default). Only `tune` creates one: a read of a SQLite file that is
+    not there is an error naming it, not a new empty store (and directories) at a mistyped path."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+
     from autotuner.store import Store
 
-    return Store(db or default_database_url())
+    url = db or default_database_url()
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise _fail(
+            f"--db {url!r} is not a SQLAlchemy URL: use e.g. sqlite:////srv/autotuner/autotuner.db"
+        ) from exc
+    where = parsed.render_as_string(hide_password=True)
+    database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if not create and database and database != ":memory:" and not Path(database).expanduser().is_file():
+        raise _fail(f"no store at {database}: give --db sqlite:////path/to/autotuner.db, or set "
+                    "AUTOTUNER_DATABASE_URL or AUTOTUNER_DATA_DIR (`autotuner tune` creates one)")  # fmt: skip
+    try:
+        return Store(url)
+    except NoSuchModuleError as exc:
+        raise _fail(f"--db {where}: no database driver {parsed.drivername!r} (sqlite or postgresql)") from exc
+    except DBAPIError as exc:  # not a database file, a server that does not answer
+        raise _fail(
+            f"cannot open the store {where}: {' '.join(str(exc.orig).split())}",
+            1 if isinstance(exc, OperationalError) else 2,
+        ) from exc
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -71,14 +99,25 @@ def _load_json(path: Path, what: str) -> Any:
         raise _fail(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
+# tune's options in panels: each panel's table is laid out on its own, so a long option name in one
+# (--candidates-per-launch) no longer squeezes every help text of the others at 80 columns.
+PANELS = {
+    "Where it runs": ("executor", "landscape", "executor_option", "workdir", "nproc_per_node", "nnodes",
+                      "launch_timeout_s", "fabric"),
+    "Search": ("trials", "time_budget_s", "candidates_per_launch", "warmup", "iterations", "sampler", "seed"),
+    "Confirm and publish": ("confirm_rounds", "ladder_rounds", "quality_samples", "publish", "scaling_nodes"),
+}  # fmt: skip
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
+
+
 TUNE_OPTIONS = [
     inspect.Parameter("cluster", KW, annotation=Annotated[str | None, typer.Option(help="cluster name: configs are keyed by it")], default=None),
     inspect.Parameter("workload", KW, annotation=Annotated[Path | None, typer.Option(help="JSON file with the trial spec's `workload` object")], default=None),
     inspect.Parameter("space", KW, annotation=Annotated[str | None, typer.Option(help="search space file (YAML/JSON) or preset: socket, efa")], default=None),
     inspect.Parameter("study", KW, annotation=Annotated[str | None, typer.Option(help="study name; an existing unfinished one is resumed")], default=None),
-    inspect.Parameter("landscape", KW, annotation=Annotated[Path | None, typer.Option(help="replay: recorded landscape file")], default=None),
-    inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")], default=None),
-    inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(help="launch directories (shared with the nodes)")], default=None),
+    inspect.Parameter("landscape", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["landscape"], help="replay: recorded landscape file")], default=None),
+    inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(rich_help_panel=PANEL_OF["executor_option"], help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")], default=None),
+    inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["workdir"], help="launch directories (shared with the nodes)")], default=None),
     inspect.Parameter("db", KW, annotation=DbOption, default=None),
 ]  # fmt: skip
 
@@ -90,9 +129,13 @@ def _settings_options() -> list[inspect.Parameter]:
         flag = flag_of(name)
         default = field.get_default(call_default_factory=True)
         if isinstance(default, bool):
-            option, kind = typer.Option(f"{flag}/--no-{flag[2:]}", help=field.description), bool
+            option = typer.Option(
+                f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=PANEL_OF.get(name)
+            )
+            kind = bool
         else:
-            option, kind = typer.Option(flag, help=field.description), _cli_type(field.annotation)
+            option = typer.Option(flag, help=field.description, rich_help_panel=PANEL_OF.get(name))
+            kind = _cli_type(field.annotation)
         if isinstance(default, list):
             default = ",".join(map(str, default))
         params.append(inspect.Parameter(name, KW, annotation=Annotated[kind, option], default=default))
@@ -152,7 +195,7 @@ def tune(**options: Any) -> None:
     from autotuner.tuning import StudyBusy
     from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
-    store = _store(options["db"])
+    store = _store(options["db"], create=True)
     row = store.study(options["study"]) if options["study"] else None
     if row is None:
         row = _new_study(store, options)
@@ -176,7 +219,10 @@ def tune(**options: Any) -> None:
         raise typer.Exit(1)
 
 
-tune.__signature__ = inspect.Signature([*TUNE_OPTIONS, *_settings_options()])  # type: ignore[attr-defined]
+_ORDER = {name: i for i, name in enumerate(n for names in PANELS.values() for n in names)}
+tune.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    sorted([*TUNE_OPTIONS, *_settings_options()], key=lambda p: _ORDER.get(p.name, -1))
+)
 app.command()(tune)
 
 
@@ -270,10 +316,14 @@ def _print_outcome(store: Any, study: Any) -> None:
 def studies(db: DbOption = None) -> None:
     """List studies with their state and progress."""
     store = _store(db)
+    rows = store.studies()
+    if not rows:
+        err.print("no study yet (`autotuner tune` starts one)")
+        return
     table = Table()
     for col in ("id", "name", "cluster", "workload", "state", "launches", "best samples/s", "speedup"):
         table.add_column(col)
-    for s in store.studies():
+    for s in rows:
         best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
         trials = StudySettings.model_validate(s.settings).trials
         speedup = (Outcome.load(s.outcome) or Outcome()).speedup
@@ -286,6 +336,40 @@ def studies(db: DbOption = None) -> None:
 
 # ---------------------------------------------------------------------------------------- configs
 
+ClusterArg = Annotated[str, typer.Argument(help="cluster name, as given to `autotuner tune --cluster`")]
+WorkloadArg = Annotated[str, typer.Argument(help="workload name: the `name` of the tuned workload")]
+NodesOption = Annotated[int | None, typer.Option(help="node count of the config (default: the served one)")]
+NodesFilter = Annotated[int | None, typer.Option(help="only this node count (default: all)")]
+ChangeNodesOption = Annotated[int, typer.Option(help="node count of the config")]
+
+
+def _version(text: str) -> int:
+    """A version as the tables print it (v3) or as a number (3)."""
+    try:
+        return int(text.removeprefix("v"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a version: v3 or 3") from None
+
+
+VersionArg = Annotated[
+    int,
+    typer.Argument(
+        parser=_version, metavar="VERSION", help="version, as `configs history` lists it: v3 or 3"
+    ),
+]
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` was on the command line (not from its env var or default)."""
+    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+
+
+def _db_of(ctx: typer.Context, db: str | None) -> str | None:
+    """A subcommand's own --db, else the one given to `configs` before it (`configs --db URL history`)."""
+    if _given(ctx, "db"):
+        return db
+    return (ctx.obj or {}).get("db") or db
+
 
 @configs_app.callback(invoke_without_command=True)
 def configs(
@@ -296,40 +380,91 @@ def configs(
 ) -> None:
     """List the configs being served (pinned version, else latest)."""
     if ctx.invoked_subcommand is not None:
+        if cluster is not None or workload is not None:
+            raise _fail(f"--cluster and --workload filter `autotuner configs`; `configs {ctx.invoked_subcommand}` "
+                        "takes CLUSTER WORKLOAD after it")  # fmt: skip
+        if _given(ctx, "db"):
+            ctx.obj = {"db": db}
         return
     store = _store(db)
     rows = [c for c in store.served_configs()
             if (cluster is None or c.cluster.name == cluster) and (workload is None or c.workload.name == workload)]  # fmt: skip
+    if not rows:
+        err.print("no config published" + "".join(f" for {k} {v}" for k, v in
+                  (("cluster", cluster), ("workload", workload)) if v is not None), highlight=False)  # fmt: skip
+        return
     _config_table(rows, "served configs")
 
 
+def _speedup_cell(figures: dict[str, Any]) -> str:
+    """A speedup over the baseline, its 95% CI below it."""
+    speed = f"{figures['speedup']:.2f}x" if figures.get("speedup") else "-"
+    if figures.get("ci_low") and figures.get("ci_high"):
+        speed += f"\n[{figures['ci_low']:.2f}-{figures['ci_high']:.2f}]"
+    return speed
+
+
+def _when(moment: Any) -> str:
+    return moment.strftime("%Y-%m-%d\n%H:%M UTC") if moment else "-"
+
+
+def _narrow_table(title: str) -> Table:
+    """A table that fits 80 columns: no borders, one space between columns."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                 padding=(0, 0))  # fmt: skip
+
+
 def _config_table(rows: list[Any], title: str) -> None:
-    table = Table(title=title, title_justify="left")
-    for col in ("cluster", "workload", "nodes", "version"):
-        table.add_column(col, no_wrap=True)  # what a reader looks a config up by: never cut
-    for col in ("env", "precision", "batch", "speedup", "published"):
-        table.add_column(col, overflow="fold")
+    """Numbers, versions and dates are never broken; names and the env fold when they must."""
+    table = _narrow_table(title)
+    for col in ("cluster", "workload"):
+        table.add_column(col, overflow="fold", min_width=len(col))
+    table.add_column("nodes", justify="right", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("env", overflow="fold")
+    table.add_column("fwd/bwd", no_wrap=True)  # the comm precisions
+    for col in ("batch", "speedup"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("published", no_wrap=True)
     for c in rows:
-        ev = c.evidence or {}
-        speed = f"{ev['speedup']:.2f}x" if ev.get("speedup") else "-"
-        if ev.get("ci_low"):
-            speed += f" [{ev['ci_low']:.2f}-{ev['ci_high']:.2f}]"
-        table.add_row(c.cluster.name, c.workload.name, str(c.nodes), f"v{c.version}" + (" (pinned)" if c.pinned else ""),
-                      " ".join(f"{k}={v}" for k, v in sorted(c.env.items())) or "-",
-                      f"{c.fwd_precision}/{c.bwd_precision}", str(c.batch_size), speed,
-                      c.created_at.strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+        table.add_row(shown(c.cluster.name), shown(c.workload.name), str(c.nodes),
+                      f"v{c.version}" + ("\npinned" if c.pinned else ""),
+                      "\n".join(f"{k}={v}" for k, v in sorted(c.env.items())) or "-",
+                      f"{c.fwd_precision}/{c.bwd_precision}", str(c.batch_size), _speedup_cell(c.evidence or {}),
+                      _when(c.created_at))  # fmt: skip
     out.print(table)
+
+
+def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dict[int, int]:
+    """{id: version} of a (cluster, workload); none is an error naming what is published."""
+    versions = store.config_versions(cluster, workload, nodes)
+    if not versions:
+        raise _fail(_not_published(store, cluster, workload, nodes))
+    return versions
+
+
+def _not_published(store: Any, cluster: str, workload: str, nodes: int | None) -> str:
+    served = sorted({f"{c.cluster.name}/{c.workload.name}" for c in store.served_configs()})
+    at = f" at {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else ""
+    listed = (
+        f"published: {', '.join(served[:5])}{', ...' if len(served) > 5 else ''}"
+        if served
+        else "none is published yet"
+    )
+    return f"no config published for {cluster}/{workload}{at} ({listed}; `autotuner configs` lists them)"
 
 
 @configs_app.command("history")
 def configs_history(
-    cluster: str, workload: str, nodes: int | None = None,
+    ctx: typer.Context, cluster: ClusterArg, workload: WorkloadArg, nodes: NodesFilter = None,
     limit: Annotated[int, typer.Option(min=1, help="versions per page")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="skip this many (newest first)")] = 0,
     db: DbOption = None,
 ) -> None:  # fmt: skip
     """Published versions of a (cluster, workload), newest first, a page at a time."""
-    rows = _store(db).config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
+    store = _store(_db_of(ctx, db))
+    _versions(store, cluster, workload, nodes)
+    rows = store.config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
     _config_table(rows[:limit], f"history of {cluster}/{workload}")
     if len(rows) > limit:
         err.print(f"more: --offset {offset + limit}")
@@ -342,40 +477,62 @@ def _serve_change(change: Any, what: str) -> None:
     try:
         row = change()
     except NotFound as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(f"{exc} (`autotuner configs history` lists the versions)") from exc
+    nodes = f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
     err.print(
-        f"serving {row.cluster.name}/{row.workload.name} ({row.nodes} nodes) version {row.version} ({what})"
+        f"serving {row.cluster.name}/{row.workload.name} ({nodes}) version {row.version} ({what})",
+        highlight=False,
     )
 
 
 @configs_app.command("pin")
-def configs_pin(cluster: str, workload: str, version: int, nodes: int = 1, db: DbOption = None) -> None:
+def configs_pin(
+    ctx: typer.Context, cluster: ClusterArg, workload: WorkloadArg, version: VersionArg,
+    nodes: ChangeNodesOption = 1, db: DbOption = None,
+) -> None:  # fmt: skip
     """Serve VERSION regardless of newer publishes."""
-    _serve_change(lambda: _store(db).pin_config(cluster, workload, nodes, version), "pinned")
+    _serve_change(lambda: _store(_db_of(ctx, db)).pin_config(cluster, workload, nodes, version), "pinned")
 
 
 @configs_app.command("unpin")
-def configs_unpin(cluster: str, workload: str, nodes: int = 1, db: DbOption = None) -> None:
+def configs_unpin(
+    ctx: typer.Context,
+    cluster: ClusterArg,
+    workload: WorkloadArg,
+    nodes: ChangeNodesOption = 1,
+    db: DbOption = None,
+) -> None:
     """Serve the latest version again."""
-    _serve_change(lambda: _store(db).pin_config(cluster, workload, nodes, None), "latest")
+    _serve_change(lambda: _store(_db_of(ctx, db)).pin_config(cluster, workload, nodes, None), "latest")
 
 
 @configs_app.command("rollback")
-def configs_rollback(cluster: str, workload: str, nodes: int = 1, db: DbOption = None) -> None:
+def configs_rollback(
+    ctx: typer.Context,
+    cluster: ClusterArg,
+    workload: WorkloadArg,
+    nodes: ChangeNodesOption = 1,
+    db: DbOption = None,
+) -> None:
     """Pin the version before the one served now."""
-    _serve_change(lambda: _store(db).rollback_config(cluster, workload, nodes), "rolled back, pinned")
+    _serve_change(
+        lambda: _store(_db_of(ctx, db)).rollback_config(cluster, workload, nodes), "rolled back, pinned"
+    )
 
 
 @configs_app.command("show")
 def configs_show(
-    cluster: str, workload: str, nodes: int | None = None, fmt: Annotated[str, typer.Option("--format")] = "json",
+    ctx: typer.Context, cluster: ClusterArg, workload: WorkloadArg, nodes: NodesOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="json | sh | env | slurm")] = "json",
     db: DbOption = None,
 ) -> None:  # fmt: skip
-    """Print the served config as json, sh or slurm."""
-    store = _store(db)
+    """Print the served config (json, or its export lines: sh, env, slurm); its claim goes to stderr."""
+    if fmt not in FORMATS:
+        raise _fail(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    store = _store(_db_of(ctx, db))
     row = store.served_config(cluster, workload, nodes)
     if row is None:
-        raise _fail(f"no config published for {cluster}/{workload}", 1)
+        raise _fail(_not_published(store, cluster, workload, nodes))
     from autotuner.cli.claim_report import evidence_claim, print_claim
 
     print_claim(err, *evidence_claim(row.evidence))  # stderr: the config stays clean
@@ -383,47 +540,61 @@ def configs_show(
 
 
 @configs_app.command("validations")
-def configs_validations(cluster: str, workload: str, nodes: int | None = None, db: DbOption = None) -> None:
+def configs_validations(
+    ctx: typer.Context,
+    cluster: ClusterArg,
+    workload: WorkloadArg,
+    nodes: NodesFilter = None,
+    db: DbOption = None,
+) -> None:
     """The re-validations of a (cluster, workload)'s versions, newest first."""
     from autotuner.job.fingerprint import describe
 
-    store = _store(db)
-    versions = store.config_versions(cluster, workload, nodes)
-    table = Table(title=f"re-validations of {cluster}/{workload}", title_justify="left")
+    store = _store(_db_of(ctx, db))
+    versions = _versions(store, cluster, workload, nodes)
+    table = _narrow_table(f"re-validations of {cluster}/{workload}")
     for col in ("id", "version", "trigger", "state", "speedup", "on", "action", "when"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "version", "speedup", "when"),
+                         justify="right" if col in ("id", "speedup") else "left")  # fmt: skip
     for v in store.validations(config_ids=list(versions)):
-        result = v.result or {}
-        speed = f"{result['speedup']:.2f}x" if result.get("speedup") else "-"
-        if result.get("ci_low"):
-            speed += f" [{result['ci_low']:.2f}-{result['ci_high']:.2f}]"
-        when = v.finished_at or v.created_at
-        table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), speed,
+        table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), _speedup_cell(v.result or {}),
                       shown(describe(v.fingerprint) if v.fingerprint else "-"), shown(v.action or v.reason or ""),
-                      when.strftime("%Y-%m-%d %H:%M") if when else "-")  # fmt: skip
+                      _when(v.finished_at or v.created_at))  # fmt: skip
+    if not table.rows:
+        err.print(f"{cluster}/{workload} has no re-validation yet (`autotuner revalidate {cluster} {workload}` runs one)",
+                  highlight=False)  # fmt: skip
+        return
     out.print(table)
 
 
 # ---------------------------------------------------------------------------------------- revalidate
 
 
-@app.command()
+REVALIDATE_HELP = (
+    "Re-check the served config against its baseline: exit 0 held, 1 failed, 3 not measured.\n\n"
+    "Its setting runs against its study's baseline in interleaved launches (the study's rounds, executor "
+    "and settings), recorded as an entry of that version. Failed: a new version is published (the last "
+    "that still holds here, else the baseline) unless the version is pinned, which is flagged instead."
+)  # one line a paragraph: the help keeps a docstring's line breaks
+
+
+@app.command(help=REVALIDATE_HELP)
 def revalidate(
-    cluster: str,
-    workload: str,
-    nodes: Annotated[
-        int | None, typer.Option(help="the node count of the config (default: the served one)")
-    ] = None,
+    cluster: ClusterArg,
+    workload: WorkloadArg,
+    nodes: NodesOption = None,
     version: Annotated[
-        int | None, typer.Option(help="re-check this version (default: the served one)")
+        int | None,
+        typer.Option(
+            parser=_version,
+            metavar="VERSION",
+            help="re-check this version, v3 or 3 (default: the served one)",
+        ),
     ] = None,
     reason: Annotated[str | None, typer.Option(help="recorded with the re-validation")] = None,
     db: DbOption = None,
 ) -> None:
-    """Re-validate the published config: its setting against its study's baseline in interleaved
-    launches (the study's rounds, executor and settings), recorded as an entry of that version. Held:
-    exit 0. Failed: a new version (the last that still holds here, else the baseline) unless the version
-    is pinned (flagged), exit 1. Not measured: exit 3."""
+    """Re-validate the served config (REVALIDATE_HELP)."""
     from autotuner.executors import make_executor
     from autotuner.job.fingerprint import describe
     from autotuner.store import NotFound, ValidationState, ValidationTrigger

@@ -304,15 +304,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description=__doc__.splitlines()[0])
+EXEC_USAGE = "autotuner exec [options] -- CMD [ARGS...]"
+
+
+def parser(prog: str, usage: str | None = None) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, usage=usage, description=__doc__.splitlines()[0])
     p.add_argument(
         "--server", default=os.environ.get("AUTOTUNER_SERVER"), help="service URL (AUTOTUNER_SERVER)"
     )
     p.add_argument("--token", default=os.environ.get("AUTOTUNER_TOKEN"), help="read token (AUTOTUNER_TOKEN)")
     p.add_argument("--db", default=None, help="read the store directly instead of a service (admin use)")
-    p.add_argument("--cluster", default=os.environ.get("AUTOTUNER_CLUSTER"), help="(AUTOTUNER_CLUSTER)")
-    p.add_argument("--workload", default=os.environ.get("AUTOTUNER_WORKLOAD"), help="(AUTOTUNER_WORKLOAD)")
+    p.add_argument("--cluster", default=os.environ.get("AUTOTUNER_CLUSTER"),
+                   help="the cluster the config was tuned for (AUTOTUNER_CLUSTER)")  # fmt: skip
+    p.add_argument("--workload", default=os.environ.get("AUTOTUNER_WORKLOAD"),
+                   help="the job's workload name, as tuned (AUTOTUNER_WORKLOAD)")  # fmt: skip
     p.add_argument("--nodes", type=int, default=_int_env("AUTOTUNER_NODES", "SLURM_JOB_NUM_NODES"),
                    help="node count of this job: nearest tuned count is served")  # fmt: skip
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the service")
@@ -336,7 +341,8 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def env_main(argv: list[str]) -> int:
     p = parser("autotuner env")
-    p.add_argument("--format", choices=[f for f in FORMATS if f != "env"] + ["env"], default="sh")
+    p.add_argument("--format", choices=[f for f in FORMATS if f != "env"] + ["env"], default="sh",
+                   help="sh or env: shell export lines (default sh); slurm: a TaskProlog's, unquoted; json: the config")  # fmt: skip
     try:
         args = p.parse_args(argv)
         _check(p, args)
@@ -374,7 +380,10 @@ def env_main(argv: list[str]) -> int:
 def exec_main(argv: list[str]) -> int:
     """Run CMD with the tuned env layered over ours. Only the hook may fail open; CMD's exit is its own."""
     if "--" not in argv:
-        print("usage: autotuner exec [options] -- CMD [ARGS...]", file=sys.stderr)
+        if "-h" in argv or "--help" in argv:
+            parser("autotuner exec", EXEC_USAGE).print_help()
+            return 0
+        print(f"usage: {EXEC_USAGE}", file=sys.stderr)
         return 2
     split = argv.index("--")
     own, command = argv[:split], argv[split + 1 :]

@@ -440,3 +440,16 @@ def test_a_shared_cache_directory_keeps_each_users_config_apart(tmp_path, serve)
         assert len(list(shared.rglob("*.json"))) == 2
     finally:
         shutil.rmtree(shared)
+
+
+def test_exec_help_is_help():
+    # before: `autotuner exec --help` printed one usage line and exited 2
+    proc = subprocess.run([sys.executable, "-m", "autotuner", "exec", "--help"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: autotuner exec [options] -- CMD [ARGS...]")
+    assert "the cluster the config was tuned for (AUTOTUNER_CLUSTER)" in " ".join(proc.stdout.split())
+    bare = subprocess.run(
+        [sys.executable, "-m", "autotuner", "exec"], capture_output=True, text=True, timeout=60
+    )
+    assert (bare.returncode, bare.stderr) == (2, "usage: autotuner exec [options] -- CMD [ARGS...]\n")
