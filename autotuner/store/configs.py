@@ -157,12 +157,12 @@ class ConfigRecords(StudyRecords):
         key = _of(cluster, workload, nodes)
         with self.session() as s:
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
-                raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
+                raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
             if version is not None and (
                 not 1 <= version <= MAX_VERSION  # a bigger number is no version, not a driver error
                 or s.scalar(select(Config.id).where(*key, Config.version == version)) is None
             ):
-                raise NotFound(f"{cluster}/{workload} at {nodes} nodes has no version {version}")
+                raise NotFound(f"{cluster}/{workload} {_at(nodes)} has no version {version}")
             # Only the rows whose flag changes (the pinned one, the one to pin): rows carry their evidence.
             # This session holds no Config object, so there is nothing to synchronize (and no RETURNING).
             changes = (
@@ -195,7 +195,7 @@ class ConfigRecords(StudyRecords):
         """The version just below the one served now (NotFound: none)."""
         served = self.served_config(cluster, workload, nodes)
         if served is None or served.nodes != nodes:
-            raise NotFound(f"no config for {cluster}/{workload} at {nodes} nodes")
+            raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
         with self.session() as s:
             older = s.scalar(
                 select(func.max(Config.version)).where(
@@ -203,7 +203,7 @@ class ConfigRecords(StudyRecords):
                 )
             )
         if older is None:
-            raise NotFound(f"{cluster}/{workload} at {nodes} nodes: version {served.version} is the oldest")
+            raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
         return int(older)
 
 
@@ -235,3 +235,7 @@ def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:
     if nodes is None:
         return max(heads, key=lambda c: (c.created_at, c.id))
     return min(heads, key=lambda c: (abs(c.nodes - nodes), c.nodes))
+
+
+def _at(nodes: int) -> str:
+    return f"at {nodes} node{'' if nodes == 1 else 's'}"

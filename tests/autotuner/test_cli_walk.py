@@ -119,3 +119,9 @@ def test_listings_of_an_empty_store_say_it_is_empty(db):  # noqa: F811
     configs = runner.invoke(app, ["configs", "--db", db])
     assert configs.exit_code == 0
     assert "no config published" in configs.output
+
+
+def test_a_rollback_past_the_oldest_version_says_so_in_words(tuned, db):  # noqa: F811
+    result = runner.invoke(app, ["configs", "rollback", "cpu-box", "small", "--db", db])
+    assert result.exit_code == 2, result.output
+    assert "cpu-box/small at 1 node: version 1 is the oldest" in result.output  # before: "at 1 nodes"
