@@ -269,7 +269,7 @@
     const counts = {};
     for (const s of page.data) counts[s.state] = (counts[s.state] || 0) + 1;
     fill($("studies-summary"),
-      el("span", { class: "stat" }, el("b", {}, num0(page.count)), "studies"),
+      el("span", { class: "stat" }, el("b", {}, num0(page.count)), page.count === 1 ? "study" : "studies"),
       ...["running", "confirming", "queued", "done", "failed", "cancelled"]
         .filter((state) => counts[state])
         .map((state) => el("span", { class: "stat" }, el("b", {}, num0(counts[state])), state)),
@@ -303,11 +303,23 @@
   function speedupCell(outcome) {
     if (!isNum(outcome.speedup)) return el("span", { class: "faint" }, "—");
     const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
+    const finalist = finalistText(outcome.finalist);
     return el("span", {},
       el("span", { class: outcome.significant ? "gain" : "nogain" }, times(outcome.speedup)),
       el("span", { class: "sub" }, hasCi
         ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}${outcome.significant ? "" : " · not significant"}`
-        : "not confirmed"));
+        : keptBaseline(outcome) ? `baseline kept${finalist ? ` · finalist ${finalist} not published` : ""}`
+          : "not confirmed"));
+  }
+
+  /** The study published the baseline itself (a gain was measured, but e.g. its quality cost was not
+   * ruled out): its 1.00× is the published config's, not best / baseline. */
+  const keptBaseline = (o) => isNum(o.chosen_candidate) && o.chosen_candidate === o.baseline_candidate;
+  /** "1.17× (95% CI 1.14–1.19)": the finalist's own confirmation, or null. */
+  function finalistText(f) {
+    if (!f || !isNum(f.speedup)) return null;
+    return isNum(f.ci_low) && isNum(f.ci_high)
+      ? `${times(f.speedup)} (95% CI ${num2(f.ci_low)}–${num2(f.ci_high)})` : times(f.speedup);
   }
 
   function truncate(text, n) {
@@ -362,6 +374,8 @@
         if (error instanceof HttpError && error.status === 404) {
           setText("study-name", `Study ${id} not found`);
           setText("study-meta", "It may have been removed, or the link is wrong.");
+          // Nothing to show: no empty charts, no "Loading…" that never ends, no "None" failed launches.
+          for (const node of document.querySelectorAll(".study-panels, .progress-row")) node.hidden = true;
           setLive(false, "not found");
           return null;
         }
@@ -443,7 +457,8 @@
       setText("kpi-speedup", times(outcome.speedup));
       setText("kpi-speedup-sub", hasCi
         ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}×`
-        : "best / baseline, not confirmed");
+        : keptBaseline(outcome) ? "the baseline was kept: nothing changed" : "best / baseline, not confirmed");
+      if (!hasCi && keptBaseline(outcome)) setText("kpi-speedup-label", "Published speedup");
       $("kpi-speedup").className = `kpi-value ${outcome.significant ? "accent" : ""}`;
     } else if (best && base && isNum(best.samples_per_s) && isNum(base.samples_per_s)) {
       setText("kpi-speedup-label", "Speedup so far");
@@ -455,7 +470,9 @@
       setText("kpi-speedup", "—");
       setText("kpi-speedup-sub", "");
     }
-    setText("outcome-hint", study.state === "done" ? "confirmed" : ACTIVE.has(study.state) ? "provisional" : "");
+    setText("outcome-hint", study.state === "done"
+      ? (hasCi ? "confirmed" : keptBaseline(outcome) ? "baseline kept" : "not confirmed")
+      : ACTIVE.has(study.state) ? "provisional" : "");
 
     if (hasCi) {
       // Log axis: the interval is multiplicative (a t-interval on log ratios) and may be wide.
@@ -481,9 +498,13 @@
           font: { size: 11, color: COLORS.faint } }],
       }));
     } else {
+      const finalist = finalistText(outcome.finalist);
       chartMessage("chart-speedup", ACTIVE.has(study.state)
         ? "The 95% interval appears once the best is re-measured against the baseline."
-        : "No confidence interval for this study.");
+        : finalist && keptBaseline(outcome)
+          ? `The finalist measured ${finalist} against the baseline`
+            + `${isNum(outcome.finalist.rounds) ? ` over ${outcome.finalist.rounds} rounds` : ""}, but was not published: see the decision.`
+          : "No confidence interval for this study.");
     }
 
     renderLadder(outcome, study);
@@ -519,12 +540,21 @@
     }
     let before = 1;
     const rel = ladder.map((s) => { const d = s.kept ? s.cumulative - before : 0; before = s.cumulative; return d; });
-    const text = ladder.map((s, i) => ((words[i] || {}).label || []).map(plain).join("<br>"));
+    // Narrow (a phone): the full labels would be shrunk to an unreadable size above the bars, so the bars
+    // carry the step's gain alone and the full words are written under the chart, one step a line.
+    const narrow = $("chart-ladder").clientWidth < 560;
+    const lines = $("ladder-lines");
+    lines.hidden = !narrow;
+    fill(lines, ...(narrow ? words.map((w) => el("span", { class: "step" }, w.line || "")) : []));
+    const text = ladder.map((s, i) => {
+      const label = (words[i] || {}).label || [];
+      return narrow ? plain(String(label[0] || "").split(" ")[0]) : label.map(plain).join("<br>");
+    });
     const changes = ladder.map((s, i) => plain((words[i] || {}).change || ""));
     plot("chart-ladder", [{
       type: "waterfall", orientation: "v", x: ["baseline", ...ladder.map((s) => plain(s.step))],
       measure: ["absolute", ...ladder.map(() => "relative")], y: [1, ...rel],
-      text: ["1.00×", ...text], textposition: "outside", cliponaxis: false,
+      text: ["1.00×", ...text], textposition: "outside", cliponaxis: false, constraintext: narrow ? "none" : "both",
       customdata: ["the job's own settings", ...changes],
       hovertemplate: "%{x}<br>%{customdata}<extra></extra>",
       increasing: { marker: { color: COLORS.accent } }, decreasing: { marker: { color: COLORS.bad } },
@@ -632,7 +662,7 @@
 
   function renderCharts(insights, study) {
     renderHistory(insights.history, study);
-    renderImportance(insights.importance);
+    renderImportance(insights.importance, study);
     renderMatrix(insights.matrix);
     renderBreakdown(insights.breakdown || []);
   }
@@ -645,24 +675,39 @@
       return;
     }
     const ordered = [...rows].reverse();
-    const labels = ordered.map((r) => plain(r.kind === "baseline" ? `${r.label} (baseline)` : r.label));
+    // "#8 int8/int8 b1024 sparse_dist": a pipeline every row shares is said once, in the hint, so the
+    // labels leave the bars room (at 390 px they took the whole chart).
+    const words = rows.map((r) => String(r.label).split(" "));
+    const pipeline = words.every((w) => w.length === 4 && w[3] === words[0][3]) ? words[0][3] : null;
+    const short = (r) => (pipeline ? String(r.label).split(" ").slice(0, 3).join(" ") : r.label);
+    setText("breakdown-hint", "median per training step: compute and the comm it did not hide"
+      + (pipeline ? ` · pipeline ${pipeline} for all` : ""));
+    const narrow = $("chart-breakdown").clientWidth < 560;
+    const labels = ordered.map((r) => plain(r.kind === "baseline" ? `${short(r)} (baseline)` : short(r)));
     const wire = ordered.map((r) => `on the wire: input dist ${num2(r.input_dist)} ms, sparse ${num2(r.sparse_comm)} ms, `
       + `dense all-reduce ${num2(r.dense_comm)} ms<br>step ${num2(r.step_ms)} ms · ${num0(r.samples_per_s)} samples/s`);
     const part = (key, name, color) => ({
       type: "bar", orientation: "h", name, y: labels, x: ordered.map((r) => r[key]), customdata: wire,
       marker: { color }, hovertemplate: `${name} %{x:.2f} ms<br>%{customdata}<extra></extra>`,
     });
+    const height = Math.max(220, 40 + (narrow ? 44 : 28) * rows.length);
+    $("chart-breakdown").style.height = `${height}px`; // the panel grows with the bars, none drawn past it
     plot("chart-breakdown", [
       part("compute", "compute", COLORS.accent),
       part("exposed_comm", "exposed comm", COLORS.warn),
     ], layout({
       barmode: "stack",
       legend: { ...layout({}).legend, traceorder: "normal" },
-      xaxis: axis({ title: { text: "ms per step (median)" }, rangemode: "tozero" }),
-      yaxis: axis({ gridcolor: "rgba(0,0,0,0)", ticksuffix: "  ", automargin: true }),
-      margin: { l: 200, r: 16, t: 26, b: 40 },
-      bargap: 0.3,
-      height: Math.max(220, 40 + 28 * rows.length),
+      xaxis: axis({ title: { text: "ms per step (median)" }, rangemode: "tozero", nticks: narrow ? 5 : 0 }),
+      // Narrow: each label sits above its bar, so the bars get the chart's whole width.
+      yaxis: axis({ gridcolor: "rgba(0,0,0,0)", ticksuffix: "  ", automargin: true, showticklabels: !narrow }),
+      annotations: narrow ? labels.map((label) => ({
+        x: 0, xref: "paper", y: label, yref: "y", text: label, showarrow: false, xanchor: "left", yanchor: "bottom",
+        yshift: 7, font: { size: 11, color: COLORS.muted },
+      })) : [],
+      margin: { l: 12, r: 16, t: 26, b: 40 },
+      bargap: narrow ? 0.55 : 0.3,
+      height,
     }));
   }
 
@@ -703,11 +748,13 @@
 
   const PARAM_LABELS = { precision: "precision fwd/bwd", batch_size: "batch size", sharding: "sharding", num_threads: "threads", pipeline: "pipeline" };
 
-  function renderImportance(importance) {
+  function renderImportance(importance, study) {
     const params = (importance && importance.params) || [];
     if (!params.length) {
       setText("importance-hint", "Optuna PED-ANOVA");
-      chartMessage("chart-importance", `Not available yet: ${(importance && importance.reason) || "no data"}.`);
+      // A study that has ended will not get more trials: "yet" would promise a ranking that never comes.
+      const later = ACTIVE.has(study.state) ? "Not available yet" : "Not available";
+      chartMessage("chart-importance", `${later}: ${(importance && importance.reason) || "no data"}.`);
       return;
     }
     const sorted = [...params].sort((a, b) => a.importance - b.importance);
@@ -738,19 +785,21 @@
       chartMessage("chart-matrix", "No feasible measurement yet.");
       return;
     }
-    const xs = matrix.batch_sizes.map((b) => `batch ${fmtInt.format(b)}`);
+    const xs = matrix.batch_sizes.map((b) => fmtInt.format(b));
     const z = matrix.samples_per_s;
     const text = z.map((row, i) => row.map((v, j) => (isNum(v) ? fmtInt.format(v) : matrix.trials[i][j] ? "infeasible" : "")));
     plot("chart-matrix", [{
       type: "heatmap", x: xs, y: matrix.precisions.map(plain), z, text, customdata: matrix.trials,
       texttemplate: "%{text}", textfont: { size: 12 },
       colorscale: [[0, "#eef3fd"], [0.5, "#9db6ee"], [1, "#2f62d6"]], xgap: 3, ygap: 3,
-      hovertemplate: "%{y} · %{x}<br>best %{z:,.0f} samples/s<br>%{customdata} trial(s)<extra></extra>",
-      colorbar: { thickness: 10, outlinewidth: 0, tickformat: ",.0f", tickfont: { size: 11, color: COLORS.muted } },
+      hovertemplate: "%{y} · batch %{x}<br>best %{z:,.0f} samples/s<br>%{customdata} trial(s)<extra></extra>",
+      colorbar: { thickness: 10, outlinewidth: 0, tickformat: ",.0f", tickfont: { size: 11, color: COLORS.muted },
+        title: { text: "samples/s", side: "right", font: { size: 11, color: COLORS.muted } } },
     }], layout({
-      xaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", side: "bottom" }),
-      yaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", autorange: "reversed", ticksuffix: "  " }),
-      margin: { l: 84, r: 8, t: 8, b: 36 },
+      xaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", side: "bottom", title: { text: "batch size" } }),
+      yaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", autorange: "reversed", ticksuffix: "  ",
+        title: { text: "precision fwd/bwd" } }),
+      margin: { l: 84, r: 8, t: 8, b: 40 },
     }));
   }
 
@@ -810,7 +859,7 @@
   function validationSection(v) {
     const rows = v ? v.validations : [];
     return el("div", { class: "history revalidations" }, el("h3", {}, `Re-validations (${rows.length})`),
-      rows.length ? el("table", { class: "data" },
+      rows.length ? el("div", { class: "table-scroll" }, el("table", { class: "data" },
         el("thead", {}, el("tr", {}, ...["Requested", "Version", "Trigger", "Result", "Speedup", "On", "What it did"].map(
           (h, i) => el("th", { class: i === 4 ? "num" : null }, h)))),
         el("tbody", {}, ...rows.map((r) => el("tr", { dataset: { validation: r.id } },
@@ -821,7 +870,7 @@
           el("td", { class: "num" }, isNum(r.speedup) ? times(r.speedup) : "—",
             isNum(r.ci_low) ? el("span", { class: "ci" }, ` [${num2(r.ci_low)}, ${num2(r.ci_high)}]`) : null),
           el("td", {}, r.fingerprint ? stackText(r.fingerprint) : "—"),
-          el("td", { title: r.why || r.error || "" }, r.action || r.error || r.reason))))) :
+          el("td", { title: r.why || r.error || "" }, r.action || r.error || r.reason)))))) :
         el("p", { class: "empty" }, "None yet: autotuner revalidate, the schedule, or jobs on another stack ask for one."));
   }
 
@@ -834,6 +883,9 @@
     fill(root, ...details.map(({ config: c, lines, history, validation }) => {
       const ev = c.evidence || {};
       const hasCi = isNum(ev.ci_low) && isNum(ev.ci_high);
+      // Served the baseline although a finalist was measured (its quality cost not ruled out, say).
+      const keptFinalist = !hasCi && ev.speedup === 1 && ev.finalist && ev.finalist.candidate !== ev.candidate_id
+        ? finalistText(ev.finalist) : null;
       const exportsText = typeof lines === "string" ? lines : `# the export lines could not be read (${lines.error})`;
       const pre = el("pre", {}, exportsText);
       const copy = el("button", { type: "button", class: "btn copy", title: "copy the export lines" }, "Copy");
@@ -845,7 +897,8 @@
         ["Ladder", ladder || "—"],
         ["Quality", claim.quality || "—"],
         ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
-          " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds` : "not confirmed")) : "—"],
+          " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds`
+            : keptFinalist ? `baseline kept · finalist ${keptFinalist} not published` : "not confirmed")) : "—"],
         ["Decision", ev.decision || "—"],
         ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "—"],
         ["Precision", `${c.qcomms.forward_precision} fwd / ${c.qcomms.backward_precision} bwd`],
@@ -873,7 +926,7 @@
         validationSection(validation),
         el("div", { class: "history" }, el("h3", {}, versions.length < HISTORY_SHOWN ? `Version history (${versions.length})` : `Version history (latest ${HISTORY_SHOWN})`),
           history.error ? el("div", { class: "warn-note" }, `history could not be read: ${history.error}`) : null,
-          el("table", { class: "data" },
+          el("div", { class: "table-scroll" }, el("table", { class: "data" },
             el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
               (h, i) => el("th", { class: [2, 4].includes(i) ? "num" : null }, h)))),
             el("tbody", {}, ...versions.map((h) => {
@@ -893,7 +946,7 @@
                 el("td", {}, h.version === c.version ? el("span", { class: "badge s-ok" }, "serving") : null,
                   h.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
                   h.flagged ? el("span", { class: "badge s-failed", title: h.flagged }, "re-validation failed") : null));
-            })))));
+            }))))));
     }));
   }
 
