@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
-from api import errors, links
+from api import docs, errors, links
 from api.cache import ConfigCache, SharedGeneration
 from api.fastpath import ConfigFastPath
 from api.fingerprints import FingerprintReports
@@ -125,9 +125,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         version=__version__,
         summary="Tunes NCCL env, comm precision and batch size for TorchRec all-to-all; serves the result to jobs.",
         lifespan=lifespan,
+        docs_url=None,  # api/docs.py serves both from local assets: FastAPI's load them from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     errors.install(app)
+    docs.install(app)
     app.include_router(system.router)
     app.include_router(studies.router)
     app.include_router(configs.router)
