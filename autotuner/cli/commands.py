@@ -320,18 +320,29 @@ def studies(db: DbOption = None) -> None:
     if not rows:
         err.print("no study yet (`autotuner tune` starts one)")
         return
-    table = Table()
-    for col in ("id", "name", "cluster", "workload", "state", "launches", "best samples/s", "speedup"):
-        table.add_column(col)
+    table = _narrow_table("studies")
+    for col in ("id", "name", "cluster", "workload", "state", "search launches", "best samples/s", "speedup"):
+        numeric = col in ("id", "search launches", "best samples/s", "speedup")
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric or col == "state",
+                         overflow="fold")  # fmt: skip
     for s in rows:
-        best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
-        trials = StudySettings.model_validate(s.settings).trials
-        speedup = (Outcome.load(s.outcome) or Outcome()).speedup
-        table.add_row(str(s.id), s.name, s.cluster.name, s.workload.name, s.state,
-                      f"{s.launches_done}/{trials if trials is not None else '-'}",
-                      f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-",
-                      f"{speedup:.2f}x" if speedup else "-")  # fmt: skip
+        table.add_row(*_study_cells(store, s))
     out.print(table)
+
+
+def _study_cells(store: Any, s: Any) -> list[Any]:
+    """One study's row; a stored value that cannot be read is shown as "?" (one bad row never stops the
+    listing)."""
+    best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
+    trials = s.settings.get("trials") if isinstance(s.settings, dict) else None
+    try:
+        outcome = (Outcome.load(s.outcome) or Outcome()).model_dump()
+    except (ValueError, TypeError):
+        outcome = {"speedup": None}
+    speedup = _speedup_cell(outcome) if outcome.get("speedup") else "?" if s.outcome else "-"
+    return [str(s.id), shown(s.name), shown(s.cluster.name), shown(s.workload.name), shown(s.state),
+            f"{s.launches_done}/{trials if isinstance(trials, int) else '-'}",
+            f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", speedup]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- configs

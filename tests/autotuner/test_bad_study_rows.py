@@ -133,3 +133,22 @@ def test_text_that_is_no_json_or_no_date_fails_its_study_alone_with_why_and_is_k
     assert failed.error.startswith(f"this study cannot run: ValueError: its stored {column} ({why}")
     assert read_raw(store, "at_studies", broken.id, column) == RAW_TEXT[column]  # nothing written over it
     store.dispose()
+
+
+@pytest.mark.parametrize(("column", "value"), [("settings", "{not json"), ("outcome", '{"speedup": "fast"}')])
+def test_autotuner_studies_lists_a_study_it_cannot_read_beside_the_rest(tmp_path, column, value):
+    # before: StudySettings.model_validate of the unreadable settings raised, and no study was listed
+    from autotuner.cli.commands import app
+    from tests.autotuner.test_cli import runner
+
+    db = f"sqlite:///{tmp_path / 'raw.db'}"
+    store = Store(db)
+    study_with(store, tmp_path, name="good")
+    broken = study_with(store, tmp_path, name="broken")
+    write_raw(store, "at_studies", broken.id, column, value)
+    store.dispose()
+    result = runner.invoke(app, ["studies", "--db", db], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[1]: line for line in result.output.splitlines() if line.strip()[:1].isdigit()}
+    assert set(rows) == {"good", "broken"}
+    assert rows["broken"].split()[-1] == ("-" if column == "settings" else "?")
