@@ -589,6 +589,12 @@ REVALIDATE_HELP = (
 )  # one line a paragraph: the help keeps a docstring's line breaks
 
 
+def _launch_ended(launch: Any, rows: list[Any]) -> None:
+    said = ", ".join(f"b{r.batch_size} {r.samples_per_s:,.0f}/s" if r.samples_per_s else f"b{r.batch_size} {r.state}"
+                     for r in rows)  # fmt: skip
+    err.print(f"  launch {launch.seq}: {said}", highlight=False)
+
+
 @app.command(help=REVALIDATE_HELP)
 def revalidate(
     cluster: ClusterArg,
@@ -615,6 +621,7 @@ def revalidate(
         CannotRevalidate,
         Revalidation,
         config_to_revalidate,
+        end_unrunnable,
         label,
         request,
     )
@@ -626,16 +633,14 @@ def revalidate(
     except (NotFound, CannotRevalidate) as exc:
         raise _fail(str(exc)) from exc
     err.print(f"re-validation {row.id} of {label(config)}" + ("" if created else f" (was {row.state})"))
-    settings = StudySettings.model_validate(store.study(config.study_id).settings)  # type: ignore[union-attr]
-
-    def ended(launch: Any, rows: list[Any]) -> None:
-        shown = ", ".join(f"b{r.batch_size} {r.samples_per_s:,.0f}/s" if r.samples_per_s else f"b{r.batch_size} {r.state}"
-                          for r in rows)  # fmt: skip
-        err.print(f"  launch {launch.seq}: {shown}", highlight=False)
-
+    try:
+        settings = StudySettings.model_validate(store.study(config.study_id).settings)  # type: ignore[union-attr]
+        executor = make_executor(settings)
+    except Exception as exc:  # its study's stored rows cannot run it: ended with why, as the scheduler does
+        raise _fail(f"re-validation {row.id}: {end_unrunnable(store, row.id, exc)}", 3) from exc
     try:
         done = Revalidation(
-            store, row.id, make_executor(settings), progress=DriverProgress(on_launch_end=ended)
+            store, row.id, executor, progress=DriverProgress(on_launch_end=_launch_ended)
         ).run()
     except StudyBusy as exc:
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc

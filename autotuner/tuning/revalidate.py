@@ -355,13 +355,20 @@ def run_pending(
         except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
             log.exception("re-validation %s could not run", row.id)
             try:
-                store.finish_validation(row.id, ValidationState.ERROR, action="nothing changed",
-                                        error=clip(f"it cannot run: {type(exc).__name__}: {exc}"))  # fmt: skip
+                end_unrunnable(store, row.id, exc)
             except Exception:
                 log.exception("re-validation %s: could not record that it cannot run", row.id)
                 continue
         return True
     return False
+
+
+def end_unrunnable(store: Store, validation_id: int, exc: Exception) -> str:
+    """End a re-validation its study's stored rows cannot run (settings that no longer validate, an
+    executor that cannot be made), saying why; the words, for the caller to show."""
+    why = f"it cannot run: {type(exc).__name__}: {exc}"
+    store.finish_validation(validation_id, ValidationState.ERROR, action="nothing changed", error=clip(why))
+    return why
 
 
 def schedule_due(

@@ -55,3 +55,16 @@ def test_nothing_to_revalidate_exits_2(db):
     result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--version", "5", "--db", db])
     assert result.exit_code == 2
     assert "has no version 5" in result.output
+
+
+def test_a_study_whose_settings_no_longer_validate_ends_the_revalidation_with_why(store, published, db):  # noqa: F811
+    # before: a ValidationError traceback, and the re-validation stayed queued for the scheduler
+    study = store.studies()[0]
+    store.update_study(study.id, settings={**study.settings, "trials": -1})
+    result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert result.exit_code == 3, result.output
+    assert "it cannot run: ValidationError" in result.output
+    assert "Traceback" not in result.output
+    (entry,) = store.validations("cpu-box", "small")
+    assert entry.state == "error"
+    assert entry.error.startswith("it cannot run: ValidationError")
