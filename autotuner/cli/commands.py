@@ -271,10 +271,15 @@ def _progress_bar(total: int) -> Iterator[Any]:
 def _print_outcome(store: Any, study: Any) -> None:
     from autotuner.cli.claim_report import claim_text, confirmed_line, print_claim, scaling_table
 
-    outcome = Outcome.load(study.outcome) or Outcome()
     if study.state == StudyState.FAILED:
         err.print(labelled(f"study {study.name} failed:", study.error), highlight=False)
         return
+    try:
+        outcome = Outcome.load(study.outcome) or Outcome()
+    except (ValueError, TypeError) as exc:  # a row an older version (or a hand) wrote: said, not a traceback
+        err.print(labelled(f"study {study.name}: its stored outcome cannot be read:", " ".join(str(exc).split())[:300]),
+                  highlight=False)  # fmt: skip
+        raise typer.Exit(1) from exc
     rows = {label: store.candidate(cid) for label, cid in
             (("baseline", study.baseline_candidate_id), ("best", study.best_candidate_id)) if cid}  # fmt: skip
     table = Table(title=f"study {study.name}: best vs baseline", title_justify="left")
@@ -546,7 +551,12 @@ def configs_show(
         raise _fail(_not_published(store, cluster, workload, nodes))
     from autotuner.cli.claim_report import evidence_claim, print_claim
 
-    print_claim(err, *evidence_claim(row.evidence))  # stderr: the config stays clean
+    try:
+        print_claim(err, *evidence_claim(row.evidence))  # stderr: the config stays clean
+    except (ValueError, TypeError, AttributeError) as exc:  # as the REST listing: the config is still shown
+        err.print(
+            labelled("its claim cannot be read:", " ".join(str(exc).split())[:300], "yellow"), highlight=False
+        )
     sys.stdout.write(render(store.public_config(row), fmt) + "\n")
 
 

@@ -3,6 +3,7 @@ the store a read command is pointed at, tables and help that fit 80 columns."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -125,3 +126,25 @@ def test_a_rollback_past_the_oldest_version_says_so_in_words(tuned, db):  # noqa
     result = runner.invoke(app, ["configs", "rollback", "cpu-box", "small", "--db", db])
     assert result.exit_code == 2, result.output
     assert "cpu-box/small at 1 node: version 1 is the oldest" in result.output  # before: "at 1 nodes"
+
+
+def test_stored_words_that_cannot_be_read_are_said_and_the_rest_is_shown(tuned, db):  # noqa: F811
+    # before: a pydantic traceback in place of the config's export lines, and of the study's outcome
+    from autotuner.store import Store
+
+    store = Store(db)
+    config = store.served_configs()[0]
+    study = store.studies()[0]
+    store.update_study(study.id, outcome={"speedup": "fast"})
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE at_configs SET evidence = ? WHERE id = ?",
+                             (json.dumps({**config.evidence, "ladder": [{"step": 5}]}), config.id))  # fmt: skip
+    store.dispose()
+    shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--format", "sh", "--db", db])
+    assert shown.exit_code == 0, shown.output
+    assert "its claim cannot be read:" in shown.output
+    assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.output
+    told = runner.invoke(app, ["tune", "--study", study.name, "--db", db])
+    assert told.exit_code == 1
+    assert f"study {study.name}: its stored outcome cannot be read:" in told.output
+    assert not isinstance(told.exception, ValueError)
