@@ -56,13 +56,35 @@ def serve(
         runner.start()
         os.environ["AUTOTUNER_SCHEDULER_PID"] = str(runner.pid)
     err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
-              f"({settings.workers} workers, store {settings.url})")  # fmt: skip
+              f"({settings.workers} workers, store {shown_url(settings.url)})", highlight=False)  # fmt: skip
+    for note in access_notes(settings):
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     try:
         uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
     finally:
         if runner is not None:
             runner.stop()
+
+
+def shown_url(url: str) -> str:
+    """A database URL fit for a log: its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def access_notes(settings: Any) -> list[str]:
+    """What the tokens configured let no one do: said at start, as an operator otherwise meets it as 401s."""
+    scopes = set(settings.token_scopes.values())
+    if not scopes and not settings.public_read:
+        return ["no token is configured (AUTOTUNER_TOKENS): every API request answers 401 and the dashboard "
+                "asks for a token no one has; set AUTOTUNER_TOKENS=SECRET:read,SECRET:write (and "
+                "AUTOTUNER_PUBLIC_READ=1 to open reads and the dashboard)"]  # fmt: skip
+    if not scopes & {"write", "admin"}:
+        return ["no write token is configured (AUTOTUNER_TOKENS=SECRET:write): studies can only be started "
+                "with `autotuner tune`, not through the API"]  # fmt: skip
+    return []
 
 
 def _export_for_workers(settings: Any) -> None:

@@ -1,0 +1,36 @@
+"""What `autotuner serve` says when it starts: its store without the password, and what its tokens let
+no one do (before, an operator met a service with no token as 401s, with nothing said)."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.cli import access_notes, shown_url
+from api.settings import Settings
+
+
+def test_the_store_is_named_without_its_password():
+    said = shown_url("postgresql+psycopg://tuner:s3cret@db.internal:5432/autotuner")
+    assert "s3cret" not in said
+    assert said == "postgresql+psycopg://tuner:***@db.internal:5432/autotuner"
+    assert shown_url("sqlite:////srv/autotuner.db") == "sqlite:////srv/autotuner.db"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "public", "said"),
+    [
+        ("", False, "no token is configured (AUTOTUNER_TOKENS): every API request answers 401"),
+        ("", True, "no write token is configured"),
+        ("jobs:read", False, "no write token is configured"),
+        ("jobs:read,infra:write", False, None),
+        ("root:admin", False, None),
+    ],
+)
+def test_tokens_that_leave_something_undoable_are_said(tmp_path, tokens, public, said):
+    settings = Settings(data_dir=tmp_path, tokens=tokens, public_read=public)
+    notes = access_notes(settings)
+    if said is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1
+        assert notes[0].startswith(said)
