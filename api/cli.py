@@ -89,7 +89,8 @@ def access_notes(settings: Any) -> list[str]:
 
 def _export_for_workers(settings: Any) -> None:
     """Workers are separate processes that read their settings from the environment."""
-    os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir)})
+    os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir),
+                       "AUTOTUNER_SCHEDULER": "1" if settings.scheduler else "0"})  # fmt: skip
     if settings.workers > 1:
         os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.

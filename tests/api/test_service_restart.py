@@ -6,6 +6,7 @@ import json
 import socket
 import time
 
+import httpx
 import pytest
 
 from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
@@ -62,3 +63,17 @@ def test_workers_do_not_outlive_a_service_killed_while_they_start(tmp_path):
             assert server.proc.poll() is None, server.log.read_text()
             time.sleep(0.02)
     server.kill()  # SIGKILL; fails if anything still answers on the port 15 s later
+
+
+def test_no_scheduler_means_none(tmp_path):
+    """`autotuner serve --no-scheduler` (an API-only replica): before, the flag never reached the workers,
+    and each of them started a scheduler of its own, running studies on a host chosen not to."""
+    server = make_server(tmp_path)
+    server.args = ["--no-scheduler", "--workers", "2"]
+    server.start()
+    try:
+        for _ in range(4):  # each worker answers for itself
+            assert httpx.get(f"{server.url}/readyz", timeout=5).json()["scheduler"] == "off"
+        assert "running studies from" not in server.log.read_text()
+    finally:
+        server.kill()
