@@ -1,31 +1,54 @@
 """Adopt a tuned config inside a training script in one line.
 
 The pre-job hook exports the non-NCCL part of a config as AUTOTUNER_* variables; this module turns
-them into TorchRec objects. No service dependency (reads the environment only), and torchrec is
-imported only when you ask for TorchRec objects.
+them into TorchRec objects. No service dependency (reads the environment only), and torch/torchrec
+are imported only when you ask for TorchRec objects. It never fails a job: a value it cannot use
+(unknown precision, a batch of "abc", a scale out of range, a pipeline it does not know) is ignored
+with one "nccl-autotuner: ignored ..." line on stderr, and the job's own setting stays.
 
-    from autotuner.job.qcomms import tuned_sharder_kwargs
-    sharder = EmbeddingBagCollectionSharder(**tuned_sharder_kwargs(device))
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from autotuner.job.qcomms import tuned, tuned_sharder_kwargs
+    sharder = EmbeddingBagCollectionSharder(**tuned_sharder_kwargs(device))   # device: torch.device or "cpu"
 
-or, piece by piece: `tuned()` (a plain dataclass), `qcomms_config()`, `qcomm_codecs_registry(device)`.
+or, piece by piece: `tuned()` (a plain dataclass), `qcomms_config()`, `qcomm_codecs_registry(device)`,
+`tuned_constraints(table_names, sharder, device)` (the planner's sharding), `tuned_train_pipeline(model,
+optimizer, device)` (the train pipeline); `torch.set_num_threads(t.num_threads)` where it says one.
+deploy/examples/train_dlrm.py is a whole job (torchrun, the planner, the pipeline).
 
-A config that changes the batch may also change the learning rate it was validated with: take both, or
-neither (`tuned().lr_scale` multiplies the rate you use at your own batch size):
+A config that changes the batch (per rank, as the workload's `batch_size`) may also change the learning
+rate it was validated with: take both, or neither (`tuned().lr_scale` multiplies the rate you use at
+your own batch size; it is 1.0 whenever `batch_size` is None):
 
     t = tuned()
     batch_size, lr = t.batch_size or batch_size, lr * t.lr_scale
+
+`t.pipeline` names the train pipeline the config was measured with ("none": a plain loop,
+"sparse_dist": TorchRec's TrainPipelineSparseDist, ...; None: the job's own);
+`tuned_train_pipeline(model, optimizer, device, default="sparse_dist")` builds it. Its `progress(it)`
+returns what the model returns beside the loss (DLRMTrain: (loss, logits, labels)).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # The spec's own lists (standard library only, as this module must stay: a training script imports it).
 from autotuner.job.exports import MAX_LR_SCALE, is_lr_scale
-from trials.choices import PIPELINES, PRECISIONS
+from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
+
+_POSITIVE = re.compile(r"[0-9]{1,10}")  # ASCII digits only ("²".isdigit() is true; int() rejects it)
+_said: set[str] = set()  # what this process already said on stderr (every helper reads the config again)
+
+
+def _say(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(f"nccl-autotuner: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -34,9 +57,9 @@ class Tuned:
 
     fwd_precision: str = "fp32"
     bwd_precision: str = "fp32"
-    batch_size: int | None = None
-    sharding: str | None = None
-    num_threads: int | None = None
+    batch_size: int | None = None  # per rank
+    sharding: str | None = None  # a TorchRec ShardingType value ("table_wise", ...)
+    num_threads: int | None = None  # for torch.set_num_threads
     # TorchRec train pipeline the config was measured with ("none": a plain loop); None: unsaid.
     pipeline: str | None = None
     config: str | None = None  # e.g. "cluster/workload/2n/v3", for logs
@@ -48,42 +71,90 @@ class Tuned:
         return (self.fwd_precision, self.bwd_precision) != ("fp32", "fp32")
 
 
-def tuned(environ: Mapping[str, str] | None = None) -> Tuned:
-    """Read AUTOTUNER_* from the environment. Bad values raise ValueError naming the variable."""
-    env = os.environ if environ is None else environ
+class _Reader:
+    """Reads AUTOTUNER_* leniently: a bad value is collected (strict: raised) and reads as unsaid."""
 
-    def precision(name: str) -> str:
-        value = env.get(name, "fp32").strip().lower()
-        if value not in PRECISIONS:
-            raise ValueError(f"{name}={value!r}: expected one of {', '.join(PRECISIONS)}")
+    def __init__(self, env: Mapping[str, str], strict: bool) -> None:
+        self.env = env
+        self.strict = strict
+        self.bad: dict[str, str] = {}
+
+    def reject(self, name: str, value: str, expected: str) -> None:
+        problem = f"{name}={value!r}: expected {expected}"
+        if self.strict:
+            raise ValueError(problem)
+        self.bad[name] = problem
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
+        value = (self.env.get(name) or "").strip().lower()
+        if not value:
+            return default
+        if value not in choices:
+            self.reject(name, value, f"one of {', '.join(choices)}")
+            return default
         return value
 
-    def positive(name: str) -> int | None:
-        value = env.get(name)
-        if value is None or value == "":
+    def positive(self, name: str) -> int | None:
+        value = (self.env.get(name) or "").strip()
+        if not value:
             return None
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{name}={value!r}: expected a positive integer")
+        if _POSITIVE.fullmatch(value) is None or int(value) < 1:
+            self.reject(name, value, "a positive integer")
+            return None
         return int(value)
 
-    def scale(name: str) -> float:
-        value = (env.get(name) or "1").strip()
+    def scale(self, name: str) -> float | None:
+        value = (self.env.get(name) or "").strip()
+        if not value:
+            return None
         if not is_lr_scale(value):  # the hook's own rule for what a config may export
-            raise ValueError(f"{name}={value!r}: expected a number above 0, at most {MAX_LR_SCALE:g}")
+            self.reject(name, value, f"a number above 0, at most {MAX_LR_SCALE:g}")
+            return None
         return float(value)
 
-    pipeline = env.get("AUTOTUNER_PIPELINE") or None
-    if pipeline is not None and pipeline not in PIPELINES:
-        raise ValueError(f"AUTOTUNER_PIPELINE={pipeline!r}: expected one of {', '.join(PIPELINES)}")
+
+_OWN = "the job's own"
+# What stays when a variable is ignored: its partner goes too (a config is validated as a whole).
+_KEPT = {
+    "AUTOTUNER_FWD_PRECISION": "fp32/fp32 comms",
+    "AUTOTUNER_BWD_PRECISION": "fp32/fp32 comms",
+    "AUTOTUNER_BATCH_SIZE": "the job's batch and learning rate",
+    "AUTOTUNER_LR_SCALE": "the job's batch and learning rate",
+}
+
+
+def tuned(environ: Mapping[str, str] | None = None, *, strict: bool = False) -> Tuned:
+    """Read AUTOTUNER_* from the environment. A bad value is ignored and said on stderr, with what
+    goes with it: both precisions, or the batch and its learning-rate factor, are taken together or
+    not at all. strict=True raises ValueError naming the variable instead (for checks, not jobs)."""
+    read = _Reader(os.environ if environ is None else environ, strict)
+    fwd = read.choice("AUTOTUNER_FWD_PRECISION", PRECISIONS, "fp32")
+    bwd = read.choice("AUTOTUNER_BWD_PRECISION", PRECISIONS, "fp32")
+    batch_size = read.positive("AUTOTUNER_BATCH_SIZE")
+    lr_scale = read.scale("AUTOTUNER_LR_SCALE")
+    sharding = read.choice("AUTOTUNER_SHARDING", SHARDING_TYPES)
+    num_threads = read.positive("AUTOTUNER_NUM_THREADS")
+    pipeline = read.choice("AUTOTUNER_PIPELINE", PIPELINES)
+    if lr_scale is not None and batch_size is None and "AUTOTUNER_BATCH_SIZE" not in read.bad:
+        value = (read.env.get("AUTOTUNER_LR_SCALE") or "").strip()
+        read.reject(
+            "AUTOTUNER_LR_SCALE", value, "only with AUTOTUNER_BATCH_SIZE (the factor of a batch change)"
+        )
+    if {"AUTOTUNER_FWD_PRECISION", "AUTOTUNER_BWD_PRECISION"} & read.bad.keys():
+        fwd = bwd = "fp32"
+    if {"AUTOTUNER_BATCH_SIZE", "AUTOTUNER_LR_SCALE"} & read.bad.keys():
+        batch_size, lr_scale = None, None
+    for name, problem in read.bad.items():
+        _say(f"ignored {problem}; keeping {_KEPT.get(name, _OWN)}")
     return Tuned(
-        fwd_precision=precision("AUTOTUNER_FWD_PRECISION"),
-        bwd_precision=precision("AUTOTUNER_BWD_PRECISION"),
-        batch_size=positive("AUTOTUNER_BATCH_SIZE"),
-        sharding=env.get("AUTOTUNER_SHARDING") or None,
-        num_threads=positive("AUTOTUNER_NUM_THREADS"),
+        fwd_precision=fwd or "fp32",
+        bwd_precision=bwd or "fp32",
+        batch_size=batch_size,
+        sharding=sharding,
+        num_threads=num_threads,
         pipeline=pipeline,
-        config=env.get("AUTOTUNER_CONFIG") or None,
-        lr_scale=scale("AUTOTUNER_LR_SCALE"),
+        config=(read.env.get("AUTOTUNER_CONFIG") or "").strip() or None,
+        lr_scale=1.0 if lr_scale is None else lr_scale,
     )
 
 
@@ -103,14 +174,89 @@ def qcomms_config(environ: Mapping[str, str] | None = None) -> Any:
 
 
 def qcomm_codecs_registry(device: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The codecs registry a sharder takes (None when the config keeps fp32 both ways)."""
+    """The codecs registry a sharder takes (None when the config keeps fp32 both ways). `device`: a
+    torch.device or its name ("cpu", "cuda:0"). TorchRec's own codecs, with its fallbacks (bf16 on
+    gloo, fp8 on a reduce-scatter); off CUDA, FBGEMM's fp8 kernels do not run ("fp8 is not supported
+    by CPU" at the first step), so fp8 gets the CPU codec the trial measured: the same wire format."""
+    import torch
     from torchrec.distributed.fbgemm_qcomm_codec import get_qcomm_codecs_registry
 
     if not tuned(environ).quantized:
         return None
-    return get_qcomm_codecs_registry(qcomms_config(environ), device=device)
+    device = torch.device(device)
+    registry = get_qcomm_codecs_registry(qcomms_config(environ), device=device)
+    if registry is None or device.type == "cuda":
+        return registry
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    from trials.codecs import CpuFp8RowwiseCodec
+
+    def cpu_fp8(codec: Any, is_fwd: bool) -> Any:
+        fp8 = getattr(codec, "_comm_precision", None) == SparseType.FP8
+        return CpuFp8RowwiseCodec(is_fwd=is_fwd) if fp8 else codec
+
+    for codecs in registry.values():
+        codecs.forward = cpu_fp8(codecs.forward, True)
+        codecs.backward = cpu_fp8(codecs.backward, False)
+    return registry
 
 
 def tuned_sharder_kwargs(device: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for EmbeddingBagCollectionSharder(...) with the tuned comm precision."""
+    """Keyword arguments for EmbeddingBagCollectionSharder(...) with the tuned comm precision (add
+    your own, e.g. fused_params=...)."""
     return {"qcomm_codecs_registry": qcomm_codecs_registry(device, environ)}
+
+
+def tuned_constraints(
+    tables: Iterable[str],
+    sharder: Any,
+    device: Any,
+    default: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Planner constraints that shard every named table the tuned way (AUTOTUNER_SHARDING, else
+    `default`, the job's own; neither: {} and the planner chooses, data_parallel included, where the
+    comm codecs then have no all-to-all to act on). A sharding the sharder cannot do on this device
+    (TorchRec plans row_wise and table_row_wise on CUDA only) is said on stderr and `default` kept:
+
+        constraints = tuned_constraints(table_names, sharder, device, default="table_wise")
+        planner = EmbeddingShardingPlanner(batch_size=batch_size, constraints=constraints)
+    """
+    import torch
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    sharding = tuned(environ).sharding or default
+    device_type = torch.device(device).type
+    if sharding is not None and sharding != default and sharding not in sharder.sharding_types(device_type):
+        _say(f"ignored AUTOTUNER_SHARDING={sharding!r}: {type(sharder).__name__} cannot shard it that way on "
+             f"{device_type}; keeping the job's own ({default or 'the planner chooses'})")  # fmt: skip
+        sharding = default
+    if sharding is None:
+        return {}
+    return {name: ParameterConstraints(sharding_types=[sharding]) for name in tables}
+
+
+def tuned_train_pipeline(
+    model: Any,
+    optimizer: Any,
+    device: Any,
+    default: str = "sparse_dist",
+    environ: Mapping[str, str] | None = None,
+) -> Any:
+    """The train pipeline the config was measured with (AUTOTUNER_PIPELINE, else `default`, the job's
+    own): a TorchRec TrainPipeline ("sparse_dist": TrainPipelineSparseDist, "semi_sync" from the first
+    batch, as measured), or for "none" a plain loop with the same `progress(iterator)`. One the
+    installed torchrec lacks is said on stderr and `default` is built instead."""
+    import torch
+
+    from trials.pipelines import make_pipeline
+
+    device = torch.device(device)
+    name = tuned(environ).pipeline or default
+    try:
+        return make_pipeline(name, model, optimizer, device)
+    except (RuntimeError, KeyError) as exc:
+        if name == default:
+            raise
+        _say(f"ignored AUTOTUNER_PIPELINE={name!r} ({exc}); keeping the job's own, {default}")
+        return make_pipeline(default, model, optimizer, device)

@@ -13,6 +13,7 @@ import torch
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig, get_qcomm_codecs_registry
 
+from autotuner.job import qcomms
 from autotuner.job.exports import config_to_dict, render
 from autotuner.job.qcomms import (
     PRECISIONS,
@@ -26,6 +27,12 @@ from trials.codecs import ROW_DIM
 
 CPU = torch.device("cpu")
 PAIRS = list(itertools.product(PRECISIONS, PRECISIONS))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_said_yet(monkeypatch):
+    """Each test sees its own stderr lines (the module says each one once a process)."""
+    monkeypatch.setattr(qcomms, "_said", set(), raising=False)
 
 
 def env_of(fwd: str, bwd: str) -> dict[str, str]:
@@ -67,15 +74,140 @@ def test_values_are_read_leniently_where_unambiguous():
     assert (read.fwd_precision, read.batch_size, read.pipeline) == ("fp16", None, None)
 
 
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [("AUTOTUNER_FWD_PRECISION", "fp4"), ("AUTOTUNER_BWD_PRECISION", "int4"), ("AUTOTUNER_BATCH_SIZE", "0"),
-     ("AUTOTUNER_BATCH_SIZE", "-8"), ("AUTOTUNER_NUM_THREADS", "two"), ("AUTOTUNER_PIPELINE", "fast"),
-     ("AUTOTUNER_LR_SCALE", "0"), ("AUTOTUNER_LR_SCALE", "nan"), ("AUTOTUNER_LR_SCALE", "2x")],
-)  # fmt: skip
-def test_a_bad_value_raises_naming_the_variable(name, value):
+HOSTILE = [("AUTOTUNER_FWD_PRECISION", "fp4"), ("AUTOTUNER_BWD_PRECISION", "int4"), ("AUTOTUNER_BATCH_SIZE", "0"),
+           ("AUTOTUNER_BATCH_SIZE", "-8"), ("AUTOTUNER_BATCH_SIZE", "abc"), ("AUTOTUNER_BATCH_SIZE", "\u00b2"),
+           ("AUTOTUNER_NUM_THREADS", "two"), ("AUTOTUNER_PIPELINE", "fast"), ("AUTOTUNER_SHARDING", "diagonal"),
+           ("AUTOTUNER_LR_SCALE", "0"), ("AUTOTUNER_LR_SCALE", "nan"), ("AUTOTUNER_LR_SCALE", "2x"),
+           ("AUTOTUNER_LR_SCALE", "1e9")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "value"), HOSTILE)
+def test_a_bad_value_is_ignored_and_said_never_raised(name, value, capsys):
+    """The job side never fails a job: the job's own setting stays, and stderr names what was ignored."""
+    partner = {"AUTOTUNER_LR_SCALE": ("AUTOTUNER_BATCH_SIZE", "1024")}.get(name)  # a scale needs a batch
+    read = tuned(dict([(name, value), *([partner] if partner else [])]))
+    assert read == Tuned()
+    said = capsys.readouterr().err
+    assert f"nccl-autotuner: ignored {name}={value!r}: expected" in said, said
+
+
+@pytest.mark.parametrize(("name", "value"), HOSTILE)
+def test_strict_raises_naming_the_variable(name, value):
+    partner = {"AUTOTUNER_LR_SCALE": ("AUTOTUNER_BATCH_SIZE", "1024")}.get(name)
     with pytest.raises(ValueError, match=f"^{name}="):
-        tuned({name: value})
+        tuned(dict([(name, value), *([partner] if partner else [])]), strict=True)
+
+
+def test_what_goes_together_is_ignored_together(capsys):
+    """A config is validated whole: half a precision pair, or a batch without its learning-rate
+    factor (or the factor without its batch), is not a config that was measured."""
+    assert tuned({"AUTOTUNER_FWD_PRECISION": "fp4", "AUTOTUNER_BWD_PRECISION": "fp16"}) == Tuned()
+    assert tuned({"AUTOTUNER_BATCH_SIZE": "1024", "AUTOTUNER_LR_SCALE": "1e9"}) == Tuned()
+    assert tuned({"AUTOTUNER_BATCH_SIZE": "abc", "AUTOTUNER_LR_SCALE": "1.41"}) == Tuned()
+    assert (
+        tuned({"AUTOTUNER_LR_SCALE": "1.41"}) == Tuned()
+    )  # a factor on the job's own batch: never validated
+    said = capsys.readouterr().err
+    assert "keeping fp32/fp32 comms" in said
+    assert "AUTOTUNER_LR_SCALE='1.41': expected only with AUTOTUNER_BATCH_SIZE" in said
+    kept = tuned(
+        {"AUTOTUNER_BATCH_SIZE": " 1024 ", "AUTOTUNER_LR_SCALE": "1.41", "AUTOTUNER_PIPELINE": "turbo"}
+    )
+    assert (kept.batch_size, kept.lr_scale, kept.pipeline) == (1024, 1.41, None)  # the rest stays
+
+
+def test_each_problem_is_said_once_a_process(capsys):
+    for _ in range(3):  # qcomm_codecs_registry reads the config twice, a script may read it again
+        tuned({"AUTOTUNER_BATCH_SIZE": "abc"})
+    assert capsys.readouterr().err.count("ignored AUTOTUNER_BATCH_SIZE") == 1
+
+
+def test_the_device_may_be_named():
+    kwargs = tuned_sharder_kwargs("cpu", env_of("fp16", "fp16"))  # was: 'str' object has no attribute 'type'
+    assert (
+        kwargs["qcomm_codecs_registry"]["POOLED_EMBEDDINGS_ALL_TO_ALL"].forward.quantized_dtype
+        == torch.float16
+    )
+
+
+@pytest.mark.parametrize("bwd", ["fp8", "bf16"])
+def test_fp8_runs_on_cpu_with_the_codec_the_trial_measured(bwd):
+    """FBGEMM's fp8 kernels are CUDA only ("fp8 is not supported by CPU" at the job's first step):
+    off CUDA the registry carries the CPU codec of the same wire format."""
+    from trials.codecs import CpuFp8RowwiseCodec
+
+    registry = qcomm_codecs_registry(CPU, env_of("fp8", bwd))
+    assert registry is not None
+    codec = registry["POOLED_EMBEDDINGS_ALL_TO_ALL"].forward
+    assert isinstance(codec, CpuFp8RowwiseCodec)
+    embeddings = torch.randn(8, 64)
+    ctx = codec.create_context()
+    decoded = codec.decode(codec.encode(embeddings, ctx), ctx).reshape(embeddings.shape)
+    assert torch.linalg.vector_norm(decoded - embeddings) / torch.linalg.vector_norm(embeddings) < 0.1
+    assert (registry["POOLED_EMBEDDINGS_ALL_TO_ALL"].backward.quantized_dtype == torch.uint8) == (
+        bwd == "fp8"
+    )
+
+
+def test_the_planner_constraints_shard_the_tuned_way(capsys):
+    sharder = EmbeddingBagCollectionSharder()
+    tables = ["user", "item"]
+    table_wise = qcomms.tuned_constraints(tables, sharder, CPU, environ={"AUTOTUNER_SHARDING": "table_wise"})
+    assert {name: c.sharding_types for name, c in table_wise.items()} == {
+        "user": ["table_wise"],
+        "item": ["table_wise"],
+    }
+    assert (
+        qcomms.tuned_constraints(tables, sharder, CPU, environ={}) == {}
+    )  # unsaid, no default: the planner's
+    own = qcomms.tuned_constraints(tables, sharder, CPU, default="column_wise", environ={})
+    assert own["user"].sharding_types == ["column_wise"]
+    # TorchRec plans row_wise on CUDA only: on CPU the job's own stays, and it is said.
+    cpu = qcomms.tuned_constraints(
+        tables, sharder, "cpu", default="table_wise", environ={"AUTOTUNER_SHARDING": "row_wise"}
+    )
+    assert cpu["item"].sharding_types == ["table_wise"]
+    assert "ignored AUTOTUNER_SHARDING='row_wise'" in capsys.readouterr().err
+    cuda = qcomms.tuned_constraints(
+        tables, sharder, "cuda", default="table_wise", environ={"AUTOTUNER_SHARDING": "row_wise"}
+    )
+    assert cuda["item"].sharding_types == ["row_wise"]
+
+
+def test_the_train_pipeline_is_the_one_named(monkeypatch, capsys):
+    from torchrec.distributed.train_pipeline import train_pipelines
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def built(environ, default="sparse_dist"):
+        return type(
+            qcomms.tuned_train_pipeline(model, optimizer, "cpu", default=default, environ=environ)
+        ).__name__
+
+    assert built({}) == "TrainPipelineSparseDist"  # the job's own
+    assert built({}, default="base") == "TrainPipelineBase"
+    assert built({"AUTOTUNER_PIPELINE": "sparse_dist"}, default="none") == "TrainPipelineSparseDist"
+    assert built({"AUTOTUNER_PIPELINE": "none"}) == "PlainLoop"
+    monkeypatch.delattr(train_pipelines, "TrainPipelineSemiSync")  # an older torchrec
+    assert built({"AUTOTUNER_PIPELINE": "semi_sync"}) == "TrainPipelineSparseDist"
+    assert "ignored AUTOTUNER_PIPELINE='semi_sync'" in capsys.readouterr().err
+
+
+def test_a_plain_loop_steps_like_a_pipeline():
+    """pipeline "none": progress(batches) runs zero_grad, forward, backward, step, and returns what the
+    model returns beside the loss, as TorchRec's pipelines do."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Train(torch.nn.Module):
+        def forward(self, x):
+            loss = model(x).pow(2).mean()
+            return loss, (loss.detach(),)
+
+    loop = qcomms.tuned_train_pipeline(Train(), optimizer, CPU, environ={"AUTOTUNER_PIPELINE": "none"})
+    first = loop.progress(iter([torch.ones(4, 2)]))[0]
+    assert float(loop.progress(iter([torch.ones(4, 2)]))[0]) < float(first)
 
 
 @pytest.mark.parametrize(("fwd", "bwd"), PAIRS)
