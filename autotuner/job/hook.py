@@ -198,7 +198,11 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
                 "no config service set (--server or AUTOTUNER_SERVER): starting with the job's own environment"
             )
             return None, {}
-        return _checked(fetch_from_db(args.db, args.cluster, args.workload, args.nodes), "the store")
+        answer = fetch_from_db(args.db, args.cluster, args.workload, args.nodes)
+        if answer is None:  # said, as the service's 404 is
+            _warn(f"no config published for {args.cluster}/{args.workload} in the store: starting with the job's "
+                  "own environment")  # fmt: skip
+        return _checked(answer, "the store")
     cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
     started = time.monotonic()
     try:

@@ -60,6 +60,8 @@ def test_env_for_an_unknown_workload_prints_nothing_and_exits_0(tuned, db):
     result = runner.invoke(app, ["env", "--cluster", "cpu-box", "--workload", "nope", "--db", db])
     assert result.exit_code == 0
     assert result.stdout == ""
+    # said, as the service's 404 is (before: nothing at all, a typo indistinguishable from no tuning)
+    assert "no config published for cpu-box/nope in the store" in result.stderr
 
 
 def test_configs_history_pin_rollback(tuned, db):
