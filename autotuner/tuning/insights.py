@@ -187,7 +187,8 @@ class ImportanceCache:
 def importance(trials: list[FrozenTrial]) -> dict[str, Any]:
     """Each varied knob's share of the importance, the random dimension's share (the noise floor) on the
     same scale, and which knobs score no higher; or why nothing is ranked."""
-    names = {n for t in trials for n in t.params}  # each knob's values read once: this was quadratic in trials
+    # Each knob's values are read once (reading every trial per trial and knob was quadratic).
+    names = {n for t in trials for n in t.params}
     varied = sorted(n for n in names if len({repr(t.params.get(n)) for t in trials}) > 1)
     if len(trials) < 2:
         return {"params": [], "reason": f"needs 2 completed trials ({len(trials)} so far)"}
