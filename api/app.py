@@ -81,7 +81,10 @@ class Guard:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = b'{"detail":"request body too large (limit %d bytes)"}' % self.max_bytes
+        body = (
+            b'{"detail":"request body too large (limit %d bytes; raise it with AUTOTUNER_MAX_BODY_BYTES)"}'
+            % self.max_bytes
+        )
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})  # fmt: skip
         await send({"type": "http.response.body", "body": body})

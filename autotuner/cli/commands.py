@@ -592,7 +592,8 @@ def configs_validations(
 
 
 REVALIDATE_HELP = (
-    "Re-check the served config against its baseline: exit 0 held, 1 failed, 3 not measured.\n\n"
+    "Re-check the served config against its baseline: exit 0 held, 1 failed, 2 no such config or version, "
+    "3 not measured.\n\n"
     "Its setting runs against its study's baseline in interleaved launches (the study's rounds, executor "
     "and settings), recorded as an entry of that version. Failed: a new version is published (the last "
     "that still holds here, else the baseline) unless the version is pinned, which is flagged instead."

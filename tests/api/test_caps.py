@@ -137,7 +137,7 @@ def test_a_body_over_the_limit_gets_413(client, chunked):
     else:
         response = client.post("/v1/studies", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 413, response.text
-    assert "limit 1048576 bytes" in response.json()["detail"]
+    assert "limit 1048576 bytes; raise it with AUTOTUNER_MAX_BODY_BYTES" in response.json()["detail"]
 
 
 def test_a_chunked_body_under_the_limit_is_read_as_usual(client):

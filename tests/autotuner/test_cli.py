@@ -182,3 +182,13 @@ def test_the_progress_line_of_a_quality_launch_has_no_throughput_and_says_its_co
         progress.on_launch_end(launch, rows)
     assert "progress callback" not in caplog.text
     assert "launch 7 quality: 2/2 ok, 2 models trained in 42 s" in capsys.readouterr().err
+
+
+def test_env_from_a_store_that_is_not_there_says_so_and_creates_nothing(tmp_path):
+    # before: an empty SQLite file was created there and a multi-line "no such table" error printed
+    missing = tmp_path / "typo.db"
+    result = runner.invoke(app, ["env", "--cluster", "c", "--workload", "w", "--db", f"sqlite:///{missing}"])
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert f"could not read the config: FileNotFoundError: no store at {missing}" in result.stderr
+    assert not missing.exists()

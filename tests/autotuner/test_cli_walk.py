@@ -106,7 +106,8 @@ def test_help_fits_80_columns_without_cutting_and_names_the_default_store():
     top = runner.invoke(app, ["--help"], env=WIDE).output.splitlines()
     start = next(i for i, line in enumerate(top) if line.startswith("│ revalidate"))
     summary = " ".join(line.strip("│ ") for line in top[start : start + 2])
-    assert "exit 0 held, 1 failed, 3 not measured" in summary  # the whole summary, not a cut paragraph
+    # the whole summary, not a cut paragraph
+    assert "exit 0 held, 1 failed, 2 no such config or version, 3 not measured" in summary
     assert top[start + 2].startswith("│ lint")
 
 
