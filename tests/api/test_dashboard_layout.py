@@ -10,7 +10,13 @@ import pytest
 
 from autotuner.store import Store
 from tests.api.service import TOKENS
-from tests.api.test_dashboard import ARTIFACTS, TIMED_RESULT, browser, enter_token, finished  # noqa: F401 - fixtures
+from tests.api.test_dashboard import (  # noqa: F401 - fixtures
+    ARTIFACTS,
+    TIMED_RESULT,
+    browser,
+    enter_token,
+    finished,
+)
 from tests.helpers import LANDSCAPE
 
 PHONE = {"width": 390, "height": 844}
