@@ -4,11 +4,8 @@ that kept its baseline, a study that ended, a study that does not exist)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from autotuner.store import Store
 from tests.api.service import TOKENS
 from tests.api.test_dashboard import (  # noqa: F401 - fixtures
     ARTIFACTS,
@@ -17,7 +14,7 @@ from tests.api.test_dashboard import (  # noqa: F401 - fixtures
     enter_token,
     finished,
 )
-from tests.helpers import LANDSCAPE
+from tests.api.test_dashboard_quality import plant_done_study
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
@@ -43,19 +40,7 @@ KEPT_BASELINE = {
 
 
 def plant_kept_baseline_study(db) -> int:
-    store = Store(f"sqlite:///{db}")
-    try:
-        study = store.create_study(
-            name="kept-baseline", cluster="cpu-box", workload_name="small",
-            workload_spec=json.loads(LANDSCAPE.read_text())["workload"],
-            space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
-            settings={"executor": "local", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe", "seed": 0},
-            state="done",
-        )  # fmt: skip
-        store.update_study(study.id, outcome=KEPT_BASELINE)
-        return study.id
-    finally:
-        store.dispose()
+    return plant_done_study(db, "kept-baseline", KEPT_BASELINE)
 
 
 @pytest.fixture(scope="module")

@@ -38,22 +38,28 @@ def evidence_and_ladder() -> tuple[Quality, list[LadderStep]]:
     return evidence, batch_step_to_quality(ladder, evidence)
 
 
-def plant_checked_study(db) -> int:
+def plant_done_study(db, name: str, outcome: dict) -> int:
+    """A finished study of the recorded workload whose stored outcome is `outcome`."""
     store = Store(f"sqlite:///{db}")
     try:
         study = store.create_study(
-            name="checked", cluster="cpu-box", workload_name="small",
+            name=name, cluster="cpu-box", workload_name="small",
             workload_spec=json.loads(LANDSCAPE.read_text())["workload"],
             space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
             settings={"executor": "local", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe", "seed": 0},
             state="done",
         )  # fmt: skip
-        quality, ladder = evidence_and_ladder()
-        outcome = Outcome(ladder=ladder, quality=quality, decision="see the check")
-        store.update_study(study.id, outcome=outcome.dump())
+        store.update_study(study.id, outcome=outcome)
         return study.id
     finally:
         store.dispose()
+
+
+def plant_checked_study(db) -> int:
+    quality, ladder = evidence_and_ladder()
+    return plant_done_study(
+        db, "checked", Outcome(ladder=ladder, quality=quality, decision="see the check").dump()
+    )
 
 
 def test_the_terminal_says_the_interval_the_verdict_and_the_time_to_quality():
