@@ -9,10 +9,9 @@ the installed `plotly` package: clusters are often offline, so no CDN.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.params import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -22,7 +21,6 @@ from autotuner import __version__
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 templates = Jinja2Templates(directory=HERE / "templates")
-StudyId = Annotated[int, PathParam(ge=1, le=2**31)]
 
 
 def plotly_js() -> Path:
@@ -48,8 +46,12 @@ def studies_page(request: Request) -> HTMLResponse:
 
 
 @pages.get("/studies/{study_id}", response_class=HTMLResponse)
-def study_page(request: Request, study_id: StudyId) -> HTMLResponse:
-    return _page(request, "study.html", study_id=study_id)
+def study_page(request: Request, study_id: str) -> HTMLResponse:
+    # A link that names no study (/studies/abc) is a page saying so with 404, not the API's JSON 422.
+    page = _page(request, "study.html", study_id=study_id)
+    if not (study_id.isascii() and study_id.isdecimal() and 1 <= int(study_id) <= 2**31):
+        page.status_code = 404
+    return page
 
 
 @pages.get("/configs", response_class=HTMLResponse)

@@ -371,8 +371,8 @@
       try {
         study = await api(`/v1/studies/${id}`);
       } catch (error) {
-        if (error instanceof HttpError && error.status === 404) {
-          setText("study-name", `Study ${id} not found`);
+        if (error instanceof HttpError && (error.status === 404 || error.status === 422)) { // 422: no id at all
+          setText("study-name", `Study ${document.body.dataset.studyId} not found`);
           setText("study-meta", "It may have been removed, or the link is wrong.");
           // Nothing to show: no empty charts, no "Loading…" that never ends, no "None" failed launches.
           for (const node of document.querySelectorAll(".study-panels, .progress-row")) node.hidden = true;

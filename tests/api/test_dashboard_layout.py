@@ -4,6 +4,7 @@ that kept its baseline, a study that ended, a study that does not exist)."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.api.service import TOKENS
@@ -201,10 +202,13 @@ def test_charts_say_their_units_and_an_ended_study_promises_nothing(browser, fin
 
 
 @pytest.mark.browser
-def test_a_missing_study_shows_no_empty_panels(browser, finished):  # noqa: F811
+@pytest.mark.parametrize("study", ["999999", "abc"])
+def test_a_missing_study_shows_no_empty_panels(browser, finished, study):  # noqa: F811
+    # /studies/abc answered the API's JSON 422 before: now the same page, with 404
+    assert httpx.get(f"{finished[0].url}/studies/{study}").status_code == (200 if study.isdecimal() else 404)
     errors: list[str] = []
-    page = opened(browser, finished[0], "/studies/999999", DESKTOP, errors)
-    page.wait_for_function("document.getElementById('study-name').textContent.includes('not found')",
+    page = opened(browser, finished[0], f"/studies/{study}", DESKTOP, errors)
+    page.wait_for_function(f"document.getElementById('study-name').textContent === 'Study {study} not found'",
                            timeout=WAIT_MS)  # fmt: skip
     assert page.locator(".study-panels").is_hidden()
     text = page.inner_text("main")
