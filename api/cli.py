@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotuner.store.db import shown_url
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 err = Console(stderr=True)
 
@@ -65,13 +67,6 @@ def serve(
     finally:
         if runner is not None:
             runner.stop()
-
-
-def shown_url(url: str) -> str:
-    """A database URL fit for a log: its password hidden."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def access_notes(settings: Any) -> list[str]:

@@ -58,6 +58,7 @@ def _store(db: str | None, *, create: bool = False) -> Any:
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
     from autotuner.store import Store
+    from autotuner.store.db import missing_sqlite_file, shown_url
 
     url = db or default_database_url()
     try:
@@ -66,10 +67,10 @@ def _store(db: str | None, *, create: bool = False) -> Any:
         raise _fail(
             f"--db {url!r} is not a SQLAlchemy URL: use e.g. sqlite:////srv/autotuner/autotuner.db"
         ) from exc
-    where = parsed.render_as_string(hide_password=True)
-    database = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    if not create and database and database != ":memory:" and not Path(database).expanduser().is_file():
-        raise _fail(f"no store at {database}: give --db sqlite:////path/to/autotuner.db, or set "
+    where = shown_url(url)
+    missing = missing_sqlite_file(url)
+    if not create and missing:
+        raise _fail(f"no store at {missing}: give --db sqlite:////path/to/autotuner.db, or set "
                     "AUTOTUNER_DATABASE_URL or AUTOTUNER_DATA_DIR (`autotuner tune` creates one)")  # fmt: skip
     try:
         return Store(url)

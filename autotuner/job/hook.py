@@ -173,14 +173,12 @@ def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float
 
 
 def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> dict[str, Any] | None:
-    from sqlalchemy.engine import make_url
-
     from autotuner.store import Store
+    from autotuner.store.db import missing_sqlite_file
 
-    parsed = make_url(url)
-    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    if path and path != ":memory:" and not Path(path).expanduser().is_file():  # opening it would create it
-        raise FileNotFoundError(f"no store at {path}")
+    missing = missing_sqlite_file(url)
+    if missing:
+        raise FileNotFoundError(f"no store at {missing}")
     store = Store(url, migrate_schema=False)
     try:
         row = store.served_config(cluster, workload, nodes)

@@ -27,6 +27,18 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def shown_url(url: str) -> str:
+    """A database URL fit for a log or a message: its password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite store that is not there (opening it would create an empty one), else None."""
+    parsed = make_url(url)
+    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    return path if path and path != ":memory:" and not Path(path).expanduser().is_file() else None
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     if is_sqlite(url):
         database = make_url(url).database
