@@ -3,7 +3,8 @@
 TorchRec's pipelines overlap a step's stages on CUDA side streams: `sparse_dist` runs the input
 all-to-all of batch i+1 during batch i, `semi_sync` also the embedding all-to-all (embeddings one
 step stale), `fused_sparse_dist` the embedding lookup beside the previous optimizer step. On CPU
-there are no streams: what runs, runs one stage after another, and the stream-only ones fail.
+there are no streams: what runs, runs one stage after another, and the stream-only ones are refused
+before their first step (TorchRec records their batches on a side stream, which CPU tensors cannot do).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ TORCHREC_PIPELINES = {
     "fused_sparse_dist": "TrainPipelineFusedSparseDist",
 }
 CPU_NOTE = "no CUDA streams on this device: pipeline stages run one after another, nothing overlaps"
+# Pipelines that record their batches on a side stream (`record_stream`): "unknown parameter type" on CPU.
+NEEDS_STREAMS = ("semi_sync", "fused_sparse_dist")
+STREAM_DEVICES = ("cuda", "mtia")  # where TorchRec's pipelines make side streams
 
 
 class PlainLoop:
@@ -53,6 +57,11 @@ def make_pipeline(name: str, model: torch.nn.Module, optimizer: Any, device: tor
 
         version = getattr(torchrec, "__version__", "installed")
         raise RuntimeError(f"pipeline {name}: torchrec {version} has no {TORCHREC_PIPELINES[name]}")
+    if name in NEEDS_STREAMS and device.type not in STREAM_DEVICES:
+        raise RuntimeError(
+            f"pipeline {name} needs CUDA streams and this device is {device.type}"
+            " (TorchRec records its batches on a side stream)"
+        )
     if name == "semi_sync":
         # From the first batch: the measured steps are semi-synchronous ones, not the sync start-up.
         return cls(model, optimizer, device, start_batch=0)

@@ -189,6 +189,12 @@ def test_the_train_pipeline_is_the_one_named(monkeypatch, capsys):
     assert built({}, default="base") == "TrainPipelineBase"
     assert built({"AUTOTUNER_PIPELINE": "sparse_dist"}, default="none") == "TrainPipelineSparseDist"
     assert built({"AUTOTUNER_PIPELINE": "none"}) == "PlainLoop"
+    # measured on GPUs, served to a CPU job: refused before its first step would fail the job
+    for stream_only in ("semi_sync", "fused_sparse_dist"):
+        assert built({"AUTOTUNER_PIPELINE": stream_only}) == "TrainPipelineSparseDist"
+        said = capsys.readouterr().err
+        assert f"ignored AUTOTUNER_PIPELINE='{stream_only}'" in said
+        assert "needs CUDA streams and this device is cpu" in said
     monkeypatch.delattr(train_pipelines, "TrainPipelineSemiSync")  # an older torchrec
     assert built({"AUTOTUNER_PIPELINE": "semi_sync"}) == "TrainPipelineSparseDist"
     assert "ignored AUTOTUNER_PIPELINE='semi_sync'" in capsys.readouterr().err

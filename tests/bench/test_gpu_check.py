@@ -48,7 +48,7 @@ def test_world_size_1_on_cpu_reports_what_needs_cuda(tmp_path):
         assert by_name[f"candidate {precision} sparse_dist"]["ok"]
         semi = by_name[f"candidate {precision} semi_sync"]
         assert not semi["ok"]
-        assert "need CUDA" in semi["saw"]
+        assert "needs CUDA streams" in semi["saw"]
     assert len(report["phases"]["a"]["candidates"]) == 10
     assert report["ok"] is False
     assert "needs CUDA" in by_name["CPU fp8 codec writes FBGEMM's CUDA row-wise FP8 bytes"]["saw"]

@@ -59,7 +59,7 @@ def test_pipelines_run_as_asked_and_one_that_cannot_is_reported_failed(result):
     assert "no CUDA streams" in sparse_dist["pipeline_note"]
     assert none["pipeline_note"] == ""
     assert semi_sync["pipeline"] == "semi_sync"
-    assert "pipeline semi_sync failed (on cpu" in semi_sync["error"]
+    assert "pipeline semi_sync needs CUDA streams and this device is cpu" in semi_sync["error"]
 
 
 @pytest.mark.slow
