@@ -474,7 +474,7 @@ def _not_published(store: Any, cluster: str, workload: str, nodes: int | None) -
 @configs_app.command("history")
 def configs_history(
     ctx: typer.Context, cluster: ClusterArg, workload: WorkloadArg, nodes: NodesFilter = None,
-    limit: Annotated[int, typer.Option(min=1, help="versions per page")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="versions per page")] = 100,  # as REST history
     offset: Annotated[int, typer.Option(min=0, help="skip this many (newest first)")] = 0,
     db: DbOption = None,
 ) -> None:  # fmt: skip

@@ -72,3 +72,15 @@ def test_a_version_beyond_any_stored_is_a_422_not_a_500(tmp_path):
             assert "version" in response.text
         assert c.post("/v1/configs/c/w/pin", json={"nodes": 1, "version": 2**31 - 1}).status_code == 404
     store.dispose()
+
+
+def test_the_cli_and_rest_history_pages_are_the_same_size():
+    """`autotuner configs history` and GET .../history show the same page by default."""
+    import inspect
+
+    from api.routes.configs import history
+    from autotuner.cli.commands import configs_history
+
+    rest = inspect.signature(history).parameters["limit"].default
+    cli = inspect.signature(configs_history).parameters["limit"].default
+    assert cli == rest
