@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,planning-wide,tuned,quality,serving,store,revalidate,scaling,scaling-emulated]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,planning-wide,tuned,quality,serving,store,revalidate,scaling,scaling-emulated] [--keep]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -12,8 +12,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -152,9 +156,26 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "versions": versions, "load_at_start": os.getloadavg()}  # fmt: skip
 
 
+@contextmanager
+def scratch(keep: bool) -> Iterator[Path]:
+    """One folder for the stores and runs the sections make (each makes its own with tempfile): removed
+    at the end, or kept and named with --keep (to open a study's store on the dashboard, say)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    tempfile.tempdir = str(folder)
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = None
+        if keep:
+            console.print(f"kept the sections' stores and runs in {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    p.add_argument("--keep", action="store_true", help="keep the stores and runs the sections made")
     args = p.parse_args(argv)
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in wanted if s not in SECTIONS]
@@ -162,15 +183,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
     results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {"sections": {}}
     started = time.monotonic()
-    for name in wanted:
-        t0 = time.monotonic()
-        console.print(f"[bold]{name}[/bold] ...")
-        results["sections"][name] = {**SECTIONS[name](), "seconds": time.monotonic() - t0,
-                                     "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip
-        console.print(f"  {name}: {time.monotonic() - t0:.0f} s")
-        RESULTS_JSON.write_text(
-            json.dumps(results, indent=2) + "\n"
-        )  # keep what is done if a later one fails
+    with scratch(args.keep):
+        for name in wanted:
+            t0 = time.monotonic()
+            console.print(f"[bold]{name}[/bold] ...")
+            results["sections"][name] = {**SECTIONS[name](), "seconds": time.monotonic() - t0,
+                                         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip
+            console.print(f"  {name}: {time.monotonic() - t0:.0f} s")
+            RESULTS_JSON.write_text(
+                json.dumps(results, indent=2) + "\n"
+            )  # what is done, if a later one fails
     results["machine"] = machine()
     results.pop("total_seconds", None)  # the report sums the sections' own times instead
     RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
