@@ -701,6 +701,53 @@ def lint(
     err.print("[green]ok[/green]" + (f" ({len(problems)} warnings)" if problems else ""))
 
 
+# ---------------------------------------------------------------------------------------- prune
+
+
+def _size(n: int) -> str:
+    """Bytes as people read them: 812 B, 31.4 KB, 2.0 GB."""
+    if n < 1000:
+        return f"{n} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6)):
+        if n < scale * 1000:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e9:,.1f} GB"
+
+
+@app.command()
+def prune(
+    older_than: Annotated[float, typer.Option(min=0, metavar="DAYS", help="launches that ended this many days ago or more")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be removed; remove nothing")] = False,
+    db: DbOption = None,
+) -> None:  # fmt: skip
+    """Remove old launch directories (logs, scripts, raw results) of ended studies.
+
+    What they measured stays in the store (candidates, summaries, log tails): all the dashboard reads."""
+    from datetime import timedelta
+
+    from autotuner.tuning.prune import prune as prune_launch_dirs
+
+    store = _store(db)
+    pruned = prune_launch_dirs(store, timedelta(days=older_than), dry_run=dry_run)
+    if not pruned:
+        when = (
+            f"{older_than:g} day{'s' if older_than != 1 else ''} ago or earlier" if older_than else "by now"
+        )
+        err.print(f"nothing to remove: no launch of an ended study that ended {when} still has its directory")
+        return
+    table = _narrow_table("would remove" if dry_run else "removed")
+    for col in ("study", "name", "launch dirs", "size"):
+        table.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
+    names = {s.id: s.name for s in store.studies()}
+    for p in pruned:
+        table.add_row(str(p.study_id), shown(names.get(p.study_id, "?")), str(p.launches), _size(p.bytes))
+    out.print(table)
+    launches, size = sum(p.launches for p in pruned), _size(sum(p.bytes for p in pruned))
+    err.print(
+        f"{'would remove' if dry_run else 'removed'} {launches} launch directories, {size}", highlight=False
+    )
+
+
 # ---------------------------------------------------------------------------------------- hook
 
 _HOOK: dict[str, Any] = {

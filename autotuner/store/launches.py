@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 
 from autotuner.store.base import StoreBase, env_hash
-from autotuner.store.models import Candidate, Launch, Quarantine
+from autotuner.store.models import Candidate, Launch, Quarantine, Study
 
 CANDIDATE_SORT_KEYS = {
     "id": Candidate.id,
@@ -69,6 +70,22 @@ class LaunchRecords(StoreBase):
             if states:
                 query = query.where(Launch.state.in_(states))
             return list(s.scalars(query))
+
+    def ended_launch_dirs(
+        self, before: datetime, *, launch_states: Sequence[str], study_states: Sequence[str]
+    ) -> list[tuple[int, int, str]]:
+        """(study id, launch seq, workdir) of the launches in `launch_states` that ended before `before`
+        (or began then, if their end was not recorded), of studies in `study_states`, oldest first."""
+        ended = func.coalesce(Launch.finished_at, Launch.started_at, Launch.created_at)
+        with self.session() as s:
+            rows = s.execute(
+                select(Launch.study_id, Launch.seq, Launch.workdir)
+                .join(Study, Study.id == Launch.study_id)
+                .where(Launch.state.in_(launch_states), Study.state.in_(study_states),
+                       Launch.workdir.is_not(None), ended < before)
+                .order_by(Launch.study_id, Launch.seq)
+            )  # fmt: skip
+            return [(study_id, seq, str(workdir)) for study_id, seq, workdir in rows]
 
     # ------------------------------------------------------------------ candidates
 

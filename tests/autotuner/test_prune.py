@@ -1,0 +1,116 @@
+"""`autotuner prune`: the launch directories of ended studies' launches go, and nothing else does (on
+every store backend: `store` is the shared one of tests/conftest.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from autotuner.cli.commands import app
+from autotuner.store import StudyState, utcnow
+from autotuner.tuning.prune import prune
+
+WORKLOAD = {
+    "name": "w",
+    "tables": [{"name": "t", "num_embeddings": 10, "embedding_dim": 32, "pooling_factor": 1}],
+}
+OLD, RECENT = timedelta(days=10), timedelta(hours=1)
+
+
+def study(store, name, state):
+    row = store.create_study(name=name, cluster="c", workload_name="w", workload_spec=WORKLOAD,
+                             space={"env": {}}, settings={"trials": 1}, state=state)  # fmt: skip
+    return row.id
+
+
+def launch(store, runs, study_id, *, state="succeeded", ended_ago=OLD, workdir=None, size=100):
+    row = store.add_launch(
+        study_id=study_id, kind="search", env={}, spec={"candidates": []}, executor="local"
+    )
+    path = workdir or runs / f"study-{study_id}" / f"launch-{row.seq:04d}"
+    if workdir is None:
+        path.mkdir(parents=True)
+        (path / "trial.log").write_bytes(b"x" * size)
+    store.update_launch(row.id, state=state, workdir=str(path), finished_at=utcnow() - ended_ago)
+    return path
+
+
+def test_ended_launches_of_ended_studies_go_and_the_rest_stay(store, tmp_path):
+    runs = tmp_path / "runs"
+    done = study(store, "done", StudyState.DONE)
+    old = [launch(store, runs, done, size=300), launch(store, runs, done, state="failed", size=200)]
+    recent = launch(store, runs, done, ended_ago=RECENT)
+    running_launch = launch(store, runs, done, state="running")
+    running = study(store, "running", StudyState.RUNNING)
+    of_running_study = launch(store, runs, running)
+    cancelled = study(store, "cancelled", StudyState.CANCELLED)
+    whole = launch(store, runs, cancelled, state="timeout")
+
+    pruned = prune(store, timedelta(days=1))
+
+    assert {p.study_id: (p.launches, p.bytes) for p in pruned} == {done: (2, 500), cancelled: (1, 100)}
+    assert not any(p.exists() for p in old)
+    assert recent.exists()
+    assert running_launch.exists()
+    assert of_running_study.exists()
+    assert not whole.parent.exists()  # its study's folder, once empty
+    assert prune(store, timedelta(days=1)) == []  # nothing left to do
+
+
+def test_a_dry_run_says_what_it_would_remove_and_removes_nothing(store, tmp_path):
+    done = study(store, "done", StudyState.DONE)
+    path = launch(store, tmp_path / "runs", done, size=1234)
+    [would] = prune(store, timedelta(days=1), dry_run=True)
+    assert (would.study_id, would.launches, would.bytes) == (done, 1, 1234)
+    assert (path / "trial.log").exists()
+
+
+def test_only_what_still_looks_like_that_launch_is_removed(store, tmp_path, monkeypatch):
+    """A row pointing at another folder (a hand edit, a shared runs/) or a link is left alone."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("mine")
+    elsewhere = tmp_path / "elsewhere" / "launch-0009"
+    elsewhere.mkdir(parents=True)
+    link = tmp_path / "runs" / "study-1" / "launch-0003"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(precious)
+    done = study(store, "done", StudyState.DONE)
+    launch(store, tmp_path, done, workdir=precious)  # seq 1, not named launch-0001
+    launch(store, tmp_path, done, workdir=elsewhere)  # seq 2, named for another launch
+    launch(store, tmp_path, done, workdir=link)  # seq 3, a link
+    monkeypatch.chdir(tmp_path)
+    relative = Path("launch-0004")
+    relative.mkdir()
+    launch(store, tmp_path, done, workdir=relative)  # seq 4, but relative to whoever runs prune
+
+    assert prune(store, timedelta(0)) == []
+    assert (precious / "keep").read_text() == "mine"
+    assert elsewhere.exists()
+    assert link.is_symlink()
+    assert relative.exists()
+
+
+def test_the_cli_prints_what_it_removed(store, store_url, tmp_path):
+    done = study(store, "nightly-dlrm", StudyState.DONE)
+    path = launch(store, tmp_path / "runs", done, size=2500)
+    db = store_url
+    runner = CliRunner()
+
+    dry = runner.invoke(app, ["prune", "--older-than", "7", "--dry-run", "--db", db])
+    assert dry.exit_code == 0, dry.output
+    assert "would remove" in dry.stdout
+    assert "nightly-dlrm" in dry.stdout
+    assert "2.5 KB" in dry.stdout
+    assert path.exists()
+
+    done_now = runner.invoke(app, ["prune", "--older-than", "7", "--db", db])
+    assert done_now.exit_code == 0, done_now.output
+    assert "removed" in done_now.stdout
+    assert "nightly-dlrm" in done_now.stdout
+    assert not path.exists()
+
+    refused = runner.invoke(app, ["prune", "--older-than", "-1", "--db", db])
+    assert refused.exit_code == 2
