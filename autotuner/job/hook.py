@@ -309,6 +309,8 @@ class _Parser(argparse.ArgumentParser):
     # argparse exits 2 on a bad argument; in a job's prolog or wrapper that would fail the job (or
     # never run its command), so the hook says what is wrong and fails open instead (--help still exits 0)
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: ") and not message.split(": ", 1)[1].startswith("-"):
+            message += " (names are options: --cluster C --workload W)"  # as `configs show C W` takes them
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -392,6 +394,8 @@ def exec_main(argv: list[str]) -> int:
             parser("autotuner exec", EXEC_USAGE).print_help()
             return 0
         print(f"usage: {EXEC_USAGE}", file=sys.stderr)
+        if any(not a.startswith("-") for a in argv):  # a command given without `--`: not guessed at
+            print("autotuner exec: the command goes after `--`; nothing was run", file=sys.stderr)
         return 2
     split = argv.index("--")
     own, command = argv[:split], argv[split + 1 :]

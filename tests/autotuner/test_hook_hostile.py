@@ -453,3 +453,25 @@ def test_exec_help_is_help():
         [sys.executable, "-m", "autotuner", "exec"], capture_output=True, text=True, timeout=60
     )
     assert (bare.returncode, bare.stderr) == (2, "usage: autotuner exec [options] -- CMD [ARGS...]\n")
+
+
+def test_a_command_line_in_the_shape_of_configs_show_is_told_how_the_hook_takes_it(tmp_path):
+    """`autotuner env C W` (the shape `configs show C W` takes) and `exec ... CMD` without `--`."""
+    hook = [sys.executable, "-m", "autotuner"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    positional = subprocess.run([*hook, "env", "--server", "http://127.0.0.1:9", "p5-prod", "dlrm"],
+                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert positional.returncode == 0  # fail-open, as before
+    assert (
+        "unrecognized arguments: p5-prod dlrm (names are options: --cluster C --workload W)"
+        in positional.stderr
+    )
+    unknown = subprocess.run(
+        [*hook, "env", "--clster", "c"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert "unrecognized arguments: --clster c: no tuned config" in unknown.stderr  # no hint for an option
+    no_dashes = subprocess.run([*hook, "exec", "--cluster", "c", "--workload", "w", "touch", "ran"],
+                               capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)  # fmt: skip
+    assert no_dashes.returncode == 2
+    assert not (tmp_path / "ran").exists()
+    assert no_dashes.stderr.endswith("the command goes after `--`; nothing was run\n")
