@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
     revalidate_every: str = ""
     revalidate_on_mismatch: bool = True
+    # Remove the launch directories of ended studies' launches this long after they ended (`30d`;
+    # empty: never, or `autotuner prune` from cron): what they measured stays in the store.
+    prune_runs_after: str = ""
 
     @field_validator("tokens")
     @classmethod
@@ -72,6 +75,23 @@ class Settings(BaseSettings):
         from autotuner.tuning.revalidate import parse_every
 
         return parse_every(self.revalidate_every)
+
+    @field_validator("prune_runs_after")
+    @classmethod
+    def _prune_after(cls, value: str) -> str:
+        from autotuner.tuning.revalidate import parse_every
+
+        try:
+            parse_every(value)
+        except ValueError as exc:
+            raise ValueError(f"AUTOTUNER_PRUNE_RUNS_AFTER: {exc}") from exc
+        return value.strip()
+
+    @property
+    def prune_runs_after_s(self) -> float | None:
+        from autotuner.tuning.revalidate import parse_every
+
+        return parse_every(self.prune_runs_after)
 
     @field_validator("executor_options")
     @classmethod

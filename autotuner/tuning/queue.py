@@ -1,6 +1,9 @@
 """The study queue: runs queued studies (and resumes interrupted ones), one at a time, then queued
 re-validations of published configs, and asks for the re-validations the schedule says are due.
 
+When idle, it also removes the launch directories of ended studies that are old enough, if the
+operator said after how long (the service's AUTOTUNER_PRUNE_RUNS_AFTER).
+
 The service's scheduler process and `autotuner tune` both go through it. Studies are taken through
 the store's lease, so several replicas on one PostgreSQL never run the same study twice, and a
 runner that dies (SIGKILL) loses its lease: another one, or itself restarted, resumes the study. A
@@ -13,17 +16,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
+from autotuner.tuning.prune import prune
 from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
 
 log = logging.getLogger("autotuner.queue")
 SCHEDULE_CHECK_S = 60.0  # how often (at most) the schedule looks for versions due for re-validation
+PRUNE_CHECK_S = 3600.0  # how often (at most) old launch directories are looked for
 
 
 class StudyQueue:
@@ -36,8 +42,11 @@ class StudyQueue:
         on_study_end: Callable[[], None] = lambda: None,
         revalidate_every_s: float | None = None,
         revalidate_every: str = "",
+        prune_after_s: float | None = None,
     ) -> None:
         self.store = store
+        self.prune_after_s = prune_after_s  # None: launch directories are kept
+        self._pruned_at = float("-inf")
         self.revalidate_every_s = revalidate_every_s  # None: no schedule
         self.revalidate_every = revalidate_every  # as the operator wrote it, for the reason it gives
         self._schedule_checked = float("-inf")
@@ -94,7 +103,10 @@ class StudyQueue:
                 self.on_study_end()
             return True
         self.check_schedule()
-        return run_pending(self.store, self.make_executor, owner=self.owner)
+        worked = run_pending(self.store, self.make_executor, owner=self.owner)
+        if not worked:
+            self.check_prune()
+        return worked
 
     def check_schedule(self, force: bool = False) -> None:
         """Ask for the re-validations due (at most every SCHEDULE_CHECK_S)."""
@@ -107,6 +119,22 @@ class StudyQueue:
         self._schedule_checked = now
         for row in schedule_due(self.store, self.revalidate_every_s, text=self.revalidate_every):
             log.info("config %s: re-validation %s queued: %s", row.config_id, row.id, row.reason)
+
+    def check_prune(self) -> None:
+        """Remove the launch directories old enough (at most every PRUNE_CHECK_S, when idle)."""
+        now = time.monotonic()
+        if self.prune_after_s is None or now - self._pruned_at < PRUNE_CHECK_S:
+            return
+        self._pruned_at = now
+        try:
+            pruned = prune(self.store, timedelta(seconds=self.prune_after_s))
+        except Exception:  # a full disk or a store that did not answer: tried again next time
+            log.exception("pruning launch directories failed")
+            return
+        if pruned:
+            launches, size = sum(p.launches for p in pruned), sum(p.bytes for p in pruned)
+            log.info("removed %d launch directories (%d bytes) of studies %s", launches, size,
+                     ", ".join(str(p.study_id) for p in pruned))  # fmt: skip
 
     def loop(self) -> None:
         while not self._stop.is_set():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autotuner.cli.commands import app
@@ -114,3 +115,56 @@ def test_the_cli_prints_what_it_removed(store, store_url, tmp_path):
 
     refused = runner.invoke(app, ["prune", "--older-than", "-1", "--db", db])
     assert refused.exit_code == 2
+
+
+def test_the_scheduler_prunes_when_idle_at_most_hourly(store, tmp_path, caplog):
+    from autotuner.tuning.queue import StudyQueue
+
+    runs = tmp_path / "runs"
+    done = study(store, "done", StudyState.DONE)
+    first = launch(store, runs, done)
+    queue = StudyQueue(store, poll_s=0.01, prune_after_s=timedelta(days=7).total_seconds())
+    with caplog.at_level("INFO", logger="autotuner.queue"):
+        assert queue.run_once() is False  # nothing to run: idle
+    assert not first.exists()
+    assert f"removed 1 launch directories (100 bytes) of studies {done}" in caplog.text
+    later = launch(store, runs, done)
+    queue.run_once()
+    assert later.exists()  # within the hour: not looked for again
+    kept = StudyQueue(store, poll_s=0.01)  # no AUTOTUNER_PRUNE_RUNS_AFTER: nothing is removed
+    kept.run_once()
+    assert later.exists()
+
+
+def test_the_service_setting_is_a_duration_and_reaches_the_scheduler(monkeypatch, tmp_path):
+    import pydantic
+
+    from api import scheduler
+    from api.settings import Settings
+
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNER_PRUNE_RUNS_AFTER", "30d")
+    assert Settings().prune_runs_after_s == 30 * 86400
+    made = {}
+
+    class Queue:
+        owner = "test"
+
+        def __init__(self, store, **kwargs):
+            made.update(kwargs)
+
+        def start(self):
+            pass
+
+        def join(self):
+            pass
+
+    monkeypatch.setattr(scheduler, "StudyQueue", Queue)
+    monkeypatch.setattr(scheduler.signal, "signal", lambda *_: None)
+    scheduler.main()
+    assert made["prune_after_s"] == 30 * 86400
+    monkeypatch.setenv("AUTOTUNER_PRUNE_RUNS_AFTER", "soon")
+    with pytest.raises(
+        pydantic.ValidationError, match="AUTOTUNER_PRUNE_RUNS_AFTER: 'soon' is not a duration"
+    ):
+        Settings()
