@@ -15,7 +15,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def env_file(path: Path) -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    pairs = (
+        line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#")
+    )
     return {key: value for key, value in pairs}
 
 
