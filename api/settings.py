@@ -8,13 +8,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from autotuner.limits import limits
 from autotuner.paths import default_data_dir
 
 SCOPES = ("read", "write", "admin")
+
+
+def _seconds(duration: str) -> float | None:
+    """`7d`, `12h`, ... in seconds; None for empty or `off` (the engine's parse, imported when asked)."""
+    from autotuner.tuning.revalidate import parse_every
+
+    return parse_every(duration)
 
 
 class Settings(BaseSettings):
@@ -59,39 +66,22 @@ class Settings(BaseSettings):
                 )
         return value
 
-    @field_validator("revalidate_every")
+    @field_validator("revalidate_every", "prune_runs_after")
     @classmethod
-    def _every(cls, value: str) -> str:
-        from autotuner.tuning.revalidate import parse_every
-
+    def _duration(cls, value: str, info: ValidationInfo) -> str:
         try:
-            parse_every(value)
+            _seconds(value)
         except ValueError as exc:
-            raise ValueError(f"AUTOTUNER_REVALIDATE_EVERY: {exc}") from exc
+            raise ValueError(f"AUTOTUNER_{str(info.field_name).upper()}: {exc}") from exc
         return value.strip()
 
     @property
     def revalidate_every_s(self) -> float | None:
-        from autotuner.tuning.revalidate import parse_every
-
-        return parse_every(self.revalidate_every)
-
-    @field_validator("prune_runs_after")
-    @classmethod
-    def _prune_after(cls, value: str) -> str:
-        from autotuner.tuning.revalidate import parse_every
-
-        try:
-            parse_every(value)
-        except ValueError as exc:
-            raise ValueError(f"AUTOTUNER_PRUNE_RUNS_AFTER: {exc}") from exc
-        return value.strip()
+        return _seconds(self.revalidate_every)
 
     @property
     def prune_runs_after_s(self) -> float | None:
-        from autotuner.tuning.revalidate import parse_every
-
-        return parse_every(self.prune_runs_after)
+        return _seconds(self.prune_runs_after)
 
     @field_validator("executor_options")
     @classmethod
