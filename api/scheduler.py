@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from autotuner.store import Store
@@ -68,13 +69,23 @@ class RunningScheduler:
             return False
         except PermissionError:
             return True
-        return True
+        return not _zombie(self.pid)
 
     def start(self) -> None:
         pass
 
     def stop(self) -> None:
         pass
+
+
+def _zombie(pid: int) -> bool:
+    """Dead but not reaped: `autotuner serve` never waits for its scheduler, and os.kill(pid, 0) still
+    finds such a process. From /proc (Linux); elsewhere os.kill's answer stands."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"  # the state follows "(comm)", which may hold ")"
 
 
 def scheduler_env(settings: Any) -> dict[str, str]:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.service import make_server, replay_study_body, served_config, wait_for_state
+from tests.api.service import _children, make_server, replay_study_body, served_config, wait_for_state
 from tests.helpers import LANDSCAPE
 
 
@@ -77,3 +80,27 @@ def test_no_scheduler_means_none(tmp_path):
         assert "running studies from" not in server.log.read_text()
     finally:
         server.kill()
+
+
+def test_a_dead_scheduler_makes_the_service_unready(tmp_path):
+    """/readyz answers 503 once the scheduler process died (docs/operations.md). `autotuner serve` never
+    waits for it, so it stays a zombie, which the workers' os.kill(pid, 0) still found: ready for ever."""
+    server = make_server(tmp_path)
+    server.start()
+    try:
+        (scheduler,) = [pid for pid in _children(server.proc.pid)
+                        if b"api.scheduler" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+        os.kill(scheduler, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not _zombie(scheduler):  # dead, not reaped by its parent
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(4):  # each worker answers for itself
+            answer = httpx.get(f"{server.url}/readyz", timeout=5)
+            assert (answer.status_code, answer.json()["scheduler"]) == (503, "stopped")
+    finally:
+        server.kill()
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
