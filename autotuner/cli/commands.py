@@ -184,8 +184,8 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
             options[key] = json.loads(raw)
         except ValueError:
             options[key] = raw  # a plain string
-    if landscape is not None:
-        options["landscape"] = str(landscape)
+    if landscape is not None:  # absolute: the study keeps it for whoever resumes it, from wherever
+        options["landscape"] = str(landscape.absolute())
     return options
 
 
@@ -232,7 +232,7 @@ def _new_study(store: Any, options: dict[str, Any]) -> Any:
         raise _fail("--cluster, --workload and --space are required for a new study")
     request = settings_from_options({k: options[k] for k in RequestSettings.model_fields})
     executor_options = _executor_options(options["executor_option"], options["landscape"])
-    workdir = str(options["workdir"]) if options["workdir"] else None
+    workdir = str(options["workdir"].absolute()) if options["workdir"] else None  # kept, as the landscape
     try:
         settings = study_settings(request, workdir=workdir, executor_options=executor_options)
         return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
@@ -643,6 +643,8 @@ def revalidate(
         config = config_to_revalidate(store, cluster, workload, nodes, version)
         row, created = request(store, config, ValidationTrigger.MANUAL, reason or "autotuner revalidate")
     except (NotFound, CannotRevalidate) as exc:
+        if not store.config_versions(cluster, workload, nodes):  # a typo: say what is published, as `configs`
+            raise _fail(_not_published(store, cluster, workload, nodes)) from exc
         raise _fail(str(exc)) from exc
     err.print(f"re-validation {row.id} of {label(config)}" + ("" if created else f" (was {row.state})"))
     try:

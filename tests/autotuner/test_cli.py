@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,6 +97,23 @@ def test_tune_resumes_a_finished_study_without_redoing_it(tuned, tmp_path, db):
                                 "--study", "cpu-box.small.1", "--db", db])  # fmt: skip
     assert again.exit_code == 0, again.output
     assert "resuming study cpu-box.small.1 (id 1, done)" in again.output
+
+
+def test_relative_paths_given_to_tune_still_hold_from_another_directory(tmp_path, db, monkeypatch):
+    # the study keeps them: stored as given, a re-validation (or the service's scheduler, a resume) run
+    # from another directory failed with FileNotFoundError
+    shutil.copy(LANDSCAPE, tmp_path / "recorded.json")
+    (tmp_path / "w.json").write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    (tmp_path / "space.yaml").write_text("precisions: [[fp32, fp32], [fp16, fp16]]\nbatch_sizes: [64]\n")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", "w.json", "--space", "space.yaml",
+                                 "--executor", "replay", "--landscape", "recorded.json", "--trials", "1",
+                                 "--workdir", "runs", "--db", db])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(tmp_path / "runs")
+    again = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert again.exit_code == 0, again.output
+    assert not (tmp_path / "runs" / "runs").exists()
 
 
 @pytest.mark.parametrize(

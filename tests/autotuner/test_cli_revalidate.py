@@ -57,6 +57,14 @@ def test_nothing_to_revalidate_exits_2(db):
     assert "has no version 5" in result.output
 
 
+@pytest.mark.parametrize("args", [["cpu-box", "nope"], ["cpu-box", "small", "--nodes", "2"]])
+def test_nothing_to_revalidate_names_what_is_published(db, args):
+    # as `autotuner configs history/show/validations` do (docs/operations.md says so of every CLI command)
+    result = runner.invoke(app, ["revalidate", *args, "--db", db])
+    assert result.exit_code == 2, result.output
+    assert "(published: cpu-box/small;" in result.output.replace("\n", "")
+
+
 def test_a_study_whose_settings_no_longer_validate_ends_the_revalidation_with_why(store, published, db):  # noqa: F811
     # before: a ValidationError traceback, and the re-validation stayed queued for the scheduler
     study = store.studies()[0]
