@@ -17,7 +17,7 @@ the next:
 Writes the report (every check's verdict, the figures, what NCCL reported) and prints a table. Exit 0:
 every check passed; 1: some failed; 2: no GPU here (nothing is measured: no figure stands in for one).
 `--device cpu` runs the same phases on gloo, to check the plumbing where there is no GPU: NCCL's knobs
-cannot act there, and the checks that need NCCL fail as they should.
+cannot act there, and the checks that need NCCL fail as they should. It writes gpu-check-cpu.json.
 """
 
 from __future__ import annotations
@@ -451,9 +451,15 @@ def gpu_here() -> tuple[bool, str]:
     return True, f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
 
 
+def default_out(device: str) -> Path:
+    """Where a run writes its report unless told: a CPU run never over bench/out/gpu-check.json, the
+    GPU run committed by hand (RESULTS.md's GPU section is made from it)."""
+    return ROOT / "bench" / "out" / ("gpu-check.json" if device == "cuda" else "gpu-check-cpu.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench.gpu_check", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(ROOT / "bench" / "out" / "gpu-check.json"))
+    p.add_argument("--out", help="default: bench/out/gpu-check.json; --device cpu: gpu-check-cpu.json")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument(
         "--phases", default="a,b,c", help="which phases: a (world size 1), b (2 nodes), c (a study)"
@@ -472,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         "--work", help="where launches write (kept: logs, NCCL INFO logs, results); default a temp dir"
     )
     args = p.parse_args(argv)
+    args.out = args.out or str(default_out(args.device))
     if args.device == "cuda":
         ok, saw = gpu_here()
         if not ok:

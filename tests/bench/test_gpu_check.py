@@ -99,3 +99,14 @@ def test_a_run_names_the_commit_of_its_checkout(monkeypatch):
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     )
     assert code_commit() == head.stdout.strip()
+
+
+def test_a_cpu_run_leaves_the_committed_gpu_report_alone(tmp_path, monkeypatch):
+    # bench/out/gpu-check.json is a GPU's run, committed by hand: `--device cpu` (the plumbing check the
+    # README suggests) wrote over it, and the next `make bench` left the GPU section out of RESULTS.md
+    from bench import gpu_check as module
+
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    module.main(["--device", "cpu", "--phases", "", "--work", str(tmp_path / "work")])
+    assert not (tmp_path / "bench" / "out" / "gpu-check.json").exists()
+    assert json.loads((tmp_path / "bench" / "out" / "gpu-check-cpu.json").read_text())["device"] == "cpu"
