@@ -65,7 +65,7 @@ class SearchSpace(BaseModel):
     fixed_env: dict[str, str] = Field(default_factory=dict)
     # Defaults (pydantic copies them per instance): the baseline precision, batch and sharding only.
     precisions: list[tuple[Precision, Precision]] = [("fp32", "fp32")]
-    batch_sizes: list[BatchSize] = [512]
+    batch_sizes: list[BatchSize] = [512]  # left out: the workload's batch_size, if it has one (create_study)
     sharding: list[Sharding] = ["table_wise"]
     num_threads: list[Threads | None] = [None]  # null = torch's default
     pipelines: list[Pipeline | None] = [None]  # null = the workload's own (sparse_dist with a dense part)

@@ -83,6 +83,9 @@ def create_study(
     workload_spec = parse_workload(workload)  # SpecError (a ValueError) names the field
     check_name("workload", workload_spec.name)
     space_obj = space if isinstance(space, SearchSpace) else load_space(space)
+    if "batch_sizes" not in space_obj.model_fields_set and workload_spec.batch_size:
+        # a space that names no batch searches the job's own, not the space's generic default
+        space_obj = space_obj.model_copy(update={"batch_sizes": [workload_spec.batch_size]})
     job_batch = baseline_batch(workload_spec, space_obj)
     check_batch_change(space_obj, job_batch)
     # the largest batch it would launch, as the trial will check it (the inputs one rank makes)

@@ -101,6 +101,15 @@ def test_a_batch_above_the_jobs_needs_allow_batch_change(store, tmp_path):
     assert store.count_studies() == 0  # refused before a study exists
 
 
+def test_a_space_that_names_no_batch_searches_the_jobs_own(store, tmp_path):
+    """The space's default batch list (512) is not the job's: a job at 64 was refused as a batch change."""
+    space = {k: v for k, v in SPACE.items() if k not in ("batch_sizes", "allow_batch_change")}
+    study = create_study(store, cluster="cpu-box", workload={**RECORDED["workload"], "batch_size": 64}, space=space,
+                         settings=StudySettings(executor="replay", executor_options={"landscape": str(LANDSCAPE)},
+                                                workdir=str(tmp_path / "runs")))  # fmt: skip
+    assert study.space["batch_sizes"] == [64]
+
+
 def test_quality_refuses_the_knob_that_costs_it():
     # Three paired seeds: precision alone costs nothing, batch alone costs 0.006 +- 0.0003 (no ladder
     # gain known, so it is judged at equal samples), together as much.
