@@ -187,6 +187,16 @@ def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> d
         store.dispose()
 
 
+def _trouble(exc: Exception, elapsed: float) -> str:
+    """What went wrong, in words that point at the fix: a missing or unknown token (401) is not a network
+    problem."""
+    if isinstance(exc, urllib.error.HTTPError) and exc.code == 401:
+        return (
+            "the config service refused the token (HTTP 401: set --token or AUTOTUNER_TOKEN to a read token)"
+        )
+    return f"config service unreachable ({type(exc).__name__}: {exc}, {elapsed:.1f} s)"
+
+
 Dropped = dict[str, str]  # variable -> why it was not exported ("": the whole answer was not used)
 PER_JOB = ("fingerprint_match", "fingerprint_diff")  # said to one job: never cached for the next
 
@@ -212,11 +222,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     try:
         answer = fetch_from_server(args.server, args.token, args.cluster, args.workload, args.nodes,
                                    max(0.05, args.timeout - spent), args.ca_file, encode(args.job_fingerprint))  # fmt: skip
-    except Exception as exc:  # down, slow, 5xx, garbage: the job starts anyway
-        elapsed = time.monotonic() - started
-        return _from_cache(
-            cache, f"config service unreachable ({type(exc).__name__}: {exc}, {elapsed:.1f} s)"
-        ), {}
+    except Exception as exc:  # down, slow, 5xx, a refused token, garbage: the job starts anyway
+        return _from_cache(cache, _trouble(exc, time.monotonic() - started)), {}
     if answer is NOT_PUBLISHED:
         _warn(
             f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
