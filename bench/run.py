@@ -12,17 +12,15 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from bench.scratch import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_JSON = ROOT / "bench" / "results.json"
@@ -154,22 +152,6 @@ def machine() -> dict[str, Any]:
             pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "versions": versions, "load_at_start": os.getloadavg()}  # fmt: skip
-
-
-@contextmanager
-def scratch(keep: bool) -> Iterator[Path]:
-    """One folder for the stores and runs the sections make (each makes its own with tempfile): removed
-    at the end, or kept and named with --keep (to open a study's store on the dashboard, say)."""
-    folder = Path(tempfile.mkdtemp(prefix="bench-run-"))
-    tempfile.tempdir = str(folder)
-    try:
-        yield folder
-    finally:
-        tempfile.tempdir = None
-        if keep:
-            console.print(f"kept the sections' stores and runs in {folder}")
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

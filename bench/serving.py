@@ -357,4 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench.scratch import scratch
+
+    with scratch():  # its store and runs, removed at the end
+        sys.exit(main())

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench.run import scratch
+from bench.scratch import scratch
 
 
 def test_what_the_sections_make_is_removed_at_the_end():
