@@ -111,9 +111,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         if settings.scheduler:
             # `autotuner serve` starts one scheduler beside its workers and names it; an app run on its
             # own (`uvicorn --factory api.app:app_from_env`) starts its own.
-            pid = os.environ.get("AUTOTUNER_SCHEDULER_PID")
-            if pid:
-                scheduler = RunningScheduler(int(pid))
+            pid_file = os.environ.get("AUTOTUNER_SCHEDULER_PID_FILE")
+            if pid_file:
+                scheduler = RunningScheduler(Path(pid_file))
             else:
                 scheduler = SchedulerProcess(scheduler_env(settings))
             scheduler.start()

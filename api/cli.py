@@ -54,9 +54,11 @@ def serve(
     os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")
     runner = None
     if settings.scheduler:
-        runner = SchedulerProcess(scheduler_env(settings))
+        pid_file = settings.data_dir / "scheduler.pid"  # the workers read it: a restart writes another pid
+        pid_file.unlink(missing_ok=True)
+        runner = SchedulerProcess(scheduler_env(settings), pid_file)
         runner.start()
-        os.environ["AUTOTUNER_SCHEDULER_PID"] = str(runner.pid)
+        os.environ["AUTOTUNER_SCHEDULER_PID_FILE"] = str(pid_file)
     err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
               f"({settings.workers} workers, store {shown_url(settings.url)})", highlight=False)  # fmt: skip
     for note in access_notes(settings):

@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,22 @@ from autotuner.store import Store
 from autotuner.tuning import StudyQueue
 
 log = logging.getLogger("autotuner.scheduler")
+RESTART_DELAYS_S = (1.0, 60.0)  # after the first death, then doubling up to the second
 
 
 class SchedulerProcess:
-    """The scheduler as a child process that dies with its parent (PR_SET_PDEATHSIG on Linux)."""
+    """The scheduler as a child process that dies with its parent (PR_SET_PDEATHSIG on Linux), and is
+    started again when it dies on its own (killed for memory, say): studies and re-validations must not
+    stop for good while the API keeps answering. Its pid goes to `pid_file`, where workers look."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], pid_file: Path | None = None) -> None:
         self.env = env
+        self.pid_file = pid_file
         self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._started = 0.0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
 
     @property
     def alive(self) -> bool:
@@ -41,35 +51,66 @@ class SchedulerProcess:
         return self.proc.pid if self.proc is not None else None
 
     def start(self) -> None:
+        self._spawn()
+        threading.Thread(target=self._supervise, name="scheduler-supervisor", daemon=True).start()
+
+    def _spawn(self) -> None:
         parent = os.getpid()
-        self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
-                                     preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
+        with self._lock:
+            self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
+                                         preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
+            self._started = time.monotonic()
+            if self.pid_file is not None:
+                self.pid_file.write_text(f"{self.proc.pid}\n")
+
+    def _supervise(self) -> None:
+        """Reap the child when it dies and start another, waiting longer each time it dies young."""
+        delay = RESTART_DELAYS_S[0]
+        while True:
+            assert self.proc is not None
+            code = self.proc.wait()  # reaped: never left a zombie that looks alive
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - self._started > RESTART_DELAYS_S[-1]:
+                delay = RESTART_DELAYS_S[0]  # it had lived a while: not a crash loop
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            log.warning(
+                "the scheduler process %s ended (%s): starting another in %.0f s", self.proc.pid, how, delay
+            )
+            if self._stopping.wait(delay):
+                return
+            self._spawn()
+            self.restarts += 1
+            log.warning("the scheduler process %s started (restart %d)", self.proc.pid, self.restarts)
+            delay = min(delay * 2, RESTART_DELAYS_S[-1])
 
     def stop(self, timeout_s: float = 10) -> None:
-        if self.alive:
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        self._stopping.set()
+        with self._lock:
+            if self.alive:
+                assert self.proc is not None
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
 
 
 class RunningScheduler:
-    """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not."""
+    """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not. Its
+    pid is read from the file each time: the supervisor writes a new one when it starts another."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid_file: Path) -> None:
+        self.pid_file = pid_file
 
     @property
     def alive(self) -> bool:
         try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+            pid = int(self.pid_file.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):  # no file yet, a torn write, or no such process
             return False
-        except PermissionError:
-            return True
-        return not _zombie(self.pid)
+        return not _zombie(pid)
 
     def start(self) -> None:
         pass
@@ -79,8 +120,8 @@ class RunningScheduler:
 
 
 def _zombie(pid: int) -> bool:
-    """Dead but not reaped: `autotuner serve` never waits for its scheduler, and os.kill(pid, 0) still
-    finds such a process. From /proc (Linux); elsewhere os.kill's answer stands."""
+    """Dead but not yet reaped (for an instant, before the supervisor's wait returns): os.kill(pid, 0)
+    still finds such a process. From /proc (Linux); elsewhere os.kill's answer stands."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

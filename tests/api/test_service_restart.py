@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,25 +84,64 @@ def test_no_scheduler_means_none(tmp_path):
         server.kill()
 
 
-def test_a_dead_scheduler_makes_the_service_unready(tmp_path):
-    """/readyz answers 503 once the scheduler process died (docs/operations.md). `autotuner serve` never
-    waits for it, so it stays a zombie, which the workers' os.kill(pid, 0) still found: ready for ever."""
-    server = make_server(tmp_path)
+def test_a_scheduler_that_dies_is_started_again_and_runs_studies(tmp_path):
+    """A scheduler killed on its own (the OOM killer, a kill -9) is started again: before, the service
+    went on answering with no scheduler, studies queued for ever, and /readyz said "ok" (it found the
+    unreaped zombie). Readiness names the dead scheduler until the new one runs."""
+    server = make_server(tmp_path, replay_delay_s=0)
     server.start()
     try:
-        (scheduler,) = [pid for pid in _children(server.proc.pid)
-                        if b"api.scheduler" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
-        os.kill(scheduler, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not _zombie(scheduler):  # dead, not reaped by its parent
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        for _ in range(4):  # each worker answers for itself
-            answer = httpx.get(f"{server.url}/readyz", timeout=5)
-            assert (answer.status_code, answer.json()["scheduler"]) == (503, "stopped")
+        (first,) = _schedulers(server.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:  # a new scheduler, and every worker sees it (each answers for itself)
+            now = _schedulers(server.proc.pid)
+            answers = [httpx.get(f"{server.url}/readyz", timeout=5) for _ in range(4)]
+            if now and now != [first] and all(a.status_code == 200 for a in answers):
+                break
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.1)
+        assert {a.json()["scheduler"] for a in answers} == {"ok"}
+        log = server.log.read_text()
+        assert f"the scheduler process {first} ended (killed by SIGKILL): starting another in 1 s" in log
+        assert f"the scheduler process {now[0]} started (restart 1)" in log
+        client = server.client("write")
+        study = client.post("/v1/studies", json=replay_study_body("after-restart", trials=2)).json()
+        assert wait_for_state(client, study["id"], ("done", "failed"), timeout_s=120)["state"] == "done"
     finally:
         server.kill()
 
 
-def _zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+def test_readiness_says_stopped_while_no_scheduler_runs(tmp_path):
+    """The workers' view of the scheduler: its pid file, and a process that is neither gone nor a zombie."""
+    from api.scheduler import RunningScheduler
+
+    pid_file = tmp_path / "scheduler.pid"
+    seen = RunningScheduler(pid_file)
+    assert not seen.alive  # no file yet
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pid_file.write_text(f"{child.pid}\n")
+        assert seen.alive
+        child.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert not seen.alive  # dead, not yet reaped: a zombie is not a scheduler
+    finally:
+        child.kill()
+        child.wait()
+    assert not seen.alive  # reaped: no such process
+
+
+def _schedulers(service: int) -> list[int]:
+    """The live api.scheduler processes under the service (zombies have an empty command line)."""
+    return [pid for pid in _children(service) if b"api.scheduler" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
