@@ -54,3 +54,31 @@ def test_a_store_from_before_revalidation_upgrades_and_serves_as_before(store_ur
         assert public["last_validation"] is None
     finally:
         store.dispose()
+
+
+def test_candidates_from_before_pipelines_were_recorded_say_their_workloads_own(store_url):
+    """0009: a NULL pipeline (rows from before 0004) becomes what that workload ran unless told:
+    sparse_dist with a dense part, else none. Left NULL, they never paired with new measurements."""
+    store = Store(store_url)
+    dense = {"name": "dlrm", "tables": [{"name": "t", "num_embeddings": 10, "embedding_dim": 8, "pooling_factor": 1}],
+             "dense": {"in_features": 4, "arch": [8], "over_arch": [1]}}  # fmt: skip
+    ids = {}
+    for workload in (dense, {**dense, "name": "sparse", "dense": None}):
+        study = store.create_study(name=workload["name"], cluster="c", workload_name=workload["name"],
+                                   workload_spec=workload, space={}, settings={})  # fmt: skip
+        launch = store.add_launch(
+            study_id=study.id, kind="search", env={}, spec={"candidates": [{}]}, executor="replay"
+        )
+        [row] = store.add_candidates([{"study_id": study.id, "launch_id": launch.id, "index": 0, "kind": "search",
+                                       "env": {}, "fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64,
+                                       "sharding": "table_wise", "pipeline": None, "state": "ok"}])  # fmt: skip
+        ids[workload["name"]] = row.id
+    with store.engine.begin() as conn:  # as a store last written before 0009 holds it
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0008'"))
+    store.dispose()
+    store = Store(store_url)  # migrates to head
+    try:
+        assert store.candidate(ids["dlrm"]).pipeline == "sparse_dist"
+        assert store.candidate(ids["sparse"]).pipeline == "none"
+    finally:
+        store.dispose()
