@@ -533,9 +533,13 @@
     setText("ladder-quality", claim.quality || "");
     setText("ladder-inert", (claim.inert || []).join("\n"));
     if (!ladder.length) {
-      chartMessage("chart-ladder", study.state === "done"
-        ? "No ladder: the finalist was not confirmed faster than the baseline."
-        : "The ladder is measured after the finalist is confirmed.");
+      // A confirmed finalist without steps: the ladder was skipped, or the study predates it (no
+      // ladder stored at all); neither says the finalist failed its confirmation.
+      const confirmed = (outcome.finalist || outcome).significant === true;
+      chartMessage("chart-ladder", study.state !== "done" ? "The ladder is measured after the finalist is confirmed."
+        : !confirmed ? "No ladder: the finalist was not confirmed faster than the baseline."
+        : outcome.ladder ? "No ladder: this study skipped it (ladder_rounds 0)."
+        : "No ladder: this study ran before ladders were measured.");
       return;
     }
     let before = 1;
