@@ -57,6 +57,8 @@ class SchedulerProcess:
     def _spawn(self) -> None:
         parent = os.getpid()
         with self._lock:
+            if self._stopping.is_set():  # stop() came between the supervisor's check and here
+                return
             self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
                                          preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
             self._started = time.monotonic()
@@ -73,13 +75,17 @@ class SchedulerProcess:
                 return
             if time.monotonic() - self._started > RESTART_DELAYS_S[-1]:
                 delay = RESTART_DELAYS_S[0]  # it had lived a while: not a crash loop
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             log.warning(
-                "the scheduler process %s ended (%s): starting another in %.0f s", self.proc.pid, how, delay
+                "the scheduler process %s ended (%s): starting another in %.0f s",
+                self.proc.pid,
+                _how(code),
+                delay,
             )
             if self._stopping.wait(delay):
                 return
             self._spawn()
+            if self._stopping.is_set():
+                return
             self.restarts += 1
             log.warning("the scheduler process %s started (restart %d)", self.proc.pid, self.restarts)
             delay = min(delay * 2, RESTART_DELAYS_S[-1])
@@ -94,6 +100,17 @@ class SchedulerProcess:
                     self.proc.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
+
+
+def _how(code: int) -> str:
+    """A child's end in words: its exit code, or the signal that killed it (one Python has no name for
+    too: the supervisor must not die of its own log line)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 class RunningScheduler:

@@ -145,3 +145,10 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_an_end_is_said_in_words_whatever_killed_it():
+    from api.scheduler import _how
+
+    assert [_how(0), _how(3), _how(-9), _how(-40)] == [
+        "exit code 0", "exit code 3", "killed by SIGKILL", "killed by signal 40"]  # fmt: skip
