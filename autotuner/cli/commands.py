@@ -643,8 +643,8 @@ def revalidate(
         config = config_to_revalidate(store, cluster, workload, nodes, version)
         row, created = request(store, config, ValidationTrigger.MANUAL, reason or "autotuner revalidate")
     except (NotFound, CannotRevalidate) as exc:
-        if not store.config_versions(cluster, workload, nodes):  # a typo: say what is published, as `configs`
-            raise _fail(_not_published(store, cluster, workload, nodes)) from exc
+        # nothing published (a typo): fails naming what is, as `configs` does
+        _versions(store, cluster, workload, nodes)
         raise _fail(str(exc)) from exc
     err.print(f"re-validation {row.id} of {label(config)}" + ("" if created else f" (was {row.state})"))
     try:
@@ -740,9 +740,9 @@ def prune(
     table = _narrow_table("would remove" if dry_run else "removed")
     for col in ("study", "name", "launch dirs", "size"):
         table.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
-    names = {s.id: s.name for s in store.studies()}
-    for p in pruned:
-        table.add_row(str(p.study_id), shown(names.get(p.study_id, "?")), str(p.launches), _size(p.bytes))
+    for p in pruned:  # the studies pruned, by id (a listing of all stops at its first page)
+        study = store.study(p.study_id)
+        table.add_row(str(p.study_id), shown(study.name if study else "?"), str(p.launches), _size(p.bytes))
     out.print(table)
     launches, size = sum(p.launches for p in pruned), _size(sum(p.bytes for p in pruned))
     err.print(

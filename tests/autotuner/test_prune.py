@@ -168,3 +168,14 @@ def test_the_service_setting_is_a_duration_and_reaches_the_scheduler(monkeypatch
         pydantic.ValidationError, match="AUTOTUNER_PRUNE_RUNS_AFTER: 'soon' is not a duration"
     ):
         Settings()
+
+
+def test_the_cli_names_a_study_beyond_the_first_page_of_studies(store, store_url, tmp_path):
+    """Names came from a listing of studies, which stops at its first page (100, newest first)."""
+    oldest = study(store, "oldest-study", StudyState.DONE)
+    launch(store, tmp_path / "runs", oldest)
+    for i in range(100):
+        study(store, f"newer-{i}", StudyState.DONE)
+    result = CliRunner().invoke(app, ["prune", "--older-than", "1", "--db", store_url])
+    assert result.exit_code == 0, result.output
+    assert "oldest-study" in result.stdout
