@@ -16,9 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from autotuner.executors import LaunchState
-from autotuner.store import Store, StudyState, utcnow
+from autotuner.store import TERMINAL, Store, utcnow
 
-ENDED_STUDIES = (StudyState.DONE, StudyState.FAILED, StudyState.CANCELLED)
 ENDED_LAUNCHES = tuple(state for state in LaunchState if state.is_terminal())
 
 
@@ -57,7 +56,7 @@ def prune(store: Store, older_than: timedelta, *, dry_run: bool = False) -> list
     """Remove the directories of launches that ended more than `older_than` ago, of studies that
     ended; per study, what was (or would be) removed. Each study's folder goes too once empty."""
     rows = store.ended_launch_dirs(
-        utcnow() - older_than, launch_states=ENDED_LAUNCHES, study_states=ENDED_STUDIES
+        utcnow() - older_than, launch_states=ENDED_LAUNCHES, study_states=tuple(TERMINAL)
     )
     pruned: dict[int, Pruned] = {}
     for study_id, seq, workdir in rows:
