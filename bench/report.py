@@ -449,6 +449,13 @@ def _md_gpu(g: dict[str, Any]) -> list[str]:
         lines += [f"The demo job on 2 nodes, NCCL's defaults, timed with {what} (run {run}, commit "
                   f"{runs[run]['commit']}); `alone`: the same calls replayed in a plain loop right after:", ""]  # fmt: skip
         lines += [table(TRIAL_HEAD, _trial_rows(trial)), ""]
+    for run, r in sorted(runs.items()):  # runs after the three above: the all-to-all-bound job's wire check
+        for phase, ph in sorted(r.get("phases", {}).items()):
+            trial = (ph.get("trials") or {}).get("a2a-bound") if phase.startswith("b") else None
+            if trial:
+                lines += [f"The all-to-all-bound job on 2 nodes ({trial['job']}), NCCL's defaults, phase {phase} "
+                          f"(run {run}, commit {r['commit']}); its wire times checked against the calls alone "
+                          f"(within 20%):", "", table(TRIAL_HEAD, _trial_rows(trial)), ""]  # fmt: skip
     for run in (1, 2, 3):
         c = runs.get(run, {}).get("phases", {}).get("c")
         if not c:

@@ -69,6 +69,15 @@ def test_two_emulated_nodes_and_a_study_run_their_whole_path_on_cpu(tmp_path):
     assert trial["nnodes"] == 2
     assert trial["env_per_rank"]["NCCL_HOSTID"] == ["trial-2node-default-node0", "trial-2node-default-node1"]
     assert all(r["status"] == "ok" and r["a2a_alone_ms"] > 0 for r in trial["candidates"])
+    # the all-to-all-bound job's trial (at 512 here: plumbing) is the one whose wire times are checked
+    bound = b["trials"]["a2a-bound"]
+    assert bound["job"] == "demo-sparse-b16384, batch 512"
+    assert bound["wire_checked"]
+    assert all(r["status"] == "ok" and r["a2a_alone_ms"] > 0 for r in bound["candidates"])
+    wire = [x["check"] for x in report["checks"] if "of the calls alone" in x["check"]]
+    assert len(wire) == len(bound["candidates"])
+    assert all(w.startswith("trial a2a-bound ") for w in wire)
+    assert trial["candidates"][0]["wire_vs_alone"] > 0  # the demo job's: reported, not checked
     assert c["state"] == "done"
     assert c["published"]["evidence"]["emulation"].startswith("emulated 2 node(s) as hostids")
     by_name = {x["check"]: x for x in report["checks"]}

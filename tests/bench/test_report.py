@@ -91,3 +91,23 @@ def test_the_store_bench_measures_a_page_in_statements_per_page_not_per_study():
     assert set(c["configs_ratio"]) == {"pin_ms", "unpin_ms", "rollback_ms", "history_page_ms"}
     assert all(v > 0 for v in c["configs_many"].values())
     assert "## The store at scale" in render({"sections": {"store": c}})
+
+
+def test_a_later_gpu_run_shows_the_all_to_all_bound_jobs_wire_check():
+    # the next GPU run's phase b adds the bound job's trial (bench.gpu_check: its wire times are the ones
+    # checked); committed as run 4, the section shows it with the job it ran
+    import copy
+
+    from bench.report import render
+    from bench.run import RESULTS_JSON, gpu_report
+
+    gpu = copy.deepcopy(gpu_report())
+    assert gpu is not None
+    trial = copy.deepcopy(gpu["runs"][1]["phases"]["b"]["trials"]["default"])
+    trial["job"] = "demo-sparse-b16384, batch 16384"
+    trial["candidates"][0]["wire_vs_alone"] = 1.07
+    gpu["runs"].append({"run": 4, "commit": "abc1234", "phases": {"b": {"trials": {"a2a-bound": trial}}}})
+    section = render(json.loads(RESULTS_JSON.read_text()), gpu).split("## GPU check: NCCL in the loop", 1)[1]
+    assert "The all-to-all-bound job on 2 nodes (demo-sparse-b16384, batch 16384)" in section
+    assert "(run 4, commit abc1234)" in section
+    assert "| 1.07x |" in section
