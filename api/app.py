@@ -117,7 +117,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
             else:
                 scheduler = SchedulerProcess(scheduler_env(settings))
             scheduler.start()
-        app.state.scheduler = scheduler
+        app.state.scheduler = app.state.metrics.scheduler = scheduler
         yield
         if scheduler is not None:
             scheduler.stop()

@@ -1,5 +1,5 @@
 """Prometheus metrics: studies and trials by state (read at scrape time), config fetches, latency, each
-served config's age since validation and stale flags, re-validations."""
+served config's age since validation and stale flags, re-validations, the study scheduler (up, restarts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
@@ -92,9 +92,25 @@ class CacheCollector(Collector):
         )
 
 
+class SchedulerCollector(Collector):
+    """The study scheduler beside the service: running or not, and how often its supervisor started it
+    again (one killed for memory each study shows as a climbing count while readiness says ok)."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily("autotuner_scheduler_up", "1: the study scheduler process runs",
+                                value=1.0 if self.scheduler.alive else 0.0)  # fmt: skip
+        yield CounterMetricFamily("autotuner_scheduler_restarts",
+                                  "Times the study scheduler process died and was started again",
+                                  value=self.scheduler.restarts)  # fmt: skip
+
+
 class Metrics:
     def __init__(self, store: Store, cache: Any = None, revalidate_every_s: float | None = None) -> None:
         self.store = store
+        self.scheduler: Any = None  # set by the app once it has one: no scheduler, no scheduler metrics
         self.cache = cache
         self.revalidate_every_s = revalidate_every_s
         self.registry = CollectorRegistry()
@@ -134,4 +150,6 @@ class Metrics:
         if self.cache is not None:
             registry.register(CacheCollector(self.cache))
             registry.register(ValidationCollector(self.store, self.cache, self.revalidate_every_s))
+        if self.scheduler is not None:
+            registry.register(SchedulerCollector(self.scheduler))
         return generate_latest(registry)

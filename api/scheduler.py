@@ -31,7 +31,8 @@ RESTART_DELAYS_S = (1.0, 60.0)  # after the first death, then doubling up to the
 class SchedulerProcess:
     """The scheduler as a child process that dies with its parent (PR_SET_PDEATHSIG on Linux), and is
     started again when it dies on its own (killed for memory, say): studies and re-validations must not
-    stop for good while the API keeps answering. Its pid goes to `pid_file`, where workers look."""
+    stop for good while the API keeps answering. Its pid and the restarts so far go to `pid_file`, where
+    workers look (readiness, and /metrics: a scheduler in a crash loop shows there, not only in the log)."""
 
     def __init__(self, env: dict[str, str], pid_file: Path | None = None) -> None:
         self.env = env
@@ -63,7 +64,7 @@ class SchedulerProcess:
                                          preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
             self._started = time.monotonic()
             if self.pid_file is not None:
-                self.pid_file.write_text(f"{self.proc.pid}\n")
+                self.pid_file.write_text(f"{self.proc.pid}\n{self.restarts}\n")
 
     def _supervise(self) -> None:
         """Reap the child when it dies and start another, waiting longer each time it dies young."""
@@ -83,10 +84,10 @@ class SchedulerProcess:
             )
             if self._stopping.wait(delay):
                 return
+            self.restarts += 1  # before the spawn, which writes it beside the new pid
             self._spawn()
             if self._stopping.is_set():
                 return
-            self.restarts += 1
             log.warning("the scheduler process %s started (restart %d)", self.proc.pid, self.restarts)
             delay = min(delay * 2, RESTART_DELAYS_S[-1])
 
@@ -114,20 +115,34 @@ def _how(code: int) -> str:
 
 
 class RunningScheduler:
-    """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not. Its
-    pid is read from the file each time: the supervisor writes a new one when it starts another."""
+    """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not, and
+    how often it was started again. Read from the file each time: the supervisor writes a new pid when
+    it starts another (and, since, the restarts on the second line)."""
 
     def __init__(self, pid_file: Path) -> None:
         self.pid_file = pid_file
 
+    def _lines(self) -> list[int]:
+        try:
+            return [int(x) for x in self.pid_file.read_text().split()]
+        except (OSError, ValueError):  # no file yet, or a torn write
+            return []
+
     @property
     def alive(self) -> bool:
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):  # no file yet, a torn write, or no such process
+        lines = self._lines()
+        if not lines:
             return False
-        return not _zombie(pid)
+        try:
+            os.kill(lines[0], 0)
+        except OSError:  # no such process
+            return False
+        return not _zombie(lines[0])
+
+    @property
+    def restarts(self) -> int:
+        lines = self._lines()
+        return lines[1] if len(lines) > 1 else 0
 
     def start(self) -> None:
         pass

@@ -105,6 +105,10 @@ def test_a_scheduler_that_dies_is_started_again_and_runs_studies(tmp_path):
         log = server.log.read_text()
         assert f"the scheduler process {first} ended (killed by SIGKILL): starting another in 1 s" in log
         assert f"the scheduler process {now[0]} started (restart 1)" in log
+        for _ in range(4):  # every worker reads the restart from the pid file
+            exported = httpx.get(f"{server.url}/metrics", timeout=5).text
+            assert "autotuner_scheduler_restarts_total 1.0" in exported
+            assert "autotuner_scheduler_up 1.0" in exported
         client = server.client("write")
         study = client.post("/v1/studies", json=replay_study_body("after-restart", trials=2)).json()
         assert wait_for_state(client, study["id"], ("done", "failed"), timeout_s=120)["state"] == "done"
@@ -119,10 +123,15 @@ def test_readiness_says_stopped_while_no_scheduler_runs(tmp_path):
     pid_file = tmp_path / "scheduler.pid"
     seen = RunningScheduler(pid_file)
     assert not seen.alive  # no file yet
+    assert seen.restarts == 0
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        pid_file.write_text(f"{child.pid}\n")
+        pid_file.write_text(f"{child.pid}\n")  # as versions before the restart count wrote it
         assert seen.alive
+        assert seen.restarts == 0
+        pid_file.write_text(f"{child.pid}\n2\n")
+        assert seen.alive
+        assert seen.restarts == 2
         child.kill()
         deadline = time.monotonic() + 10
         while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,19 +18,27 @@ from tests.helpers import REPO
 RULES = REPO / "deploy" / "prometheus" / "autotuner-alerts.yaml"
 
 
-def test_every_rule_reads_metrics_the_service_exports(tmp_path):
+def test_every_rule_reads_metrics_the_service_exports(tmp_path, monkeypatch):
+    # a worker of `autotuner serve`: the scheduler beside it is named by its pid file (this process
+    # stands in for it), whose second line counts its restarts
+    pid_file = tmp_path / "scheduler.pid"
+    pid_file.write_text(f"{os.getpid()}\n3\n")
+    monkeypatch.setenv("AUTOTUNER_SCHEDULER_PID_FILE", str(pid_file))
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
     store.upsert_workload("w", {"name": "w", "tables": []})
     store.publish_config(cluster="c", workload="w", nodes=1, env={}, fwd_precision="fp32", bwd_precision="fp32",
                          batch_size=64, sharding="table_wise")  # fmt: skip
     with TestClient(
-        create_app(Settings(data_dir=tmp_path, public_read=True, scheduler=False), store=store)
+        create_app(Settings(data_dir=tmp_path, public_read=True, scheduler=True), store=store)
     ) as client:
         exported = client.get("/metrics").text
+    assert "autotuner_scheduler_up 1.0" in exported
+    assert "autotuner_scheduler_restarts_total 3.0" in exported
     names = set(re.findall(r"^([a-z_]+)(?:\{| )", exported, re.M))
     rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
     assert {r["alert"] for r in rules} == {"AutotunerConfigStale", "AutotunerConfigNotValidatedFor30Days",
-                                          "AutotunerRevalidationErrors"}  # fmt: skip
+                                          "AutotunerRevalidationErrors", "AutotunerSchedulerRestarting",
+                                          "AutotunerSchedulerDown"}  # fmt: skip
     for rule in rules:
         used = set(re.findall(r"\b(autotuner_[a-z_]+)\b", rule["expr"]))
         assert used, (rule["alert"], used - names)
