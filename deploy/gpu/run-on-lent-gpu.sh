@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-check` on a bare single-GPU machine without network (how bench/out/gpu-check.json was made).
 #
-# On a machine with the package index: copy ../shared/gpu to .gpu (ignored), build its payload
-# (`.gpu/tools/build_payload.sh`: sm_90 fbgemm-gpu 1.6.0, torchrec 1.6.1 and pure wheels), add the
-# engine's wheels to .gpu/whl (optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet: `pip download
-# --no-deps --python-version 3.12 ...`). The code run is the project root's, the tree the device tool
+# On a machine with the package index, first: `bash deploy/gpu/build-payload.sh` (~15 min of CPU; it
+# puts ../shared/gpu's payload in .gpu, ignored: sm_90 fbgemm-gpu 1.6.0, torchrec 1.6.1, pure wheels and
+# the engine's own: optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet; the device tool carries it with
+# `carry: [".gpu"]`). The code run is the project root's, the tree the device tool
 # copies (never a `.gpu/main` archived earlier: it may be days behind HEAD); name its commit with
 # COMMIT=<hash> (the copy has no .git), and gpu-check.json records it. On the GPU machine, from the project root:
 #   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
