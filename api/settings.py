@@ -17,11 +17,11 @@ from autotuner.paths import default_data_dir
 SCOPES = ("read", "write", "admin")
 
 
-def _seconds(duration: str) -> float | None:
+def _seconds(duration: str, *, unit_required: bool = False) -> float | None:
     """`7d`, `12h`, ... in seconds; None for empty or `off` (the engine's parse, imported when asked)."""
     from autotuner.tuning.revalidate import parse_every
 
-    return parse_every(duration)
+    return parse_every(duration, unit_required=unit_required)
 
 
 class Settings(BaseSettings):
@@ -69,8 +69,9 @@ class Settings(BaseSettings):
     @field_validator("revalidate_every", "prune_runs_after")
     @classmethod
     def _duration(cls, value: str, info: ValidationInfo) -> str:
+        # a bare 30 would be 30 seconds, where `autotuner prune --older-than 30` means days
         try:
-            _seconds(value)
+            _seconds(value, unit_required=info.field_name == "prune_runs_after")
         except ValueError as exc:
             raise ValueError(f"AUTOTUNER_{str(info.field_name).upper()}: {exc}") from exc
         return value.strip()

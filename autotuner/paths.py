@@ -7,7 +7,10 @@ from pathlib import Path
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("AUTOTUNER_DATA_DIR", Path.home() / ".local" / "share" / "nccl-autotuner"))
+    """Absolute: paths under it are stored with studies and launches, and read from other directories."""
+    return Path(
+        os.environ.get("AUTOTUNER_DATA_DIR", Path.home() / ".local" / "share" / "nccl-autotuner")
+    ).absolute()
 
 
 def default_database_url() -> str:

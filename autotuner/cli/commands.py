@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import sys
 import types
 import typing
@@ -28,7 +29,7 @@ from autotuner.job.exports import FORMATS, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.tuning.outcome import Outcome
-from autotuner.tuning.settings import RequestSettings, StudySettings
+from autotuner.tuning.settings import RequestSettings, StudySettings, default_workdir
 from autotuner.tuning.study import create_study, study_settings
 
 app = typer.Typer(
@@ -232,7 +233,8 @@ def _new_study(store: Any, options: dict[str, Any]) -> Any:
         raise _fail("--cluster, --workload and --space are required for a new study")
     request = settings_from_options({k: options[k] for k in RequestSettings.model_fields})
     executor_options = _executor_options(options["executor_option"], options["landscape"])
-    workdir = str(options["workdir"].absolute()) if options["workdir"] else None  # kept, as the landscape
+    # kept absolute, as the landscape; by default a folder of this store's own (two stores never share one)
+    workdir = str(options["workdir"].absolute() if options["workdir"] else default_workdir(store.url))
     try:
         settings = study_settings(request, workdir=workdir, executor_options=executor_options)
         return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
@@ -728,7 +730,10 @@ def prune(
     from datetime import timedelta
 
     from autotuner.tuning.prune import prune as prune_launch_dirs
+    from autotuner.tuning.revalidate import MAX_DAYS
 
+    if not math.isfinite(older_than) or older_than > MAX_DAYS:  # past it, the date overflows
+        raise _fail(f"--older-than takes 0 to {MAX_DAYS} days, got {older_than:g}")
     store = _store(db)
     pruned = prune_launch_dirs(store, timedelta(days=older_than), dry_run=dry_run)
     if not pruned:
@@ -748,6 +753,14 @@ def prune(
     err.print(
         f"{'would remove' if dry_run else 'removed'} {launches} launch directories, {size}", highlight=False
     )
+    failed = [f for p in pruned for f in p.failed]
+    for why in failed:
+        err.print(f"could not remove {shown(why)}", highlight=False, soft_wrap=True)  # a path: one line
+    if failed:
+        raise _fail(
+            f"{len(failed)} launch director{'y' if len(failed) == 1 else 'ies'} could not be removed (above)",
+            1,
+        )
 
 
 # ---------------------------------------------------------------------------------------- hook

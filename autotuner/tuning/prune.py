@@ -3,15 +3,15 @@
 What a launch measured is in the store (its candidates, its summary, the tail of its log); its
 directory is read only while it runs and when a restarted tuner collects it. So a launch that ended,
 of a study that ended, can go. Only a directory the store recorded for that launch is removed, and
-only if it still looks like one (`launch-NNNN`, a real directory, not a link): a hand-edited row or a
-shared `runs/` never leads this anywhere else.
+only if it still looks like one (`launch-NNNN`, a real directory, not a link): a hand-edited row never
+leads this anywhere else, and each store's launches have a folder of their own (default_workdir).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,11 +23,13 @@ ENDED_LAUNCHES = tuple(state for state in LaunchState if state.is_terminal())
 
 @dataclass
 class Pruned:
-    """One study's launch directories removed (or, on a dry run, that would be)."""
+    """One study's launch directories removed (or, on a dry run, that would be), and those that could
+    not be, each with why (a file the service's user may not delete, say): never counted as removed."""
 
     study_id: int
     launches: int = 0
     bytes: int = 0
+    failed: list[str] = field(default_factory=list)
 
 
 def launch_dir(workdir: str, seq: int) -> Path | None:
@@ -64,12 +66,25 @@ def prune(store: Store, older_than: timedelta, *, dry_run: bool = False) -> list
         if path is None:
             continue
         entry = pruned.setdefault(study_id, Pruned(study_id))
-        entry.bytes += size_of(path)
-        entry.launches += 1
+        size = size_of(path)
         if not dry_run:
-            shutil.rmtree(path, ignore_errors=True)
-            try:
-                path.parent.rmdir()  # the study's folder, once its last launch is gone
-            except OSError:
-                pass
+            why = remove(path)
+            if why is not None:
+                entry.failed.append(f"{path}: {why}")
+                continue
+        entry.bytes += size
+        entry.launches += 1
     return list(pruned.values())
+
+
+def remove(path: Path) -> str | None:
+    """Remove the launch directory (and its study's folder, once empty); None, or why it is still there."""
+    errors: list[str] = []
+    shutil.rmtree(path, onerror=lambda _, name, exc: errors.append(f"{name}: {exc[1]}"))
+    if path.exists():
+        return errors[0] if errors else "still there"
+    try:
+        path.parent.rmdir()  # the study's folder, once its last launch is gone
+    except OSError:
+        pass
+    return None

@@ -131,10 +131,13 @@ class StudyQueue:
         except Exception:  # a full disk or a store that did not answer: tried again next time
             log.exception("pruning launch directories failed")
             return
-        if pruned:
-            launches, size = sum(p.launches for p in pruned), sum(p.bytes for p in pruned)
+        done = [p for p in pruned if p.launches]
+        if done:
+            launches, size = sum(p.launches for p in done), sum(p.bytes for p in done)
             log.info("removed %d launch directories (%d bytes) of studies %s", launches, size,
-                     ", ".join(str(p.study_id) for p in pruned))  # fmt: skip
+                     ", ".join(str(p.study_id) for p in done))  # fmt: skip
+        for failed in (f for p in pruned for f in p.failed):
+            log.warning("could not remove launch directory %s", failed)
 
     def loop(self) -> None:
         while not self._stop.is_set():

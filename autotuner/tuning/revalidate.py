@@ -61,15 +61,23 @@ class CannotRevalidate(ValueError):
     """This version cannot be re-validated (no study says how it was measured)."""
 
 
-def parse_every(text: str | None) -> float | None:
-    """`7d`, `12h`, `30m`, `90s`, `2w` or plain seconds -> seconds; empty, `0` or `off` -> None (no
-    schedule)."""
+MAX_DAYS = 36500  # a hundred years: longer is a typo, and dates that far back overflow
+
+
+def parse_every(text: str | None, *, unit_required: bool = False) -> float | None:
+    """`7d`, `12h`, `30m` (minutes), `90s`, `2w` or plain seconds (unless `unit_required`) -> seconds;
+    empty, `0` or `off` -> None (no schedule)."""
     if text is None or text.strip().lower() in ("", "0", "off", "none", "never"):
         return None
     m = _DURATION.fullmatch(text)
     if m is None or float(m.group(1)) <= 0:
         raise ValueError(f"{text!r} is not a duration: use e.g. 7d, 12h, 30m, 3600s (or off)")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    if unit_required and m.group(2) is None:
+        raise ValueError(f"{text!r} needs a unit: e.g. 30d, 12h, 90m (minutes), 3600s")
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds > MAX_DAYS * 86400:
+        raise ValueError(f"{text!r} is over {MAX_DAYS} days")
+    return seconds
 
 
 def show_duration(seconds: float) -> str:

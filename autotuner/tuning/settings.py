@@ -8,16 +8,37 @@ with the study, so a resumed study runs the same way.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autotuner.paths import default_data_dir
+from autotuner.paths import default_data_dir, default_database_url
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
+
+
+def default_workdir(database_url: str) -> Path:
+    """Where a store's launch directories go when no --workdir is given: the data dir's `runs/` for the
+    default store, `runs/<database>-<hash>/` for any other. Two stores each have a study 1: sharing one
+    `runs/study-1/launch-0001`, each overwrote the other's spec and result, and one's prune removed the
+    other's launches."""
+    runs = default_data_dir() / "runs"
+    if database_url == default_database_url():
+        return runs
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    database = url.database or "memory"
+    if url.get_backend_name() == "sqlite" and database != "memory" and not database.startswith("file:"):
+        database = os.path.abspath(database)  # one file, whichever directory names it
+    key = url.set(database=database, password=None).render_as_string(hide_password=False)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(database).stem)[:40] or "store"
+    return runs / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
 MAX_EXTENSION = 1.5  # how far past the common budget a bigger batch may train in the convergence check

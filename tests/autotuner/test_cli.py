@@ -218,3 +218,44 @@ def test_env_from_a_store_that_is_not_there_says_so_and_creates_nothing(tmp_path
     assert result.stdout == ""
     assert f"could not read the config: FileNotFoundError: no store at {missing}" in result.stderr
     assert not missing.exists()
+
+
+def test_two_stores_never_share_a_launch_directory_and_prune_keeps_to_its_own(tmp_path, monkeypatch):
+    # without --workdir both stores' study 1 ran in DATA_DIR/runs/study-1/launch-0001: each overwrote the
+    # other's spec and result, and `autotuner prune` on one store removed the other's launches
+    from autotuner.store import Store
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", str(data))
+    monkeypatch.delenv("AUTOTUNER_DATABASE_URL", raising=False)
+    (tmp_path / "w.json").write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    (tmp_path / "space.yaml").write_text("precisions: [[fp32, fp32], [fp16, fp16]]\nbatch_sizes: [64]\n")
+    stores = {"default": None, "scratch": f"sqlite:///{tmp_path / 'scratch.db'}"}
+    for db in stores.values():
+        result = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"),
+                                     "--space", str(tmp_path / "space.yaml"), "--executor", "replay",
+                                     "--landscape", str(LANDSCAPE), "--trials", "1", *(["--db", db] if db else [])])  # fmt: skip
+        assert result.exit_code == 0, result.output
+    opened = {name: Store(db or f"sqlite:///{data / 'autotuner.db'}") for name, db in stores.items()}
+    dirs = {
+        name: {x.workdir for s in store.studies() for x in store.launches(s.id)}
+        for name, store in opened.items()
+    }
+    assert all(d.startswith(str(data / "runs" / "study-1")) for d in dirs["default"])  # as the docs say
+    assert all(d.startswith(str(data / "runs" / "scratch-")) for d in dirs["scratch"])
+    assert not dirs["default"] & dirs["scratch"]
+
+    pruned = runner.invoke(app, ["prune", "--older-than", "0", "--db", stores["scratch"]])
+    assert pruned.exit_code == 0, pruned.output
+    assert all(os.path.isdir(d) for d in dirs["default"])
+    assert not any(os.path.exists(d) for d in dirs["scratch"])
+
+
+def test_a_relative_data_dir_is_kept_absolute(tmp_path, monkeypatch):
+    # AUTOTUNER_DATA_DIR=data recorded launches as data/runs/...: prune (absolute paths only) then never
+    # removed them, and a run from another directory looked elsewhere
+    from autotuner.paths import default_data_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", "data")
+    assert default_data_dir() == tmp_path / "data"

@@ -179,3 +179,60 @@ def test_the_cli_names_a_study_beyond_the_first_page_of_studies(store, store_url
     result = CliRunner().invoke(app, ["prune", "--older-than", "1", "--db", store_url])
     assert result.exit_code == 0, result.output
     assert "oldest-study" in result.stdout
+
+
+def test_a_directory_that_could_not_be_removed_is_never_counted_as_removed(
+    store, store_url, tmp_path, caplog
+):
+    # rmtree(ignore_errors=True) left it there and counted it: "removed 1 launch directories" every hour
+    import subprocess
+
+    from autotuner.tuning.queue import StudyQueue
+
+    done = study(store, "stuck", StudyState.DONE)
+    stuck = launch(store, tmp_path / "runs", done)
+    gone = launch(store, tmp_path / "runs", done)
+    pinned = stuck / "written-by-a-container"
+    pinned.write_text("x")
+    subprocess.run(["chattr", "+i", str(pinned)], check=True)  # not even root may delete it now
+    try:
+        result = CliRunner().invoke(app, ["prune", "--older-than", "1", "--db", store_url])
+        assert result.exit_code == 1, result.output
+        assert "removed 1 launch directories" in result.stderr
+        assert f"could not remove {stuck}" in result.stderr
+        assert "Operation not permitted" in result.stderr
+        assert stuck.exists()
+        assert not gone.exists()
+        queue = StudyQueue(store, poll_s=0.01, prune_after_s=86400)
+        with caplog.at_level("INFO", logger="autotuner.queue"):
+            queue.run_once()
+        assert f"could not remove launch directory {stuck}" in caplog.text
+        assert "removed" not in caplog.text.replace("could not remove", "")
+    finally:
+        subprocess.run(["chattr", "-i", str(pinned)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("30", "'30' needs a unit: e.g. 30d"), ("1000000d", "'1000000d' is over 36500 days")],
+)
+def test_the_setting_needs_a_unit_and_a_sane_size(monkeypatch, tmp_path, value, says):
+    # a bare 30 read as 30 seconds (the CLI's --older-than 30 is days); 1000000d passed the start-up
+    # check and then failed every hour (the date overflowed)
+    import pydantic
+
+    from api.settings import Settings
+
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNER_PRUNE_RUNS_AFTER", value)
+    with pytest.raises(pydantic.ValidationError, match=f"AUTOTUNER_PRUNE_RUNS_AFTER: {says}"):
+        Settings()
+    monkeypatch.setenv("AUTOTUNER_PRUNE_RUNS_AFTER", "90m")  # m: minutes
+    assert Settings().prune_runs_after_s == 90 * 60
+
+
+@pytest.mark.parametrize("days", ["1000000", "inf", "1e12"])
+def test_the_cli_refuses_an_age_past_a_hundred_years(store_url, days):
+    result = CliRunner().invoke(app, ["prune", "--older-than", days, "--db", store_url])
+    assert result.exit_code == 2
+    assert "--older-than takes 0 to 36500 days" in result.stderr
