@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Annotated, Any
+from pathlib import Path
+from typing import IO, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,13 +44,17 @@ def serve(
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = hold_data_dir(settings.data_dir)  # held until this process ends
+    if isinstance(lock, str):
+        err.print(f"[red]error:[/red] {lock}", highlight=False, soft_wrap=True)  # a path: one line
+        raise typer.Exit(2)
     _export_for_workers(settings)
     # Every schema the service uses, ours and Optuna's, exists before any worker or the scheduler opens
     # it (the first study of a fresh service failed when two of them created Optuna's at once).
     Store(settings.url).dispose()
     optuna_storage(settings.url).engine.dispose()
     # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     SharedGeneration.create(settings.data_dir / "config-generation")
     os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")
     runner = None
@@ -69,6 +74,28 @@ def serve(
     finally:
         if runner is not None:
             runner.stop()
+
+
+def hold_data_dir(data_dir: Path) -> IO[str] | str:
+    """The data dir's lock (an open file, kept open), or why not: another service holds it. What the
+    service keeps there is its own (the workers' generation counter, the scheduler's pid, the metrics
+    of its workers): a second service on it made the first's readiness and metrics lie."""
+    import fcntl
+
+    lock = open(data_dir / "serve.lock", "a+")  # held for the life of the process
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        return (f"another `autotuner serve` (pid {holder}) runs with the data dir {data_dir}: one service per "
+                "data dir; give this one its own AUTOTUNER_DATA_DIR (replicas share a PostgreSQL store, "
+                "not a data dir)")  # fmt: skip
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def access_notes(settings: Any) -> list[str]:
@@ -100,7 +127,9 @@ def _export_for_workers(settings: Any) -> None:
 def main(argv: list[str]) -> int:
     """The plugin's entry: `autotuner serve ARGS`."""
     try:
-        app(args=argv, prog_name="autotuner serve", standalone_mode=False)
+        # without standalone mode click returns a command's typer.Exit code (bad settings: 2) instead
+        # of raising it; dropped, a service that refused to start exited 0
+        code = app(args=argv, prog_name="autotuner serve", standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
     except Exception as exc:  # click's usage errors, printed as click would
@@ -110,4 +139,4 @@ def main(argv: list[str]) -> int:
             exc.show()
             return exc.exit_code
         raise
-    return 0
+    return code if isinstance(code, int) else 0

@@ -61,10 +61,25 @@ class SchedulerProcess:
             if self._stopping.is_set():  # stop() came between the supervisor's check and here
                 return
             self.proc = subprocess.Popen([sys.executable, "-m", "api.scheduler"], env=self.env,
-                                         preexec_fn=lambda: die_with_parent(nice=10, parent=parent))  # fmt: skip
+                                         preexec_fn=lambda: _scheduler_child(parent))  # fmt: skip
             self._started = time.monotonic()
             if self.pid_file is not None:
-                self.pid_file.write_text(f"{self.proc.pid}\n{self.restarts}\n")
+                self._write_pid_file()
+
+    def _write_pid_file(self) -> None:
+        """Whole or not at all (a reader never sees half a pid); a full disk is logged, never raised:
+        the supervisor must outlive it (its thread's end would take the child with it, PDEATHSIG)."""
+        assert self.pid_file is not None and self.proc is not None
+        part = self.pid_file.with_name(f".{self.pid_file.name}.{os.getpid()}")
+        try:
+            part.write_text(f"{self.proc.pid}\n{self.restarts}\n")
+            os.replace(part, self.pid_file)
+        except OSError as exc:
+            log.error(
+                "could not write the scheduler's pid to %s: %s (readiness will say stopped)",
+                self.pid_file,
+                exc,
+            )
 
     def _supervise(self) -> None:
         """Reap the child when it dies and start another, waiting longer each time it dies young."""
@@ -85,11 +100,24 @@ class SchedulerProcess:
             if self._stopping.wait(delay):
                 return
             self.restarts += 1  # before the spawn, which writes it beside the new pid
-            self._spawn()
+            delay = min(delay * 2, RESTART_DELAYS_S[-1])
+            while True:
+                try:
+                    self._spawn()
+                    break
+                except (
+                    OSError,
+                    subprocess.SubprocessError,
+                ) as exc:  # no memory or pids left after an OOM kill
+                    log.error(
+                        "could not start the scheduler process (%s): trying again in %.0f s", exc, delay
+                    )
+                    if self._stopping.wait(delay):
+                        return
+                    delay = min(delay * 2, RESTART_DELAYS_S[-1])
             if self._stopping.is_set():
                 return
             log.warning("the scheduler process %s started (restart %d)", self.proc.pid, self.restarts)
-            delay = min(delay * 2, RESTART_DELAYS_S[-1])
 
     def stop(self, timeout_s: float = 10) -> None:
         self._stopping.set()
@@ -168,6 +196,14 @@ def scheduler_env(settings: Any) -> dict[str, str]:
         "AUTOTUNER_DATABASE_URL": settings.url,
         "AUTOTUNER_DATA_DIR": str(settings.data_dir),
     }
+
+
+def _scheduler_child(parent: int) -> None:
+    """In the scheduler's process before it runs: deaf to the terminal's Ctrl-C (the service stops it
+    with SIGTERM when it stops; a SIGINT to the whole group killed it mid-shutdown, and the supervisor
+    started another), a lower priority, and death with its parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec: Python keeps it ignored
+    die_with_parent(nice=10, parent=parent)
 
 
 def die_with_parent(nice: int = 0, parent: int | None = None) -> None:

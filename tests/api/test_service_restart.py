@@ -161,3 +161,74 @@ def test_an_end_is_said_in_words_whatever_killed_it():
 
     assert [_how(0), _how(3), _how(-9), _how(-40)] == [
         "exit code 0", "exit code 3", "killed by SIGKILL", "killed by signal 40"]  # fmt: skip
+
+
+def test_a_second_service_on_the_same_data_dir_is_refused_and_the_first_keeps_serving(tmp_path):
+    """A second `autotuner serve` on one data dir (a mistaken second start, two replicas on one host)
+    rewrote the first's scheduler pid file and emptied its metrics: the first answered 503 for good."""
+    first = make_server(tmp_path, replay_delay_s=0)
+    first.args = ["--workers", "2"]
+    first.start()
+    try:
+        second = make_server(tmp_path, replay_delay_s=0)  # same tmp_path: the same data dir, another port
+        assert second.data_dir == first.data_dir
+        second.launch()
+        assert second.proc.wait(timeout=60) == 2
+        said = second.log.read_text()
+        assert (
+            f"another `autotuner serve` (pid {first.proc.pid}) runs with the data dir {first.data_dir}"
+            in said
+        )
+        for _ in range(4):  # each of the first's workers: still ready, its scheduler still seen
+            assert httpx.get(f"{first.url}/readyz", timeout=5).json()["scheduler"] == "ok"
+            assert "autotuner_scheduler_up 1.0" in httpx.get(f"{first.url}/metrics", timeout=5).text
+    finally:
+        first.kill()
+    first.start()  # the lock goes with the process: a restart after a kill -9 takes it again
+    first.kill()
+
+
+def _sigint_ignored(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored & (1 << (signal.SIGINT - 1)))
+
+
+def test_the_scheduler_survives_what_its_restart_runs_into(tmp_path, monkeypatch, caplog):
+    """A failed start (no memory or pids after an OOM kill) or a pid file that cannot be written ended
+    the supervisor's thread: no scheduler ever again. And the scheduler ignores the terminal's Ctrl-C
+    (it killed it mid-shutdown, and the supervisor started another)."""
+    from api import scheduler as module
+
+    pid_file = tmp_path / "scheduler.pid"
+    pid_file.mkdir()  # unwritable as a file: stands in for a full disk
+    real_popen = subprocess.Popen
+    refused = []
+
+    def popen_failing_once(*args, **kwargs):
+        if not refused:
+            refused.append(True)
+            raise OSError(12, "Cannot allocate memory")
+        return real_popen(*args, **kwargs)
+
+    runner = module.SchedulerProcess(dict(os.environ, AUTOTUNER_DATA_DIR=str(tmp_path)), pid_file)
+    with caplog.at_level("INFO", logger="autotuner.scheduler"):
+        runner.start()
+        try:
+            first = runner.pid
+            assert _sigint_ignored(first)
+            monkeypatch.setattr(module.subprocess, "Popen", popen_failing_once)
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while not (runner.alive and runner.pid != first):
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.05)
+            assert runner.restarts == 1
+            assert _sigint_ignored(runner.pid)
+        finally:
+            runner.stop()
+    assert (
+        "could not start the scheduler process ([Errno 12] Cannot allocate memory): trying again in 2 s"
+        in caplog.text
+    )
+    assert f"could not write the scheduler's pid to {pid_file}" in caplog.text
