@@ -6,7 +6,9 @@
 # the engine's own: optuna, SQLAlchemy, alembic, Mako, colorlog, greenlet; the device tool carries it with
 # `carry: [".gpu"]`). The code run is the project root's, the tree the device tool
 # copies (never a `.gpu/main` archived earlier: it may be days behind HEAD); name its commit with
-# COMMIT=<hash> (the copy has no .git), and gpu-check.json records it. On the GPU machine, from the project root:
+# COMMIT=<hash> (the copy has no .git; uncommitted edits travel too: name them, e.g.
+# COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" where you call the device
+# tool), and gpu-check.json records it. On the GPU machine, from the project root:
 #   bash deploy/gpu/run-on-lent-gpu.sh          OUT=folder for results; PHASES (default a,b,c); BUDGET (s);
 #                                                MPS=0 to run without CUDA MPS (default: started, since the
 #                                                emulated nodes then run kernels side by side, as nodes with a
@@ -30,7 +32,8 @@ MPS=${MPS:-1}
 if [ "$MPS" = 1 ]; then  # nodes sharing the GPU then run kernels side by side instead of time-slicing it
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if ! { nvidia-cuda-mps-control -d || /usr/local/nvidia/bin/nvidia-cuda-mps-control -d; } 2>/dev/null; then
+  MPS_CONTROL=$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)
+  if ! "$MPS_CONTROL" -d 2>/dev/null; then
     echo "CUDA MPS did not start: running without it (time-sliced)" | tee "$OUT/mps.txt" >&2
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     MPS=0
@@ -41,6 +44,6 @@ mkdir -p /tmp/gpu-check-work
 python3 -m bench.gpu_check --out "$OUT/gpu-check.json" --work /tmp/gpu-check-work --phases "${PHASES:-a,b,c}" \
   --budget-s "${BUDGET:-400}" 2>&1 | tee "$OUT/gpu-check.txt"
 rc=${PIPESTATUS[0]}
-[ "$MPS" = 1 ] && echo quit | nvidia-cuda-mps-control 2>/dev/null
+[ "$MPS" = 1 ] && echo quit | "$MPS_CONTROL" 2>/dev/null  # the one that started it
 tar -czf "$OUT/logs.tar.gz" -C /tmp/gpu-check-work --exclude='*.db' --exclude='torchelastic_*' . 2>/dev/null
 exit "$rc"
