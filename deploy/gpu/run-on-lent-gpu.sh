@@ -42,7 +42,7 @@ fi
 echo "MPS=$MPS" >> "$OUT/mps.txt"
 mkdir -p /tmp/gpu-check-work
 python3 -m bench.gpu_check --out "$OUT/gpu-check.json" --work /tmp/gpu-check-work --phases "${PHASES:-a,b,c}" \
-  --budget-s "${BUDGET:-400}" 2>&1 | tee "$OUT/gpu-check.txt"
+  --budget-s "${BUDGET:-420}" 2>&1 | tee "$OUT/gpu-check.txt"
 rc=${PIPESTATUS[0]}
 [ "$MPS" = 1 ] && echo quit | "$MPS_CONTROL" 2>/dev/null  # the one that started it
 tar -czf "$OUT/logs.tar.gz" -C /tmp/gpu-check-work --exclude='*.db' --exclude='torchelastic_*' . 2>/dev/null
