@@ -7,6 +7,7 @@ after the process, or the scheduler's memory of the job, is gone.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,14 +34,30 @@ class ScriptRequest:
 
 
 def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The tuner's environment minus its own NCCL / OFI / FI / TORCH_NCCL variables: a launch gets
-    exactly the overrides it asks for, so the baseline means "no overrides", not "what we inherited"."""
-    return {k: v for k, v in environ.items() if not k.startswith(ENV_PREFIXES)}
+    """The tuner's environment as a launch inherits it: minus its own NCCL / OFI / FI / TORCH_NCCL
+    variables (a launch gets exactly the overrides it asks for, so the baseline means "no overrides",
+    not "what we inherited"), and minus its AUTOTUNER_* settings but those a trial reads: the service's
+    tokens and its store's URL (with the password) sat in every rank's environment, and in Slurm's."""
+    return {
+        k: v for k, v in environ.items()
+        if not k.startswith(ENV_PREFIXES) and (not k.startswith("AUTOTUNER_") or k.startswith(TRIAL_READS))
+    }  # fmt: skip
+
+
+# The AUTOTUNER_* variables a trial reads: the opt-out of the served config, its own settings, the caps.
+TRIAL_READS = ("AUTOTUNER_DISABLE", "AUTOTUNER_TRIAL_", "AUTOTUNER_MAX_")
 
 
 def exports(env: Mapping[str, str]) -> list[str]:
-    """`export NAME=value` lines of a launch script, sorted by name, values quoted for the shell."""
+    """`export NAME=value` lines of a launch script, sorted by name, values quoted for the shell, names
+    checked (a resumed launch's env comes back from its stored row, which is not trusted)."""
+    for name in env:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"refusing to export {name!r}: not a variable name")
     return [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def read_exit_code(workdir: Path) -> int | None:

@@ -169,3 +169,33 @@ def test_a_study_of_more_ranks_than_this_host_holds_is_refused_when_created(tmp_
         study_with(store, tmp_path, executor="local", executor_options={}, nproc_per_node=2).state == "queued"
     )
     store.dispose()
+
+
+def test_a_launch_inherits_none_of_the_services_secrets(tmp_path, monkeypatch):
+    """Every launch ran with the tuner's whole environment: the service's tokens (the admin one too)
+    and its store's URL with the password sat in every rank's environment."""
+    monkeypatch.setenv("AUTOTUNER_TOKENS", "s3cret:admin")
+    monkeypatch.setenv("AUTOTUNER_DATABASE_URL", "postgresql+psycopg://u:s3cretPW@db/autotuner")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # nor the tuner's own comm variables (as before)
+    monkeypatch.setenv("AUTOTUNER_TRIAL_PG_TIMEOUT_S", "77")  # what a trial reads still goes
+    rank = tmp_path / "python"
+    rank.write_text('#!/bin/sh\nenv > "$PWD/rank-env.txt"\n')  # stands in for torchrun: says what it got
+    rank.chmod(0o755)
+    launch = request(tmp_path / "launch-0001", python=str(rank), env={"NCCL_BUFFSIZE": "1048576"})
+    outcome = LocalExecutor().run(launch)
+    assert outcome.state == LaunchState.FAILED  # no result: it only looked
+    seen = dict(
+        line.split("=", 1)
+        for line in (launch.workdir / "rank-env.txt").read_text().splitlines()
+        if "=" in line
+    )
+    assert "s3cret" not in (launch.workdir / "rank-env.txt").read_text()
+    assert "NCCL_DEBUG" not in seen
+    assert seen["NCCL_BUFFSIZE"] == "1048576"
+    assert seen["AUTOTUNER_TRIAL_PG_TIMEOUT_S"] == "77"
+
+
+def test_a_variable_name_that_is_not_one_is_never_written_into_the_script(tmp_path):
+    # a resumed launch's env comes back from its stored row: a name there is hostile until checked
+    with pytest.raises(ValueError, match="not a variable name"):
+        LocalExecutor().dryrun(request(env={"NCCL_X=1; touch /tmp/pwned; : ": "v"}))

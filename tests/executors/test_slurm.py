@@ -228,6 +228,12 @@ def test_schedule_runs_sbatch_parsable_and_returns_the_job_id(slurm, tmp_path, m
     monkeypatch.setenv("NCCL_DEBUG", "INFO")  # the tuner's own comm variables must not reach the trial
     monkeypatch.setenv("SLURM_JOB_ID", "77")  # nor the job the tuner may itself run in
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")  # but where the client finds Slurm stays
+    # sbatch's input variables beat the script's own #SBATCH lines (an array of 3, another partition)
+    for name, value in {"SBATCH_ARRAY_INX": "0-2", "SBATCH_PARTITION": "other", "SALLOC_ACCOUNT": "x",
+                        "SRUN_CPUS_PER_TASK": "9"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AUTOTUNER_TOKENS", "s3cret:admin")  # the service's secrets stay with it
+    monkeypatch.setenv("AUTOTUNER_DATABASE_URL", "postgresql+psycopg://u:s3cretPW@db/autotuner")
     executor = SlurmExecutor(gpus_per_node=0)
     launch = request(tmp_path)
     (tmp_path / "exit_code").write_text("0\n")  # from an earlier try in the same directory
@@ -244,6 +250,10 @@ def test_schedule_runs_sbatch_parsable_and_returns_the_job_id(slurm, tmp_path, m
     assert "SLURM_JOB_ID" not in env
     assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
     assert env["PATH"] == os.environ["PATH"]
+    assert not [name for name in env if name.startswith(("SBATCH_", "SALLOC_", "SRUN_"))]
+    # from the submission on: a site's TaskProlog runs for the batch step before the script can say it
+    assert env["AUTOTUNER_DISABLE"] == "1"
+    assert "s3cret" not in json.dumps(env)
 
 
 def test_sbatch_refusal_is_an_error_naming_slurms_reason(slurm, tmp_path):

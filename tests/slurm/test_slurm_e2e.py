@@ -20,7 +20,7 @@ from autotuner.executors import LaunchRequest, LaunchState
 from autotuner.executors.slurm.executor import SlurmExecutor
 from autotuner.store import Store
 from tests.api.service import TOKENS, free_port, make_server, replay_study_body, served_config, wait_for_state
-from tests.helpers import launches_when
+from tests.helpers import TINY_SPEC, launches_when
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -268,3 +268,38 @@ def _processes_mentioning(needle: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def test_a_trial_never_gets_the_served_config_from_the_sites_task_prolog(
+    task_prolog, served, tmp_path, monkeypatch
+):
+    """The TaskProlog runs for the batch step too, before the launch script's own `export
+    AUTOTUNER_DISABLE=1`: the served config went into the batch shell and, through srun, into every
+    rank of every trial, the baseline's too (found on this cluster with the project's TaskProlog)."""
+    server, config = served
+    for key, value in {"AUTOTUNER_SERVER": server.url, "AUTOTUNER_TOKEN": TOKENS["read"], "AUTOTUNER_CLUSTER": "cpu-box",
+                       "AUTOTUNER_WORKLOAD": "small", "AUTOTUNER_HOOK": AUTOTUNER,
+                       "AUTOTUNER_HOOK_ENV": str(tmp_path / "no-hook.env"),
+                       "AUTOTUNER_CACHE_DIR": str(tmp_path / "hook-cache")}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)  # the tuner runs where a job would be configured for the hook
+    rank = tmp_path / "rank"
+    rank.write_text('#!/bin/sh\nenv > "$PWD/rank-env.txt"\n')  # the trial's interpreter: says what it got
+    rank.chmod(0o755)
+    executor = SlurmExecutor(python=str(rank), gpus_per_node=0, exclusive=False)
+    launch = LaunchRequest(name="s1-l1", spec={**TINY_SPEC, "device": "cpu"}, env={"NCCL_NSOCKS_PERTHREAD": "2"},
+                           workdir=tmp_path / "launch-0001", nproc_per_node=1, timeout_s=60)  # fmt: skip
+    job_id, _ = executor.submit(launch)
+    deadline = time.monotonic() + 90
+    while not executor.describe(job_id, launch).state.is_terminal():
+        assert time.monotonic() < deadline, f"job {job_id} did not end in 90 s"
+        time.sleep(0.5)
+    seen = dict(
+        line.split("=", 1)
+        for line in (launch.workdir / "rank-env.txt").read_text().splitlines()
+        if "=" in line
+    )
+    served_only = set(config["exports"]) - set(launch.env)
+    assert served_only
+    assert {k: v for k, v in seen.items() if k in served_only} == {}, "a served variable reached the trial"
+    assert seen["NCCL_NSOCKS_PERTHREAD"] == "2"  # what the launch asked for, and only that
+    assert seen["AUTOTUNER_DISABLE"] == "1"

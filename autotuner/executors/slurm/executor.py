@@ -429,11 +429,18 @@ def _text(proc: subprocess.CompletedProcess[str]) -> str:
 
 def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     """sbatch hands its environment to the job. Like the local executor, drop the comm variables we
-    happen to have (the baseline must mean "no overrides") and the context of any job the tuner itself
-    runs in (SLURM_*, except where the client finds its config)."""
-    return {
-        k: v for k, v in without_comm_env(environ).items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
-    }
+    happen to have (the baseline must mean "no overrides"), the context of any job the tuner itself
+    runs in (SLURM_*, except where the client finds its config), and the SBATCH_/SALLOC_/SRUN_ input
+    variables, which beat the script's own lines (SBATCH_ARRAY_INX=0-2 ran a launch three times in one
+    directory; SBATCH_PARTITION overrode the partition option). AUTOTUNER_DISABLE=1 from the start:
+    a site's TaskProlog runs for the batch step before the script could export it, and put the served
+    config into every trial, the baseline too."""
+    kept = {k: v for k, v in without_comm_env(environ).items()
+            if not k.startswith(_SLURM_INPUT) or k == "SLURM_CONF"}  # fmt: skip
+    return {**kept, "AUTOTUNER_DISABLE": "1"}
+
+
+_SLURM_INPUT = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
 
 
 def _checked_id(backend_id: str) -> str:

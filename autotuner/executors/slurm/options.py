@@ -88,15 +88,18 @@ def _sbatch_arg(arg: str) -> str:
 
 
 # Variables a fixed export may not set: the trial's own (AUTOTUNER_DISABLE keeps the served config out
-# of every trial), srun's, and those that change which code runs instead of how NCCL behaves.
-_NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|PYTHON.*|BASH_ENV|ENV")
+# of every trial), Slurm's, those that change which code runs instead of how NCCL behaves, and the
+# shell's own (IFS splits the script's unquoted words; PS4, SHELLOPTS and the like change how it runs).
+_NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SBATCH_.*|SALLOC_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|PYTHON.*"
+                            r"|BASH_ENV|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|BASH_FUNC_.*")  # fmt: skip
 
 
 def _fixed_env_name(name: str) -> str:
     if _NOT_FIXED_ENV.fullmatch(name):
         raise OptionError(
-            f"{name}: not settable here (AUTOTUNER_*, SLURM_*, SRUN_*, PATH, LD_PRELOAD, LD_AUDIT, PYTHON* and "
-            "BASH_ENV are the trial's, srun's or change which code runs); give fabric settings only"
+            f"{name}: not settable here (AUTOTUNER_*, SLURM_*, SBATCH_*, SRUN_*, PATH, LD_PRELOAD, LD_AUDIT, PYTHON*, "
+            "BASH_ENV and the shell's own are the trial's, Slurm's, the shell's or change which code runs); give "
+            "fabric settings only"
         )
     return name
 
@@ -109,7 +112,7 @@ SbatchArg = Annotated[StrictStr, AfterValidator(_sbatch_arg)]
 # never a leading '-': the path follows srun's options, where it would be read as one
 NodePath = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9._/+@][A-Za-z0-9._/+@-]*")]
 EnvName = Annotated[StrictStr, fullmatch(r"[A-Za-z_][A-Za-z0-9_]*"), AfterValidator(_fixed_env_name)]
-OneLine = Annotated[StrictStr, fullmatch(r"[^\n\0]*")]
+OneLine = Annotated[StrictStr, fullmatch(r"[ -~]*")]  # printable ASCII: a \r reached the ranks as a newline
 
 
 class SlurmOptions(ExecutorOptions):
