@@ -40,6 +40,7 @@ _POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
 _DECIMAL = re.compile(r"[0-9]{1,6}(\.[0-9]{1,12})?([eE]-?[0-9]{1,2})?")
 MAX_LR_SCALE = 1024.0  # trials.spec's bound on the factor a convergence check trains with
 MAX_EXPORTS = 256  # a config sets a few variables; the registry knows fewer than this
+MAX_NAME = 64  # the longest NCCL / fabric variable is about 40 characters
 
 
 def is_lr_scale(value: str) -> bool:
@@ -118,9 +119,14 @@ def check_exports(exports: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str,
     kept: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for name, value in exports.items():
-        shown = name if isinstance(name, str) and _NAME.fullmatch(name) else _one_line(name)
+        plain = isinstance(name, str) and len(name) <= MAX_NAME and _NAME.fullmatch(name)
+        shown = name if plain else _one_line(name)  # every name is shown, none at length
         if not isinstance(name, str) or not isinstance(value, str):
             dropped[shown] = "not a string name and a string value"
+        elif len(name) > MAX_NAME:
+            dropped[shown] = (
+                f"a name of {len(name)} characters (no variable a config sets has over {MAX_NAME})"
+            )
         elif name.startswith("AUTOTUNER_") and name in _AUTOTUNER_VALUES:
             if _AUTOTUNER_VALUES[name](value):
                 kept[name] = value
@@ -149,10 +155,39 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
             "": f"the answer's exports has {len(exports)} entries (a config has at most {MAX_EXPORTS})"
         }
     kept, dropped = check_exports(exports)
-    config = {**answer, "exports": kept}
-    if isinstance(answer.get("env"), dict):  # the env map repeats exports: only its checked values
-        config["env"] = {k: kept[k] for k in answer["env"] if k in kept}
+    env = answer.get("env")
+    # Nothing else of the answer passes as sent: a field beside the exports (batch_size "$(...)", a
+    # sharding "../../etc", qcomms naming LD_PRELOAD) would escape the gate in what a job reads, prints
+    # or caches. The rest is read back from the checked exports; validated_on kept as short text.
+    config: dict[str, Any] = {
+        "exports": kept,
+        "env": {k: kept[k] for k in env if k in kept} if isinstance(env, dict) else {},
+        **_from_exports(kept),
+    }
+    validated_on = answer.get("validated_on")
+    if isinstance(validated_on, dict):
+        config["validated_on"] = {
+            k: printable(str(v))[:200] for k, v in list(validated_on.items())[:MAX_EXPORTS]
+            if isinstance(k, str) and _NAME.fullmatch(k) and isinstance(v, (str, int)) and not isinstance(v, bool)
+        }  # fmt: skip
     return config, dropped
+
+
+def _from_exports(kept: Mapping[str, str]) -> dict[str, Any]:
+    """A checked config's fields beside its exports, as its checked AUTOTUNER_* exports say them."""
+    out: dict[str, Any] = {}
+    label = kept.get("AUTOTUNER_CONFIG")
+    if label is not None:  # cluster/workload/Nn/vV, checked whole
+        cluster, workload, nodes, version = label.split("/")
+        out.update(cluster=cluster, workload=workload, nodes=int(nodes[:-1]), version=int(version[1:]))
+    fwd, bwd = kept.get("AUTOTUNER_FWD_PRECISION"), kept.get("AUTOTUNER_BWD_PRECISION")
+    if fwd is not None or bwd is not None:
+        out["qcomms"] = {"forward_precision": fwd, "backward_precision": bwd}
+    for field, var in AUTOTUNER_KEYS.items():
+        value = kept.get(var)
+        if value is not None and field not in ("fwd_precision", "bwd_precision"):
+            out[field] = float(value) if field == "lr_scale" else int(value) if value.isdigit() else value
+    return out
 
 
 def mismatch_note(label: str, validated_on: Mapping[str, Any] | None, diff: Mapping[str, Any]) -> str:

@@ -475,3 +475,33 @@ def test_a_command_line_in_the_shape_of_configs_show_is_told_how_the_hook_takes_
     assert no_dashes.returncode == 2
     assert not (tmp_path / "ran").exists()
     assert no_dashes.stderr.endswith("the command goes after `--`; nothing was run\n")
+
+
+def test_nothing_beside_the_exports_passes_as_the_server_sent_it(tmp_path, serve):
+    # `{**answer, "exports": kept}` printed and cached every other field as sent: a job reading
+    # batch_size or sharding from the JSON got what the gate never saw
+    hostile = {"exports": {**GOOD, "AUTOTUNER_BATCH_SIZE": "64"}, "batch_size": "$(touch /tmp/pwned)",
+               "sharding": "../../etc/passwd", "lr_scale": 1e300, "pipeline": ["x"], "cluster": "other\nexport X=1",
+               "qcomms": {"forward_precision": "LD_PRELOAD=/tmp/x.so"}, "evidence": {"a": "b" * 10_000},
+               "validated_on": {"nccl": "2.21.5\nexport LD_PRELOAD=/x", "driver": {"nested": 1}, "bad key": "v"}}  # fmt: skip
+    proc = hook(tmp_path, serve(hostile).url, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+    (cache,) = cached_files(tmp_path)
+    for config in (printed, json.loads(cache.read_text())):
+        assert config == {
+            "exports": {**GOOD, "AUTOTUNER_BATCH_SIZE": "64"}, "env": {},
+            "cluster": "c", "workload": "w", "nodes": 1, "version": 3, "batch_size": 64,
+            "qcomms": {"forward_precision": "fp16", "backward_precision": None},
+            "validated_on": {"nccl": "2.21.5\\x0aexport LD_PRELOAD=/x"},  # printable: one line
+        }  # fmt: skip
+
+
+def test_long_names_are_shown_cut_short(tmp_path, serve):
+    """256 dropped names of 3 KB each (under the 1 MiB answer cap) printed 1.6 MB of comments and
+    warnings into every task's start (a TaskProlog reads and logs each line)."""
+    server = serve({"exports": {**GOOD, **{f"NCCL_{i}_{'X' * 3000}": "1" for i in range(200)}}})
+    proc = hook(tmp_path, server.url)
+    assert proc.returncode == 0, proc.stderr
+    assert "export NCCL_NSOCKS_PERTHREAD=" in proc.stdout
+    assert len(proc.stdout) + len(proc.stderr) < 100_000
