@@ -130,6 +130,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         lifespan=lifespan,
         docs_url=None,  # api/docs.py serves both from local assets: FastAPI's load them from a CDN
         redoc_url=None,
+        default_response_class=errors.JSONAnswer,
     )
     app.state.settings = settings
     errors.install(app)

@@ -6,6 +6,7 @@ alike; locations point into the request body of `POST /v1/studies`, where these 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -22,13 +23,22 @@ from autotuner.tuning import StudyError, StudyExists
 from trials.spec import SpecError, problem_of
 
 
+class JSONAnswer(JSONResponse):
+    """Every JSON answer (the app's default too): non-ASCII characters escaped. A lone surrogate in a
+    request (valid JSON text, not valid Unicode) echoed back in a 422, or stored and listed later,
+    could not be encoded as UTF-8, and the answer became a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:
     """One entry of a 422 body, in FastAPI's own shape."""
     return {"loc": loc, "msg": msg, "type": type_}
 
 
 def _unprocessable(entries: list[dict[str, Any]]) -> JSONResponse:
-    return JSONResponse({"detail": entries}, status_code=422)
+    return JSONAnswer({"detail": entries}, status_code=422)
 
 
 async def _space(request: Request, exc: Exception) -> JSONResponse:
@@ -61,13 +71,13 @@ async def _spec(request: Request, exc: Exception) -> JSONResponse:
 
 async def _study(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, StudyExists):
-        return JSONResponse({"detail": str(exc)}, status_code=409)
+        return JSONAnswer({"detail": str(exc)}, status_code=409)
     assert isinstance(exc, StudyError)
     return _unprocessable([invalid(["body", *filter(None, exc.where.split("."))], str(exc))])
 
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=404)
+    return JSONAnswer({"detail": str(exc)}, status_code=404)
 
 
 async def _request(request: Request, exc: Exception) -> JSONResponse:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.store import Store
+from autotuner.store.db import shown_url
 from autotuner.tuning import StudyQueue
 
 log = logging.getLogger("autotuner.scheduler")
@@ -232,7 +233,7 @@ def main() -> None:
     queue = StudyQueue(Store(settings.url), revalidate_every_s=settings.revalidate_every_s,
                        revalidate_every=settings.revalidate_every, prune_after_s=settings.prune_runs_after_s)  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # launches live on; the next scheduler re-attaches
-    log.info("scheduler %s running studies from %s", queue.owner, settings.url)
+    log.info("scheduler %s running studies from %s", queue.owner, shown_url(settings.url))  # no password
     queue.start()
     queue.join()
 

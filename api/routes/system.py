@@ -14,13 +14,14 @@ from autotuner.envvars import lint_env
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz")
+# HEAD too: health checkers and proxies probe with it (405 before)
+@router.api_route("/healthz", methods=["GET", "HEAD"])
 def healthz() -> dict[str, str]:
     """The process answers."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "not ready"}})
+@router.api_route("/readyz", methods=["GET", "HEAD"], responses={503: {"description": "not ready"}})
 def readyz(request: Request, store: StoreDep, response: Response) -> dict[str, object]:
     """The database answers and, where enabled, the scheduler runs."""
     checks: dict[str, object] = {}

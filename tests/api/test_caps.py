@@ -33,7 +33,7 @@ HUGE_GRID = {
 
 @pytest.fixture
 def client(tmp_path):
-    s = Settings(data_dir=tmp_path, tokens="w:write", scheduler=False,
+    s = Settings(data_dir=tmp_path, tokens="w:write,a:admin", scheduler=False,
                  executor_options=json.dumps({"replay": {"landscape": str(LANDSCAPE)}}))  # fmt: skip
     with TestClient(create_app(s), headers={"Authorization": "Bearer w"}) as c:
         yield c
@@ -250,3 +250,37 @@ def test_a_convergence_check_whose_samples_a_rank_cannot_hold_is_refused_naming_
     )
     body["settings"]["quality_samples"] = 1 << 17  # the default: accepted
     assert client.post("/v1/studies", json=body).status_code == 201
+
+
+LONE = "\\ud800"  # a JSON escape of half a UTF-16 pair: valid JSON text, no Unicode character
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/studies", f'{{"name": "{LONE}"}}'),
+        ("/v1/lint", f'{{"env": {{"NCCL_DEBUG": "{LONE}"}}}}'),
+        ("/v1/lint", f'{{"env": {{"{LONE}": "1"}}}}'),
+        ("/v1/configs/c/w/revalidate", f'{{"reason": "{LONE}"}}'),
+        ("/v1/configs/c/w/pin", f'{{"version": "{LONE}"}}'),
+    ],
+)
+def test_a_lone_surrogate_anywhere_gets_an_answer_not_a_500(client, path, body):
+    # a 422 echoes the input: Starlette encoded its answer as UTF-8, which a lone surrogate is not
+    token = "a" if path.endswith("/pin") else "w"  # pinning is an admin's
+    response = client.post(
+        path, content=body, headers={"content-type": "application/json", "authorization": f"Bearer {token}"}
+    )
+    assert response.status_code in (200, 404, 422), response.text
+    assert response.json()
+
+
+def test_a_lone_surrogate_in_a_stored_name_is_listed_later(client):
+    body = replay_study_body("surrogate")
+    body["workload"]["tables"][0]["name"] = "t\ud800"
+    raw = json.dumps(body)  # escaped as \ud800: json.dumps writes ASCII
+    created = client.post("/v1/studies", content=raw, headers={"content-type": "application/json"})
+    assert created.status_code in (201, 422), created.text
+    listed = client.get("/v1/studies")
+    assert listed.status_code == 200
+    assert listed.json()

@@ -34,3 +34,33 @@ def test_tokens_that_leave_something_undoable_are_said(tmp_path, tokens, public,
     else:
         assert len(notes) == 1
         assert notes[0].startswith(said)
+
+
+def test_the_scheduler_names_its_store_without_the_password(monkeypatch, tmp_path, caplog):
+    # it logged the whole URL: the PostgreSQL password in the service's log
+    from api import scheduler
+
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(
+        "AUTOTUNER_DATABASE_URL", "postgresql+psycopg://tuner:s3cret@db.internal:5432/autotuner"
+    )
+
+    class Queue:
+        owner = "host:1:abc"
+
+        def __init__(self, store, **kwargs):
+            pass
+
+        def start(self):
+            pass
+
+        def join(self):
+            pass
+
+    monkeypatch.setattr(scheduler, "Store", lambda url: None)  # no database to reach here
+    monkeypatch.setattr(scheduler, "StudyQueue", Queue)
+    monkeypatch.setattr(scheduler.signal, "signal", lambda *_: None)
+    with caplog.at_level("INFO", logger="autotuner.scheduler"):
+        scheduler.main()
+    assert "running studies from postgresql+psycopg://tuner:***@db.internal:5432/autotuner" in caplog.text
+    assert "s3cret" not in caplog.text

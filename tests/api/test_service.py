@@ -41,6 +41,8 @@ def test_a_study_created_over_rest_runs_and_its_config_is_served_in_every_format
         ("post", "/v1/configs/c/w/pin", "write", 403),
         ("get", "/v1/configs/c/w", "read", 404),
         ("get", "/healthz", None, 200),
+        ("head", "/healthz", None, 200),  # health checkers probe with HEAD (405 before)
+        ("head", "/readyz", None, 200),
     ],
 )
 def test_scopes(module_server, method, path, scope, status):
