@@ -15,6 +15,7 @@ from autotuner.store.models import (
 )
 from autotuner.store.repo import (
     CANDIDATE_SORT_KEYS,
+    NameTaken,
     NotFound,
     Store,
     env_hash,
@@ -51,6 +52,7 @@ __all__ = [
     "Cluster",
     "Config",
     "Launch",
+    "NameTaken",
     "NotFound",
     "Quarantine",
     "Store",

@@ -22,6 +22,10 @@ class NotFound(LookupError):
     pass
 
 
+class NameTaken(ValueError):
+    """A row of that unique name exists (created by another process a moment ago, perhaps)."""
+
+
 class StoreBase:
     def __init__(self, url: str, *, migrate_schema: bool = True) -> None:
         self.url = url

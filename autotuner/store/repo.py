@@ -6,7 +6,7 @@ hold one object.
 
 from __future__ import annotations
 
-from autotuner.store.base import NotFound, env_hash
+from autotuner.store.base import NameTaken, NotFound, env_hash
 from autotuner.store.configs import pick_served
 from autotuner.store.launches import CANDIDATE_SORT_KEYS, LaunchRecords
 from autotuner.store.validations import ValidationRecords
@@ -16,4 +16,4 @@ class Store(ValidationRecords, LaunchRecords):
     pass
 
 
-__all__ = ["CANDIDATE_SORT_KEYS", "NotFound", "Store", "env_hash", "pick_served"]
+__all__ = ["CANDIDATE_SORT_KEYS", "NameTaken", "NotFound", "Store", "env_hash", "pick_served"]

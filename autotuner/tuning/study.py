@@ -13,7 +13,7 @@ from autotuner.executors.registry import fields_from_settings
 from autotuner.limits import limits, over
 from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
-from autotuner.store import Candidate, CandidateState, LaunchKind, Store, Study
+from autotuner.store import Candidate, CandidateState, LaunchKind, NameTaken, Store, Study
 from autotuner.tuning.inert import inert_variables, where_before_launching
 from autotuner.tuning.settings import RequestSettings, StudySettings, most_samples
 from trials.spec import WorkloadSpec, parse_spec, parse_workload, quality_problem
@@ -97,20 +97,29 @@ def create_study(
         problem := quality_problem(workload_spec, *most_samples(settings.quality_samples), ranks)
     ):
         raise StudyError(problem, "settings")
-    if name is None:
-        name = f"{cluster}.{workload_spec.name}.{store.count_studies() + 1}"
-    check_name("study", name)
-    if store.study(name) is not None:
-        raise StudyExists(f"study {name!r} already exists")
-    return store.create_study(
-        name=name,
-        cluster=cluster,
-        workload_name=workload_spec.name,
-        workload_spec=workload,
-        space=space_obj.model_dump(mode="json"),
-        settings=settings.model_dump(mode="json"),
-        inert=inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings)),
+    row: dict[str, Any] = {"cluster": cluster, "workload_name": workload_spec.name, "workload_spec": workload,
+           "space": space_obj.model_dump(mode="json"), "settings": settings.model_dump(mode="json"),
+           "inert": inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings))}  # fmt: skip
+    if name is not None:
+        check_name("study", name)
+        try:
+            return store.create_study(name=name, **row)
+        except NameTaken as exc:  # the store's unique name decides, also between concurrent requests
+            raise StudyExists(str(exc)) from None
+    # Unnamed: the next free `cluster.workload.N`. Counting alone handed two concurrent requests the
+    # same N (one failed), and a name someone had given by hand blocked every unnamed study after it.
+    first = store.count_studies() + 1
+    for n in range(first, first + UNNAMED_TRIES):
+        try:
+            return store.create_study(name=check_name("study", f"{cluster}.{workload_spec.name}.{n}"), **row)
+        except NameTaken:
+            continue
+    raise StudyExists(
+        f"no free name {cluster}.{workload_spec.name}.N for N in {first}-{n}: give the study a name"
     )
+
+
+UNNAMED_TRIES = 1000
 
 
 def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
