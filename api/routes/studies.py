@@ -23,7 +23,7 @@ from api.schemas import (
 )
 from autotuner.limits import limits, over
 from autotuner.space import load_space
-from autotuner.store import CANDIDATE_SORT_KEYS, TERMINAL, CandidateState, Store, Study, StudyState
+from autotuner.store import CANDIDATE_SORT_KEYS, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
 from autotuner.tuning.insights import ImportanceCache, study_insights
 
@@ -106,10 +106,11 @@ def show(study_id: StudyId, store: StoreDep, _: ReadAccess) -> StudyPublic:
 @router.post("/{study_id}/cancel", response_model=StudyPublic)
 def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
     """Stop a queued or running study; its running launch is killed at the next heartbeat."""
-    study = get_study(store, study_id)
-    if study.state in TERMINAL:
-        raise HTTPException(409, f"study {study_id} is already {study.state}")
-    return to_public(store, store.update_study(study_id, state=StudyState.CANCELLED))
+    get_study(store, study_id)  # 404 for no such study
+    cancelled = store.move_study(study_id, StudyState.CANCELLED)  # only one that has not ended: atomic
+    if cancelled is None:  # it ended (or was cancelled) first, perhaps a moment ago
+        raise HTTPException(409, f"study {study_id} is already {get_study(store, study_id).state}")
+    return to_public(store, cancelled)
 
 
 @router.get("/{study_id}/trials", response_model=TrialsPublic)

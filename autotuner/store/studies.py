@@ -11,9 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
-from autotuner.store.base import StoreBase
+from autotuner.store.base import NameTaken, StoreBase
 from autotuner.store.models import Cluster, Study, Workload, utcnow
-from autotuner.store.states import ACTIVE, StudyState
+from autotuner.store.states import ACTIVE, TERMINAL, StudyState
 
 
 class StudyRecords(StoreBase):
@@ -87,8 +87,11 @@ class StudyRecords(StoreBase):
                 settings=settings,
                 inert=inert,
             )
-            s.add(study)
-            s.flush()
+            try:
+                with s.begin_nested():
+                    s.add(study)
+            except IntegrityError:  # only the name is unique: a concurrent create took it first
+                raise NameTaken(f"study {name!r} already exists") from None
             return s.scalars(select(Study).where(Study.id == study.id)).one()
 
     def study(self, ref: int | str) -> Study | None:
@@ -114,6 +117,14 @@ class StudyRecords(StoreBase):
 
     def update_study(self, study_id: int, **fields: Any) -> Study:
         return self._update(Study, study_id, fields)
+
+    def move_study(self, study_id: int, state: str, **fields: Any) -> Study | None:
+        """Set the study's state (and `fields`) unless it has ended: None if it had (a cancel that
+        came meanwhile stands; before, the runner's next state wrote over it). Atomic."""
+        with self.session() as s:
+            moved = s.execute(update(Study).where(Study.id == study_id, Study.state.not_in(TERMINAL))
+                              .values(state=state, **fields))  # fmt: skip
+            return s.get(Study, study_id) if _matched(moved) == 1 else None
 
     def acquire_study(self, study_id: int, owner: str, lease_s: float) -> bool:
         """Take (or renew) the lease on a study. Atomic: of two contenders exactly one wins, and a

@@ -109,7 +109,7 @@ class StudyDriver:
             if bad:  # stored by an older version, which let a trailing newline through
                 return self._fail(f"{bad}: this study cannot run (its config could not be served)")
             if study.state == StudyState.QUEUED:
-                self.store.update_study(self.study_id, state=StudyState.RUNNING, started_at=utcnow())
+                self._move(StudyState.RUNNING, started_at=utcnow())
             recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
                 return self._fail("the baseline (the job's own settings) did not run: see its launch log")
@@ -117,7 +117,7 @@ class StudyDriver:
             self._search(Search(self.ctx))
             return self._conclude()
         except StudyCancelled:
-            return self.store.update_study(self.study_id, finished_at=utcnow())
+            return self.store.update_study(self.study_id, finished_at=utcnow())  # its state says so
         except StudyBusy:
             raise
         except Exception as exc:
@@ -162,7 +162,7 @@ class StudyDriver:
         """Confirm, climb the ladder, check quality, publish (each once: a resumed study does none
         twice), then the scaling curve."""
         self.ctx.progress.on_phase("confirm")
-        self.store.update_study(self.study_id, state=StudyState.CONFIRMING)
+        self._move(StudyState.CONFIRMING)
         baseline = self.ctx.baseline()
         assert baseline is not None
         best = self.ctx.finalist() or baseline
@@ -177,9 +177,7 @@ class StudyDriver:
             self.store.update_study(self.study_id, outcome=outcome.dump())
         if self.ctx.settings.scaling_nodes:
             outcome.scaling = scaling_curve(self.ctx, self._chosen(outcome), baseline)
-        return self.store.update_study(
-            self.study_id, state=StudyState.DONE, outcome=outcome.dump(), finished_at=utcnow()
-        )
+        return self._move(StudyState.DONE, outcome=outcome.dump(), finished_at=utcnow())
 
     def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
         """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
@@ -191,6 +189,7 @@ class StudyDriver:
             outcome = baseline_published(outcome)
         outcome.inert = dict(self.ctx.inert)
         if self.ctx.settings.publish:
+            self.ctx.lease.beat(force=True)  # a study cancelled by now publishes nothing
             outcome.published_version = publish(self.ctx, self._chosen(outcome), outcome).version
         return outcome
 
@@ -202,9 +201,15 @@ class StudyDriver:
         return chosen
 
     def _fail(self, error: str) -> Study:
-        return self.store.update_study(
-            self.study_id, state=StudyState.FAILED, error=error, finished_at=utcnow()
-        )
+        failed = self.store.move_study(self.study_id, StudyState.FAILED, error=error, finished_at=utcnow())
+        return failed or self.store.update_study(self.study_id, finished_at=utcnow())  # cancelled first
+
+    def _move(self, state: StudyState, **fields: Any) -> Study:
+        """The study's next state, unless a cancel came first: then StudyCancelled, as at a heartbeat."""
+        moved = self.store.move_study(self.study_id, state, **fields)
+        if moved is None:
+            raise StudyCancelled(f"study {self.study_id} was cancelled")
+        return moved
 
     def _search_launches_done(self) -> int:
         return sum(1 for launch in self.store.launches(self.study_id)

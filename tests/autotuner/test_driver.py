@@ -292,3 +292,23 @@ def test_a_search_that_measured_every_point_ends_and_says_so(store, tmp_path, ca
     assert [(r.levelname, r.getMessage()) for r in said] == [
         ("INFO", f"study {study.id}: every runnable point of its space is measured: the search ends")
     ]
+
+
+@pytest.mark.parametrize("phase", ["confirm", "ladder"])
+def test_a_cancel_between_heartbeats_stands_and_nothing_is_published(store, tmp_path, phase):
+    """The runner looks for a cancel at heartbeats; one that came after the last search launch was
+    written over (CONFIRMING, then DONE) and the study published: the cancel the API had answered
+    with 200 'cancelled' was lost."""
+    from autotuner.tuning import Progress
+
+    study = study_with(store, tmp_path)
+
+    def cancel_now(name: str) -> None:
+        if name == phase:
+            assert store.move_study(study.id, "cancelled") is not None  # as POST .../cancel does
+
+    final = StudyDriver(store, study.id, replay(), progress=Progress(on_phase=cancel_now), poll_s=0.01).run()
+    assert final.state == "cancelled"
+    assert final.finished_at is not None
+    assert store.served_configs("cpu-box", RECORDED["workload"]["name"]) == []
+    assert store.move_study(study.id, "done") is None  # ended: no state moves it again
