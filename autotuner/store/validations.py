@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from autotuner.job.exports import config_to_dict
@@ -22,6 +22,11 @@ from autotuner.store.base import NotFound
 from autotuner.store.configs import ConfigRecords
 from autotuner.store.models import Cluster, Config, ConfigValidation, FingerprintReport, Workload, utcnow
 from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, ValidationState
+
+# Stacks (driver, NCCL, aws-ofi-nccl, GPU) recorded per version: a cluster runs a few; past this a
+# report is not recorded, nor does it ask for a re-validation (each new stack asked for one: a read
+# token sending made-up ones ran re-validations back to back, and grew the store without end).
+MAX_STACKS = 32
 
 
 class ValidationRecords(ConfigRecords):
@@ -150,6 +155,7 @@ class ValidationRecords(ConfigRecords):
         jobs}; the rows seen for the first time are returned (what may ask for a re-validation)."""
         now = now or utcnow()
         new = []
+        stacks: dict[int, int] = {}  # config id -> stacks recorded for it
         with self.session() as s:
             for report in reports:
                 key = digest(report["fingerprint"])
@@ -157,7 +163,10 @@ class ValidationRecords(ConfigRecords):
                     FingerprintReport.config_id == report["config_id"], FingerprintReport.digest == key
                 )
                 row = s.scalar(query)
+                if row is None and self._stacks(s, stacks, report["config_id"]) >= MAX_STACKS:
+                    continue  # a flood of made-up stacks (any read token can send one) ends here
                 if row is None:
+                    stacks[report["config_id"]] += 1
                     row = FingerprintReport(config_id=report["config_id"], digest=key, fingerprint=report["fingerprint"],
                                             diff=report["diff"], jobs=0, first_seen=now, last_seen=now)  # fmt: skip
                     try:
@@ -169,6 +178,14 @@ class ValidationRecords(ConfigRecords):
                 row.jobs = (row.jobs or 0) + int(report.get("jobs", 1))
                 row.last_seen = now
         return new
+
+    @staticmethod
+    def _stacks(s: Any, counted: dict[int, int], config_id: int) -> int:
+        if config_id not in counted:
+            counted[config_id] = s.scalar(
+                select(func.count(FingerprintReport.id)).where(FingerprintReport.config_id == config_id)
+            )
+        return counted[config_id]
 
     def link_report(self, report_id: int, validation_id: int) -> None:
         self._update(FingerprintReport, report_id, {"validation_id": validation_id})
