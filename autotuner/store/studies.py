@@ -74,10 +74,13 @@ class StudyRecords(StoreBase):
         inert: dict[str, str] | None = None,
     ) -> Study:
         check_name("study", name)
-        cluster_row = self.cluster(cluster, create=True)
-        workload_row = self.upsert_workload(workload_name, workload_spec)
-        assert cluster_row is not None
-        with self.session() as s:
+        with self.session() as s:  # one transaction: a name taken leaves the workload as it was
+            if s.scalar(select(Study.id).where(Study.name == name)) is not None:
+                raise NameTaken(f"study {name!r} already exists")
+            cluster_row = self._named(s, Cluster, cluster, {"fingerprint": {}})
+            workload_row = self._named(s, Workload, workload_name, {"spec": workload_spec})
+            if workload_row.spec != workload_spec:
+                workload_row.spec = workload_spec
             study = Study(
                 name=name,
                 cluster_id=cluster_row.id,

@@ -48,5 +48,8 @@ def test_the_store_says_a_name_was_taken(store):
     row = {"cluster": "c", "workload_name": "w", "workload_spec": {"name": "w", "tables": []}, "space": {},
            "settings": {}}  # fmt: skip
     store.create_study(name="once", **row)
+    other = {**row, "workload_spec": {"name": "w", "tables": [{"name": "t"}]}}
     with pytest.raises(NameTaken, match="study 'once' already exists"):
-        store.create_study(name="once", **row)
+        store.create_study(name="once", **other)
+    # refused whole: the workload its studies run is not rewritten by a create that did not happen
+    assert store.workload("w").spec == row["workload_spec"]
