@@ -85,13 +85,17 @@ def hold_data_dir(data_dir: Path) -> IO[str] | str:
     lock = open(data_dir / "serve.lock", "a+")  # held for the life of the process
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         lock.seek(0)
         holder = lock.read().strip() or "?"
         lock.close()
         return (f"another `autotuner serve` (pid {holder}) runs with the data dir {data_dir}: one service per "
                 "data dir; give this one its own AUTOTUNER_DATA_DIR (replicas share a PostgreSQL store, "
                 "not a data dir)")  # fmt: skip
+    except OSError as exc:  # a file system without locks (Lustre without -o flock, NFS without lockd)
+        err.print(f"[yellow]note:[/yellow] the data dir {data_dir} cannot be locked ({exc.strerror}): "
+                  "nothing stops a second service on it", highlight=False, soft_wrap=True)  # fmt: skip
+        return lock
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")
     lock.flush()

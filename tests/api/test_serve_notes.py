@@ -64,3 +64,24 @@ def test_the_scheduler_names_its_store_without_the_password(monkeypatch, tmp_pat
         scheduler.main()
     assert "running studies from postgresql+psycopg://tuner:***@db.internal:5432/autotuner" in caplog.text
     assert "s3cret" not in caplog.text
+
+
+def test_a_data_dir_that_cannot_be_locked_is_said_and_the_service_still_starts(tmp_path, monkeypatch, capsys):
+    # Lustre without -o flock (ENOSYS) or NFS without lockd (ENOLCK): every such error read as "another
+    # service runs here", and the service could not start on the shared file system Slurm sites use
+    import errno
+    import fcntl
+
+    from api.cli import hold_data_dir
+
+    def no_locks(*_):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    held = hold_data_dir(tmp_path)
+    assert not isinstance(held, str)
+    assert (
+        "cannot be locked (No locks available): nothing stops a second service on it"
+        in capsys.readouterr().err
+    )
+    held.close()
