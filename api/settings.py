@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     # empty: never, or `autotuner prune` from cron): what they measured stays in the store.
     prune_runs_after: str = ""
 
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        """Kept absolute (AUTOTUNER_DATA_DIR=data): its paths go to the scheduler, workers and the store."""
+        return value.absolute()
+
     @field_validator("tokens")
     @classmethod
     def _tokens(cls, value: str) -> str:

@@ -26,6 +26,7 @@ from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, CandidateState, Store, Study, StudyState
 from autotuner.tuning import best_and_baseline, create_study, study_settings
 from autotuner.tuning.insights import ImportanceCache, study_insights
+from autotuner.tuning.settings import default_workdir
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
@@ -70,7 +71,7 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
         enabled = ", ".join(settings.allowed_executors)
         raise HTTPException(422, [invalid(["body", "settings", "executor"],
                                           f"{executor!r} is not enabled here (enabled: {enabled})")])  # fmt: skip
-    study_settings_ = study_settings(body.settings, workdir=str(settings.data_dir / "runs"),
+    study_settings_ = study_settings(body.settings, workdir=str(default_workdir(settings.url, settings.data_dir)),
                                      executor_options=settings.options_for(executor))  # fmt: skip
     space = load_space(body.space)  # a preset's name or an object (StudyCreate): never a file
     if space.quality_data is not None and space.quality_data not in settings.allowed_quality_data:
@@ -105,7 +106,9 @@ def show(study_id: StudyId, store: StoreDep, _: ReadAccess) -> StudyPublic:
 
 @router.post("/{study_id}/cancel", response_model=StudyPublic)
 def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
-    """Stop a queued or running study; its running launch is killed at the next heartbeat."""
+    """Stop a queued or running study; its running launch is killed at the next heartbeat, and it
+    publishes nothing. 409 if it ended first. A cancel in the instant after it published leaves that
+    version published (roll it back if unwanted)."""
     get_study(store, study_id)  # 404 for no such study
     cancelled = store.move_study(study_id, StudyState.CANCELLED)  # only one that has not ended: atomic
     if cancelled is None:  # it ended (or was cancelled) first, perhaps a moment ago

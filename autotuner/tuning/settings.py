@@ -16,29 +16,29 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autotuner.paths import default_data_dir, default_database_url
+from autotuner.paths import default_data_dir
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
 
 
-def default_workdir(database_url: str) -> Path:
-    """Where a store's launch directories go when no --workdir is given: the data dir's `runs/` for the
-    default store, `runs/<database>-<hash>/` for any other. Two stores each have a study 1: sharing one
-    `runs/study-1/launch-0001`, each overwrote the other's spec and result, and one's prune removed the
-    other's launches."""
-    runs = default_data_dir() / "runs"
-    if database_url == default_database_url():
-        return runs
+def default_workdir(database_url: str, data_dir: Path | None = None) -> Path:
+    """Where a store's launch directories go when no --workdir is given (the service's and the CLI's):
+    the data dir's `runs/` for the data dir's own store (its autotuner.db), `runs/<database>-<hash>/`
+    for any other. Two stores each have a study 1: sharing one `runs/study-1/launch-0001`, each
+    overwrote the other's spec and result, and one's prune removed the other's launches."""
     from sqlalchemy.engine import make_url
 
+    data_dir = (data_dir or default_data_dir()).absolute()
     url = make_url(database_url)
     database = url.database or "memory"
     if url.get_backend_name() == "sqlite" and database != "memory" and not database.startswith("file:"):
         database = os.path.abspath(database)  # one file, whichever directory names it
-    key = url.set(database=database, password=None).render_as_string(hide_password=False)
+        if database == str(data_dir / "autotuner.db"):
+            return data_dir / "runs"
+    key = url.set(database=database).render_as_string(hide_password=True)  # one key whatever the password
     name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(database).stem)[:40] or "store"
-    return runs / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    return data_dir / "runs" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
 MAX_EXTENSION = 1.5  # how far past the common budget a bigger batch may train in the convergence check

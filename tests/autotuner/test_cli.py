@@ -254,8 +254,25 @@ def test_two_stores_never_share_a_launch_directory_and_prune_keeps_to_its_own(tm
 def test_a_relative_data_dir_is_kept_absolute(tmp_path, monkeypatch):
     # AUTOTUNER_DATA_DIR=data recorded launches as data/runs/...: prune (absolute paths only) then never
     # removed them, and a run from another directory looked elsewhere
+    from api.settings import Settings
     from autotuner.paths import default_data_dir
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOTUNER_DATA_DIR", "data")
     assert default_data_dir() == tmp_path / "data"
+    assert Settings().data_dir == tmp_path / "data"  # the service reads the variable itself
+
+
+def test_the_service_and_the_cli_name_the_same_folder_for_a_store_and_apart_for_two(tmp_path):
+    # the service put every store's launches in DATA_DIR/runs: one on PostgreSQL and the CLI on the
+    # data dir's own SQLite (as operations.md has it) both ran their study 1 in runs/study-1
+    from autotuner.tuning.settings import default_workdir
+
+    own = default_workdir(f"sqlite:///{tmp_path / 'autotuner.db'}", tmp_path)
+    postgres = default_workdir("postgresql+psycopg://tuner:s3cret@db.internal/autotuner", tmp_path)
+    assert own == tmp_path / "runs"
+    assert postgres.parent == tmp_path / "runs"
+    assert postgres.name.startswith("autotuner-")
+    assert "s3cret" not in str(postgres)
+    # one store, one folder: the password rotated, the service or the CLI asking
+    assert default_workdir("postgresql+psycopg://tuner:rotated@db.internal/autotuner", tmp_path) == postgres
