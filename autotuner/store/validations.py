@@ -9,6 +9,7 @@ re-renders what it serves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -23,10 +24,13 @@ from autotuner.store.configs import ConfigRecords
 from autotuner.store.models import Cluster, Config, ConfigValidation, FingerprintReport, Workload, utcnow
 from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, ValidationState
 
-# Stacks (driver, NCCL, aws-ofi-nccl, GPU) recorded per version: a cluster runs a few; past this a
-# report is not recorded, nor does it ask for a re-validation (each new stack asked for one: a read
-# token sending made-up ones ran re-validations back to back, and grew the store without end).
-MAX_STACKS = 32
+# Stacks (driver, NCCL, aws-ofi-nccl, GPU, node count) recorded per version: a cluster runs a few;
+# past this a report is not recorded, nor does it ask for a re-validation (each new stack asked for
+# one: a read token sending made-up ones ran re-validations back to back, and grew the store without
+# end). Said once per version and process: a real upgrade past it needs `autotuner revalidate`.
+MAX_STACKS = 64
+log = logging.getLogger("autotuner.store")
+_said_full: set[tuple[str, int]] = set()  # (store, config id)
 
 
 class ValidationRecords(ConfigRecords):
@@ -164,6 +168,7 @@ class ValidationRecords(ConfigRecords):
                 )
                 row = s.scalar(query)
                 if row is None and self._stacks(s, stacks, report["config_id"]) >= MAX_STACKS:
+                    _say_full(self.url, report["config_id"])
                     continue  # a flood of made-up stacks (any read token can send one) ends here
                 if row is None:
                     stacks[report["config_id"]] += 1
@@ -203,6 +208,13 @@ class ValidationRecords(ConfigRecords):
             ):
                 found[row.config_id].append(row)
         return found
+
+
+def _say_full(store: str, config_id: int) -> None:
+    if (store, config_id) not in _said_full:
+        _said_full.add((store, config_id))
+        log.warning("config %s: %d stacks reported already; reports of further stacks are not recorded and ask "
+                    "for no re-validation (made up?); after an upgrade, `autotuner revalidate` it", config_id, MAX_STACKS)  # fmt: skip
 
 
 def validation_view(row: Config, finished: Sequence[ConfigValidation]) -> dict[str, Any]:
