@@ -73,8 +73,8 @@ def driver_for(store: Store, study: Study, make_executor: Callable[[StudySetting
 def cannot_run(store: Store, study_id: int, exc: BaseException) -> str:
     """Fail a study whose stored rows cannot give a driver, with the reason, so no runner picks it again."""
     why = clip(f"this study cannot run: {type(exc).__name__}: {exc}")
-    try:
-        store.update_study(study_id, state=StudyState.FAILED, error=why, finished_at=utcnow())
+    try:  # not over a cancel that came first
+        store.move_study(study_id, StudyState.FAILED, error=why, finished_at=utcnow())
     except Exception:  # the store itself is in trouble: the next tick tries again
         log.exception("study %s: could not record that it cannot run", study_id)
     return why

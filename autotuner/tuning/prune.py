@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -80,7 +81,10 @@ def prune(store: Store, older_than: timedelta, *, dry_run: bool = False) -> list
 def remove(path: Path) -> str | None:
     """Remove the launch directory (and its study's folder, once empty); None, or why it is still there."""
     errors: list[str] = []
-    shutil.rmtree(path, onerror=lambda _, name, exc: errors.append(f"{name}: {exc[1]}"))
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(path, onexc=lambda _, name, exc: errors.append(f"{name}: {exc}"))
+    else:
+        shutil.rmtree(path, onerror=lambda _, name, exc: errors.append(f"{name}: {exc[1]}"))
     if path.exists():
         return errors[0] if errors else "still there"
     try:

@@ -194,7 +194,10 @@ def test_a_directory_that_could_not_be_removed_is_never_counted_as_removed(
     gone = launch(store, tmp_path / "runs", done)
     pinned = stuck / "written-by-a-container"
     pinned.write_text("x")
-    subprocess.run(["chattr", "+i", str(pinned)], check=True)  # not even root may delete it now
+    if subprocess.run(
+        ["chattr", "+i", str(pinned)], check=False
+    ).returncode:  # not even root may delete it now
+        pytest.skip("chattr +i needs root and a file system with the immutable flag (CI has both)")
     try:
         result = CliRunner().invoke(app, ["prune", "--older-than", "1", "--db", store_url])
         assert result.exit_code == 1, result.output
