@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 from typing import Any
 
 from autotuner.job.fingerprint import decode, describe_diff
-from autotuner.store import NotFound, Store, ValidationTrigger
+from autotuner.store import NotFound, Store, ValidationTrigger, utcnow
 
 log = logging.getLogger("autotuner.api.fingerprints")
 MAX_PENDING = 10_000  # distinct (version, stack) pairs held between two writes; more are dropped
+# At most one re-validation a version asked for by jobs per this long: each new stack asked for one,
+# back to back (a read token's made-up headers, or a fleet half-way through an upgrade). A stack
+# reported meanwhile is recorded and flags the version stale (the alert); it waits for the schedule
+# or `autotuner revalidate`.
+REASK_AFTER = timedelta(hours=6)
 
 
 class FingerprintReports:
@@ -58,6 +64,11 @@ class FingerprintReports:
         """A re-validation of the version jobs report a new stack against (one per stack: a stack
         that still differs after it is reported, not asked about again)."""
         reason = f"jobs report {describe_diff(report.diff)} since validation"
+        last = self.store.last_requested(report.config_id, ValidationTrigger.FINGERPRINT)
+        if last is not None and utcnow() - last < REASK_AFTER:
+            log.info("config %s: %s; not re-validated: jobs asked for one at %s (one per %s at most)",
+                     report.config_id, reason, last.isoformat(timespec="seconds"), REASK_AFTER)  # fmt: skip
+            return
         try:
             validation, created = self.store.request_validation(
                 report.config_id, ValidationTrigger.FINGERPRINT, reason, report.fingerprint

@@ -192,6 +192,12 @@ class ValidationRecords(ConfigRecords):
             )
         return counted[config_id]
 
+    def last_requested(self, config_id: int, trigger: str) -> datetime | None:
+        """When a re-validation of this version was last asked for by `trigger` (None: never)."""
+        with self.session() as s:
+            return s.scalar(select(func.max(ConfigValidation.created_at))
+                            .where(ConfigValidation.config_id == config_id, ConfigValidation.trigger == trigger))  # fmt: skip
+
     def link_report(self, report_id: int, validation_id: int) -> None:
         self._update(FingerprintReport, report_id, {"validation_id": validation_id})
 

@@ -282,3 +282,34 @@ def test_the_schedule_asks_for_versions_validated_too_long_ago(store, published)
     assert staleness(public, [], 7 * 86400, later)["reasons"] == {
         "overdue": "validated 8 d ago, every 7 d asked"
     }
+
+
+def test_jobs_ask_for_at_most_one_revalidation_of_a_version_in_six_hours(store, published, caplog):
+    """Each new stack jobs reported asked for a re-validation as soon as the last one ended: made-up
+    headers (any read token) or a fleet half-way through an upgrade ran one after another."""
+    from api.fingerprints import REASK_AFTER, FingerprintReports
+    from autotuner.store import ValidationState
+
+    _, v1 = published
+    reports = FingerprintReports(store)
+
+    def new_stack(i: int) -> None:
+        reports.note(v1.id, f"driver=999.{i}&nodes=1".encode(), {"driver": ["550.54.15", f"999.{i}"]})
+        reports.flush()
+
+    def asked() -> list:
+        return [v for v in store.validations(config_ids=[v1.id]) if v.trigger == "fingerprint"]
+
+    with caplog.at_level("INFO", logger="autotuner.api.fingerprints"):
+        for i in range(4):
+            new_stack(i)
+            for v in asked():  # each one ends at once, as the scheduler would run it
+                if v.state in ("queued", "running"):
+                    store.finish_validation(v.id, ValidationState.HELD)
+    assert len(asked()) == 1
+    assert "not re-validated: jobs asked for one at" in caplog.text
+    assert len(store.fingerprint_reports([v1.id])[v1.id]) == 4  # every stack is still recorded
+    (first,) = asked()
+    store.update_validation(first.id, created_at=first.created_at - REASK_AFTER)  # six hours on
+    new_stack(9)
+    assert len(asked()) == 2
