@@ -52,12 +52,12 @@ def exports(env: Mapping[str, str]) -> list[str]:
     """`export NAME=value` lines of a launch script, sorted by name, values quoted for the shell, names
     checked (a resumed launch's env comes back from its stored row, which is not trusted)."""
     for name in env:
-        if not _NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise ValueError(f"refusing to export {name!r}: not a variable name")
     return [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell can export
 
 
 def read_exit_code(workdir: Path) -> int | None:

@@ -29,6 +29,8 @@ def default_workdir(database_url: str, data_dir: Path | None = None) -> Path:
     overwrote the other's spec and result, and one's prune removed the other's launches."""
     from sqlalchemy.engine import make_url
 
+    from autotuner.store.db import shown_url
+
     data_dir = (data_dir or default_data_dir()).absolute()
     url = make_url(database_url)
     database = url.database or "memory"
@@ -36,7 +38,7 @@ def default_workdir(database_url: str, data_dir: Path | None = None) -> Path:
         database = os.path.abspath(database)  # one file, whichever directory names it
         if database == str(data_dir / "autotuner.db"):
             return data_dir / "runs"
-    key = url.set(database=database).render_as_string(hide_password=True)  # one key whatever the password
+    key = shown_url(url.set(database=database).render_as_string())  # one key whatever the password
     name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(database).stem)[:40] or "store"
     return data_dir / "runs" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 

@@ -14,7 +14,7 @@ import shlex
 import string
 
 from autotuner.executors.base import LaunchRequest
-from autotuner.executors.script import EXIT_CODE_FILE, exports
+from autotuner.executors.script import ENV_NAME, EXIT_CODE_FILE, exports
 from autotuner.executors.slurm.options import SlurmOptions
 
 
@@ -49,7 +49,6 @@ NO_FIXED_ENV = """\
 # What may sit unquoted in an #SBATCH line: sbatch has its own tokenizer there, and '%' is a filename
 # pattern in --output.
 _SBATCH_PATH = re.compile(r"/[A-Za-z0-9._/+@,:=~-]*")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_launch(launch: LaunchRequest) -> None:
@@ -61,7 +60,7 @@ def check_launch(launch: LaunchRequest) -> None:
             "and ._/+@,:=~- (it goes into #SBATCH lines, where spaces and '%' are not safe)"
         )
     for name, value in launch.env.items():
-        if not _ENV_NAME.fullmatch(name) or "\n" in value:
+        if not ENV_NAME.fullmatch(name) or "\n" in value:
             raise ValueError(f"launch variable {name!r}: not a variable name or not a one-line value")
 
 
