@@ -27,6 +27,11 @@ from autotuner.store import Store
 log = logging.getLogger("autotuner.api")
 
 
+# 20 digits is 10**20 bytes: a longer Content-Length is no body's length, even padded with zeros.
+MAX_LENGTH_DIGITS = 20
+NOT_A_LENGTH = b'{"detail":"the Content-Length header is not a byte count"}'
+
+
 class Guard:
     """Pure ASGI (cheap on the hot path): request latency per route, and 413 for bodies over the
     limit, whether announced (Content-Length) or streamed (chunked)."""
@@ -47,7 +52,10 @@ class Guard:
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+        if declared is not None and (not declared.isdigit() or len(declared) > MAX_LENGTH_DIGITS):
+            # Not a length (int() of over 4,300 digits raises: a 500, zeros or not): not "too large" either.
+            return await self._answer(send, 400, NOT_A_LENGTH)
+        if declared is not None and int(declared) > self.max_bytes:
             return await self._reject(send)
         seen = 0
         too_large = False
@@ -85,7 +93,11 @@ class Guard:
             b'{"detail":"request body too large (limit %d bytes; raise it with AUTOTUNER_MAX_BODY_BYTES)"}'
             % self.max_bytes
         )
-        await send({"type": "http.response.start", "status": 413,
+        await self._answer(send, 413, body)
+
+    @staticmethod
+    async def _answer(send: Send, status: int, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})  # fmt: skip
         await send({"type": "http.response.body", "body": body})
 

@@ -34,32 +34,45 @@ def plotly_js() -> Path:
 pages = APIRouter(include_in_schema=False)
 
 
+MAX_STUDY_ID = 2**31  # as the REST path's StudyId
+# HEAD too (405 before; plotly's 404, the /static mount answering it): link checkers and proxies probe
+# with it. Not in the schema, as the whole router.
+GET_HEAD = ["GET", "HEAD"]
+
+
 def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(
         request, template, {"version": __version__, "page": template.removesuffix(".html"), **context}
     )
 
 
-@pages.get("/", response_class=HTMLResponse)
+@pages.api_route("/", methods=GET_HEAD, response_class=HTMLResponse)
 def studies_page(request: Request) -> HTMLResponse:
     return _page(request, "studies.html")
 
 
-@pages.get("/studies/{study_id}", response_class=HTMLResponse)
+@pages.api_route("/studies/{study_id}", methods=GET_HEAD, response_class=HTMLResponse)
 def study_page(request: Request, study_id: str) -> HTMLResponse:
     # A link that names no study (/studies/abc) is a page saying so with 404, not the API's JSON 422.
     page = _page(request, "study.html", study_id=study_id)
-    if not (study_id.isascii() and study_id.isdecimal() and 1 <= int(study_id) <= 2**31):
+    if not _is_study_id(study_id):
         page.status_code = 404
     return page
 
 
-@pages.get("/configs", response_class=HTMLResponse)
+def _is_study_id(text: str) -> bool:
+    # int() refuses over 4,300 digits (a 500): the digits past the leading zeros are counted first.
+    digits = text.lstrip("0")
+    return (text.isascii() and text.isdecimal() and len(digits) <= len(str(MAX_STUDY_ID))
+            and 1 <= int(digits or "0") <= MAX_STUDY_ID)  # fmt: skip
+
+
+@pages.api_route("/configs", methods=GET_HEAD, response_class=HTMLResponse)
 def configs_page(request: Request) -> HTMLResponse:
     return _page(request, "configs.html")
 
 
-@pages.get("/static/plotly.min.js")
+@pages.api_route("/static/plotly.min.js", methods=GET_HEAD)
 def plotly_asset() -> FileResponse:
     # Listed before the /static mount, so this route wins; the file is versioned with the package.
     return FileResponse(

@@ -30,6 +30,7 @@ FINGERPRINT = HEADER.lower().encode()
 ROUTE_PATH = "/v1/configs/{cluster}/{workload}"
 MEDIA = {fmt: media.encode() for fmt, media in MEDIA_TYPES.items()}
 MAX_NODES = 1_000_000
+MAX_NODES_DIGITS = len(str(MAX_NODES))
 
 _ROUTE = SimpleNamespace(path=ROUTE_PATH)
 
@@ -72,8 +73,7 @@ class ConfigFastPath:
         nodes: int | None = None
         fmt = "json"
         for key, value in _query(scope["query_string"]):
-            # ASCII digits only: str.isdigit() also takes "²" (int() fails) and "٣" (the route refuses it)
-            if key == "nodes" and value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_NODES:
+            if key == "nodes" and _is_nodes(value):
                 nodes = int(value)
             elif key == "format" and value in MEDIA:
                 fmt = value
@@ -97,6 +97,17 @@ def note_stale(state: Any, config_id: int, header: bytes, diff: dict[str, list[s
     state.metrics.fingerprint_mismatches.inc()
     if state.cache.reports is not None:
         state.cache.reports.note(config_id, header, diff)
+
+
+def _is_nodes(value: str) -> bool:
+    # ASCII digits only: str.isdigit() also takes "²" (int() fails) and "٣" (the route refuses it). No more
+    # digits than MAX_NODES has: int() of over 4,300 raises (a 500); the route answers such a value's 422.
+    return (
+        value.isascii()
+        and value.isdigit()
+        and len(value) <= MAX_NODES_DIGITS
+        and 1 <= int(value) <= MAX_NODES
+    )
 
 
 def _query(raw: bytes) -> list[tuple[str, str]]:

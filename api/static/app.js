@@ -119,10 +119,17 @@
   async function api(path, { text = false } = {}) {
     const headers = { Accept: text ? "text/plain" : "application/json" };
     const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token && tokenProblem(token)) {
+      // Stored before the form checked (or by hand): fetch would throw on it at every retry, for ever.
+      sessionStorage.removeItem(TOKEN_KEY);
+      showTokenForm(tokenProblem(token));
+      throw new AuthNeeded();
+    }
     if (token) headers.Authorization = `Bearer ${token}`;
     const response = await fetch(path, { headers, cache: "no-store" });
     if (response.status === 401) {
-      showTokenForm(token ? "That token was not accepted (401): paste another one." : "");
+      // A read sent with no token, while the form already asks for one, leaves it (and why it asks) as is.
+      if (token || $("token-form").hidden) showTokenForm(token ? "That token was not accepted (401): paste another one." : "");
       throw new AuthNeeded();
     }
     if (!response.ok) {
@@ -151,14 +158,30 @@
     $("token-change").hidden = !withToken;
   }
 
+  /** Why a pasted token cannot be one (null: it can). Tokens are printable ASCII; a header carries
+   * Latin-1 only, so a curly quote from a chat or a document would make every fetch throw. */
+  function tokenProblem(token) {
+    const bad = [...token].find((c) => c < " " || c > "~");
+    if (bad === undefined) return null;
+    const code = `U+${bad.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+    return `That token has a character no token has (${code}${/\p{C}|\p{Z}/u.test(bad) ? "" : ` “${shownText(bad)}”`}): `
+      + "tokens are printable ASCII. Paste it again, as plain text.";
+  }
+
   function setupTokenForm() {
     $("token-form").addEventListener("submit", (event) => {
       event.preventDefault();
       const value = $("token-input").value.trim();
       if (!value) return;
+      const problem = tokenProblem(value);
+      if (problem) {
+        showTokenForm(problem);
+        return;
+      }
       sessionStorage.setItem(TOKEN_KEY, value);
       $("token-input").value = "";
       $("token-form").hidden = true;
+      $("token-change").hidden = false; // reachable whatever the reads answer (the service may be down)
       restartLoops();
     });
     $("token-forget").addEventListener("click", () => {
@@ -172,11 +195,13 @@
 
   const loops = [];
 
-  /** Run fn now and again after the delay it returns (ms; null stops). Waits for a token on 401. */
+  /** Run fn now and again after the delay it returns (ms; null stops). Waits for a token on 401.
+   * The loop it returns runs again at once on tick(loop). */
   function every(fn) {
     const loop = { fn, timer: null, busy: false };
     loops.push(loop);
     tick(loop);
+    return loop;
   }
   async function tick(loop) {
     clearTimeout(loop.timer);
@@ -202,6 +227,8 @@
     node.textContent = error instanceof HttpError
       ? `The service answered ${error.status}: ${error.detail}`
       : `Cannot reach the service (${error.message || error}); retrying.`;
+    // The token may be what is wrong: the form stays one click away whatever failed.
+    if (sessionStorage.getItem(TOKEN_KEY)) $("token-change").hidden = false;
     setLive(false, "reconnecting");
   }
 
@@ -255,22 +282,51 @@
 
   // ---------------------------------------------------------------- studies list
 
+  const STUDIES_SHOWN = 200; // a page of the list, newest first; the pager reaches the older ones
+  const STUDY_STATES = ["running", "confirming", "queued", "done", "failed", "cancelled"];
+
   function studiesPage() {
-    every(async () => {
-      const page = await api("/v1/studies?limit=200");
-      renderStudies(page);
-      const active = page.data.some((s) => ACTIVE.has(s.state));
+    const view = { offset: 0 };
+    const loop = every(async () => {
+      const offset = view.offset;
+      // Each state's count is the API's (a listing's count for that state): counted from this page's
+      // rows, it would leave out every study past the first page.
+      const [page, perState] = await Promise.all([
+        api(`/v1/studies?limit=${STUDIES_SHOWN}${offset ? `&offset=${offset}` : ""}`),
+        Promise.allSettled(STUDY_STATES.map((state) => api(`/v1/studies?state=${state}&limit=1`))),
+      ]);
+      if (offset !== view.offset) return 0; // the pager moved meanwhile: read the page it asks for
+      if (!page.data.length && offset > 0) { // studies removed since: back to the last page there is
+        view.offset = Math.max(0, Math.floor((page.count - 1) / STUDIES_SHOWN) * STUDIES_SHOWN);
+        return 0;
+      }
+      // A count that could not be read leaves the states out (the list is still drawn), never guessed.
+      const unread = perState.find((result) => result.status === "rejected");
+      const counts = unread ? {} : Object.fromEntries(STUDY_STATES.map((state, i) => [state, perState[i].value.count]));
+      renderStudies(page, counts);
+      renderStudiesPager(page, offset);
+      if (unread) throw unread.reason;
+      const active = [...ACTIVE].some((state) => counts[state]);
       setLive(true, active ? "live · every 3 s" : "live");
       return 3000;
     });
+    const move = (offset) => { view.offset = offset; tick(loop); };
+    $("studies-prev").addEventListener("click", () => move(Math.max(0, view.offset - STUDIES_SHOWN)));
+    $("studies-next").addEventListener("click", () => move(view.offset + STUDIES_SHOWN));
   }
 
-  function renderStudies(page) {
-    const counts = {};
-    for (const s of page.data) counts[s.state] = (counts[s.state] || 0) + 1;
+  function renderStudiesPager(page, offset) {
+    $("studies-pager").hidden = page.count <= STUDIES_SHOWN && offset === 0;
+    const last = Math.min(offset + page.data.length, page.count);
+    setText("studies-range", `${num0(offset + 1)}–${num0(last)} of ${num0(page.count)}, newest first`);
+    $("studies-prev").disabled = offset === 0;
+    $("studies-next").disabled = offset + STUDIES_SHOWN >= page.count;
+  }
+
+  function renderStudies(page, counts) {
     fill($("studies-summary"),
       el("span", { class: "stat" }, el("b", {}, num0(page.count)), page.count === 1 ? "study" : "studies"),
-      ...["running", "confirming", "queued", "done", "failed", "cancelled"]
+      ...STUDY_STATES
         .filter((state) => counts[state])
         .map((state) => el("span", { class: "stat" }, el("b", {}, num0(counts[state])), state)),
     );
@@ -434,25 +490,53 @@
 
   const pointText = (point) => `${precision(point.fwd_precision, point.bwd_precision)} · batch ${num0(point.batch_size)}`;
 
+  // How a study that will get no more launches ended, for the words that would otherwise say "yet".
+  const ENDED_HOW = { cancelled: "was cancelled", failed: "failed" };
+
+  /** How an ended study that confirmed nothing ended: no "so far" or "yet", nothing more will come. */
+  function endedUnconfirmed(study) {
+    const published = isNum((study.outcome || {}).published_version);
+    return `The study ${ENDED_HOW[study.state] || "ended"} before a finalist was confirmed`
+      + `${published ? "" : ": nothing was published"}.`;
+  }
+
+  /** What was published when it is not the fastest row measured: its trial and confirmed throughput. */
+  function publishedText(outcome) {
+    if (keptBaseline(outcome)) return el("span", {}, "the baseline itself (no overrides): see the decision");
+    return el("span", {}, `${outcome.chosen_candidate} (tagged in the trials table)`,
+      isNum(outcome.tuned_samples_per_s) ? ` · ${num0(outcome.tuned_samples_per_s)} samples/s when confirmed` : null,
+      el("span", { class: "faint" }, " · the speedup beside is its own"));
+  }
+
   function renderOutcome(study) {
     const best = study.best;
     const base = study.baseline;
     const outcome = study.outcome || {};
+    const active = ACTIVE.has(study.state);
+    // The fastest row measured need not be what was published (an inert knob's luck, a quality cost, the
+    // baseline kept): then each is named, so nobody reads the fastest one's env as the published one.
+    const chosen = outcome.chosen_candidate;
+    const fastestOnly = Boolean(best) && isNum(chosen) && chosen !== best.id;
+    setText("kpi-best-label", fastestOnly ? "Fastest measured (not published)" : "Best");
     setText("kpi-best", num0(best && best.samples_per_s));
-    setText("kpi-best-sub", best ? pointText(best) : "no measurement yet");
+    setText("kpi-best-sub", best ? `${pointText(best)}${fastestOnly ? ` · trial ${best.id}` : ""}`
+      : active ? "no measurement yet" : "no measurement");
     setText("kpi-base", num0(base && base.samples_per_s));
     setText("kpi-base-sub", base ? pointText(base) : "measured first");
     const bestEnv = $("best-env");
     if (best) {
-      fill(bestEnv, el("span", { class: "k" }, "Best env"),
+      fill(bestEnv, el("span", { class: "k" }, fastestOnly ? "Fastest measured env (not published)" : "Best env"),
         envText(best.env) ? el("code", {}, envText(best.env)) : el("span", { class: "faint" }, "defaults (no overrides)"),
         best.sharding ? el("span", { class: "faint" }, ` · ${best.sharding}`) : null);
     } else {
       fill(bestEnv);
     }
+    const publishedEnv = $("published-env");
+    publishedEnv.hidden = !fastestOnly;
+    fill(publishedEnv, ...(fastestOnly ? [el("span", { class: "k" }, "Published trial"), publishedText(outcome)] : []));
     const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
     if (isNum(outcome.speedup)) {
-      setText("kpi-speedup-label", hasCi ? "Confirmed speedup" : "Speedup");
+      setText("kpi-speedup-label", hasCi ? `Confirmed speedup${fastestOnly ? " (published)" : ""}` : "Speedup");
       setText("kpi-speedup-note", hasCi ? `${outcome.rounds} interleaved rounds${outcome.significant ? "" : " · not significant"}` : "");
       setText("kpi-speedup", times(outcome.speedup));
       setText("kpi-speedup-sub", hasCi
@@ -461,18 +545,21 @@
       if (!hasCi && keptBaseline(outcome)) setText("kpi-speedup-label", "Published speedup");
       $("kpi-speedup").className = `kpi-value ${outcome.significant ? "accent" : ""}`;
     } else if (best && base && isNum(best.samples_per_s) && isNum(base.samples_per_s)) {
-      setText("kpi-speedup-label", "Speedup so far");
+      // Only a study still running will confirm it: one that ended says how it ended instead.
+      setText("kpi-speedup-label", active ? "Speedup so far" : "Best / baseline, never confirmed");
       setText("kpi-speedup", times(best.samples_per_s / base.samples_per_s));
-      setText("kpi-speedup-sub", "provisional, until confirmed");
+      setText("kpi-speedup-sub", active ? "provisional, until confirmed" : endedUnconfirmed(study));
       setText("kpi-speedup-note", "");
       $("kpi-speedup").className = "kpi-value";
     } else {
+      setText("kpi-speedup-label", "Speedup");
       setText("kpi-speedup", "—");
-      setText("kpi-speedup-sub", "");
+      setText("kpi-speedup-sub", active || study.state === "done" ? "" : endedUnconfirmed(study));
+      setText("kpi-speedup-note", "");
     }
     setText("outcome-hint", study.state === "done"
       ? (hasCi ? "confirmed" : keptBaseline(outcome) ? "baseline kept" : "not confirmed")
-      : ACTIVE.has(study.state) ? "provisional" : "");
+      : active ? "provisional" : hasCi ? "" : "never confirmed");
 
     if (hasCi) {
       // Log axis: the interval is multiplicative (a t-interval on log ratios) and may be wide.
@@ -504,7 +591,8 @@
         : finalist && keptBaseline(outcome)
           ? `The finalist measured ${finalist} against the baseline`
             + `${isNum(outcome.finalist.rounds) ? ` over ${outcome.finalist.rounds} rounds` : ""}, but was not published: see the decision.`
-          : "No confidence interval for this study.");
+          : study.state === "done" || isNum(outcome.speedup) ? "No confidence interval for this study."
+            : `No confidence interval: the study ${ENDED_HOW[study.state] || "ended"} before a finalist was confirmed.`);
     }
 
     renderLadder(outcome, study);
@@ -536,7 +624,10 @@
       // A confirmed finalist without steps: the ladder was skipped, or the study predates it (no
       // ladder stored at all); neither says the finalist failed its confirmation.
       const confirmed = (outcome.finalist || outcome).significant === true;
-      chartMessage("chart-ladder", study.state !== "done" ? "The ladder is measured after the finalist is confirmed."
+      // Only a study still running will measure it; one that failed or was cancelled never will.
+      const ended = ENDED_HOW[study.state];
+      chartMessage("chart-ladder", ACTIVE.has(study.state) ? "The ladder is measured after the finalist is confirmed."
+        : ended ? `No ladder: the study ${ended} before the ladder was measured.`
         : !confirmed ? "No ladder: the finalist was not confirmed faster than the baseline."
         : outcome.ladder ? "No ladder: this study skipped it (ladder_rounds 0)."
         : "No ladder: this study ran before ladders were measured.");
@@ -596,6 +687,7 @@
     const study = view.study || {};
     const bestId = study.best && study.best.id;
     const baseId = study.baseline && study.baseline.id;
+    const publishedId = (study.outcome || {}).chosen_candidate; // tagged where it is not the best
     const rows = [];
     for (const t of page.data) {
       const effective = t.effective_fwd_precision && (t.effective_fwd_precision !== t.fwd_precision || t.effective_bwd_precision !== t.bwd_precision);
@@ -603,7 +695,9 @@
       const env = envText(t.env);
       const tr = el("tr", { class: [t.error ? "has-error" : "", t.id === bestId ? "row-best" : ""].join(" ").trim() || null, dataset: { trial: t.id } },
         el("td", { class: "num" }, t.id === bestId ? el("span", { class: "tag best", title: "best trial" }, "best") : null,
-          t.id === baseId ? el("span", { class: "tag base", title: "the baseline: no overrides, fp32" }, "base") : null, " ", String(t.id)),
+          t.id === baseId ? el("span", { class: "tag base", title: "the baseline: no overrides, fp32" }, "base") : null,
+          t.id === publishedId && t.id !== bestId && t.id !== baseId
+            ? el("span", { class: "tag published", title: "measured what was published" }, "published") : null, " ", String(t.id)),
         el("td", { class: "num" }, `#${view.launchSeq[t.launch_id] ?? t.launch_id}`),
         el("td", {}, el("span", { class: "tag" }, t.kind)),
         el("td", { class: "env", title: env || "no overrides" }, env || el("span", { class: "faint" }, "defaults")),
@@ -626,7 +720,7 @@
     }
     if (!rows.length) {
       rows.push(el("tr", { class: "placeholder" }, el("td", { colspan: 12 },
-        view.state ? `No ${view.state} trials.` : "No trials yet: the first launch is running.")));
+        view.state ? `No ${view.state} trials.` : noTrialsText(study))));
     }
     fill($("trials").tBodies[0], ...rows);
     for (const th of $("trials").tHead.querySelectorAll("th[data-sort]")) {
@@ -643,6 +737,15 @@
     setText("trials-range", `${num0(first)}–${num0(Math.min(view.offset + view.limit, page.count))} of ${num0(page.count)}`);
     $("trials-prev").disabled = view.offset === 0;
     $("trials-next").disabled = view.offset + view.limit >= page.count;
+  }
+
+  /** The trials table with no rows: true to the study's state (an ended study will get none). */
+  function noTrialsText(study) {
+    if (study.state === "queued") return "No trials yet: the study is queued.";
+    if (ACTIVE.has(study.state)) return "No trials yet: the first launch is running.";
+    if (study.state === "failed") return "No trials: the study failed before any was measured.";
+    if (study.state === "cancelled") return "No trials: the study was cancelled before any was measured.";
+    return "No trials.";
   }
 
   function renderFailed(launches) {
@@ -667,15 +770,15 @@
   function renderCharts(insights, study) {
     renderHistory(insights.history, study);
     renderImportance(insights.importance, study);
-    renderMatrix(insights.matrix);
-    renderBreakdown(insights.breakdown || []);
+    renderMatrix(insights.matrix, study);
+    renderBreakdown(insights.breakdown || [], study);
   }
 
   // The step as a stacked bar per candidate: compute, then the comm it did not hide (together the
   // step). The wire time of each kind of comm overlaps them, so it is said on hover, not stacked.
-  function renderBreakdown(rows) {
+  function renderBreakdown(rows, study) {
     if (!rows.length) {
-      chartMessage("chart-breakdown", "No step measured yet.");
+      chartMessage("chart-breakdown", ACTIVE.has(study.state) ? "No step measured yet." : "No step measured.");
       return;
     }
     const ordered = [...rows].reverse();
@@ -783,10 +886,10 @@
     }));
   }
 
-  function renderMatrix(matrix) {
+  function renderMatrix(matrix, study) {
     const hasData = matrix && matrix.samples_per_s.some((row) => row.some(isNum));
     if (!hasData) {
-      chartMessage("chart-matrix", "No feasible measurement yet.");
+      chartMessage("chart-matrix", ACTIVE.has(study.state) ? "No feasible measurement yet." : "No feasible measurement.");
       return;
     }
     const xs = matrix.batch_sizes.map((b) => fmtInt.format(b));
