@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from autotuner.executors.files import log_tail, read_bounded
+from autotuner.executors.files import launch_dir, log_tail, read_bounded, remove, write_new
 from autotuner.executors.results import ResultError, parse_result
 from autotuner.limits import limits
 
@@ -142,9 +142,18 @@ class Executor(ABC):
             return None
         except OSError as exc:
             raise ResultError(str(exc)) from None
-        return parse_result(data, launch.spec)
+        return parse_result(data, launch.spec, self.world_size(launch))
+
+    def world_size(self, launch: LaunchRequest) -> int | None:
+        """The ranks a launch's result must say it ran (None: not checked, e.g. a replayed recording)."""
+        return launch.nnodes * launch.nproc_per_node
 
     # ---- shared
+
+    def pinned_env(self, launch: LaunchRequest) -> dict[str, str]:
+        """Variables this executor sets itself for `launch`, over the launch's own (an emulation's
+        transport): a space may not search them, nor fix them to another value."""
+        return {}
 
     def check(self, launch: LaunchRequest) -> None:
         """ValueError for a launch this executor could never run (its directory, node or GPU counts),
@@ -153,9 +162,9 @@ class Executor(ABC):
 
     def prepare(self, launch: LaunchRequest) -> None:
         """Write the spec where the trial reads it (the workdir is shared with the nodes)."""
-        launch.workdir.mkdir(parents=True, exist_ok=True)
-        launch.spec_path.write_text(json.dumps(launch.spec, indent=2))
-        launch.result_path.unlink(missing_ok=True)
+        launch_dir(launch.workdir)
+        write_new(launch.spec_path, json.dumps(launch.spec, indent=2))
+        remove(launch.result_path)
 
     def submit(self, launch: LaunchRequest) -> tuple[str, AppDryrun[Any]]:
         dryrun = self.dryrun(launch)

@@ -14,22 +14,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, StrictFloat
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
 from autotuner.executors.options import Count, ExecutorOptions, option
+from autotuner.files import read_bounded
 from trials.result import SCHEMA_VERSION, write_json_atomic
 from trials.spec import parse_workload
+
+MAX_DELAY_S = 3600  # a demo's pace: an hour per launch is already more than any demo wants
 
 
 class ReplayOptions(ExecutorOptions):
     executor = "replay"
 
     landscape: Path = option(..., "the recorded landscape file (JSON) whose results answer the launches")
-    delay_s: Annotated[float, Field(ge=0)] = option(
+    # strict like every other option: "5", true and inf were taken (inf: no launch ever ended)
+    delay_s: Annotated[StrictFloat, Field(ge=0, le=MAX_DELAY_S, allow_inf_nan=False)] = option(
         0.0,
         "seconds each launch 'runs' (lets a demo or a browser test watch a study progress)",
-        "seconds >= 0",
+        f"seconds from 0 to {MAX_DELAY_S} (a number)",
     )
     seed: Count = option(0, "which recorded repeat answers a point (the study's seed)", "an integer >= 0")
 
@@ -50,6 +54,9 @@ def env_key(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
+MAX_LANDSCAPE_BYTES = 256 << 20  # a recorded landscape of thousands of points is a few MB
+
+
 class Landscape:
     """(env, candidate) -> the recorded candidate results (one per repeat)."""
 
@@ -66,7 +73,10 @@ class Landscape:
     @classmethod
     def load(cls, path: str | Path) -> Landscape:
         """A recorded landscape; OSError if the file cannot be read, ValueError if it is not one."""
-        data = json.loads(Path(path).read_text())
+        try:
+            data = json.loads(read_bounded(Path(path), MAX_LANDSCAPE_BYTES, follow_links=True))
+        except RecursionError:
+            raise ValueError(f"landscape {path}: its JSON is nested too deeply") from None
         if not isinstance(data, dict) or not isinstance(data.get("points"), list):
             raise ValueError(f"landscape {path}: not a recorded landscape (an object with a list of points)")
         return cls(data)
@@ -84,6 +94,9 @@ class ReplayRequest:
 
 class ReplayExecutor(Executor):
     name = "replay"
+
+    def world_size(self, launch: LaunchRequest) -> int | None:
+        return None  # the recording's own world answers, whatever the launch asked for
 
     def __init__(self, landscape: Landscape, *, seed: int = 0, delay_s: float = 0.0) -> None:
         self.landscape = landscape

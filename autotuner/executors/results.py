@@ -34,8 +34,27 @@ def clip(text: object, limit: int = MAX_TEXT) -> str:
 
 
 def finite(value: Any) -> bool:
-    """A number JSON can carry and arithmetic can trust: not a bool, NaN or an infinity."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A number JSON can carry and arithmetic can trust: not a bool, NaN, an infinity or an integer
+    too large for a float (JSON's integers have no bound; 1 followed by 400 zeros overflows)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return -MAX_NUMBER <= value <= MAX_NUMBER if isinstance(value, int) else math.isfinite(value)
+
+
+MAX_NUMBER = 1e300  # compared exactly with any int; far above any figure a trial measures
+MAX_DEPTH = 32  # levels of nesting a result may have (its schema has 6): deeper, it was not a trial's
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests (iteratively: a deep one must not overflow the stack it is checked on)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((x, level + 1) for x in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 # ------------------------------------------------------------------------------ value checks
@@ -51,7 +70,7 @@ def _number(minimum: float = 0.0, *, above: bool = False) -> Callable[[Any], str
 
 
 def _count(v: Any) -> str:
-    return "" if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else "an integer >= 1"
+    return "" if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**53 else "an integer >= 1"
 
 
 def _text(v: Any) -> str:
@@ -119,7 +138,7 @@ _NCCL_EFFECTIVE = {
     "transport_kinds": _optional(_texts),
     "nnodes": _optional(_count),
 }
-_STATS = {"median": _number(), "cv": _number()}
+_STATS = {"median": _number(above=True), "cv": _number()}  # a step takes time: 0 implies any rate
 _TIMING = {
     "samples_per_s": _number(above=True),
     "iter_ms": _object,
@@ -150,17 +169,23 @@ _IDENTITY_IF_GIVEN = ("sharding", "pipeline", "num_threads")
 # ------------------------------------------------------------------------------ the result
 
 
-def parse_result(data: bytes | str, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def parse_result(
+    data: bytes | str, spec: Mapping[str, Any] | None = None, world_size: int | None = None
+) -> dict[str, Any]:
     """The result as the tuner may use it; ResultError naming what is wrong otherwise. With the launch's
-    `spec`, it must hold one result per candidate the launch asked for."""
+    `spec`, it must hold one result per candidate the launch asked for; with the launch's `world_size`
+    (nodes x ranks per node), it must say so (the rate check multiplies by it: 4096 would pass off a
+    2-rank launch's step as 2,000x the samples/s)."""
     try:
         result = json.loads(data)
     except RecursionError:
-        raise ResultError("its JSON is nested too deeply") from None
+        raise ResultError(f"its JSON nests deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # UnicodeDecodeError included
         raise ResultError(f"not JSON ({clip(exc, 200)})") from None
     if not isinstance(result, dict):
         raise ResultError(f"a JSON {type(result).__name__}, not an object")
+    if _depth(result) > MAX_DEPTH:
+        raise ResultError(f"its JSON nests deeper than {MAX_DEPTH} levels")
     if result.get("schema_version") != SCHEMA_VERSION:
         raise ResultError(
             f"schema_version is {_shown(result.get('schema_version'))}, expected {SCHEMA_VERSION}"
@@ -177,6 +202,8 @@ def parse_result(data: bytes | str, spec: Mapping[str, Any] | None = None) -> di
                                                        "nccl_effective.")  # fmt: skip
     if problem:
         raise ResultError(problem)
+    if world_size is not None and result["world_size"] != world_size:
+        raise ResultError(f"world_size is {_shown(result['world_size'])}, the launch ran {world_size} ranks")
     candidates = result.get("candidates")
     if not isinstance(candidates, list):
         raise ResultError(f"candidates is {_shown(candidates)}, expected a list")
@@ -229,8 +256,8 @@ def _timing_problem(measured: dict[str, Any], index: int, world_size: int | None
     if problem or world_size is None:
         return problem
     step_ms, rate = measured["iter_ms"]["median"], measured["samples_per_s"]
-    implied = measured["batch_size"] * world_size * 1000 / step_ms if step_ms > 0 else math.inf
-    if abs(rate - implied) > RATE_TOLERANCE * implied:
+    implied = measured["batch_size"] * world_size * 1000 / step_ms
+    if not math.isfinite(implied) or abs(rate - implied) > RATE_TOLERANCE * implied:
         return (f"{where}samples_per_s {rate:.6g} is not batch {measured['batch_size']} x world size "
                 f"{world_size} / median step {step_ms:.6g} ms = {implied:.6g}")  # fmt: skip
     return None

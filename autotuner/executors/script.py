@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import Description, LaunchRequest, LaunchState
-from autotuner.executors.files import read_small_text
+from autotuner.executors.files import read_small_text, remove, write_new
 from trials.result import ENV_PREFIXES, EXIT_BAD_INPUT, EXIT_CANDIDATE_FAILED, EXIT_LAUNCH_FAILED, EXIT_OK
 
 EXIT_CODE_FILE = "exit_code"
@@ -29,8 +29,8 @@ class ScriptRequest:
 
     def write(self, launch: LaunchRequest) -> None:
         """Put the script in place and clear the exit code an earlier try in the same directory left."""
-        self.script_path.write_text(self.script)
-        (launch.workdir / EXIT_CODE_FILE).unlink(missing_ok=True)
+        write_new(self.script_path, self.script)
+        remove(launch.workdir / EXIT_CODE_FILE)
 
 
 def without_comm_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -3,6 +3,7 @@ fingerprint updated, and an env config that crashed quarantined on that cluster.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from autotuner.executors import Outcome
@@ -27,11 +28,11 @@ def ingest(
         for row in rows:
             if row["kind"] == LaunchKind.SEARCH:
                 row["optuna_number"] = search.claim_number()
-    saved = ctx.store.add_candidates(rows)
-    summary = {k: v for k, v in (outcome.result or {}).items() if k != "candidates"} or None
-    launch = ctx.store.update_launch(launch.id, state=outcome.state.value, finished_at=utcnow(), summary=summary,
-                                     error=clip(outcome.reason) if outcome.reason else None,
-                                     log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
+    summary = stored({k: v for k, v in (outcome.result or {}).items() if k != "candidates"}) or None
+    saved = ctx.store.finish_launch(launch.id, rows, state=outcome.state.value, finished_at=utcnow(), summary=summary,
+                                    error=clip(outcome.reason) if outcome.reason else None,
+                                    log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
+    launch = ctx.store.launch(launch.id) or launch
     if result is not None:
         ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))
     elif launch.kind == LaunchKind.SEARCH and outcome.state != LaunchState.CANCELLED:
@@ -75,9 +76,14 @@ def candidate_row(
         }
     if measured is None or measured.get("status") != "ok":
         error = (measured or {}).get("error") or f"launch {outcome.state.value}: {outcome.reason}"
-        return {**row, "state": CandidateState.FAILED, "error": clip(error), "metrics": measured or {}}
+        return {
+            **row,
+            "state": CandidateState.FAILED,
+            "error": clip(error),
+            "metrics": stored(measured or {}),
+        }
     if "quality" in measured:  # a convergence check: scores, not timings
-        return {**row, "state": CandidateState.OK, "metrics": measured}
+        return {**row, "state": CandidateState.OK, "metrics": stored(measured)}
     return {**row, **_measurement(ctx, measured)}
 
 
@@ -100,7 +106,23 @@ def _measurement(ctx: StudyContext, measured: dict[str, Any]) -> dict[str, Any]:
         "busbw_gbps": measured["busbw_gbps"],
         "quant_error_fwd": quant.get("fwd_rel_l2"),
         "quant_error_bwd": quant.get("bwd_rel_l2"),
-        "metrics": {k: v for k, v in measured.items() if k != "a2a_calls_by_rank"},
+        "metrics": stored({k: v for k, v in measured.items() if k != "a2a_calls_by_rank"}),
+    }
+
+
+MAX_STORED_ENTRY = 64 << 10  # bytes of JSON one entry of a result may take in the store
+
+
+def stored(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` as stored: an entry larger than MAX_STORED_ENTRY (what a trial writes is ~1 KB each; a
+    node may write megabytes under a name the tuner never reads) is left out, and named with its size."""
+    sizes = {k: len(json.dumps(v, default=str)) for k, v in record.items()}
+    dropped = {k: n for k, n in sizes.items() if n > MAX_STORED_ENTRY}
+    if not dropped:
+        return record
+    return {
+        **{k: v for k, v in record.items() if k not in dropped},
+        "not_stored": {"bytes_over_limit": dropped},
     }
 
 

@@ -3,6 +3,7 @@ renewed meanwhile, then ingested. A cancel seen while waiting stops the launch o
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -12,10 +13,12 @@ from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, utcnow
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.lease import StudyCancelled
+from autotuner.tuning.lease import StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.search import Search
 from trials.spec import parse_spec
+
+log = logging.getLogger("autotuner.tuning")
 
 
 def spec_of(ctx: StudyContext, plan: PlannedLaunch) -> dict[str, Any]:
@@ -66,15 +69,22 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
                             result_path=str(request.result_path))  # fmt: skip
     ctx.progress.on_launch_start(launch)
     started = time.monotonic()
-    backend_id, dryrun = ctx.executor.submit(request)
-    ctx.store.update_launch(launch.id, backend_id=backend_id, request=dryrun.rendered)
-    outcome = wait(ctx, backend_id, request, launch, started)
-    outcome.request = dryrun.rendered
+    stage = "it could not be submitted"
     try:
+        backend_id, dryrun = ctx.executor.submit(request)
+        ctx.store.update_launch(launch.id, backend_id=backend_id, request=dryrun.rendered)
+        stage = "it could not be followed"
+        outcome = wait(ctx, backend_id, request, launch, started)
+        outcome.request = dryrun.rendered
+        stage = "its result could not be recorded"
         return ingest(ctx, launch, outcome, plan, search)
+    except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
+        raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
+        if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
+            raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
-                                error=clip(f"its result could not be recorded: {type(exc).__name__}: {exc}"))  # fmt: skip
+                                error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
 
 
@@ -82,13 +92,20 @@ def wait(
     ctx: StudyContext, backend_id: str, request: LaunchRequest, launch: Launch, started: float
 ) -> Outcome:
     def on_poll() -> None:
-        if ctx.lease.due():
-            ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
         try:
+            if ctx.lease.due():
+                ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
             ctx.lease.beat()
         except StudyCancelled:
             ctx.executor.cancel(backend_id, request)
             ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
             raise
+        except Exception as exc:
+            if not store_unavailable(exc):
+                raise
+            # A store busy or away for a while (SQLite locked past its busy timeout, a database restart)
+            # delays the heartbeat, not the launch: followed on, the beat tried again at the next poll.
+            log.warning("study %s: the store did not answer a heartbeat (%s); still following launch %s",
+                        ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
 
     return ctx.executor.wait(backend_id, request, started=started, poll_s=ctx.poll_s, on_poll=on_poll)

@@ -91,7 +91,7 @@ def create_study(
     # the largest batch it would launch, as the trial will check it (the inputs one rank makes)
     parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
                                                       "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
-    check_executor(settings, workload)
+    check_executor(settings, workload, space_obj)
     ranks = settings.nnodes * settings.nproc_per_node
     if why_no_training(settings, workload_spec) is None and (
         problem := quality_problem(workload_spec, *most_samples(settings.quality_samples), ranks)
@@ -122,10 +122,13 @@ def create_study(
 UNNAMED_TRIES = 1000
 
 
-def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
+def check_executor(
+    settings: StudySettings, workload: dict[str, Any], space: SearchSpace | None = None
+) -> None:
     """What none of a study's launches could run is refused before its row exists: bad or misplaced
     options, a landscape that cannot be read, a launch directory, node or GPU count the executor
-    cannot take. Each node count the study will launch at is asked; nothing is sent."""
+    cannot take, a variable of the space the executor sets itself (emulated nodes). Each node count
+    the study will launch at is asked; nothing is sent."""
     where = f"executor {settings.executor}"
     most, cap = max([settings.nnodes, *settings.scaling_nodes]), limits().max_nodes
     if most > cap:  # the operator's bound on what one request may ask of the cluster
@@ -134,18 +137,31 @@ def check_executor(settings: StudySettings, workload: dict[str, Any]) -> None:
     if given:
         raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "
                          "not as an executor option")  # fmt: skip
+    pinned: dict[str, str] = {}
     try:
         executor = executor_for(settings.executor, settings_options(settings))
         for nnodes in sorted({settings.nnodes, *settings.scaling_nodes}):
-            executor.check(
-                LaunchRequest(
-                    name="s1-l1", spec={"workload": workload, "candidates": []}, env={},
-                    workdir=settings.study_dir(1) / "launch-0001", nproc_per_node=settings.nproc_per_node,
-                    nnodes=nnodes, timeout_s=settings.launch_timeout_s, options=settings.executor_options,
-                )
+            launch = LaunchRequest(
+                name="s1-l1", spec={"workload": workload, "candidates": []}, env={},
+                workdir=settings.study_dir(1) / "launch-0001", nproc_per_node=settings.nproc_per_node,
+                nnodes=nnodes, timeout_s=settings.launch_timeout_s, options=settings.executor_options,
             )  # fmt: skip
+            executor.check(launch)
+            pinned.update(executor.pinned_env(launch))
     except (ValueError, TypeError, OSError) as exc:
         raise StudyError(f"{where}: {exc}") from exc
+    if space is not None and (clash := pinned_clash(space, pinned)):
+        raise StudyError(f"{where} sets {clash} itself (its emulated nodes' transport): the launches would "
+                         "measure its value and the config publish the space's; leave them out of the space's "
+                         "env and fixed_env", "space")  # fmt: skip
+
+
+def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:
+    """The variables the space searches or fixes otherwise among those an executor sets ("" if none)."""
+    names = [n for n in space.env if n in pinned] + [
+        n for n, v in space.fixed_env.items() if n in pinned and pinned[n] != v
+    ]
+    return ", ".join(f"{n}={pinned[n]}" for n in sorted(set(names)))
 
 
 def why_no_training(settings: StudySettings, workload: WorkloadSpec) -> str | None:

@@ -121,8 +121,8 @@ def test_every_resource_is_a_valid_model_and_the_rendering_is_faithful(nnodes):
 
 @pytest.mark.parametrize(
     "options",
-    [dict(gpus_per_node=0), dict(gpus_per_node=0, cpu="8"), dict(memory="32Gi"), dict(hugepages_2mi=512, memory=1 << 30)],
-    ids=["cpu-only", "cpu-request", "memory", "integer-quantities"],
+    [dict(gpus_per_node=0), dict(gpus_per_node=0, cpu="8"), dict(memory="32Gi"), dict(hugepages_2mi=1 << 30, memory=1 << 31)],
+    ids=["cpu-only", "cpu-request", "memory", "integer-quantities"],  # integers are bytes, as in a quantity
 )  # fmt: skip
 def test_variants_are_valid_models(options):
     request = KubernetesExecutor(image=IMAGE, **options).dryrun(launch(4, nproc_per_node=2)).request
@@ -739,7 +739,7 @@ def test_fetch_result_is_none_without_a_result_line(cluster, log):
         ("AUTOTUNER_RESULT {not json\n", "not JSON"),
         ('AUTOTUNER_RESULT {"schema_version": 999, "status": "ok"}\n', "schema_version is 999, expected 1"),
         ("AUTOTUNER_RESULT [1, 2]\n", "a JSON list, not an object"),
-        ("AUTOTUNER_RESULT " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        ("AUTOTUNER_RESULT " + "[" * 100_000 + "]" * 100_000 + "\n", "nests deeper than 32 levels"),
         (f"AUTOTUNER_RESULT {json.dumps({**RESULT, 'candidates': RESULT['candidates'][:1]})}\n",
          "1 candidate results for the 2 candidates the launch asked for"),
         (b'noise\nAUTOTUNER_RESULT {"status": "\xff"}\n', "not JSON (UnicodeDecodeError('utf-8'"),

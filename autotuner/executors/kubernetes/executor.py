@@ -237,7 +237,7 @@ class KubernetesExecutor(Executor):
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
         cap = limits().max_result_bytes  # read first: a bad setting must not pass for an unreadable log
         text = self._index0_log(backend_id, None, lambda chunks: last_result_text(chunks, cap))
-        return None if text is None else results.parse_result(text, launch.spec)
+        return None if text is None else results.parse_result(text, launch.spec, self.world_size(launch))
 
     # ------------------------------------------------------------------ helpers
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
-from autotuner.executors.files import read_small_text
+from autotuner.executors.files import open_log, read_small_text, write_new
 from autotuner.executors.local.memory import available_bytes, check_host_memory
 from autotuner.executors.local.netns import PORT as NODE_PORT
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
@@ -181,13 +181,21 @@ class LocalExecutor(Executor):
                                launch.trial_argv(), port, self.gpus)  # fmt: skip
         return [f"# {hostids_label(launch.nnodes, launch.nproc_per_node, self.gpus)}", *_in_parallel(agents)]
 
+    def pinned_env(self, launch: LaunchRequest) -> dict[str, str]:
+        if launch.nnodes == 1 or self.nodes in ("one", "ranks"):
+            return {}
+        if self.nodes == "namespaces":
+            return {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+        shared = self.gpus and self.gpus < launch.nnodes * launch.nproc_per_node
+        return {**HOSTID_ENV, "NCCL_HOSTID": "(one per node)", **(SHARED_GPU_ENV if shared else {})}
+
     def schedule(self, dryrun: AppDryrun[LocalRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
         env = without_comm_env(os.environ)
         env[LAUNCH_TAG] = req.tag
-        (launch.workdir / "tag").write_text(req.tag)
-        with open(launch.log_path, "ab") as log:
+        write_new(launch.workdir / "tag", req.tag)
+        with os.fdopen(open_log(launch.log_path), "ab") as log:
             proc = subprocess.Popen(
                 ["/bin/sh", str(req.script_path)],
                 cwd=launch.workdir,
@@ -220,6 +228,10 @@ class LocalExecutor(Executor):
             return Description(
                 LaunchState.CANCELLED, child.returncode, f"killed by signal {-child.returncode}"
             )
+        if child is not None and child.returncode is not None:
+            # The script ended before writing exit_code (`ip netns add ... || exit 97`): its own code says why.
+            self._children.pop(pid, None)
+            return describe_exit(child.returncode)
         return Description(LaunchState.FAILED, None, "launch process is gone without an exit code")
 
     def how_cancelled(self, backend_id: str) -> str:
