@@ -22,6 +22,15 @@ What a client may rely on, and how it holds:
 - Across replicas (several services on one PostgreSQL): each replica is monotonic on its own and
   serves every change within `refresh_s`; a client switching replicas can see an older state for
   up to `refresh_s`, never a 404 for what was published (the miss path asks the store).
+- The store went back (restored from an older dump, a failover to a replica that lost commits): its
+  generation is then below what this service loaded. A read that starts after the shared counter
+  says g and returns less than g can only mean that (the counter is only raised to generations read
+  from the store), so the state read is labelled with a new epoch, above every label before it: the
+  counter holds (epoch, generation) in one word, compared as a number. The worker that read it
+  serves it at once and every other one at its next answer (the counter tells it), so the service
+  follows the store within `refresh_s`, a pin through the API is served by every worker when the
+  call returns, and the log says once per service that the generation went back from X to Y. Reads
+  are monotonic again from there; nothing rendered before the rewind is reused (ids may be reused).
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
   that starts while the store is down starts anyway and loads when it answers.
@@ -63,6 +72,17 @@ log = logging.getLogger("autotuner.api.cache")
 
 UNKNOWN = b', "fingerprint_match": "unknown", "fingerprint_diff": {}}'
 MAX_VARIANTS = 256  # distinct job fingerprints kept per version; more are answered, not kept
+EPOCH_SHIFT = 48  # a label: epoch above, store generation below (2**48 changes outlast any store)
+GENERATION_MASK = (1 << EPOCH_SHIFT) - 1
+
+
+def labelled(seen: int, generation: int) -> int:
+    """The label of a state the store returned at `generation`, by a read that started when the shared
+    counter said `seen`: the same epoch if the store is at or past what the counter says, else (the
+    store went back: see the module's docstring) the next epoch, above every label of this one."""
+    epoch, newest = seen >> EPOCH_SHIFT, seen & GENERATION_MASK
+    generation = min(max(generation, 0), GENERATION_MASK)  # a counter set by hand stays in its bits
+    return ((epoch + (generation < newest)) << EPOCH_SHIFT) | generation
 
 
 @dataclass(frozen=True)
@@ -116,9 +136,10 @@ class Served:
 
 
 class SharedGeneration:
-    """The newest store generation that a worker of this service has loaded: an 8-byte counter in a
-    file every worker maps (anonymous memory for an app on its own). An aligned 8-byte read is one
-    load on the machines we run on, so readers take no lock; writers (rare) take a file lock."""
+    """The label (`labelled`) of the newest store state that a worker of this service has loaded: an
+    8-byte counter in a file every worker maps (anonymous memory for an app on its own). An aligned
+    8-byte read is one load on the machines we run on, so readers take no lock; writers (rare) take a
+    file lock."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._fd = -1
@@ -141,13 +162,16 @@ class SharedGeneration:
     def value(self) -> int:
         return self._word[0]
 
-    def raise_to(self, generation: int) -> None:
+    def raise_to(self, generation: int) -> int:
+        """Raise the counter to `generation` if it is below; the value it had."""
         with self._lock:
             if self._fd >= 0:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
-                if generation > self._word[0]:
+                before = int(self._word[0])
+                if generation > before:
                     self._word[0] = generation
+                return before
             finally:
                 if self._fd >= 0:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -160,7 +184,7 @@ class ConfigCache:
         self.reports = reports  # api.fingerprints.FingerprintReports: written by the refresh thread
         self.refresh_s = refresh_s
         self.shared = shared or SharedGeneration()
-        self.generation = -1  # the store generation of what we serve (exactly); -1: nothing loaded
+        self.generation = -1  # the label (`labelled`) of what we serve; -1: nothing loaded
         self._served: dict[tuple[str, str], list[Served]] = {}
         self._rendered: dict[tuple[int, bool, int], Served] = {}
         self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
@@ -200,8 +224,10 @@ class ConfigCache:
         return [s for entries in self._served.values() for s in entries if s.error is not None]
 
     def refresh(self) -> None:
-        """Load the store's state if it is newer than what we serve (one primary-key read if not)."""
-        target = max(self.store.config_generation(), self.shared.value)
+        """Load the store's state if it is newer than what we serve, or if the store went back (one
+        primary-key read if neither)."""
+        seen = self.shared.value  # before the store is read: see `labelled`
+        target = max(labelled(seen, self.store.config_generation()), self.shared.value)
         if target > self.generation:
             self._load(target)
 
@@ -220,12 +246,17 @@ class ConfigCache:
         with self._load_lock:
             if self.generation >= target:
                 return  # another thread loaded it meanwhile
-            generation, heads = self._heads_at_least(target)
+            seen = self.shared.value  # at least `target`, so the label read is too
+            generation, heads = self.store.served_heads()
+            label = labelled(seen, generation)
             pins = {i: p for i, p, _ in heads}
+            # Across a rewind an id may name another row than the one rendered (a restored sequence
+            # hands the ids after the dump's out again): then everything is rendered anew.
+            same_epoch = label >> EPOCH_SHIFT == self.generation >> EPOCH_SHIFT
             known = {
                 key: entry
                 for key, entry in self._rendered.items()
-                if entry.error is None and not entry.unverified
+                if entry.error is None and not entry.unverified and same_epoch
             }  # retry the rest
             wanted = [i for i, p, v in heads if (i, p, v) not in known]
             rows = self._rows(wanted)
@@ -236,20 +267,15 @@ class ConfigCache:
             served: dict[tuple[str, str], list[Served]] = {}
             for entry in rendered.values():
                 served.setdefault(entry.key, []).append(entry)
-            self.shared.raise_to(generation)  # before anyone answers with it
+            before = self.shared.raise_to(label)  # before anyone answers with it
             self._rendered, self._served = rendered, served
-            self.generation = generation  # last: readers compare it first
-
-    def _heads_at_least(self, target: int) -> tuple[int, list[tuple[int, bool, int]]]:
-        """The store's served heads, at `target` or newer. The shared counter is only ever raised to a
-        generation read from the store, so a read that starts after it was raised sees at least that."""
-        generation, heads = self.store.served_heads()
-        if generation < target:  # the store went back: a new database behind a running service
-            log.warning(
-                "store generation %d is behind this service's %d: serving the store", generation, target
-            )
-            generation = target  # labelled so, or every answer would try to catch up
-        return generation, heads
+            self.generation = label  # last: readers compare it first
+            if label >> EPOCH_SHIFT > before >> EPOCH_SHIFT:  # the first worker to see it says it
+                log.warning(
+                    "config cache: the store's generation went back from %d to %d (restored from an older "
+                    "dump, or a failover to a replica that lost commits): serving the store as it is now",
+                    seen & GENERATION_MASK, generation,
+                )  # fmt: skip
 
     def _rows(self, ids: list[int]) -> list[Config]:
         """The rows of `ids`; if they cannot be read together (a row the ORM cannot load), one by

@@ -28,11 +28,13 @@ def serve(
 ) -> None:  # fmt: skip
     """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
     import uvicorn
+    from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError
 
     from api.cache import SharedGeneration
     from api.scheduler import SchedulerProcess, scheduler_env
     from api.settings import Settings
     from autotuner.store import Store
+    from autotuner.store.db import SchemaError
     from autotuner.tuning import optuna_storage
 
     overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
@@ -52,8 +54,14 @@ def serve(
     _export_for_workers(settings)
     # Every schema the service uses, ours and Optuna's, exists before any worker or the scheduler opens
     # it (the first study of a fresh service failed when two of them created Optuna's at once).
-    Store(settings.url).dispose()
-    optuna_storage(settings.url).engine.dispose()
+    try:
+        Store(settings.url).dispose()
+        optuna_storage(settings.url).engine.dispose()
+    except (SchemaError, NoSuchModuleError, DBAPIError) as exc:  # a newer version's store, not a database
+        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        err.print(f"[red]error:[/red] cannot open the store {shown_url(settings.url)}: {why}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1 if isinstance(exc, OperationalError) else 2) from exc  # 1: a server not answering
     # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
     SharedGeneration.create(settings.data_dir / "config-generation")
     os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")

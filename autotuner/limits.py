@@ -14,7 +14,8 @@ its next start and a test can set one):
     AUTOTUNER_MAX_BODY_BYTES   a REST request body, chunked or not (413 above it), default 1 MiB
     AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
-                               launch), default 64 MiB
+                               launch), default 16 MiB: a real one is ~7 KB for 8 candidates, and
+                               parsing takes up to ~50x the file's size in memory
     AUTOTUNER_MAX_QUEUED       studies waiting in the service's queue at once: a POST beyond it is
                                refused with 429 and Retry-After until one starts or is cancelled,
                                default 100
@@ -36,7 +37,7 @@ DEFAULTS = {
     "AUTOTUNER_MAX_TABLES": 4_096,
     "AUTOTUNER_MAX_BODY_BYTES": 1 << 20,
     "AUTOTUNER_MAX_NODES": 64,
-    "AUTOTUNER_MAX_RESULT_BYTES": 64 << 20,
+    "AUTOTUNER_MAX_RESULT_BYTES": 16 << 20,
     "AUTOTUNER_MAX_QUEUED": 100,
 }
 
@@ -52,12 +53,16 @@ class Limits:
     max_queued: int
 
 
+class SettingError(ValueError):
+    """An AUTOTUNER_* variable of the environment that cannot be used: its name, value and rule."""
+
+
 def _read(name: str) -> int:
     text = os.environ.get(name, "").strip()
     if not text:
         return DEFAULTS[name]
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{name}={text!r}: a positive integer (default {DEFAULTS[name]})")
+    if not text.isascii() or not text.isdigit() or len(text) > 18 or int(text) < 1:
+        raise SettingError(f"{name}={text[:40]!r}: a positive integer (default {DEFAULTS[name]})")
     return int(text)
 
 

@@ -31,7 +31,11 @@ class StoreBase:
         self.url = url
         self.engine = make_engine(url)
         if migrate_schema:
-            migrate(self.engine)
+            try:
+                migrate(self.engine)
+            except BaseException:  # a store this code cannot use (newer, not a database): no pool left open
+                self.engine.dispose()
+                raise
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

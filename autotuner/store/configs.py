@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
@@ -30,26 +31,35 @@ class ConfigRecords(StudyRecords):
         if workload_row is None:
             raise NotFound(f"workload {workload!r}")
         assert cluster_row is not None
+        key = (
+            Config.cluster_id == cluster_row.id,
+            Config.workload_id == workload_row.id,
+            Config.nodes == nodes,
+        )
+        for attempt in range(1, PUBLISH_TRIES + 1):
+            try:
+                with self.session() as s:
+                    _lock(s, key)
+                    latest = s.scalar(select(func.max(Config.version)).where(*key))
+                    config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
+                                    version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
+                    s.add(config)
+                    s.flush()
+                    self._bump_generation(s)
+                    return s.scalars(select(Config).where(Config.id == config.id)).one()
+            except IntegrityError:
+                # Another publish of this key took the version first (a key's first version, or a
+                # database that does not lock rows for update): the next one is ours.
+                if attempt == PUBLISH_TRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def configs_of_study(self, study_id: int) -> list[Config]:
+        """The versions a study published (and its re-validations), oldest first."""
         with self.session() as s:
-            latest = s.scalar(
-                select(func.max(Config.version)).where(
-                    Config.cluster_id == cluster_row.id,
-                    Config.workload_id == workload_row.id,
-                    Config.nodes == nodes,
-                )
+            return list(
+                s.scalars(select(Config).where(Config.study_id == study_id).order_by(Config.id)).unique()
             )
-            config = Config(
-                cluster_id=cluster_row.id,
-                workload_id=workload_row.id,
-                nodes=nodes,
-                version=(latest or 0) + 1,
-                fingerprint=cluster_row.fingerprint,
-                **fields,
-            )
-            s.add(config)
-            s.flush()
-            self._bump_generation(s)
-            return s.scalars(select(Config).where(Config.id == config.id)).one()
 
     def config_history(
         self, cluster: str | None = None, workload: str | None = None, nodes: int | None = None,
@@ -156,6 +166,7 @@ class ConfigRecords(StudyRecords):
         and changes by key, whatever the number of versions."""
         key = _of(cluster, workload, nodes)
         with self.session() as s:
+            _lock(s, key)  # two pins at once must not leave two versions pinned
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
                 raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
             if version is not None and (
@@ -205,6 +216,15 @@ class ConfigRecords(StudyRecords):
         if older is None:
             raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
         return int(older)
+
+
+PUBLISH_TRIES = 5
+
+
+def _lock(s: Session, key: Sequence[Any]) -> None:
+    """Hold a key's versions until the transaction ends (PostgreSQL: FOR UPDATE; SQLite takes its one
+    write lock anyway): its writers take turns."""
+    s.execute(select(Config.id).where(*key).with_for_update())
 
 
 def _history(what: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:

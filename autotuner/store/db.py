@@ -7,6 +7,8 @@ wait instead of failing), any SQLAlchemy URL (PostgreSQL) for a multi-replica de
 from __future__ import annotations
 
 import fcntl
+import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,13 +16,20 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Engine, create_engine, event, text
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "at_alembic_version"  # Optuna owns `alembic_version` in the same database
 SQLITE_BUSY_TIMEOUT_S = 30
+
+
+class SchemaError(RuntimeError):
+    """The store's schema cannot be brought to what this code knows: a newer version wrote it, or its
+    schema lock cannot be taken. The message says which, and what to do."""
 
 
 def is_sqlite(url: str) -> bool:
@@ -39,7 +48,28 @@ def missing_sqlite_file(url: str) -> str | None:
     return path if path and path != ":memory:" and not Path(path).expanduser().is_file() else None
 
 
+def stored_json(value: Any) -> str:
+    """A JSON column's value as every backend takes it: NaN and the infinities, which Python writes and
+    PostgreSQL refuses (`Token "NaN" is invalid`, failing the whole write), as null. A trial may write
+    them in any figure the tuner does not check (a p90 of no samples)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    kwargs.setdefault("json_serializer", stored_json)
     if is_sqlite(url):
         database = make_url(url).database
         if database and database != ":memory:":
@@ -76,13 +106,20 @@ def migrate(engine: Engine) -> None:
 
     Processes starting at once take turns: on PostgreSQL an advisory lock, on SQLite a lock file
     beside the database (without it, two processes creating the tables of a fresh file failed with
-    `table at_clusters already exists`).
+    `table at_clusters already exists`). A store already at the latest revision is only read: no lock,
+    nothing written (a store on a read-only mount opens). One a newer version wrote: SchemaError,
+    before anything is done to it.
     """
     cfg = alembic_config(engine)
+    scripts = ScriptDirectory.from_config(cfg)
+    with engine.connect() as conn:
+        if _current_revision(conn, scripts) == scripts.get_current_head():
+            return
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(727001)"))
             try:
+                _current_revision(conn, scripts)  # again, under the lock: another process may have moved it
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
                 conn.commit()
@@ -91,8 +128,22 @@ def migrate(engine: Engine) -> None:
                 conn.commit()
         return
     with schema_lock(engine.url.render_as_string(hide_password=False)), engine.begin() as conn:
+        _current_revision(conn, scripts)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def _current_revision(conn: Connection, scripts: ScriptDirectory) -> str | None:
+    """The store's schema revision (None: no schema yet); one this code does not know is a SchemaError
+    (Alembic's own error is a traceback about a revision it cannot locate)."""
+    current = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_heads()
+    known = {script.revision for script in scripts.walk_revisions()}
+    if newer := sorted(set(current) - known):
+        raise SchemaError(
+            f"this store was written by a newer nccl-autotuner (schema {', '.join(newer)}; this version knows "
+            f"up to {scripts.get_current_head()}): upgrade nccl-autotuner"
+        )
+    return current[0] if len(current) == 1 else None
 
 
 @contextmanager
@@ -107,8 +158,15 @@ def schema_lock(url: str, key: int = 727002) -> Iterator[None]:
             yield
             return
         path = Path(database).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{path}.schema-lock", "a+b") as lock:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(f"{path}.schema-lock", "a+b")
+        except OSError as exc:  # a read-only mount: said, not a traceback
+            raise SchemaError(
+                f"cannot take the schema lock {path}.schema-lock ({exc.strerror}): creating or migrating the "
+                "store's schema needs it, so its directory must be writable"
+            ) from exc
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

@@ -8,7 +8,14 @@ from autotuner.names import NAME_PATTERN, NAME_RULE
 from autotuner.tuning.context import Progress, point_of
 from autotuner.tuning.driver import StudyDriver
 from autotuner.tuning.ingest import fingerprint
-from autotuner.tuning.lease import LEASE_S, StudyBusy, StudyCancelled, owner_id, owner_is_dead
+from autotuner.tuning.lease import (
+    LEASE_S,
+    StoreUnavailable,
+    StudyBusy,
+    StudyCancelled,
+    owner_id,
+    owner_is_dead,
+)
 from autotuner.tuning.queue import StudyQueue
 from autotuner.tuning.search import optuna_storage, record_name
 from autotuner.tuning.settings import EXECUTORS, RequestSettings, StudySettings
@@ -25,6 +32,7 @@ from autotuner.tuning.study import (
 __all__ = [
     "EXECUTORS",
     "LEASE_S",
+    "StoreUnavailable",
     "NAME_PATTERN",
     "NAME_RULE",
     "Progress",

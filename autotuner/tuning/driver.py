@@ -44,7 +44,7 @@ from autotuner.tuning.confirm import baseline_published, decide
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
-from autotuner.tuning.lease import Lease, StudyBusy, StudyCancelled
+from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
@@ -118,13 +118,21 @@ class StudyDriver:
             return self._conclude()
         except StudyCancelled:
             return self.store.update_study(self.study_id, finished_at=utcnow())  # its state says so
-        except StudyBusy:
+        except (StudyBusy, StoreUnavailable):
             raise
         except Exception as exc:
+            if store_unavailable(exc):  # a store away for a while must not end a study for good
+                raise StoreUnavailable(f"study {self.study_id}: the store did not answer "
+                                       f"({type(exc).__name__}: {exc}); it stays {StudyState.RUNNING}, resumed "
+                                       "when the store answers") from exc  # fmt: skip
             log.exception("study %s failed", self.study_id)
             return self._fail(f"{type(exc).__name__}: {exc}")
         finally:
-            self.lease.release()
+            try:
+                self.lease.release()
+            except Exception as exc:  # the store still away: the lease lapses on its own
+                if not store_unavailable(exc):
+                    raise
 
     def _baseline(self) -> bool:
         """The job's own settings, measured first."""
@@ -190,7 +198,10 @@ class StudyDriver:
         outcome.inert = dict(self.ctx.inert)
         if self.ctx.settings.publish:
             self.ctx.lease.beat(force=True)  # a study cancelled by now publishes nothing
-            outcome.published_version = publish(self.ctx, self._chosen(outcome), outcome).version
+            # A runner stopped between publishing and storing the outcome: resumed, it publishes once.
+            earlier = self.store.configs_of_study(self.study_id)
+            chosen = earlier[0] if earlier else publish(self.ctx, self._chosen(outcome), outcome)
+            outcome.published_version = chosen.version
         return outcome
 
     def _chosen(self, outcome: Outcome) -> Candidate:

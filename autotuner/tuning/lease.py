@@ -8,16 +8,34 @@ on this host whose process is gone).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
 import uuid
 
+from autotuner.limits import SettingError
 from autotuner.store import Store, StudyState
 
 log = logging.getLogger("autotuner.tuning")
 
-LEASE_S = float(os.environ.get("AUTOTUNER_LEASE_S", "60"))
+
+def lease_seconds() -> float:
+    """AUTOTUNER_LEASE_S (default 60), or a SettingError naming it: seconds from 1 to a day (NaN, 0 or
+    a negative lease made every runner's lease lapse at once; `abc` stopped every command at import)."""
+    text = os.environ.get("AUTOTUNER_LEASE_S", "").strip()
+    if not text:
+        return 60.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= 86_400:
+        raise SettingError(f"AUTOTUNER_LEASE_S={text[:40]!r}: seconds from 1 to 86400 (default 60)")
+    return value
+
+
+LEASE_S = lease_seconds()
 HEARTBEAT_EVERY_S = min(5.0, LEASE_S / 4)
 
 
@@ -29,17 +47,40 @@ class StudyCancelled(RuntimeError):
     pass
 
 
+class StoreUnavailable(RuntimeError):
+    """The store did not answer (locked past its busy timeout, a server gone, a full disk): the study
+    is left as it is, running, for its runner to resume when the store answers again; never failed for
+    it. Its launches go on on the cluster and are followed again then."""
+
+
+def store_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the store is (for now) out of reach, not that a request of ours is wrong."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """host:pid:nonce:pid-namespace. The namespace tells a process on this host's pid table from one
+    in a container sharing the host name, whose pid means nothing here."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{_pid_namespace()}"
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
 
 def owner_is_dead(owner: str | None) -> bool:
     """A lease holder on this host whose process is gone (SIGKILLed): no need to wait out its lease."""
     if not owner:
         return False
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    parts = owner.split(":")
+    host, pid = parts[0], parts[1] if len(parts) > 1 else ""
+    namespace = parts[3] if len(parts) > 3 else None  # an owner written before it was recorded: None
+    if host != socket.gethostname() or not pid.isdigit() or namespace not in (None, _pid_namespace()):
         return False
     try:
         os.kill(int(pid), 0)
@@ -51,10 +92,13 @@ def owner_is_dead(owner: str | None) -> bool:
 
 
 class Lease:
-    def __init__(self, store: Store, study_id: int, owner: str | None = None) -> None:
+    def __init__(
+        self, store: Store, study_id: int, owner: str | None = None, *, cancellable: bool = True
+    ) -> None:
         self.store = store
         self.study_id = study_id
         self.owner = owner or owner_id()
+        self.cancellable = cancellable  # False: the study's cancel does not stop the holder (a re-validation)
         self.last_beat = 0.0
 
     def acquire(self) -> None:
@@ -77,6 +121,8 @@ class Lease:
         self.last_beat = time.monotonic()
         if not self.store.acquire_study(self.study_id, self.owner, LEASE_S):
             raise StudyBusy(f"lost the lease on study {self.study_id} to another process")
+        if not self.cancellable:
+            return
         study = self.store.study(self.study_id)
         if study is not None and study.state == StudyState.CANCELLED:
             raise StudyCancelled(f"study {self.study_id} was cancelled")

@@ -22,7 +22,7 @@ from typing import Any
 from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
-from autotuner.tuning.lease import StudyBusy, owner_id, owner_is_dead
+from autotuner.tuning.lease import StoreUnavailable, StudyBusy, owner_id, owner_is_dead
 from autotuner.tuning.prune import prune
 from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
@@ -96,6 +96,8 @@ class StudyQueue:
                 driver.run()
             except StudyBusy:
                 continue
+            except StoreUnavailable as exc:  # the study stays running: resumed at a later tick
+                log.warning("%s", exc)
             except Exception:  # a broken study must not stop the queue
                 log.exception("study %s crashed the driver", study.id)
             finally:

@@ -44,7 +44,7 @@ from autotuner.store import (
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
 from autotuner.tuning.launch import run_launch
-from autotuner.tuning.lease import Lease, StudyBusy
+from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, store_unavailable
 from autotuner.tuning.pairs import Setting, measured
 from autotuner.tuning.pairs import compare as compare_settings
 from autotuner.tuning.plan import PlannedLaunch
@@ -164,18 +164,27 @@ class Revalidation:
         if config.study_id is None:
             return self.store.finish_validation(row.id, ValidationState.ERROR,
                                                 error="no study records how this version was measured")  # fmt: skip
-        lease = Lease(self.store, config.study_id, self.owner)
+        # Not cancellable through its study: a study cancelled after it published (in its scaling
+        # phase) still serves that version, which must stay re-validatable.
+        lease = Lease(self.store, config.study_id, self.owner, cancellable=False)
         lease.acquire()  # StudyBusy: someone else runs it (or its study) now; the queue tries later
         try:
             return self._run(row, config, lease)
-        except StudyBusy:  # another process took the lease over: it finishes this one
+        except (StudyBusy, StoreUnavailable):  # another process took the lease over: it finishes this one
             raise
         except Exception as exc:
+            if store_unavailable(exc):  # left running: resumed when the store answers
+                raise StoreUnavailable(f"re-validation {row.id}: the store did not answer ({type(exc).__name__}: "
+                                       f"{exc})") from exc  # fmt: skip
             log.exception("re-validation %s failed", row.id)
             return self.store.finish_validation(row.id, ValidationState.ERROR, error=f"{type(exc).__name__}: {exc}",
                                                 action="nothing changed")  # fmt: skip
         finally:
-            lease.release()
+            try:
+                lease.release()
+            except Exception as exc:  # the store still away: the lease lapses on its own
+                if not store_unavailable(exc):
+                    raise
 
     def _run(self, row: ConfigValidation, config: Config, lease: Lease) -> ConfigValidation:
         started_at = row.started_at or utcnow()
@@ -360,6 +369,9 @@ def run_pending(
             Revalidation(store, row.id, executor, owner=owner, progress=progress, poll_s=poll_s).run()
         except StudyBusy:
             continue
+        except StoreUnavailable as exc:  # left running: resumed at a later tick
+            log.warning("%s", exc)
+            return True
         except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
             log.exception("re-validation %s could not run", row.id)
             try:

@@ -1,0 +1,92 @@
+"""A store that does not answer for a while (SQLite locked past its busy timeout, a database
+restarting, a full disk) delays a study, never ends it: the heartbeat is tried again, a write that
+fails leaves the study running for its runner to resume, with its launch still followed. And the
+lease's judgement of who is gone: a process of another PID namespace (a container sharing the host
+name) is never taken for dead from this one's pid table."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from autotuner.store import Store
+from autotuner.tuning import StoreUnavailable, StudyDriver
+from autotuner.tuning.lease import Lease, StudyCancelled, owner_id, owner_is_dead
+from tests.autotuner.test_driver import replay, study_with
+
+
+def locked(*_args, **_kwargs):
+    raise OperationalError("UPDATE at_launches ...", {}, Exception("database is locked"))
+
+
+def test_a_write_the_store_refuses_for_now_leaves_the_study_running_to_resume(
+    store: Store, tmp_path, monkeypatch
+):
+    study = study_with(store, tmp_path)
+    real = Store.finish_launch
+    calls = {"n": 0}
+
+    def refused_once(self, launch_id, rows, **fields):
+        calls["n"] += 1
+        return (
+            locked() if calls["n"] == 2 else real(self, launch_id, rows, **fields)
+        )  # the first search launch's
+
+    monkeypatch.setattr(Store, "finish_launch", refused_once)
+    with pytest.raises(StoreUnavailable, match="the store did not answer"):
+        StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    row = store.study(study.id)
+    assert row.state == "running"
+    assert row.error is None
+    launches = store.launches(study.id)
+    assert launches[-1].state == "running"  # still the cluster's: followed again on resume
+    assert launches[-1].error is None
+
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert all(launch.state != "running" for launch in store.launches(study.id))
+
+
+def test_a_heartbeat_the_store_refuses_for_now_delays_nothing(store: Store, tmp_path, monkeypatch):
+    study = study_with(store, tmp_path)
+    real = Store.update_launch
+    refused = {"n": 0}
+
+    def heartbeat_refused(self, launch_id, **fields):
+        if set(fields) == {"heartbeat_at"} and refused["n"] < 3:  # the poll's, not the start's
+            refused["n"] += 1
+            locked()
+        return real(self, launch_id, **fields)
+
+    monkeypatch.setattr(Store, "update_launch", heartbeat_refused)
+    monkeypatch.setattr(Lease, "due", lambda self: True)  # a heartbeat at every poll
+    executor = replay()
+    executor.delay_s = 0.2  # launches that poll a few times
+    final = StudyDriver(store, study.id, executor, poll_s=0.02).run()
+    assert refused["n"] == 3
+    assert final.state == "done", final.error
+
+
+def test_a_holder_in_another_pid_namespace_is_never_taken_for_dead():
+    host = socket.gethostname()
+    mine = owner_id().split(":")[3]
+    gone = 2**22 + 7  # above any pid_max: no such process here
+    assert owner_is_dead(f"{host}:{gone}:abcd1234:{mine}")
+    assert not owner_is_dead(f"{host}:{gone}:abcd1234:{int(mine) + 1}")  # its pid says nothing here
+    assert owner_is_dead(f"{host}:{gone}:abcd1234")  # written before namespaces were: as before
+    assert not owner_is_dead(f"{host}:{os.getpid()}:abcd1234:{mine}")  # alive
+    assert not owner_is_dead(f"other-host:{gone}:abcd1234:{mine}")
+
+
+def test_a_revalidations_lease_ignores_its_studys_cancel(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    store.move_study(study.id, "cancelled")
+    owner = owner_id()
+    Lease(store, study.id, owner, cancellable=False).beat(
+        force=True
+    )  # its published version stays re-validatable
+    with pytest.raises(StudyCancelled):
+        Lease(store, study.id, owner).beat(force=True)
