@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     StrictInt,
     StrictStr,
+    TypeAdapter,
     ValidationError,
 )
 from pydantic_core import PydanticCustomError
@@ -106,6 +107,19 @@ class ExecutorOptions(BaseModel):
         field = cls.model_fields.get(name)
         extra = field.json_schema_extra if field is not None else None
         return str(extra["allowed"]) if isinstance(extra, dict) else "a valid value"
+
+    @classmethod
+    def takes_text(cls, name: str, text: str) -> bool | None:
+        """Whether option `name` takes `text` as it is, a string (None: no such option). The command
+        line asks before it reads a `name=text` as JSON: `account=12345` names the account "12345"."""
+        field = cls.model_fields.get(name)
+        if field is None:
+            return None
+        try:
+            TypeAdapter(field.rebuild_annotation()).validate_python(text)
+        except ValidationError:
+            return False
+        return True
 
     @classmethod
     def describe(cls) -> list[OptionInfo]:

@@ -174,7 +174,7 @@ class FakeSlurm:
         self.squeue_next: list[str] = []  # answers for the next squeue calls, then `squeue` again
         self.scontrol: dict[str, str] = {}
         self.sacct = (1, "", (DATA / "sacct-disabled.err").read_text())
-        self.sbatch = (0, "4242;local\n", "")
+        self.sbatch = (0, "4242\n", "")  # ";cluster" follows only with --clusters (test_option_edges.py)
         self.sinfo = (0, "(null)\n", "")
         self.down = False  # the controller does not answer
         self.scontrol_down = False
@@ -238,7 +238,7 @@ def test_schedule_runs_sbatch_parsable_and_returns_the_job_id(slurm, tmp_path, m
     launch = request(tmp_path)
     (tmp_path / "exit_code").write_text("0\n")  # from an earlier try in the same directory
     job_id, dryrun = executor.submit(launch)
-    assert job_id == "4242"  # "4242;local": the cluster name is dropped
+    assert job_id == "4242"
     [(argv, kwargs)] = slurm.calls
     assert argv == ["sbatch", "--parsable", str(tmp_path / "launch.sbatch")]
     assert (tmp_path / "launch.sbatch").read_text() == dryrun.rendered

@@ -1,6 +1,8 @@
 """The Kubernetes executor's options: namespace, image, resources, scheduling, as the manifests use them."""
 
-from collections.abc import Callable
+import math
+import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,25 +26,89 @@ from autotuner.executors.options import (
 
 # What an EFA pod needs besides the device (libfabric registers memory in huge pages); AWS's examples.
 EFA_DEFAULT_HUGEPAGES_2MI = "5120Mi"
+
+# Names as the API server checks them (k8s.io/apimachinery/pkg/util/validation): a value it would refuse
+# fails every launch at create time, one the kubelet cannot use leaves every pod pending.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+QUALIFIED_NAME = ("a qualified name: an optional DNS-1123 subdomain prefix of at most 253 characters and '/', "
+                  "then at most 63 of A-Z a-z 0-9 - _ . that start and end with a letter or digit")  # fmt: skip
+LABEL_VALUE = (
+    "a label value: empty, or at most 63 of A-Z a-z 0-9 - _ . that start and end with a letter or digit"
+)
+
+
+def is_qualified_name(key: str) -> bool:
+    """A label key, a taint or toleration key (IsQualifiedName): [subdomain/]name."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and _NAME_PART.fullmatch(name) is not None
+
+
+def is_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and _NAME_PART.fullmatch(value) is not None)
+
+
+def _label_key(key: str) -> str:
+    if not is_qualified_name(key):
+        raise OptionError(f"key {key!r} is not {QUALIFIED_NAME}")
+    return key
+
+
+def _label_value(value: str) -> str:
+    if not is_label_value(value):
+        raise OptionError(f"value {value!r} is not {LABEL_VALUE}")
+    return value
+
+
+def _dns_subdomain(name: str) -> str:
+    if len(name) > 253:
+        raise OptionError(f"{len(name)} characters: a DNS-1123 subdomain has at most 253")
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        raise OptionError("not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', each part starting "
+                          "and ending with a letter or digit)")  # fmt: skip
+    return name
+
+
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
-_TOLERATION_RULES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
-    (lambda t: bool(t) and set(t) <= _TOLERATION_KEYS, f"keys among {sorted(_TOLERATION_KEYS)}"),
-    (lambda t: t.get("operator", "Equal") in ("Equal", "Exists"), "operator Equal or Exists"),
-    (lambda t: t.get("effect", "") in _TOLERATION_EFFECTS | {""}, f"effect among {sorted(_TOLERATION_EFFECTS)}"),
-    (lambda t: all(isinstance(t.get(k, ""), str) for k in ("key", "operator", "value", "effect")),
-     "string key, operator, value and effect"),
-    (lambda t: t.get("tolerationSeconds") is None or type(t["tolerationSeconds"]) is int,
-     "an integer tolerationSeconds"),
-    (lambda t: not (t.get("operator") == "Exists" and t.get("value")), "no value with operator Exists"),
-)  # fmt: skip
+
+
+def _toleration_problem(t: dict[str, Any]) -> str | None:
+    """What the API server's validateTolerations would refuse in `t` (None: nothing)."""
+    if not t or not set(t) <= _TOLERATION_KEYS:
+        return f"keys among {sorted(_TOLERATION_KEYS)}"
+    if not all(isinstance(t.get(k, ""), str) for k in ("key", "operator", "value", "effect")):
+        return "string key, operator, value and effect"
+    key, operator, value = t.get("key", ""), t.get("operator", "Equal"), t.get("value", "")
+    if operator not in ("Equal", "Exists"):
+        return "operator Equal or Exists"
+    if t.get("effect", "") not in _TOLERATION_EFFECTS | {""}:
+        return f"effect among {sorted(_TOLERATION_EFFECTS)}"
+    if t.get("tolerationSeconds") is not None and type(t["tolerationSeconds"]) is not int:
+        return "an integer tolerationSeconds"
+    if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+        return (
+            "tolerationSeconds only with effect NoExecute (it says how long a pod stays on a NoExecute taint)"
+        )
+    if key and not is_qualified_name(key):
+        return f"key {key!r} to be {QUALIFIED_NAME}"
+    if not key and operator != "Exists":  # an empty key matches every taint: only with Exists
+        return "operator Exists when key is empty (an empty key with Exists tolerates every taint)"
+    if operator == "Exists" and value:
+        return "no value with operator Exists"
+    if operator == "Equal" and not is_label_value(value):
+        return f"value {value!r} to be {LABEL_VALUE}"
+    return None
 
 
 def _tolerations(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
-        for ok, expected in _TOLERATION_RULES:
-            if not ok(item):
-                raise OptionError(f"expected {expected} (in {item!r})")
+        expected = _toleration_problem(item)
+        if expected:
+            raise OptionError(f"expected {expected} (in {item!r})")
     return items
 
 
@@ -50,21 +116,50 @@ def _positive_int_as_str(value: Any) -> Any:
     return str(value) if type(value) is int and value > 0 else value
 
 
-_DNS_PART = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
-DnsLabel = Annotated[StrictStr, fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")]  # at most 63
-DnsSubdomain = Annotated[StrictStr, fullmatch(rf"{_DNS_PART}(\.{_DNS_PART})*")]
+_QUANTITY_RE = r"(?![0.]*[a-zA-Z]*$)[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?"
+_SUFFIX = re.compile(r"[a-zA-Z]*$")
+_MULTIPLIER: dict[str, int | Decimal] = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+               "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
+_PAGE = 2**21
+
+
+def _whole_2mi_pages(quantity: str) -> str:
+    """The API server takes a hugepages-2Mi request only as whole pages. A plain number is bytes, as
+    everywhere in Kubernetes (512 is 512 bytes, not 512 pages): the rule of a quantity, not a new one."""
+    suffix = _SUFFIX.search(quantity).group()  # type: ignore[union-attr]
+    size = Decimal(quantity[: len(quantity) - len(suffix)]) * _MULTIPLIER[suffix]
+    if size % _PAGE == 0:
+        return quantity
+    pages = math.ceil(size / _PAGE)
+    if suffix:
+        raise OptionError(f"not a multiple of 2Mi (whole 2 MiB pages); e.g. '{pages * 2}Mi' (pages: {pages})")
+    counted = int(size) if size == int(size) else pages
+    raise OptionError(
+        f"{quantity} bytes (a plain number is bytes in Kubernetes), not a multiple of 2Mi (2097152 bytes); "
+        f"give the size with its unit, e.g. '{counted * 2}Mi' for {counted} pages"
+    )
+
+
 NamePrefix = Annotated[StrictStr, fullmatch(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")]  # DNS-1035, at most 20
-Image = Annotated[StrictStr, fullmatch(r"\S+")]
-LabelKey = Annotated[
-    StrictStr, fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-]
-LabelValue = Annotated[StrictStr, fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")]
+DnsLabel = Annotated[StrictStr, fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")]  # at most 63
+DnsSubdomain = Annotated[StrictStr, AfterValidator(_dns_subdomain)]
+# An image reference (github.com/distribution/reference): [host[:port]/]path[:tag][@digest], the path in
+# lower case. The API server takes any string without surrounding spaces; the kubelet then refuses it
+# (InvalidImageName) and the pods stay pending until the launch times out.
+_DOMAIN_PART = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?"
+_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+Image = Annotated[StrictStr, fullmatch(rf"({_DOMAIN}/)?{_PATH_PART}(/{_PATH_PART})*(:{_TAG})?(@{_DIGEST})?")]
+# A command in the container's argv: no surrounding spaces (" python" is no executable), no control characters.
+Command = Annotated[StrictStr, fullmatch(r"[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?")]
+LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
+LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
 Tolerations = Annotated[list[dict[str, Any]], AfterValidator(_tolerations)]
 # '64Gi', '5120Mi', '16', or a positive integer (kept as its string); never zero.
-Quantity = Annotated[
-    StrictStr, BeforeValidator(_positive_int_as_str),
-    fullmatch(r"(?![0.]*[a-zA-Z]*$)[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?"),
-]  # fmt: skip
+Quantity = Annotated[StrictStr, BeforeValidator(_positive_int_as_str), fullmatch(_QUANTITY_RE)]
+HugePages2Mi = Annotated[Quantity, AfterValidator(_whole_2mi_pages)]
 _QUANTITY = "a Kubernetes quantity such as '64Gi', '5120Mi' or '16'"
 _UP_TO_64 = Annotated[StrictInt, Field(ge=0, le=64)]
 
@@ -79,15 +174,17 @@ class KubernetesOptions(ExecutorOptions):
         "a DNS-1123 label (lowercase letters, digits, '-'), at most 63 characters",
     )  # fmt: skip
     image: Image = option(
-        ..., "the trial container image", "the trial container image (torch, torchrec and trials/), e.g. "
-        "registry.example.com/nccl-autotuner-trial:0.1.0",
+        ..., "the trial container image", "the trial container image (torch, torchrec and trials/): "
+        "[registry[:port]/]lower/case/path[:tag][@digest], e.g. registry.example.com/nccl-autotuner-trial:0.1.0",
     )  # fmt: skip
     gpus_per_node: _UP_TO_64 | None = option(
         None, "GPUs per pod; default: nproc_per_node; 0 runs CPU trials", "an integer from 0 to 64"
     )
     efa_per_node: _UP_TO_64 = option(0, "EFA devices per pod", "an integer from 0 to 64")
-    hugepages_2mi: Quantity | None = option(
-        None, f"2 MiB huge pages per pod (default {EFA_DEFAULT_HUGEPAGES_2MI} with EFA)", _QUANTITY
+    hugepages_2mi: HugePages2Mi | None = option(
+        None,
+        f"memory in 2 MiB huge pages per pod (default {EFA_DEFAULT_HUGEPAGES_2MI} with EFA)",
+        f"{_QUANTITY} in whole 2Mi pages, e.g. '1Gi' (a plain number is bytes)",
     )
     memory: Quantity | None = option(None, "memory per pod (needed with huge pages)", _QUANTITY)
     cpu: Quantity | None = option(
@@ -95,7 +192,7 @@ class KubernetesOptions(ExecutorOptions):
     )
     shm_size: Quantity | None = option(None, "size limit of the pods' /dev/shm (memory-backed)", _QUANTITY)
     service_account: DnsSubdomain | None = option(
-        None, "the pods' ServiceAccount", "a ServiceAccount name in the namespace"
+        None, "the pods' ServiceAccount", "a ServiceAccount name in the namespace (a DNS-1123 subdomain)"
     )
     node_selector: dict[LabelKey, LabelValue] | None = option(
         None, "which nodes trials may run on", "a map of label keys to label values, e.g. "
@@ -113,7 +210,10 @@ class KubernetesOptions(ExecutorOptions):
     in_cluster: StrictBool = option(
         False, "talk to the API server as the tuner pod's service account", "true or false"
     )
-    python: NonEmpty = option("python", "the interpreter in the image")
+    python: Command = option(
+        "python", "the interpreter in the image", "the interpreter in the image: a name on its PATH or a path, "
+        "without surrounding spaces or control characters",
+    )  # fmt: skip
     rdzv_port: Port = option(29500, "the rank-0 pod's rendezvous port", "an integer from 1 to 65535")
     ttl_seconds_after_finished: Annotated[StrictInt, Field(ge=0, le=365 * 86400)] = option(
         3600, "how long a finished Job (and its pods' logs) is kept", "an integer from 0 to 31536000"

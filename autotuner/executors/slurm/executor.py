@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.files import write_new
 from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
 from autotuner.executors.slurm.options import SlurmOptions
 from autotuner.executors.slurm.script import check_launch, job_name, sbatch_script
@@ -145,17 +146,31 @@ class SlurmExecutor(Executor):
             proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
         except _Unreachable as exc:  # sbatch may have queued the job before it stopped answering
             job_id = self._submitted(launch, exc)
-            (launch.workdir / "job_id").write_text(job_id + "\n")
+            write_new(launch.workdir / "job_id", job_id + "\n")
             return job_id
         if proc.returncode != 0:
             raise SlurmError(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
         answer = proc.stdout.strip().splitlines()[-1].strip() if proc.stdout.strip() else ""
         try:
             job_id = _checked_id(answer)
+        except OtherClusterError as exc:
+            # queued there: cancel it there, or it runs with no one to follow, collect or cancel it
+            self._cancel_elsewhere(exc)
+            raise SlurmError(f"sbatch queued launch {launch.name} as {exc}") from None
         except ValueError:
             raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id") from None
-        (launch.workdir / "job_id").write_text(job_id + "\n")
+        write_new(launch.workdir / "job_id", job_id + "\n")
         return job_id
+
+    def _cancel_elsewhere(self, job: OtherClusterError) -> None:
+        argv = ["scancel", f"--clusters={job.cluster}", job.job_id]
+        try:
+            proc = self._run(argv)
+        except SlurmError as exc:
+            log.warning("%s: %s", " ".join(argv), exc)
+            return
+        if proc.returncode != 0:
+            log.warning("%s: exit %s: %s", " ".join(argv), proc.returncode, _text(proc))
 
     def _submitted(self, launch: LaunchRequest, trouble: _Unreachable) -> str:
         """The job sbatch queued for `launch` although it did not answer in time: this user's job of
@@ -443,9 +458,24 @@ def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
 _SLURM_INPUT = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
 
 
+class OtherClusterError(ValueError):
+    """sbatch answered "ID;cluster": the job went to another cluster (--clusters / -M, or a site's
+    cli_filter), where squeue, scontrol, sacct and scancel of the default cluster cannot see it."""
+
+    def __init__(self, job_id: str, cluster: str) -> None:
+        super().__init__(
+            f"job {job_id} on cluster {cluster!r}: multi-cluster submission is not supported (the job would be "
+            "followed and cancelled on the default cluster); run the tuner or the service on that cluster"
+        )
+        self.job_id, self.cluster = job_id, cluster
+
+
 def _checked_id(backend_id: str) -> str:
-    """The job id, checked before it reaches a command line ("ID;cluster" as sbatch prints it is fine)."""
-    match = re.match(r"^([0-9]+(?:_[0-9]+)?)(;[A-Za-z0-9_.-]+)?$", str(backend_id))
+    """The job id, checked before it reaches a command line. "ID;cluster" is refused, not cut to ID:
+    that ID names no job (or another one) on the default cluster that every command asks."""
+    match = re.match(r"^([0-9]+(?:_[0-9]+)?)(?:;([A-Za-z0-9_.-]+))?$", str(backend_id))
     if not match:
         raise ValueError(f"{backend_id!r} is not a Slurm job id")
+    if match.group(2):
+        raise OtherClusterError(match.group(1), match.group(2))
     return match.group(1)

@@ -12,6 +12,7 @@ from pydantic import (
     StrictStr,
 )
 
+from autotuner.envvars import check_value, errors, lookup
 from autotuner.executors.options import (
     Count,
     ExecutorOptions,
@@ -29,9 +30,9 @@ SLURM_OWN_ARGS = {
     "--constraint", "--parsable", "--wrap", "--export", "--requeue", "--no-requeue", "--array", "--wait",
     "--export-file", "--get-user-env",
 }  # fmt: skip
-# sbatch's long options (man sbatch, Slurm 23.02-24.11). sbatch reads them with getopt_long, which takes
-# any unique prefix of an option as the option: `--outp=x` is --output, `--arr=1-1000` is --array. An
-# extra argument is judged as the option sbatch will read it as.
+# sbatch's long options (man sbatch, Slurm 23.02-24.11; --cluster is an unlisted alias of --clusters).
+# sbatch reads them with getopt_long, which takes any unique prefix of an option as the option: `--outp=x`
+# is --output, `--arr=1-1000` is --array. An extra argument is judged as the option sbatch will read it as.
 SBATCH_LONG_OPTIONS = SLURM_OWN_ARGS | {
     f"--{name}" for name in (
         "acctg-freq", "batch", "bb", "bbf", "begin", "cluster-constraint", "clusters", "comment", "container",
@@ -46,7 +47,15 @@ SBATCH_LONG_OPTIONS = SLURM_OWN_ARGS | {
         "threads-per-core", "time-min", "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes",
         "verbose", "version", "wait-all-nodes", "wckey",
     )
-}  # fmt: skip
+} | {"--cluster"}  # fmt: skip
+# Another cluster's job (--clusters, -M): squeue, scontrol, sacct and scancel would look for it on the
+# default cluster, where it does not exist: it would be followed as gone and never cancelled.
+SBATCH_OTHER_CLUSTER = {"--clusters", "--cluster"}
+# What submits no job that runs now: sbatch prints help or checks and queues nothing, or the job is held
+# or delayed (its launch would wait out queue_timeout_s for nothing).
+SBATCH_NO_RUN = {"--hold", "--test-only", "--help", "--usage", "--version", "--begin"}
+_OTHER_CLUSTER = ("multi-cluster submission is not supported (the job would be followed and cancelled on "
+                  "the default cluster); run the tuner or the service on that cluster instead")  # fmt: skip
 
 
 def sbatch_reads_as(name: str) -> set[str]:
@@ -67,16 +76,29 @@ def _time_limit(value: int | str) -> int | str:
         raise OptionError(f"{value} minutes; give at least 1")
     if isinstance(value, str) and not _TIME_LIMIT.fullmatch(value):
         raise OptionError("use minutes, 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM', 'D-HH:MM:SS' or 'UNLIMITED'")
+    # sbatch reads --time=0 (however spelt) as no limit: the backstop would be gone
+    if isinstance(value, str) and not value.strip("0:-"):
+        raise OptionError("a zero time limit, which Slurm reads as no limit at all; give at least 1 minute")
     return value
 
 
 def _sbatch_arg(arg: str) -> str:
+    if arg.startswith("-M"):  # sbatch's short --clusters
+        raise OptionError(f"{arg!r} (-M is --clusters): {_OTHER_CLUSTER}")
     if not _SBATCH_ARG.fullmatch(arg):
         raise OptionError(
             f"{arg!r} is not a '--long-option' or '--long-option=value' (no spaces, quotes or shell "
             "characters; it becomes an #SBATCH line)"
         )
     name = arg.split("=", 1)[0]
+    cluster = sorted(sbatch_reads_as(name) & SBATCH_OTHER_CLUSTER)
+    if cluster:
+        shown = name if cluster == [name] else f"{name} (sbatch may read it as {' or '.join(cluster)})"
+        raise OptionError(f"{shown}: {_OTHER_CLUSTER}")
+    idle = sorted(sbatch_reads_as(name) & SBATCH_NO_RUN)
+    if idle:
+        shown = name if idle == [name] else f"{name} (sbatch may read it as {' or '.join(idle)})"
+        raise OptionError(f"{shown}: the launch would not run now (nothing queued, or held or delayed)")
     own = sorted(sbatch_reads_as(name) & SLURM_OWN_ARGS)
     if own:
         shown = name if own == [name] else f"{name} (sbatch reads it as {' or '.join(own)})"
@@ -104,6 +126,22 @@ def _fixed_env_name(name: str) -> str:
     return name
 
 
+# The prefixes of the variables the registry knows (autotuner.envvars): NCCL, PyTorch's NCCL, libfabric,
+# aws-ofi-nccl. Others (LD_LIBRARY_PATH, HF_HOME, a site's own) are the operator's business.
+_REGISTRY_PREFIXES = ("NCCL_", "TORCH_", "FI_", "OFI_")
+
+
+def _fixed_env_values(env: dict[str, str]) -> dict[str, str]:
+    """A registered variable's fixed value is checked as a tuned one is: NCCL reads NCCL_BUFFSIZE=4MB as
+    4, and a value it does not take is silently ignored, so every trial would measure something else."""
+    for name, value in env.items():
+        var = lookup(name) if name.startswith(_REGISTRY_PREFIXES) else None
+        found = errors(check_value(name, value, var)) if var is not None else []
+        if found:
+            raise OptionError(f"{name}={value!r}: {found[0].message}")
+    return env
+
+
 SlurmName = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+")]
 Partitions = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")]
 TimeLimit = Annotated[StrictInt | StrictStr, AfterValidator(_time_limit)]
@@ -113,6 +151,7 @@ SbatchArg = Annotated[StrictStr, AfterValidator(_sbatch_arg)]
 NodePath = Annotated[StrictStr, fullmatch(r"[A-Za-z0-9._/+@][A-Za-z0-9._/+@-]*")]
 EnvName = Annotated[StrictStr, fullmatch(r"[A-Za-z_][A-Za-z0-9_]*"), AfterValidator(_fixed_env_name)]
 OneLine = Annotated[StrictStr, fullmatch(r"[ -~]*")]  # printable ASCII: a \r reached the ranks as a newline
+FixedEnv = Annotated[dict[EnvName, OneLine], AfterValidator(_fixed_env_values)]
 
 
 class SlurmOptions(ExecutorOptions):
@@ -150,7 +189,7 @@ class SlurmOptions(ExecutorOptions):
         "the interpreter's path on the nodes (letters, digits and ._/+@- only, not starting with '-')",
     )  # fmt: skip
     rdzv_port: Port = option(29500, "torchrun's c10d rendezvous port on the job's first node", "1..65535")
-    env: dict[EnvName, OneLine] = option(
+    env: FixedEnv = option(
         {}, "fixed exports the fabric needs but that are not tuned (e.g. FI_PROVIDER=efa for aws-ofi-nccl); "
         "the launch's own variables come after them and win", "an object of NAME: one-line string values",
     )  # fmt: skip
