@@ -421,6 +421,19 @@ def launch_public(row: Launch) -> LaunchPublic:
     ))  # fmt: skip
 
 
+HIDDEN = "(set by the operator; not shown)"
+
+
+def public_settings(settings: Any) -> Any:
+    """A study's settings as readers see them: the executor's options come from the service's own
+    settings (a request cannot give them) and may hold what only the operator should read (a Slurm
+    `env` with a token, a kubeconfig): their names are shown, not their values. Read tokens sit on
+    every job node."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("executor_options"), dict):
+        return settings
+    return {**settings, "executor_options": dict.fromkeys(settings["executor_options"], HIDDEN)}
+
+
 def study_public(
     row: Study, counts: dict[str, int], best: Candidate | None, baseline: Candidate | None
 ) -> StudyPublic:
@@ -441,7 +454,7 @@ def study_public(
     claim = claim_text(said.ladder or [], said.quality, inert, forced if isinstance(forced, list) else [])
     return salvaged(StudyPublic, dict(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
-        settings=row.settings, space=row.space, launches_done=row.launches_done, progress=progress,
+        settings=public_settings(row.settings), space=row.space, launches_done=row.launches_done, progress=progress,
         trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
         owner=row.owner,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from dotenv import dotenv_values
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from autotuner.executors.registry import EXECUTORS, fields_from_settings, validate_options
+from autotuner.limits import DEFAULTS as CAPS
 from autotuner.limits import limits
 from autotuner.paths import default_data_dir
 
@@ -25,11 +29,15 @@ def _seconds(duration: str, *, unit_required: bool = False) -> float | None:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="AUTOTUNER_",
-        env_file=os.environ.get("AUTOTUNER_SETTINGS_FILE"),
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        # Read at each construction (not once at import), and checked: a misspelt path or key must not
+        # start a service on its defaults (a fresh empty store, no tokens) without a word.
+        path = os.environ.get("AUTOTUNER_SETTINGS_FILE") or None
+        if path is not None:
+            check_settings_file(Path(path))
+        super().__init__(_env_file=path, **values)
 
     data_dir: Path = Field(default_factory=default_data_dir)
     database_url: str | None = None  # default: SQLite in data_dir
@@ -37,7 +45,7 @@ class Settings(BaseSettings):
     tokens: str = ""
     public_read: bool = False  # 1: reads and the dashboard need no token
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(2, ge=1, le=64)  # API processes; config fetches scale with them
     scheduler: bool = True  # run queued studies in this process
     executors: str = "local,replay"  # which executors studies may ask for
@@ -46,7 +54,9 @@ class Settings(BaseSettings):
     # "module:function" names a REST request may give as the space's quality_data (comma-separated): the
     # scheduler imports and calls it, so only the operator says which. The CLI may name any.
     quality_data: str = ""
-    config_refresh_s: float = 1.0  # how soon a publish by another replica is served
+    # How soon a publish by another replica is served (finite and positive: NaN or 0 polled the store
+    # thousands of times a second, inf stopped the refresh).
+    config_refresh_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
     # Re-validate every served config this often (`7d`, `12h`; empty: no schedule), and whenever jobs
     # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
     revalidate_every: str = ""
@@ -95,10 +105,33 @@ class Settings(BaseSettings):
     def _options(cls, value: str) -> str:
         try:
             data = json.loads(value)
+        except RecursionError:
+            raise ValueError("AUTOTUNER_EXECUTOR_OPTIONS is nested too deeply") from None
         except ValueError as exc:
             raise ValueError(f"AUTOTUNER_EXECUTOR_OPTIONS is not JSON: {exc}") from exc
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise ValueError('AUTOTUNER_EXECUTOR_OPTIONS must look like {"slurm": {...}}')
+        for executor, options in data.items():  # checked at start: a typo would fail every POST with a 422
+            try:
+                validate_options(executor, options)
+            except ValueError as exc:
+                raise ValueError(f"AUTOTUNER_EXECUTOR_OPTIONS: {exc}") from None
+            given = [key for key in fields_from_settings(executor) if key in options]
+            if given:
+                raise ValueError(f"AUTOTUNER_EXECUTOR_OPTIONS: {executor} option {given[0]} is each study's own "
+                                 "setting (a request gives it), not the service's")  # fmt: skip
+        return value
+
+    @field_validator("executors")
+    @classmethod
+    def _executors(cls, value: str) -> str:
+        for name in filter(None, (e.strip() for e in value.split(","))):
+            if name not in EXECUTORS:
+                near = difflib.get_close_matches(name, list(EXECUTORS), n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(
+                    f"AUTOTUNER_EXECUTORS: unknown executor {name!r}{hint}; known: {', '.join(EXECUTORS)}"
+                )
         return value
 
     @property
@@ -125,3 +158,27 @@ class Settings(BaseSettings):
 
     def options_for(self, executor: str) -> dict[str, Any]:
         return dict(self.parsed_executor_options.get(executor, {}))
+
+
+# AUTOTUNER_* names a settings file may hold besides the settings above: the caps and the lease, which
+# the processes read from their environment (the file is often systemd's EnvironmentFile as well).
+ALSO_IN_FILES = (*CAPS, "AUTOTUNER_LEASE_S")
+
+
+def check_settings_file(path: Path) -> None:
+    """ValueError naming the trouble with the settings file at `path`: not a readable regular file, or
+    an AUTOTUNER_* name that is no setting (with the nearest one: AUTOTUNER_TOKEN for AUTOTUNER_TOKENS
+    would leave every write open to none)."""
+    if not path.is_file():
+        what = "no such file" if not path.exists() else "not a regular file"
+        raise ValueError(f"AUTOTUNER_SETTINGS_FILE={path}: {what}")
+    try:
+        names = [name for name in dotenv_values(path) if name]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"AUTOTUNER_SETTINGS_FILE={path}: cannot be read ({exc})") from None
+    known = [f"AUTOTUNER_{field.upper()}" for field in Settings.model_fields] + list(ALSO_IN_FILES)
+    for name in names:
+        if name.upper().startswith("AUTOTUNER_") and name.upper() not in known:
+            near = difflib.get_close_matches(name.upper(), known, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(f"AUTOTUNER_SETTINGS_FILE={path}: {name} is not a setting of the service{hint}")

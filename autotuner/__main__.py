@@ -13,8 +13,13 @@ def main() -> None:
         from autotuner.job.hook import main as hook_main
 
         sys.exit(hook_main(sys.argv[1:]))
-    from autotuner.cli.commands import app
+    from autotuner.limits import SettingError
 
+    try:
+        from autotuner.cli.commands import app
+    except SettingError as exc:  # read as the engine is imported (AUTOTUNER_LEASE_S): said, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     app()
 
 

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from autotuner.cli.terminal import labelled, shown
 from autotuner.executors.results import finite
+from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
@@ -55,11 +56,13 @@ KW = inspect.Parameter.KEYWORD_ONLY
 def _store(db: str | None, *, create: bool = False) -> Any:
     """The store at `db` (else the default). Only `tune` creates one: a read of a SQLite file that is
     not there is an error naming it, not a new empty store (and directories) at a mistyped path."""
+    import os
+
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
     from autotuner.store import Store
-    from autotuner.store.db import missing_sqlite_file, shown_url
+    from autotuner.store.db import SchemaError, missing_sqlite_file, shown_url
 
     url = db or default_database_url()
     try:
@@ -77,11 +80,18 @@ def _store(db: str | None, *, create: bool = False) -> Any:
         return Store(url)
     except NoSuchModuleError as exc:
         raise _fail(f"--db {where}: no database driver {parsed.drivername!r} (sqlite or postgresql)") from exc
+    except SchemaError as exc:  # a newer version's store, a lock on a read-only mount: the message says
+        raise _fail(f"cannot open the store {where}: {exc}") from exc
     except DBAPIError as exc:  # not a database file, a server that does not answer
-        raise _fail(
-            f"cannot open the store {where}: {' '.join(str(exc.orig).split())}",
-            1 if isinstance(exc, OperationalError) else 2,
-        ) from exc
+        why = " ".join(str(exc.orig).split())
+        folder = Path(parsed.database or ".").expanduser().parent
+        read_only = parsed.get_backend_name() == "sqlite" and not os.access(folder, os.W_OK)
+        if isinstance(exc, OperationalError) and read_only:
+            # a read-only mount: SQLite reads a WAL store through `<file>-shm`, which it must create there
+            raise _fail(f"cannot open the store {where}: {why} ({folder} is not writable, and SQLite reads this "
+                        "store through a -shm file beside it: open a copy on a writable file system)") from exc  # fmt: skip
+        code = 1 if isinstance(exc, OperationalError) else 2  # 1: a server that does not answer (try again)
+        raise _fail(f"cannot open the store {where}: {why}", code) from exc
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -92,13 +102,29 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 # ---------------------------------------------------------------------------------------- tune
 
 
+MAX_JSON_FILE_BYTES = 64 << 20  # a workload is KBs, a recorded landscape a few MB
+
+
 def _load_json(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(
+            read_bounded(path, MAX_JSON_FILE_BYTES, follow_links=True), object_pairs_hook=_unique
+        )
     except OSError as exc:
-        raise _fail(f"{what} {path}: {exc.strerror}") from exc
-    except ValueError as exc:
+        raise _fail(f"{what} {path}: {exc.strerror or exc}") from exc
+    except RecursionError:
+        raise _fail(f"{what} {path} is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError included
         raise _fail(f"{what} {path} is not valid JSON: {exc}") from exc
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys differ: a second "name" would silently win (and name another config)."""
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"key {twice!r} appears twice")
+    return dict(pairs)
 
 
 # tune's options in panels: each panel's table is laid out on its own, so a long option name in one
@@ -118,7 +144,7 @@ TUNE_OPTIONS = [
     inspect.Parameter("space", KW, annotation=Annotated[str | None, typer.Option(help="search space file (YAML/JSON) or preset: socket, efa")], default=None),
     inspect.Parameter("study", KW, annotation=Annotated[str | None, typer.Option(help="study name; an existing unfinished one is resumed")], default=None),
     inspect.Parameter("landscape", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["landscape"], help="replay: recorded landscape file")], default=None),
-    inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(rich_help_panel=PANEL_OF["executor_option"], help="KEY=VALUE for the executor (JSON values), e.g. partition=gpu")], default=None),
+    inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(rich_help_panel=PANEL_OF["executor_option"], help="KEY=VALUE for the executor, e.g. partition=gpu (a name as typed; lists, objects, numbers and true/false as JSON)")], default=None),
     inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["workdir"], help="launch directories (shared with the nodes)")], default=None),
     inspect.Parameter("db", KW, annotation=DbOption, default=None),
 ]  # fmt: skip
@@ -176,11 +202,20 @@ def flag_of(field: str) -> str:
 
 
 def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[str, Any]:
+    from autotuner.executors.registry import EXECUTORS
+
     options: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise _fail(f"--executor-option {item!r}: use KEY=VALUE")
+        # The text as typed where the option takes it (account=12345 is the account "12345", not a number
+        # refused; account=null the account "null", not unset), as in a settings file; else JSON: lists,
+        # objects, numbers, true/false.
+        takes = {entry.options.takes_text(key, raw) for entry in EXECUTORS.values()} - {None}
+        if takes == {True}:
+            options[key] = raw
+            continue
         try:
             options[key] = json.loads(raw)
         except ValueError:
@@ -194,7 +229,7 @@ def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
     from autotuner.cli.claim_report import inert_lines
     from autotuner.executors import make_executor
-    from autotuner.tuning import StudyBusy
+    from autotuner.tuning import StoreUnavailable, StudyBusy
     from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
     store = _store(options["db"], create=True)
@@ -216,6 +251,8 @@ def tune(**options: Any) -> None:
             final = driver.run()
         except StudyBusy as exc:
             raise _fail(str(exc), 3) from exc
+        except StoreUnavailable as exc:
+            raise _fail(f"{exc}: resume it with autotuner tune --study {row.name}", 1) from exc
     _print_outcome(store, final)
     if final.state != StudyState.DONE:
         raise typer.Exit(1)
@@ -357,9 +394,13 @@ def _study_cells(store: Any, s: Any) -> list[Any]:
 
 ClusterArg = Annotated[str, typer.Argument(help="cluster name, as given to `autotuner tune --cluster`")]
 WorkloadArg = Annotated[str, typer.Argument(help="workload name: the `name` of the tuned workload")]
-NodesOption = Annotated[int | None, typer.Option(help="node count of the config (default: the served one)")]
-NodesFilter = Annotated[int | None, typer.Option(help="only this node count (default: all)")]
-ChangeNodesOption = Annotated[int, typer.Option(help="node count of the config")]
+# Bounds as the REST routes' (api/fastpath.py MAX_NODES, the history page's): a number past them is
+# typer's range error, exit 2, not an OverflowError from the database driver.
+MAX_NODES = 1_000_000
+MAX_PAGE, MAX_OFFSET = 1000, 1_000_000
+NodesOption = Annotated[int | None, typer.Option(min=1, max=MAX_NODES, help="node count of the config (default: the served one)")]  # fmt: skip
+NodesFilter = Annotated[int | None, typer.Option(min=1, max=MAX_NODES, help="only this node count (default: all)")]  # fmt: skip
+ChangeNodesOption = Annotated[int, typer.Option(min=1, max=MAX_NODES, help="node count of the config")]
 
 
 def _version(text: str) -> int:
@@ -476,8 +517,8 @@ def _not_published(store: Any, cluster: str, workload: str, nodes: int | None) -
 @configs_app.command("history")
 def configs_history(
     ctx: typer.Context, cluster: ClusterArg, workload: WorkloadArg, nodes: NodesFilter = None,
-    limit: Annotated[int, typer.Option(min=1, help="versions per page")] = 100,  # as REST history
-    offset: Annotated[int, typer.Option(min=0, help="skip this many (newest first)")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="versions per page")] = 100,  # as REST history
+    offset: Annotated[int, typer.Option(min=0, max=MAX_OFFSET, help="skip this many (newest first)")] = 0,
     db: DbOption = None,
 ) -> None:  # fmt: skip
     """Published versions of a (cluster, workload), newest first, a page at a time."""
@@ -630,7 +671,7 @@ def revalidate(
     from autotuner.job.fingerprint import describe
     from autotuner.store import NotFound, ValidationState, ValidationTrigger
     from autotuner.tuning import Progress as DriverProgress
-    from autotuner.tuning import StudyBusy
+    from autotuner.tuning import StoreUnavailable, StudyBusy
     from autotuner.tuning.revalidate import (
         CannotRevalidate,
         Revalidation,
@@ -660,6 +701,8 @@ def revalidate(
         ).run()
     except StudyBusy as exc:
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
+    except StoreUnavailable as exc:
+        raise _fail(f"{exc}: run it again when the store answers", 1) from exc
     result = done.result or {}
     err.print(labelled(f"{done.state}:", result.get("why") or done.error, "bold"), highlight=False)
     if done.fingerprint is not None:

@@ -46,7 +46,9 @@ EnvDim = list[StrictInt | str | None] | IntRange
 
 def _distinct(values: list[str]) -> list[str]:
     if len(set(values)) != len(values):
-        raise ValueError("each rule at most once")
+        raise ValueError(
+            f"each at most once ({next(v for v in values if values.count(v) > 1)!r} is listed twice)"
+        )
     return values
 
 
@@ -74,7 +76,10 @@ class SearchSpace(BaseModel):
     # What a published config may claim. A batch above the job's changes the training itself.
     allow_batch_change: StrictBool = False
     # The path from the baseline to the tuned config, one knob group at a time (the published case's order).
-    ladder: list[Knob] = Field(default_factory=lambda: list(KNOBS))
+    # Empty, nothing could be credited: the finalist would publish as the baseline.
+    ladder: Annotated[list[Knob], AfterValidator(_distinct)] = Field(
+        default_factory=lambda: list(KNOBS), min_length=1
+    )
     max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
     # The convergence check trains baseline and variants under this many paired model seeds (a 95% CI
     # over the pairs), and a batch change under each learning-rate rule listed (lr x (batch / the
@@ -105,7 +110,7 @@ class SearchSpace(BaseModel):
         problems += _grid_problems(space)
         if errors(problems):
             raise SpaceError(problems)
-        problems += _combination_problems(space)
+        problems += _combination_problems(space) + _force_inert_problems(space)
         if errors(problems):
             raise SpaceError(problems)
         space._warnings = problems
@@ -179,6 +184,15 @@ def _combination_problems(space: SearchSpace) -> list[Problem]:
             )
         ]
     return problems
+
+
+def _force_inert_problems(space: SearchSpace) -> list[Problem]:
+    """force_inert names variables the space searches (a typo there would search nothing more, silently)."""
+    return [
+        Problem("force_inert", "not-searched", f"{name} is not a variable of env (what this space searches)")
+        for name in space.force_inert
+        if name not in space.env
+    ]
 
 
 def _grid_problems(space: SearchSpace) -> list[Problem]:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from autotuner.envvars import Problem
+from autotuner.files import read_bounded
 from autotuner.space.checks import SpaceError
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -72,15 +73,20 @@ def read_source(source: str | Path) -> dict[str, Any]:
     return read_file(path)
 
 
+MAX_SPACE_FILE_BYTES = 4 << 20  # a space is a few KB; the REST body holding one is capped at 1 MiB
+
+
 def read_file(path: Path) -> dict[str, Any]:
     """One .yaml/.yml/.json file -> its top-level mapping; a SpaceError names the file otherwise."""
     where = str(path)
     if path.suffix not in (".yaml", ".yml", ".json"):
         raise SpaceError([Problem(where, "schema", "a space file ends in .yaml, .yml or .json")])
     try:
-        text = path.read_text()
+        text = read_bounded(path, MAX_SPACE_FILE_BYTES, follow_links=True).decode()
     except OSError as exc:
-        raise SpaceError([Problem(where, "schema", f"cannot read: {exc.strerror}")]) from None
+        raise SpaceError([Problem(where, "schema", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpaceError([Problem(where, "schema", f"not UTF-8 text (byte {exc.start})")]) from None
     try:
         if path.suffix == ".json":
             data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)

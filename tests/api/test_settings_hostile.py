@@ -1,0 +1,120 @@
+"""The service's own settings, as an operator may mistype them: each refused at start, naming the
+setting, the value and the rule; never a traceback, never a service running on its defaults in silence.
+And what a study shows its readers of the settings only the operator gives (executor options)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.schemas import HIDDEN
+from api.settings import Settings
+from tests.api.service import replay_study_body
+from tests.helpers import LANDSCAPE, REPO
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("AUTOTUNER_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("AUTOTUNER_CONFIG_REFRESH_S", "nan", "config_refresh_s"),
+        ("AUTOTUNER_CONFIG_REFRESH_S", "inf", "config_refresh_s"),
+        ("AUTOTUNER_CONFIG_REFRESH_S", "-5", "greater than 0"),
+        ("AUTOTUNER_CONFIG_REFRESH_S", "0", "greater than 0"),
+        ("AUTOTUNER_PORT", "99999", "less than or equal to 65535"),
+        ("AUTOTUNER_PORT", "-1", "greater than or equal to 1"),
+        ("AUTOTUNER_EXECUTOR_OPTIONS", '{"a": ' * 5000 + "{}" + "}" * 5000, "nested too deeply"),
+        ("AUTOTUNER_EXECUTOR_OPTIONS", '{"slurm": {"partiton": "gpu"}}', "did you mean 'partition'"),
+        ("AUTOTUNER_EXECUTOR_OPTIONS", '{"slrum": {"partition": "gpu"}}', "unknown executor 'slrum'"),
+        ("AUTOTUNER_EXECUTOR_OPTIONS", '{"replay": {"landscape": "x.json", "seed": 3}}', "each study's own"),
+        (
+            "AUTOTUNER_EXECUTORS",
+            "local,kubernets",
+            "unknown executor 'kubernets' (did you mean 'kubernetes'?)",
+        ),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_it(monkeypatch, name, value, says):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=says.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        Settings()
+
+
+def test_a_settings_file_that_is_not_there_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTOTUNER_SETTINGS_FILE", str(tmp_path / "settings.evn"))
+    with pytest.raises(ValueError, match="settings.evn: no such file"):
+        Settings()
+    monkeypatch.setenv("AUTOTUNER_SETTINGS_FILE", str(tmp_path))
+    with pytest.raises(ValueError, match="not a regular file"):
+        Settings()
+
+
+def test_a_misspelt_setting_in_the_file_is_refused_with_the_nearest(monkeypatch, tmp_path):
+    path = tmp_path / "autotuner.env"
+    path.write_text("AUTOTUNER_TOKEN=secret:write\nAUTOTUNER_LEASE_S=30\nHTTPS_PROXY=http://proxy:3128\n")
+    monkeypatch.setenv("AUTOTUNER_SETTINGS_FILE", str(path))
+    with pytest.raises(
+        ValueError,
+        match=r"AUTOTUNER_TOKEN is not a setting of the service \(did you mean AUTOTUNER_TOKENS\?\)",
+    ):
+        Settings()
+    # what the processes read from their environment, and other programs' variables, may sit there too
+    path.write_text(
+        "AUTOTUNER_TOKENS=secret:write\nAUTOTUNER_LEASE_S=30\nAUTOTUNER_MAX_QUEUED=5\nHTTPS_PROXY=x\n"
+    )
+    assert Settings().token_scopes == {"secret": "write"}
+
+
+def test_the_settings_file_is_read_when_named_after_import(monkeypatch, tmp_path):
+    path = tmp_path / "autotuner.env"
+    path.write_text(f"AUTOTUNER_DATA_DIR={tmp_path / 'data'}\n")
+    monkeypatch.setenv("AUTOTUNER_SETTINGS_FILE", str(path))
+    assert Settings().data_dir == tmp_path / "data"
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"AUTOTUNER_LEASE_S": "abc"}, "AUTOTUNER_LEASE_S='abc': seconds from 1 to 86400"),
+        ({"AUTOTUNER_LEASE_S": "nan"}, "AUTOTUNER_LEASE_S='nan'"),
+        ({"AUTOTUNER_LEASE_S": "0"}, "AUTOTUNER_LEASE_S='0'"),
+        ({"AUTOTUNER_MAX_QUEUED": "9" * 5000}, "AUTOTUNER_MAX_QUEUED='99999"),
+        ({"AUTOTUNER_PORT": "99999"}, "less than or equal to 65535"),
+    ],
+)
+def test_the_commands_say_what_setting_is_wrong_without_a_traceback(tmp_path, env, says):
+    """A real process: the lease is read as the engine is imported, before any command runs."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    proc = subprocess.run([sys.executable, "-m", "autotuner", "serve", "--no-scheduler"], cwd=REPO,
+                          env={**clean, "AUTOTUNER_DATA_DIR": str(tmp_path), **env}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_readers_see_the_names_of_the_operators_executor_options_not_their_values(tmp_path):
+    options = {"replay": {"landscape": str(LANDSCAPE), "delay_s": 0.0}}
+    settings = Settings(data_dir=tmp_path, tokens="w:write,r:read", scheduler=False,
+                        executor_options=json.dumps(options))  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        created = client.post(
+            "/v1/studies", json=replay_study_body("s"), headers={"Authorization": "Bearer w"}
+        )
+        assert created.status_code == 201, created.text
+        for path in (f"/v1/studies/{created.json()['id']}", "/v1/studies"):
+            body = client.get(path, headers={"Authorization": "Bearer r"}).json()
+            study = body["data"][0] if "data" in body else body
+            assert study["settings"]["executor_options"] == {"landscape": HIDDEN, "delay_s": HIDDEN}
+            assert str(LANDSCAPE) not in json.dumps(body)
