@@ -14,8 +14,9 @@ its next start and a test can set one):
     AUTOTUNER_MAX_BODY_BYTES   a REST request body, chunked or not (413 above it), default 1 MiB
     AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
-                               launch), default 16 MiB: a real one is ~7 KB for 8 candidates, and
-                               parsing takes up to ~50x the file's size in memory
+                               launch), default 64 MiB: each candidate's per-rank call log grows
+                               with the square of the ranks (~16 MiB for 15 candidates at 192
+                               ranks); parsing takes up to ~50x the file's size in memory
     AUTOTUNER_MAX_QUEUED       studies waiting in the service's queue at once: a POST beyond it is
                                refused with 429 and Retry-After until one starts or is cancelled,
                                default 100
@@ -37,7 +38,7 @@ DEFAULTS = {
     "AUTOTUNER_MAX_TABLES": 4_096,
     "AUTOTUNER_MAX_BODY_BYTES": 1 << 20,
     "AUTOTUNER_MAX_NODES": 64,
-    "AUTOTUNER_MAX_RESULT_BYTES": 16 << 20,
+    "AUTOTUNER_MAX_RESULT_BYTES": 64 << 20,
     "AUTOTUNER_MAX_QUEUED": 100,
 }
 

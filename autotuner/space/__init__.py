@@ -9,7 +9,7 @@ declared space's JSON schema, for REST). The presets are
 
 from autotuner.space.checks import FIELDS, SpaceError, schema_problems
 from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
-from autotuner.space.loader import lint_space, load_space
+from autotuner.space.loader import lint_space, load_space, stored_space
 from autotuner.space.model import (
     MAX_BATCH,
     MAX_GRID,
@@ -45,6 +45,7 @@ __all__ = [
     "declaration_schema",
     "lint_space",
     "load_space",
+    "stored_space",
     "schema_problems",
     "to_env_strings",
 ]

@@ -24,6 +24,15 @@ def load_space(source: str | Path | Mapping[str, Any]) -> SearchSpace:
         raise SpaceError(schema_problems(exc)) from None
 
 
+def stored_space(data: Mapping[str, Any]) -> SearchSpace:
+    """A study's space as it was stored: rules added since it was accepted are warnings, not refusals
+    (it must still resume, and its configs be re-validated)."""
+    try:
+        return SearchSpace.model_validate(dict(data), context={"stored": True})
+    except ValidationError as exc:
+        raise SpaceError(schema_problems(exc)) from None
+
+
 def lint_space(source: str | Path | Mapping[str, Any]) -> list[Problem]:
     """load_space's checks, returned instead of raised; warnings included. Empty = fine."""
     try:

@@ -23,6 +23,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     model_validator,
 )
@@ -76,10 +77,7 @@ class SearchSpace(BaseModel):
     # What a published config may claim. A batch above the job's changes the training itself.
     allow_batch_change: StrictBool = False
     # The path from the baseline to the tuned config, one knob group at a time (the published case's order).
-    # Empty, nothing could be credited: the finalist would publish as the baseline.
-    ladder: Annotated[list[Knob], AfterValidator(_distinct)] = Field(
-        default_factory=lambda: list(KNOBS), min_length=1
-    )
+    ladder: list[Knob] = Field(default_factory=lambda: list(KNOBS))
     max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
     # The convergence check trains baseline and variants under this many paired model seeds (a 95% CI
     # over the pairs), and a batch change under each learning-rate rule listed (lr x (batch / the
@@ -96,7 +94,9 @@ class SearchSpace(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _against_registry(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SearchSpace:
+    def _against_registry(
+        cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> SearchSpace:
         if not isinstance(data, Mapping):
             return handler(data)
         data = with_preset(dict(data))
@@ -110,7 +110,10 @@ class SearchSpace(BaseModel):
         problems += _grid_problems(space)
         if errors(problems):
             raise SpaceError(problems)
-        problems += _combination_problems(space) + _force_inert_problems(space)
+        newer = _newer_rules(space)
+        if isinstance(info.context, Mapping) and info.context.get("stored"):  # a study's, from before them
+            newer = [Problem.warn(p.variable, p.rule, p.message) for p in newer]
+        problems += _combination_problems(space) + newer
         if errors(problems):
             raise SpaceError(problems)
         space._warnings = problems
@@ -186,13 +189,21 @@ def _combination_problems(space: SearchSpace) -> list[Problem]:
     return problems
 
 
-def _force_inert_problems(space: SearchSpace) -> list[Problem]:
-    """force_inert names variables the space searches (a typo there would search nothing more, silently)."""
-    return [
+def _newer_rules(space: SearchSpace) -> list[Problem]:
+    """Fields that would silently do nothing or mislead: a new space is refused for them; a study's
+    stored space (accepted before these rules) only warned of, so the study resumes and its configs
+    stay re-validatable."""
+    problems = [
         Problem("force_inert", "not-searched", f"{name} is not a variable of env (what this space searches)")
         for name in space.force_inert
         if name not in space.env
-    ]
+    ]  # a typo there would search nothing more
+    if not space.ladder:  # nothing could be credited: the finalist would publish as the baseline
+        problems.append(Problem("ladder", "empty", f"lists no knob group (give some of {', '.join(KNOBS)})"))
+    twice = sorted({knob for knob in space.ladder if space.ladder.count(knob) > 1})
+    if twice:
+        problems.append(Problem("ladder", "repeated", f"lists {', '.join(twice)} more than once"))
+    return problems
 
 
 def _grid_problems(space: SearchSpace) -> list[Problem]:

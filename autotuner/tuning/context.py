@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.executors import Executor
-from autotuner.space import InProcPoint, SearchSpace, load_space
+from autotuner.space import InProcPoint, SearchSpace, stored_space
 from autotuner.store import Candidate, Launch, Store
 from autotuner.tuning.lease import Lease
 from autotuner.tuning.settings import StudySettings
@@ -88,7 +88,7 @@ class StudyContext:
         settings = StudySettings.model_validate(study.settings)
         return cls(
             store=store, executor=executor, lease=lease, study_id=study.id, settings=settings,
-            space=load_space(study.space), workload_obj=study.workload.spec,
+            space=stored_space(study.space), workload_obj=study.workload.spec,
             workload=parse_workload(study.workload.spec), cluster_id=study.cluster_id,
             cluster_name=study.cluster.name, workload_name=study.workload.name,
             workdir=settings.study_dir(study.id), **kwargs,

@@ -72,7 +72,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     stage = "it could not be submitted"
     try:
         backend_id, dryrun = ctx.executor.submit(request)
-        ctx.store.update_launch(launch.id, backend_id=backend_id, request=dryrun.rendered)
+        record_backend_id(ctx, launch, request, backend_id, dryrun.rendered)
         stage = "it could not be followed"
         outcome = wait(ctx, backend_id, request, launch, started)
         outcome.request = dryrun.rendered
@@ -85,6 +85,19 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
                                 error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
+        raise
+
+
+def record_backend_id(
+    ctx: StudyContext, launch: Launch, request: LaunchRequest, backend_id: str, rendered: str
+) -> None:
+    """The backend's id of a submitted launch, stored; if the store does not take it, the launch is
+    cancelled first: a resumed study could not follow it, and would run its retry beside it (on the
+    same GPUs, skewing what the retry measures)."""
+    try:
+        ctx.store.update_launch(launch.id, backend_id=backend_id, request=rendered)
+    except Exception:
+        ctx.executor.cancel(backend_id, request)
         raise
 
 

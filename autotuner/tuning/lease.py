@@ -53,11 +53,34 @@ class StoreUnavailable(RuntimeError):
     it. Its launches go on on the cluster and are followed again then."""
 
 
-def store_unavailable(exc: BaseException) -> bool:
-    """Whether `exc` says the store is (for now) out of reach, not that a request of ours is wrong."""
-    from sqlalchemy.exc import DBAPIError, OperationalError
+# What says the store is out of reach for now, not that a request of ours is wrong (SQLite raises
+# OperationalError for a missing column too: that must still fail the study). SQLite by its message;
+# PostgreSQL by SQLSTATE class: 08 connection, 53 insufficient resources (disk full, too many
+# connections), 57P0x shutting down or starting, 40001/40P01 serialization failure and deadlock.
+SQLITE_AWAY = ("database is locked", "database table is locked", "database is busy", "disk is full",
+               "disk i/o error", "unable to open database file")  # fmt: skip
+SQLSTATE_AWAY = ("08", "53", "57P01", "57P02", "57P03", "40001", "40P01")
 
-    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+def store_unavailable(exc: BaseException) -> bool:
+    """Whether `exc`, or what it wraps (Optuna's StorageInternalError wraps SQLAlchemy's), says the
+    store is out of reach for now."""
+    from sqlalchemy.exc import DBAPIError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            if current.connection_invalidated:
+                return True
+            state = str(getattr(current.orig, "sqlstate", None) or "")
+            if state and state.startswith(SQLSTATE_AWAY):
+                return True
+            if any(phrase in str(current.orig).lower() for phrase in SQLITE_AWAY):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def owner_id() -> str:

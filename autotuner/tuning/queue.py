@@ -96,8 +96,9 @@ class StudyQueue:
                 driver.run()
             except StudyBusy:
                 continue
-            except StoreUnavailable as exc:  # the study stays running: resumed at a later tick
+            except StoreUnavailable as exc:  # the study stays running: resumed at a later tick, after a pause
                 log.warning("%s", exc)
+                return False
             except Exception:  # a broken study must not stop the queue
                 log.exception("study %s crashed the driver", study.id)
             finally:

@@ -369,9 +369,9 @@ def run_pending(
             Revalidation(store, row.id, executor, owner=owner, progress=progress, poll_s=poll_s).run()
         except StudyBusy:
             continue
-        except StoreUnavailable as exc:  # left running: resumed at a later tick
+        except StoreUnavailable as exc:  # left running: resumed at a later tick, after a pause
             log.warning("%s", exc)
-            return True
+            return False
         except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
             log.exception("re-validation %s could not run", row.id)
             try:

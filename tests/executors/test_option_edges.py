@@ -104,11 +104,9 @@ def test_short_time_limits_that_are_not_zero_are_kept(limit):
     ("env", "message"),
     [
         ({"NCCL_BUFFSIZE": "4MB"}, r"NCCL_BUFFSIZE='4MB'.*would read 4"),
-        ({"NCCL_PROTO": "Fast"}, r"NCCL_PROTO='Fast'"),
         ({"OFI_NCCL_PROTOCOL": "rdma2"}, r"OFI_NCCL_PROTOCOL='rdma2'"),
         ({"FI_EFA_USE_DEVICE_RDMA": "yes"}, r"FI_EFA_USE_DEVICE_RDMA='yes'"),
         ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "9"}, r"TORCH_NCCL_ASYNC_ERROR_HANDLING='9'"),
-        ({"FI_PROVIDER": ""}, r"FI_PROVIDER=''"),
     ],
 )
 def test_fixed_exports_of_registered_variables_get_the_registrys_value_checks(env, message):
@@ -118,7 +116,9 @@ def test_fixed_exports_of_registered_variables_get_the_registrys_value_checks(en
 
 def test_fixed_exports_the_fabric_needs_stay_settable():
     env = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_BUFFSIZE": "4194304",
-           "LD_LIBRARY_PATH": "/opt/aws-ofi-nccl/lib", "HF_HOME": "/fsx/hf", "NCCL_SOME_NEWER_KNOB": "4MB"}  # fmt: skip
+           "LD_LIBRARY_PATH": "/opt/aws-ofi-nccl/lib", "HF_HOME": "/fsx/hf", "NCCL_SOME_NEWER_KNOB": "4MB",
+           # a site's own text and list syntax: exported quoted (aws-ofi-nccl <= 1.11 takes only this name)
+           "NCCL_NET": "AWS Libfabric", "NCCL_ALGO": "allreduce:tree"}  # fmt: skip
     assert SlurmOptions.parse({"env": env}).env == env
     with pytest.raises(ValueError, match="LD_PRELOAD: not settable"):
         SlurmOptions.parse({"env": {"LD_PRELOAD": "/tmp/x.so"}})

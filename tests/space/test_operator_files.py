@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from autotuner.cli.commands import app
 from autotuner.executors.replay import Landscape
-from autotuner.space import SpaceError, load_space
+from autotuner.space import SpaceError, load_space, stored_space
 from tests.helpers import LANDSCAPE
 
 runner = CliRunner()
@@ -69,8 +69,8 @@ def test_a_landscape_nested_without_end_is_refused_in_words(tmp_path):
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"ladder": []}, "ladder"),
-        ({"ladder": ["precision", "precision"]}, "'precision' is listed twice"),
+        ({"ladder": []}, "ladder: lists no knob group"),
+        ({"ladder": ["precision", "env", "precision"]}, "ladder: lists precision more than once"),
         ({"force_inert": ["NCCL_NOPE"]}, "NCCL_NOPE is not a variable of env"),
         ({"env": {"NCCL_NSOCKS_PERTHREAD": [2, 4]}, "force_inert": ["NCCL_SOCKET_NTHREADS"]},
          "NCCL_SOCKET_NTHREADS is not a variable of env"),
@@ -84,3 +84,16 @@ def test_space_fields_that_would_silently_do_nothing_are_refused(fields, says):
 def test_force_inert_names_a_variable_the_space_searches():
     space = load_space({"env": {"NCCL_NSOCKS_PERTHREAD": [2, 4]}, "force_inert": ["NCCL_NSOCKS_PERTHREAD"]})
     assert space.force_inert == ["NCCL_NSOCKS_PERTHREAD"]
+
+
+def test_a_studys_stored_space_from_before_these_rules_still_loads_with_warnings():
+    """A study stored before them must resume, and its configs stay re-validatable."""
+    old = {"env": {"NCCL_NSOCKS_PERTHREAD": [2, 4]}, "ladder": [], "force_inert": ["NCCL_SOCKET_NTHREADS"]}
+    with pytest.raises(SpaceError):
+        load_space(old)
+    space = stored_space(old)
+    assert space.ladder == []
+    assert {(p.variable, p.rule) for p in space.warnings} >= {
+        ("ladder", "empty"),
+        ("force_inert", "not-searched"),
+    }

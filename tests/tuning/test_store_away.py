@@ -14,7 +14,8 @@ from sqlalchemy.exc import OperationalError
 
 from autotuner.store import Store
 from autotuner.tuning import StoreUnavailable, StudyDriver
-from autotuner.tuning.lease import Lease, StudyCancelled, owner_id, owner_is_dead
+from autotuner.tuning.lease import Lease, StudyCancelled, owner_id, owner_is_dead, store_unavailable
+from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
 
@@ -90,3 +91,63 @@ def test_a_revalidations_lease_ignores_its_studys_cancel(store: Store, tmp_path)
     )  # its published version stays re-validatable
     with pytest.raises(StudyCancelled):
         Lease(store, study.id, owner).beat(force=True)
+
+
+class _Orig(Exception):
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("orig", "away"),
+    [
+        (_Orig("database is locked"), True),
+        (_Orig("database or disk is full"), True),
+        (_Orig("connection failed", "08006"), True),
+        (_Orig("terminating connection due to administrator command", "57P01"), True),
+        (_Orig("no such column: at_studies.nope"), False),  # SQLite's OperationalError for a bad query
+        (_Orig("canceling statement due to statement timeout", "57014"), False),
+        (_Orig("syntax error", "42601"), False),
+    ],
+)
+def test_only_what_says_the_store_is_away_is_taken_for_it(orig, away):
+    error = OperationalError("SELECT ...", {}, orig)
+    assert store_unavailable(error) is away
+    wrapped = RuntimeError("optuna storage")  # as Optuna wraps it (StorageInternalError from SQLAlchemy's)
+    wrapped.__cause__ = error
+    assert store_unavailable(wrapped) is away
+
+
+def test_a_study_whose_store_is_away_pauses_the_queue_never_spins_it(store: Store, tmp_path, monkeypatch):
+    study_with(store, tmp_path)
+    calls = {"n": 0}
+
+    def away(self):
+        calls["n"] += 1
+        raise StoreUnavailable("the store did not answer")
+
+    monkeypatch.setattr(StudyDriver, "run", away)
+    queue = StudyQueue(store, lambda settings: replay(), poll_s=0.05)
+    assert queue.run_once() is False  # no work done: the loop waits its tick before the next try
+    assert calls["n"] == 1
+
+
+def test_a_launch_whose_id_the_store_does_not_take_is_cancelled_not_left_unfollowed(
+    store: Store, tmp_path, monkeypatch
+):
+    study = study_with(store, tmp_path)
+    real = Store.update_launch
+    cancelled = []
+
+    def refuse_the_id(self, launch_id, **fields):
+        if "backend_id" in fields:
+            locked()
+        return real(self, launch_id, **fields)
+
+    monkeypatch.setattr(Store, "update_launch", refuse_the_id)
+    executor = replay()
+    monkeypatch.setattr(executor, "cancel", lambda backend_id, request: cancelled.append(backend_id))
+    with pytest.raises(StoreUnavailable):
+        StudyDriver(store, study.id, executor, poll_s=0.01).run()
+    assert cancelled == ["replay:s1-l1"]

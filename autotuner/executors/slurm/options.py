@@ -132,11 +132,16 @@ _REGISTRY_PREFIXES = ("NCCL_", "TORCH_", "FI_", "OFI_")
 
 
 def _fixed_env_values(env: dict[str, str]) -> dict[str, str]:
-    """A registered variable's fixed value is checked as a tuned one is: NCCL reads NCCL_BUFFSIZE=4MB as
-    4, and a value it does not take is silently ignored, so every trial would measure something else."""
+    """A registered integer, boolean or one-of-a-set's fixed value is checked as a tuned one is: NCCL
+    reads NCCL_BUFFSIZE=4MB as 4, so every trial would measure something else. Text and lists are the
+    site's own (NCCL_NET="AWS Libfabric", NCCL_ALGO=allreduce:tree): exported quoted, not judged here."""
     for name, value in env.items():
         var = lookup(name) if name.startswith(_REGISTRY_PREFIXES) else None
-        found = errors(check_value(name, value, var)) if var is not None else []
+        found = (
+            errors(check_value(name, value, var))
+            if var is not None and var.kind in ("int", "bool", "enum")
+            else []
+        )
         if found:
             raise OptionError(f"{name}={value!r}: {found[0].message}")
     return env
