@@ -28,14 +28,10 @@ def serve(
 ) -> None:  # fmt: skip
     """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
     import uvicorn
-    from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError
 
     from api.cache import SharedGeneration
     from api.scheduler import SchedulerProcess, scheduler_env
     from api.settings import Settings
-    from autotuner.store import Store
-    from autotuner.store.db import SchemaError
-    from autotuner.tuning import optuna_storage
 
     overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
                                                    "database_url": db, "scheduler": scheduler}.items()
@@ -52,16 +48,7 @@ def serve(
         err.print(f"[red]error:[/red] {lock}", highlight=False, soft_wrap=True)  # a path: one line
         raise typer.Exit(2)
     _export_for_workers(settings)
-    # Every schema the service uses, ours and Optuna's, exists before any worker or the scheduler opens
-    # it (the first study of a fresh service failed when two of them created Optuna's at once).
-    try:
-        Store(settings.url).dispose()
-        optuna_storage(settings.url).engine.dispose()
-    except (SchemaError, NoSuchModuleError, DBAPIError) as exc:  # a newer version's store, not a database
-        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        err.print(f"[red]error:[/red] cannot open the store {shown_url(settings.url)}: {why}", highlight=False,
-                  soft_wrap=True)  # fmt: skip
-        raise typer.Exit(1 if isinstance(exc, OperationalError) else 2) from exc  # 1: a server not answering
+    _create_schemas(settings.url)
     # One counter for all workers, fresh per start: none answers older than another has (api/cache.py).
     SharedGeneration.create(settings.data_dir / "config-generation")
     os.environ["AUTOTUNER_GENERATION_FILE"] = str(settings.data_dir / "config-generation")
@@ -82,6 +69,26 @@ def serve(
     finally:
         if runner is not None:
             runner.stop()
+
+
+def _create_schemas(url: str) -> None:
+    """Every schema the service uses, ours and Optuna's, made before any worker or the scheduler opens
+    it (the first study of a fresh service failed when two of them created Optuna's at once); a store
+    that cannot be opened (a newer version's, no database) is said, exit 2 (1: a server not answering)."""
+    from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError
+
+    from autotuner.store import Store
+    from autotuner.store.db import SchemaError
+    from autotuner.tuning import optuna_storage
+
+    try:
+        Store(url).dispose()
+        optuna_storage(url).engine.dispose()
+    except (SchemaError, NoSuchModuleError, DBAPIError) as exc:
+        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        err.print(f"[red]error:[/red] cannot open the store {shown_url(url)}: {why}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1 if isinstance(exc, OperationalError) else 2) from exc
 
 
 def hold_data_dir(data_dir: Path) -> IO[str] | str:

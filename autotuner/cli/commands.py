@@ -668,7 +668,6 @@ def revalidate(
 ) -> None:
     """Re-validate the served config (REVALIDATE_HELP)."""
     from autotuner.executors import make_executor
-    from autotuner.job.fingerprint import describe
     from autotuner.store import NotFound, ValidationState, ValidationTrigger
     from autotuner.tuning import Progress as DriverProgress
     from autotuner.tuning import StoreUnavailable, StudyBusy
@@ -703,6 +702,15 @@ def revalidate(
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
     except StoreUnavailable as exc:
         raise _fail(f"{exc}: run it again when the store answers", 1) from exc
+    _print_validation(done)
+    codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
+    raise typer.Exit(codes.get(done.state, 3))
+
+
+def _print_validation(done: Any) -> None:
+    """A re-validation's end: its verdict and why, what it measured on, what it did."""
+    from autotuner.job.fingerprint import describe
+
     result = done.result or {}
     err.print(labelled(f"{done.state}:", result.get("why") or done.error, "bold"), highlight=False)
     if done.fingerprint is not None:
@@ -710,8 +718,6 @@ def revalidate(
         err.print(shown(f"measured on {describe(done.fingerprint)} in {wall if finite(wall) else 0:.0f} s"),
                   highlight=False)  # fmt: skip
     err.print(shown(done.action or ""), highlight=False)
-    codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
-    raise typer.Exit(codes.get(done.state, 3))
 
 
 # ---------------------------------------------------------------------------------------- lint

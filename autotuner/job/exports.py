@@ -39,13 +39,22 @@ _LABEL = re.compile(rf"{_NAME_PART}/{_NAME_PART}/[1-9][0-9]{{0,9}}n/v[1-9][0-9]{
 _POSITIVE = re.compile(r"[1-9][0-9]{0,9}")
 _DECIMAL = re.compile(r"[0-9]{1,6}(\.[0-9]{1,12})?([eE]-?[0-9]{1,2})?")
 MAX_LR_SCALE = 1024.0  # trials.spec's bound on the factor a convergence check trains with
+MIN_LR_SCALE = 1 / MAX_LR_SCALE  # a batch 2**20 times below the job's, at the linear rule
+MAX_BATCH = 1 << 20  # trials.spec's bound on a per-rank batch
+MAX_THREADS = 4096  # more torch threads than any node has cores
 MAX_EXPORTS = 256  # a config sets a few variables; the registry knows fewer than this
 MAX_NAME = 64  # the longest NCCL / fabric variable is about 40 characters
 
 
 def is_lr_scale(value: str) -> bool:
-    """A plain positive decimal no larger than MAX_LR_SCALE (no sign, nan, inf or spaces)."""
-    return _DECIMAL.fullmatch(value) is not None and 0.0 < float(value) <= MAX_LR_SCALE
+    """A plain decimal within [MIN_LR_SCALE, MAX_LR_SCALE] (no sign, nan, inf or spaces: 1e-99 would
+    train at no learning rate at all)."""
+    return _DECIMAL.fullmatch(value) is not None and MIN_LR_SCALE <= float(value) <= MAX_LR_SCALE
+
+
+def is_count(value: str, most: int) -> bool:
+    """Plain ASCII digits, 1 to `most` (a batch no trial could run would crash the job)."""
+    return _POSITIVE.fullmatch(value) is not None and int(value) <= most
 
 
 def _text(value: object) -> str:
@@ -60,9 +69,9 @@ def _one_of(choices: tuple[str, ...]) -> Any:
 _AUTOTUNER_VALUES = {
     "AUTOTUNER_FWD_PRECISION": _one_of(PRECISIONS),
     "AUTOTUNER_BWD_PRECISION": _one_of(PRECISIONS),
-    "AUTOTUNER_BATCH_SIZE": lambda value: _POSITIVE.fullmatch(value) is not None,
+    "AUTOTUNER_BATCH_SIZE": lambda value: is_count(value, MAX_BATCH),
     "AUTOTUNER_SHARDING": _one_of(SHARDING_TYPES),
-    "AUTOTUNER_NUM_THREADS": lambda value: _POSITIVE.fullmatch(value) is not None,
+    "AUTOTUNER_NUM_THREADS": lambda value: is_count(value, MAX_THREADS),
     "AUTOTUNER_PIPELINE": _one_of(PIPELINES),
     "AUTOTUNER_LR_SCALE": is_lr_scale,
     "AUTOTUNER_CONFIG": lambda value: _LABEL.fullmatch(value) is not None,

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -67,9 +68,19 @@ def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> 
     return where / f"{key}.json" if where is not None else None
 
 
+def _private_dir(path: Path) -> None:
+    """ValueError unless `path` is a directory of this user's that no one else may write (not a link):
+    in a shared cache directory another user could make hook-<uid> first, then swap the files in it."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ValueError(f"{path} is not a directory of this user's that only it may write")
+
+
 def _read_cache(cache: Path) -> Any:
-    """The cache file's JSON. Only a regular file of this user's, opened without following a link
-    or blocking (a FIFO there would hang the job, /dev/zero fill its memory), at most MAX_CACHE_BYTES."""
+    """The cache file's JSON. Only a regular file of this user's, in a directory of its own, opened
+    without following a link or blocking (a FIFO there would hang the job, /dev/zero fill its memory),
+    at most MAX_CACHE_BYTES."""
+    _private_dir(cache.parent)
     fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -86,6 +97,7 @@ def _write_cache(cache: Path, config: dict[str, Any]) -> None:
     """Written whole under a name nobody can guess or plant a link at (O_EXCL), then renamed over."""
     text = json.dumps({k: v for k, v in config.items() if k not in PER_JOB}).encode()
     cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _private_dir(cache.parent)
     tmp = cache.with_name(f".{cache.stem}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -98,7 +110,29 @@ def _write_cache(cache: Path, config: dict[str, Any]) -> None:
 
 
 def _warn(message: str) -> None:
-    print(f"autotuner: {message}", file=sys.stderr)
+    _stderr(f"autotuner: {message}")
+
+
+def _stderr(line: str) -> None:
+    """Best effort, and never on stdout: with stderr closed (2>&-) Python's print(file=None) writes to
+    stdout, which the job evals; with its reader gone, BrokenPipeError must not fail the job."""
+    if sys.stderr is None:
+        return
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _stdout(text: str) -> None:
+    """What the job reads (export lines, JSON); with stdout closed (>&-) there is no one to tell."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def fetch_from_server(
@@ -117,6 +151,7 @@ def fetch_from_server(
     query = f"?nodes={nodes}" if nodes is not None else ""
     url = server.rstrip("/") + path + query
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    token = (token or "").strip()  # a token read from a CRLF file ends in \r, which no header carries
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     if fingerprint:
@@ -194,7 +229,13 @@ def _trouble(exc: Exception, elapsed: float) -> str:
         return (
             "the config service refused the token (HTTP 401: set --token or AUTOTUNER_TOKEN to a read token)"
         )
-    return f"config service unreachable ({type(exc).__name__}: {exc}, {elapsed:.1f} s)"
+    said = _BEARER.sub(
+        "Bearer <the token, not shown>", f"{type(exc).__name__}: {exc}"
+    )  # http.client quotes it
+    return f"config service unreachable ({said}, {elapsed:.1f} s)"
+
+
+_BEARER = re.compile(r"Bearer [^'\"\s]*(\\r|\\n|\r|\n)?")
 
 
 Dropped = dict[str, str]  # variable -> why it was not exported ("": the whole answer was not used)
@@ -223,7 +264,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         answer = fetch_from_server(args.server, args.token, args.cluster, args.workload, args.nodes,
                                    max(0.05, args.timeout - spent), args.ca_file, encode(args.job_fingerprint))  # fmt: skip
     except Exception as exc:  # down, slow, 5xx, a refused token, garbage: the job starts anyway
-        return _from_cache(cache, _trouble(exc, time.monotonic() - started)), {}
+        return _from_cache(cache, _trouble(exc, time.monotonic() - started), args), {}
     if answer is NOT_PUBLISHED:
         _warn(
             f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
@@ -234,7 +275,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     config, dropped = checked_config(answer)
     if config is None:  # a 200 that is not a config: as if the service had failed
         reason = f"the config service's answer is malformed ({dropped['']})"
-        return _from_cache(cache, reason), {"": reason}
+        return _from_cache(cache, reason, args), {"": reason}
     _warn_dropped(dropped, "the service's answer")
     try:
         if cache is not None:
@@ -255,9 +296,10 @@ def _checked(answer: Any, source: str) -> tuple[dict[str, Any] | None, Dropped]:
     return config, dropped
 
 
-def _from_cache(cache: Path | None, trouble: str) -> dict[str, Any] | None:
-    """The cached config, if there is one and it passes the gate whole (the hook only ever writes
-    checked configs: anything else in that file was put there by someone else)."""
+def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The cached config, if there is one, it passes the gate whole (the hook only ever writes
+    checked configs: anything else in that file was put there by someone else) and it is the config
+    of the cluster and workload asked for (a file moved to another key would serve another's)."""
     trouble = printable(trouble)
     try:
         if cache is None:
@@ -274,6 +316,10 @@ def _from_cache(cache: Path | None, trouble: str) -> dict[str, Any] | None:
     if config is None or dropped:
         _warn(f"{trouble} and the cached config {cache} does not pass the checks (ignored): "
               "starting the job with its own environment")  # fmt: skip
+        return None
+    if (config.get("cluster"), config.get("workload")) != (args.cluster, args.workload):
+        _warn(printable(f"{trouble} and the cached config {cache} is another's ({config.get('cluster')}/"
+                        f"{config.get('workload')}; ignored): starting the job with its own environment"))  # fmt: skip
         return None
     _warn(f"{trouble}: using the cached config {config['exports'].get('AUTOTUNER_CONFIG', '')}")
     return config
@@ -344,9 +390,11 @@ def parser(prog: str, usage: str | None = None) -> argparse.ArgumentParser:
 
 
 def _int_env(*names: str) -> int | None:
+    """The first of `names` that holds a node count (ASCII digits, at most 7: "²".isdigit() is true and
+    int() refuses it; 5,000 digits exceed int()'s limit); others are passed over, never raised on."""
     for name in names:
-        value = os.environ.get(name, "")
-        if value.isdigit():
+        value = os.environ.get(name, "").strip()
+        if value.isascii() and value.isdigit() and len(value) <= 7:
             return int(value)
     return None
 
@@ -368,10 +416,10 @@ def env_main(argv: list[str]) -> int:
         json_asked = "--format=json" in argv or ["--format", "json"] in (
             argv[i : i + 2] for i in range(len(argv))
         )
-        print(
-            "null"
+        _stdout(
+            "null\n"
             if json_asked
-            else "# nccl-autotuner: no config (the hook's command line could not be read)"
+            else "# nccl-autotuner: no config (the hook's command line could not be read)\n"
         )
         return 0
     try:
@@ -388,9 +436,9 @@ def env_main(argv: list[str]) -> int:
     if note:
         _warn(f"{note} (the service is told; `autotuner revalidate` checks it holds here)")
     if args.format == "json":
-        print(text if config is not None else "null")
+        _stdout((text if config is not None else "null") + "\n")
     else:
-        sys.stdout.write(text + _comments(dropped) + (f"# nccl-autotuner: {note}\n" if note else ""))
+        _stdout(text + _comments(dropped) + (f"# nccl-autotuner: {note}\n" if note else ""))
     return 0
 
 
@@ -400,14 +448,14 @@ def exec_main(argv: list[str]) -> int:
         if "-h" in argv or "--help" in argv:
             parser("autotuner exec", EXEC_USAGE).print_help()
             return 0
-        print(f"usage: {EXEC_USAGE}", file=sys.stderr)
+        _stderr(f"usage: {EXEC_USAGE}")
         if any(not a.startswith("-") for a in argv):  # a command given without `--`: not guessed at
-            print("autotuner exec: the command goes after `--`; nothing was run", file=sys.stderr)
+            _stderr("autotuner exec: the command goes after `--`; nothing was run")
         return 2
     split = argv.index("--")
     own, command = argv[:split], argv[split + 1 :]
     if not command:
-        print("autotuner exec: no command after --", file=sys.stderr)
+        _stderr("autotuner exec: no command after --")
         return 2
     p = parser("autotuner exec")
     env = dict(os.environ)
@@ -422,13 +470,19 @@ def exec_main(argv: list[str]) -> int:
             _warn(note)
     except UsageError as exc:
         _warn(printable(f"{exc}: no tuned config, running the command with its own environment"))
+    except SystemExit:  # --help (argparse exits 0 after printing it): the command still runs
+        _warn("no tuned config (--help given), running the command with its own environment")
     except Exception as exc:
         _warn(printable(f"could not read the config: {type(exc).__name__}: {exc}"))
     try:
         os.execvpe(command[0], command, env)
-    except OSError as exc:
-        print(f"autotuner exec: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
+    except (OSError, ValueError) as exc:  # ValueError: an empty command name ("$CMD" unset)
+        # as a shell answers: 126 found but not runnable, 127 not found (or no name at all)
+        found = isinstance(exc, (PermissionError, IsADirectoryError))
+        _stderr(
+            printable(f"autotuner exec: cannot run {command[0]!r}: {getattr(exc, 'strerror', None) or exc}")
+        )
+        return 126 if found else 127
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,24 +31,27 @@ returns what the model returns beside the loss (DLRMTrain: (loss, logits, labels
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # The spec's own lists (standard library only, as this module must stay: a training script imports it).
-from autotuner.job.exports import MAX_LR_SCALE, is_lr_scale
+from autotuner.job.exports import MAX_BATCH, MAX_LR_SCALE, MAX_THREADS, MIN_LR_SCALE, is_count, is_lr_scale
 from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
-_POSITIVE = re.compile(r"[0-9]{1,10}")  # ASCII digits only ("²".isdigit() is true; int() rejects it)
 _said: set[str] = set()  # what this process already said on stderr (every helper reads the config again)
 
 
 def _say(message: str) -> None:
-    if message not in _said:
+    """Best effort: a closed stderr (None: print would go to stdout) or one whose reader is gone
+    (BrokenPipeError) must not fail the job."""
+    if message not in _said and sys.stderr is not None:
         _said.add(message)
-        print(f"nccl-autotuner: {message}", file=sys.stderr, flush=True)
+        try:
+            print(f"nccl-autotuner: {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class _Reader:
         self.bad: dict[str, str] = {}
 
     def reject(self, name: str, value: str, expected: str) -> None:
-        problem = f"{name}={value!r}: expected {expected}"
+        shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value):,} characters)"
+        problem = f"{name}={shown}: expected {expected}"
         if self.strict:
             raise ValueError(problem)
         self.bad[name] = problem
@@ -94,12 +98,12 @@ class _Reader:
             return default
         return value
 
-    def positive(self, name: str) -> int | None:
+    def positive(self, name: str, most: int) -> int | None:
         value = (self.env.get(name) or "").strip()
         if not value:
             return None
-        if _POSITIVE.fullmatch(value) is None or int(value) < 1:
-            self.reject(name, value, "a positive integer")
+        if not is_count(value, most):
+            self.reject(name, value, f"an integer from 1 to {most:,}")
             return None
         return int(value)
 
@@ -108,7 +112,7 @@ class _Reader:
         if not value:
             return None
         if not is_lr_scale(value):  # the hook's own rule for what a config may export
-            self.reject(name, value, f"a number above 0, at most {MAX_LR_SCALE:g}")
+            self.reject(name, value, f"a number from {MIN_LR_SCALE:g} to {MAX_LR_SCALE:g}")
             return None
         return float(value)
 
@@ -130,10 +134,10 @@ def tuned(environ: Mapping[str, str] | None = None, *, strict: bool = False) -> 
     read = _Reader(os.environ if environ is None else environ, strict)
     fwd = read.choice("AUTOTUNER_FWD_PRECISION", PRECISIONS, "fp32")
     bwd = read.choice("AUTOTUNER_BWD_PRECISION", PRECISIONS, "fp32")
-    batch_size = read.positive("AUTOTUNER_BATCH_SIZE")
+    batch_size = read.positive("AUTOTUNER_BATCH_SIZE", MAX_BATCH)
     lr_scale = read.scale("AUTOTUNER_LR_SCALE")
     sharding = read.choice("AUTOTUNER_SHARDING", SHARDING_TYPES)
-    num_threads = read.positive("AUTOTUNER_NUM_THREADS")
+    num_threads = read.positive("AUTOTUNER_NUM_THREADS", MAX_THREADS)
     pipeline = read.choice("AUTOTUNER_PIPELINE", PIPELINES)
     if lr_scale is not None and batch_size is None and "AUTOTUNER_BATCH_SIZE" not in read.bad:
         value = (read.env.get("AUTOTUNER_LR_SCALE") or "").strip()

@@ -39,17 +39,14 @@ class ConfigRecords(StudyRecords):
         for attempt in range(1, PUBLISH_TRIES + 1):
             try:
                 with self.session() as s:
-                    _lock(s, key)
+                    self._bump_generation(s)  # first: writers of configs take turns (_bump_generation)
                     latest = s.scalar(select(func.max(Config.version)).where(*key))
                     config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
                                     version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
                     s.add(config)
                     s.flush()
-                    self._bump_generation(s)
                     return s.scalars(select(Config).where(Config.id == config.id)).one()
-            except IntegrityError:
-                # Another publish of this key took the version first (a key's first version, or a
-                # database that does not lock rows for update): the next one is ours.
+            except IntegrityError:  # a writer that did not take turns (a hand, an older version)
                 if attempt == PUBLISH_TRIES:
                     raise
         raise AssertionError("unreachable")
@@ -111,7 +108,10 @@ class ConfigRecords(StudyRecords):
     @staticmethod
     def _bump_generation(s: Session) -> None:
         """Count a change to what is served, in the change's transaction (on PostgreSQL the row lock
-        also orders concurrent changes: generations are never reused or skipped by a commit)."""
+        also orders concurrent changes: generations are never reused or skipped by a commit). Done
+        first, it makes the change's writers take turns: PostgreSQL holds the row, SQLite its one write
+        lock, until the commit (a read first takes no lock: two publishes read one max version, two
+        pins each kept their own version pinned)."""
         s.execute(update(ConfigGeneration).where(ConfigGeneration.id == 1)
                   .values(generation=ConfigGeneration.generation + 1))  # fmt: skip
 
@@ -166,7 +166,7 @@ class ConfigRecords(StudyRecords):
         and changes by key, whatever the number of versions."""
         key = _of(cluster, workload, nodes)
         with self.session() as s:
-            _lock(s, key)  # two pins at once must not leave two versions pinned
+            self._bump_generation(s)  # first: two pins at once must not leave two versions pinned
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
                 raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
             if version is not None and (
@@ -184,7 +184,6 @@ class ConfigRecords(StudyRecords):
             s.execute(update(Config).where(*key, changes)
                       .values(pinned=Config.version == version if version is not None else False)
                       .execution_options(synchronize_session=False))  # fmt: skip
-            self._bump_generation(s)
         return self.served_config(cluster, workload, nodes)
 
     def config_row(self, cluster: str, workload: str, nodes: int, version: int) -> Config | None:
@@ -219,12 +218,6 @@ class ConfigRecords(StudyRecords):
 
 
 PUBLISH_TRIES = 5
-
-
-def _lock(s: Session, key: Sequence[Any]) -> None:
-    """Hold a key's versions until the transaction ends (PostgreSQL: FOR UPDATE; SQLite takes its one
-    write lock anyway): its writers take turns."""
-    s.execute(select(Config.id).where(*key).with_for_update())
 
 
 def _history(what: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:
