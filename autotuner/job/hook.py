@@ -242,11 +242,26 @@ Dropped = dict[str, str]  # variable -> why it was not exported ("": the whole a
 PER_JOB = ("fingerprint_match", "fingerprint_diff")  # said to one job: never cached for the next
 
 
+DETECT_S = 0.5  # what reading the node's stack may take of the hook's bound (milliseconds, as a rule)
+
+
+def _bounded_detect(nodes: int | None) -> tuple[dict[str, str], float]:
+    """The job's fingerprint and the seconds spent; nothing after DETECT_S (a stat on a dead NFS mount
+    in LD_LIBRARY_PATH hangs: the job must start regardless)."""
+    started = time.monotonic()
+    try:
+        found, _ = _within(DETECT_S, lambda: timed_detect(nodes=nodes))
+    except Exception as exc:  # said, not reported: the config is still fetched
+        _warn(printable(f"the node's stack could not be read ({type(exc).__name__}: {exc}): not reported"))
+        found = {}
+    return found, time.monotonic() - started
+
+
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     """The config for this job, checked, fail-open, and what was dropped from it. Never raises for
     service trouble; a malformed answer counts as trouble (the cache, else nothing). Leaves the
     job's fingerprint in `args.job_fingerprint`."""
-    args.job_fingerprint, spent = timed_detect(nodes=args.nodes)
+    args.job_fingerprint, spent = _bounded_detect(args.nodes)
     if not args.server:
         if not args.db:  # never a store by default: it could be anywhere, and nothing bounds its time
             _warn(

@@ -133,3 +133,26 @@ def test_the_job_sides_batch_bound_is_the_trials():
     from autotuner.job import exports
 
     assert exports.MAX_BATCH == MAX_BATCH
+
+
+def test_a_stack_that_cannot_be_read_in_time_does_not_hold_the_job(monkeypatch, capsys):
+    """A stat on a dead NFS mount in LD_LIBRARY_PATH hangs: detection gets DETECT_S, then the job goes on."""
+    import threading
+    import time
+
+    from autotuner.job import hook
+
+    release = threading.Event()
+
+    def hanging(**_kwargs):
+        release.wait(30)
+        return {}, 0.0
+
+    monkeypatch.setattr(hook, "timed_detect", hanging)
+    started = time.monotonic()
+    found, spent = hook._bounded_detect(2)
+    release.set()
+    assert found == {}
+    assert time.monotonic() - started < hook.DETECT_S + 1.0
+    assert spent >= hook.DETECT_S
+    assert "the node's stack could not be read" in capsys.readouterr().err
