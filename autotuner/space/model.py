@@ -19,12 +19,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
     ValidationInfo,
-    ValidatorFunctionWrapHandler,
     model_validator,
 )
 
@@ -95,7 +95,7 @@ class SearchSpace(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _against_registry(
-        cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+        cls, data: Any, handler: ModelWrapValidatorHandler[SearchSpace], info: ValidationInfo
     ) -> SearchSpace:
         if not isinstance(data, Mapping):
             return handler(data)
