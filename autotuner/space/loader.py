@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.space.checks import SpaceError, schema_problems
-from autotuner.space.model import SearchSpace
+from autotuner.space.model import STORED, SearchSpace
 from autotuner.space.sources import read_source
 
 
@@ -27,10 +27,13 @@ def load_space(source: str | Path | Mapping[str, Any]) -> SearchSpace:
 def stored_space(data: Mapping[str, Any]) -> SearchSpace:
     """A study's space as it was stored: rules added since it was accepted are warnings, not refusals
     (it must still resume, and its configs be re-validated)."""
+    token = STORED.set(True)
     try:
-        return SearchSpace.model_validate(dict(data), context={"stored": True})
+        return SearchSpace.model_validate(dict(data))
     except ValidationError as exc:
         raise SpaceError(schema_problems(exc)) from None
+    finally:
+        STORED.reset(token)
 
 
 def lint_space(source: str | Path | Mapping[str, Any]) -> list[Problem]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Mapping
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -19,12 +20,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
-    ValidationInfo,
+    ValidatorFunctionWrapHandler,
     model_validator,
 )
 
@@ -94,9 +94,7 @@ class SearchSpace(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _against_registry(
-        cls, data: Any, handler: ModelWrapValidatorHandler[SearchSpace], info: ValidationInfo
-    ) -> SearchSpace:
+    def _against_registry(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> SearchSpace:
         if not isinstance(data, Mapping):
             return handler(data)
         data = with_preset(dict(data))
@@ -111,7 +109,7 @@ class SearchSpace(BaseModel):
         if errors(problems):
             raise SpaceError(problems)
         newer = _newer_rules(space)
-        if isinstance(info.context, Mapping) and info.context.get("stored"):  # a study's, from before them
+        if STORED.get():  # a study's, from before them
             newer = [Problem.warn(p.variable, p.rule, p.message) for p in newer]
         problems += _combination_problems(space) + newer
         if errors(problems):
@@ -187,6 +185,12 @@ def _combination_problems(space: SearchSpace) -> list[Problem]:
             )
         ]
     return problems
+
+
+# Set while a study's stored space is read (loader.stored_space): the rules added since it was
+# accepted are warnings then. A context variable: pydantic's validation context would need a wrap
+# validator's info, typed differently across the pydantic versions this package supports.
+STORED: ContextVar[bool] = ContextVar("stored_space", default=False)
 
 
 def _newer_rules(space: SearchSpace) -> list[Problem]:
