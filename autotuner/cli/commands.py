@@ -62,7 +62,7 @@ def _store(db: str | None, *, create: bool = False) -> Any:
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
     from autotuner.store import Store
-    from autotuner.store.db import SchemaError, missing_sqlite_file, shown_url
+    from autotuner.store.db import SchemaError, foreign_sqlite_tables, missing_sqlite_file, shown_url
 
     url = db or default_database_url()
     try:
@@ -76,9 +76,15 @@ def _store(db: str | None, *, create: bool = False) -> Any:
     if not create and missing:
         raise _fail(f"no store at {missing}: give --db sqlite:////path/to/autotuner.db, or set "
                     "AUTOTUNER_DATABASE_URL or AUTOTUNER_DATA_DIR (`autotuner tune` creates one)")  # fmt: skip
+    if foreign := foreign_sqlite_tables(url):  # left as it is: opening it would add our tables to it
+        raise _fail(f"{where} is not an nccl-autotuner store (it holds {', '.join(foreign[:5])}"
+                    f"{', ...' if len(foreign) > 5 else ''}): give the store's --db")  # fmt: skip
     try:
         return Store(url)
-    except NoSuchModuleError as exc:
+    except (
+        NoSuchModuleError,
+        ImportError,
+    ) as exc:  # ImportError: a known dialect whose driver is not installed
         raise _fail(f"--db {where}: no database driver {parsed.drivername!r} (sqlite or postgresql)") from exc
     except SchemaError as exc:  # a newer version's store, a lock on a read-only mount: the message says
         raise _fail(f"cannot open the store {where}: {exc}") from exc
@@ -314,6 +320,11 @@ def _print_outcome(store: Any, study: Any) -> None:
     if study.state == StudyState.FAILED:
         err.print(labelled(f"study {study.name} failed:", study.error), highlight=False)
         return
+    if study.state == StudyState.CANCELLED and not study.outcome:  # an empty table said nothing
+        err.print(
+            f"study {study.name} was cancelled before it concluded: nothing was published", highlight=False
+        )
+        return
     try:
         outcome = Outcome.load(study.outcome) or Outcome()
     except (ValueError, TypeError) as exc:  # a row an older version (or a hand) wrote: said, not a traceback
@@ -358,12 +369,22 @@ def _print_outcome(store: Any, study: Any) -> None:
 
 
 @app.command()
-def studies(db: DbOption = None) -> None:
-    """List studies with their state and progress."""
+def studies(
+    state: Annotated[StudyState | None, typer.Option(help="only studies in this state")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="at most this many, newest first")] = 100,
+    offset: Annotated[int, typer.Option(min=0, max=1_000_000, help="skip this many newest first")] = 0,
+    db: DbOption = None,
+) -> None:
+    """List studies with their state and progress, newest first."""
     store = _store(db)
-    rows = store.studies()
+    states = [state] if state else None
+    rows, total = store.studies(states=states, limit=limit, offset=offset), store.count_studies(states=states)
     if not rows:
-        err.print("no study yet (`autotuner tune` starts one)")
+        err.print(
+            "no study yet (`autotuner tune` starts one)"
+            if not total
+            else f"no study past the {total:,} listed"
+        )
         return
     table = _narrow_table("studies")
     for col in ("id", "name", "cluster", "workload", "state", "search launches", "best samples/s", "speedup"):
@@ -373,6 +394,10 @@ def studies(db: DbOption = None) -> None:
     for s in rows:
         table.add_row(*_study_cells(store, s))
     out.print(table)
+    if offset + len(rows) < total:  # said, not cut in silence (the newest 100 were all it showed)
+        err.print(
+            f"{offset + 1:,}-{offset + len(rows):,} of {total:,}: more with --offset {offset + len(rows)}"
+        )
 
 
 def _study_cells(store: Any, s: Any) -> list[Any]:

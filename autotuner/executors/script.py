@@ -71,7 +71,8 @@ EXIT_NO_NETNS = 97  # the local executor could not create the emulated fabric's 
 _EXIT_REASONS = {
     EXIT_BAD_INPUT: "bad trial spec (exit code 2)",
     EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): process group or sharding could not start",
-    EXIT_NO_NETNS: "could not create the network namespace for the emulated fabric (needs root and iproute2)",
+    EXIT_NO_NETNS: "could not create or shape the network namespace for the emulated fabric (needs root, "
+    "iproute2 and tc's tbf)",
 }
 
 

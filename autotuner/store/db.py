@@ -10,7 +10,7 @@ import fcntl
 import json
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,26 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def foreign_sqlite_tables(url: str) -> list[str]:
+    """The tables of a SQLite file that holds some but none of ours ([] when it is ours, empty or not
+    SQLite): opening it as a store would add ours to another program's database. Read only."""
+    import sqlite3
+
+    parsed = make_url(url)
+    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    if not path or path == ":memory:" or not Path(path).expanduser().is_file():
+        return []
+    try:
+        with closing(
+            sqlite3.connect(f"{Path(path).expanduser().absolute().as_uri()}?mode=ro", uri=True)
+        ) as conn:
+            names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error:
+        return []  # not SQLite: opening it says so
+    ours = any(name.startswith("at_") or name == VERSION_TABLE for name in names)
+    return [] if ours or not names else sorted(names)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

@@ -76,8 +76,12 @@ def check(
     seeds = list(range(ctx.space.quality_seeds))
     ctx.progress.on_phase("quality")
     launch, scores = _scores(ctx, variants, seeds, gain)
-    if scores is None:
-        return Quality(skipped=f"the convergence check did not run: {launch.error or launch.state}"), tuned
+    if scores is None:  # it should have run and did not: nothing it was to judge is adopted unjudged
+        kept = tuned
+        for knob in knobs:
+            kept = GROUPS[knob][1](kept, baseline)
+        why = f"the convergence check did not run: {launch.error or launch.state}"
+        return Quality(skipped=why, unresolved=list(knobs)), kept
     summary = launch.summary or {}
     evidence = judge(scores, knobs, variants, ctx.space.max_logloss_delta, gain,
                      data=ctx.space.quality_data or SYNTHETIC, cost_s=summary.get("wall_s"))  # fmt: skip

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from autotuner.paths import default_data_dir
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
-FABRIC_PATTERN = r"^[1-9][0-9]*(kbit|mbit|gbit)$"
+FABRIC_PATTERN = r"^[1-9][0-9]{0,5}(kbit|mbit|gbit)$"  # 12 digits of gbit: tc refused it
 
 
 def default_workdir(database_url: str, data_dir: Path | None = None) -> Path:
@@ -73,8 +73,9 @@ class RequestSettings(BaseModel):
     )
     nproc_per_node: int = Field(2, ge=1, le=64, description="ranks per node", **_cli("nproc"))
     nnodes: int = Field(1, ge=1, le=4096, description="nodes per launch")
+    # At least one: a study that searched nothing published the baseline over a better served version.
     trials: int | None = Field(
-        6, ge=0, le=10_000, description="search launches (each measures several candidates)"
+        6, ge=1, le=10_000, description="search launches (each measures several candidates)"
     )
     time_budget_s: float | None = Field(
         None, gt=0, le=7 * 86400, allow_inf_nan=False, description="seconds; no new search launch after",
@@ -100,7 +101,7 @@ class RequestSettings(BaseModel):
         description="samples each model trains on in the convergence check (0 skips it)",
     )
     launch_timeout_s: float = Field(
-        900, gt=0, le=86400, allow_inf_nan=False, description="seconds before a launch is killed",
+        900, ge=1, le=86400, allow_inf_nan=False, description="seconds before a launch is killed",
         **_cli("launch-timeout"),
     )  # fmt: skip
     fabric: str | None = Field(
@@ -142,6 +143,10 @@ class RequestSettings(BaseModel):
 class StudySettings(RequestSettings):
     """A study's settings as stored: the request's, and the operator's."""
 
+    # As stored: studies requested before these bounds (and the engine's own, a baseline-only study for a
+    # re-validation's test) still load; a request is held to RequestSettings'.
+    trials: int | None = Field(6, ge=0, le=10_000)
+    launch_timeout_s: float = Field(900, gt=0, le=86400, allow_inf_nan=False)
     max_attempts: int = Field(2, ge=1, le=5, description="tries of a launch interrupted by a tuner crash")
     workdir: str | None = Field(None, description="where launch directories go (shared with the nodes)")
     executor_options: dict[str, Any] = Field(default_factory=dict)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -92,11 +94,8 @@ def create_study(
     parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
                                                       "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
     check_executor(settings, workload, space_obj)
-    ranks = settings.nnodes * settings.nproc_per_node
-    if why_no_training(settings, workload_spec) is None and (
-        problem := quality_problem(workload_spec, *most_samples(settings.quality_samples), ranks)
-    ):
-        raise StudyError(problem, "settings")
+    check_workdir(settings.study_dir(1).parent)
+    check_quality_samples(settings, workload_spec, max([job_batch, *space_obj.batch_sizes]))
     row: dict[str, Any] = {"cluster": cluster, "workload_name": workload_spec.name, "workload_spec": workload,
            "space": space_obj.model_dump(mode="json"), "settings": settings.model_dump(mode="json"),
            "inert": inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings))}  # fmt: skip
@@ -154,6 +153,31 @@ def check_executor(
         raise StudyError(f"{where} sets {clash} itself (its emulated nodes' transport): the launches would "
                          "measure its value and the config publish the space's; leave them out of the space's "
                          "env and fixed_env", "space")  # fmt: skip
+
+
+def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, largest_batch: int) -> None:
+    """A convergence check the study will make can train and fit: at least one batch per rank at the
+    largest batch (else it fails after the search, its knobs unjudged), within the samples' memory cap."""
+    if why_no_training(settings, workload) is not None:
+        return
+    ranks = settings.nnodes * settings.nproc_per_node
+    if settings.quality_samples // ranks // largest_batch < 1:
+        raise StudyError(f"quality_samples {settings.quality_samples:,} over {ranks} rank(s) is less than one batch "
+                         f"of {largest_batch:,} per rank: the convergence check could not train; give at least "
+                         f"{ranks * largest_batch:,} (far more for a telling check), or 0 to skip it", "settings")  # fmt: skip
+    if problem := quality_problem(workload, *most_samples(settings.quality_samples), ranks):
+        raise StudyError(problem, "settings")
+
+
+def check_workdir(path: Path) -> None:
+    """Launch directories can be made under `path`: its nearest existing ancestor is a directory this
+    process may write (a file there failed the study at its first launch, after its row was made)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        why = "not a directory" if not probe.is_dir() else "a directory this process may not write"
+        raise StudyError(f"workdir {path}: {probe} is {why}, so no launch directory can be made", "settings")
 
 
 def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:

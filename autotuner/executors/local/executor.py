@@ -115,6 +115,9 @@ class LocalExecutor(Executor):
             raise ValueError(
                 "the local executor runs one node; nodes=ranks, nodes=hostids or nodes=namespaces emulates more"
             )
+        if self.fabric is not None and self.nodes == "hostids":  # its nodes talk over the host's loopback
+            raise ValueError("a fabric is not emulated with nodes=hostids (loopback, unshaped): use nodes=namespaces, "
+                             "whose links are shaped at the fabric's rate, or leave fabric out")  # fmt: skip
         if launch.spec.get("device") != "cpu":
             check_gpu_sharing(self.nodes, launch.nnodes, launch.nproc_per_node, self.gpus)
         check_host_memory(launch.spec, launch.nnodes * launch.nproc_per_node, available_bytes())
@@ -156,8 +159,10 @@ class LocalExecutor(Executor):
             return [*lines, command, "rc=$?"]
         netns = _netns_name(launch.name)
         create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
+        # every step checked: a rate tc refuses left an unshaped loopback measured as the fabric
         return [*lines, f"# {self.fabric.label()}", f"{create} || exit {EXIT_NO_NETNS}",
-                f"trap 'ip netns del {netns}' EXIT", *configure, f"ip netns exec {netns} {command}", "rc=$?"]  # fmt: skip
+                f"trap 'ip netns del {netns}' EXIT", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure),
+                f"ip netns exec {netns} {command}", "rc=$?"]  # fmt: skip
 
     def _namespaced(self, launch: LaunchRequest, tag: str) -> list[str]:
         """A namespace per node, a torchrun agent in each (c10d rendezvous on node 0's address),

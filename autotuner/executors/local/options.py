@@ -6,7 +6,7 @@ from pydantic import StrictStr
 
 from autotuner.executors.options import ExecutorOptions, fullmatch, option
 
-FABRIC_RATE = r"[1-9][0-9]*(kbit|mbit|gbit)"  # tc's rate units that tbf takes, as `--fabric` gives them
+FABRIC_RATE = r"[1-9][0-9]{0,5}(kbit|mbit|gbit)"  # tc's rate units that tbf takes, as `--fabric` gives them
 
 
 class LocalOptions(ExecutorOptions):
