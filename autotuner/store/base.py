@@ -56,13 +56,19 @@ class StoreBase:
 
     def _update(self, model: type[Any], row_id: int, fields: dict[str, Any]) -> Any:
         """Set columns of one row by name; a name that is not a column is an error, not a no-op."""
-        unknown = sorted(set(fields) - set(model.__table__.columns.keys()))
-        if unknown:
-            raise TypeError(f"{model.__name__} has no column {unknown[0]!r}")
         with self.session() as s:
-            row = s.get(model, row_id)
-            if row is None:
-                raise NotFound(f"{model.__name__.lower()} {row_id}")
-            for key, value in fields.items():
-                setattr(row, key, value)
-            return row
+            return set_columns(s, model, row_id, fields)
+
+
+def set_columns(s: Session, model: type[Any], row_id: int, fields: dict[str, Any]) -> Any:
+    """In session `s`, set columns of one row by name (TypeError for a name that is no column,
+    NotFound for no such row)."""
+    unknown = sorted(set(fields) - set(model.__table__.columns.keys()))
+    if unknown:
+        raise TypeError(f"{model.__name__} has no column {unknown[0]!r}")
+    row = s.get(model, row_id)
+    if row is None:
+        raise NotFound(f"{model.__name__.lower()} {row_id}")
+    for key, value in fields.items():
+        setattr(row, key, value)
+    return row

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from autotuner.store.base import NotFound, StoreBase, env_hash
+from autotuner.store.base import StoreBase, env_hash, set_columns
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
 
 CANDIDATE_SORT_KEYS = {
@@ -93,17 +93,10 @@ class LaunchRecords(StoreBase):
         """A launch's candidates and its end (state, finished_at, ...) in one transaction: a runner
         stopped between the two left a launch still "running" with its candidates stored, which the
         next runner's recovery ingested again (every measurement twice)."""
-        unknown = sorted(set(fields) - set(Launch.__table__.columns.keys()))
-        if unknown:
-            raise TypeError(f"Launch has no column {unknown[0]!r}")
         with self.session() as s:
-            launch = s.get(Launch, launch_id)
-            if launch is None:
-                raise NotFound(f"launch {launch_id}")
+            set_columns(s, Launch, launch_id, fields)
             objs = [Candidate(**row) for row in rows]
             s.add_all(objs)
-            for key, value in fields.items():
-                setattr(launch, key, value)
             s.flush()
             return objs
 

@@ -14,21 +14,7 @@ from sqlalchemy import text
 
 from api.cache import ConfigCache, SharedGeneration
 from autotuner.store import Store
-
-FIELDS = dict(env={}, fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise")
-
-
-@pytest.fixture
-def workload(store):
-    store.upsert_workload("w", {"name": "w", "tables": []})
-
-
-def workers(store: Store, tmp_path) -> tuple[ConfigCache, ConfigCache]:
-    SharedGeneration.create(tmp_path / "generation")
-    a, b = (ConfigCache(store, 3600, SharedGeneration(tmp_path / "generation")) for _ in range(2))
-    for worker in (a, b):
-        worker.start()  # loads; its poller never ticks (an hour)
-    return a, b
+from tests.api.test_cache import FIELDS, workers, workload  # noqa: F401 (a fixture)
 
 
 def rewind(store: Store, last_id: int, generation: int) -> None:
@@ -43,12 +29,12 @@ def rewind(store: Store, last_id: int, generation: int) -> None:
             )
 
 
-def publish(store: Store, workload: str = "w") -> None:
-    store.publish_config(cluster="c", workload=workload, nodes=1, **FIELDS)
+def publish(store: Store, name: str = "w") -> None:
+    store.publish_config(cluster="c", workload=name, nodes=1, **FIELDS)
 
 
-def version(cache: ConfigCache, workload: str = "w") -> int | None:
-    served = cache.get("c", workload, 1)
+def version(cache: ConfigCache, name: str = "w") -> int | None:
+    served = cache.get("c", name, 1)
     return None if served is None else served.config["version"]
 
 
