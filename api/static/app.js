@@ -286,25 +286,28 @@
   const STUDY_STATES = ["running", "confirming", "queued", "done", "failed", "cancelled"];
 
   function studiesPage() {
-    const view = { offset: 0 };
+    const view = { offset: 0, counts: null };
     const loop = every(async () => {
       const offset = view.offset;
-      // Each state's count is the API's (a listing's count for that state): counted from this page's
-      // rows, it would leave out every study past the first page.
-      const [page, perState] = await Promise.all([
-        api(`/v1/studies?limit=${STUDIES_SHOWN}${offset ? `&offset=${offset}` : ""}`),
-        Promise.allSettled(STUDY_STATES.map((state) => api(`/v1/studies?state=${state}&limit=1`))),
-      ]);
+      const page = await api(`/v1/studies?limit=${STUDIES_SHOWN}${offset ? `&offset=${offset}` : ""}`);
       if (offset !== view.offset) return 0; // the pager moved meanwhile: read the page it asks for
       if (!page.data.length && offset > 0) { // studies removed since: back to the last page there is
         view.offset = Math.max(0, Math.floor((page.count - 1) / STUDIES_SHOWN) * STUDIES_SHOWN);
         return 0;
       }
+      // The rows at once (with the last tick's counts): on a busy service the counts' seven requests
+      // must not hold the list back.
+      renderStudies(page, view.counts || {});
+      renderStudiesPager(page, offset);
+      // Each state's count is the API's (a listing's count for that state): counted from this page's
+      // rows, it would leave out every study past the first page.
+      const perState = await Promise.allSettled(STUDY_STATES.map((state) => api(`/v1/studies?state=${state}&limit=1`)));
+      if (offset !== view.offset) return 0;
       // A count that could not be read leaves the states out (the list is still drawn), never guessed.
       const unread = perState.find((result) => result.status === "rejected");
       const counts = unread ? {} : Object.fromEntries(STUDY_STATES.map((state, i) => [state, perState[i].value.count]));
+      view.counts = counts;
       renderStudies(page, counts);
-      renderStudiesPager(page, offset);
       if (unread) throw unread.reason;
       const active = [...ACTIVE].some((state) => counts[state]);
       setLive(true, active ? "live · every 3 s" : "live");
