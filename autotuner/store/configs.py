@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
@@ -36,20 +35,14 @@ class ConfigRecords(StudyRecords):
             Config.workload_id == workload_row.id,
             Config.nodes == nodes,
         )
-        for attempt in range(1, PUBLISH_TRIES + 1):
-            try:
-                with self.session() as s:
-                    self._bump_generation(s)  # first: writers of configs take turns (_bump_generation)
-                    latest = s.scalar(select(func.max(Config.version)).where(*key))
-                    config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
-                                    version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
-                    s.add(config)
-                    s.flush()
-                    return s.scalars(select(Config).where(Config.id == config.id)).one()
-            except IntegrityError:  # a writer that did not take turns (a hand, an older version)
-                if attempt == PUBLISH_TRIES:
-                    raise
-        raise AssertionError("unreachable")
+        with self.session() as s:
+            self._bump_generation(s)  # first: writers of configs take turns, so the max read next is the last
+            latest = s.scalar(select(func.max(Config.version)).where(*key))
+            config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
+                            version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
+            s.add(config)
+            s.flush()
+            return s.scalars(select(Config).where(Config.id == config.id)).one()
 
     def configs_of_study(self, study_id: int) -> list[Config]:
         """The versions a study published (and its re-validations), oldest first."""
@@ -215,9 +208,6 @@ class ConfigRecords(StudyRecords):
         if older is None:
             raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
         return int(older)
-
-
-PUBLISH_TRIES = 5
 
 
 def _history(what: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:
