@@ -9,6 +9,8 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -71,8 +73,6 @@ def _finite(value: Any) -> Any:
 def foreign_sqlite_tables(url: str) -> list[str]:
     """The tables of a SQLite file that holds some but none of ours ([] when it is ours, empty or not
     SQLite): opening it as a store would add ours to another program's database. Read only."""
-    import sqlite3
-
     parsed = make_url(url)
     path = parsed.database if parsed.get_backend_name() == "sqlite" else None
     if not path or path == ":memory:" or not Path(path).expanduser().is_file():
@@ -86,6 +86,23 @@ def foreign_sqlite_tables(url: str) -> list[str]:
         return []  # not SQLite: opening it says so
     ours = any(name.startswith("at_") or name == VERSION_TABLE for name in names)
     return [] if ours or not names else sorted(names)
+
+
+def _enter_wal(cur: Any) -> None:
+    """Switch the file to WAL, retrying while it is locked.
+
+    SQLite answers `database is locked` at once, without its busy handler, when several processes
+    switch a fresh file together (20 of 320 openers of 40 fresh files, 8 at a time, failed here).
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -103,7 +120,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(cur)
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA synchronous=NORMAL")

@@ -75,3 +75,42 @@ def test_autotuner_tune_started_together_on_one_fresh_store(tmp_path):
              for i in range(OPENERS)]  # fmt: skip
     results = start_together(argvs, timeout_s=300)
     assert [(r.returncode, r.stderr[-800:]) for r in results if r.returncode != 0] == []
+
+
+def _open_each(paths: list[str], barrier, errors) -> None:
+    from sqlalchemy import text
+
+    from autotuner.store.db import make_engine
+
+    for path in paths:
+        barrier.wait(timeout=60)
+        engine = make_engine(f"sqlite:///{path}")
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:  # every failure is the finding
+            errors.put(f"{path}: {exc}")
+        finally:
+            engine.dispose()
+
+
+def test_connections_opening_fresh_sqlite_files_at_once_wait_for_the_wal_switch(tmp_path):
+    """SQLite answers `database is locked` at once, without its busy timeout, to processes switching a
+    fresh file to WAL together (CI failed the test above so, once in many runs; 8 openers of 40 fresh
+    files failed 20 times here). Many fresh files, so that the race is met in every run."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    openers, files = 8, 30
+    paths = [str(tmp_path / f"fresh-{i}.db") for i in range(files)]
+    barrier, errors = ctx.Barrier(openers), ctx.Queue()
+    procs = [ctx.Process(target=_open_each, args=(paths, barrier, errors)) for _ in range(openers)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert [proc.exitcode for proc in procs] == [0] * openers
+    assert found == []
