@@ -76,7 +76,7 @@ def study() -> dict[str, Any]:
     out = (Outcome.load(final.outcome) or Outcome()).dump()
     return {"minutes": (time.monotonic() - started) / 60,
             **{k: out.get(k) for k in ("decision", "speedup", "ci_low", "ci_high", "scaling", "ladder")},
-            "namespaces_left": [n for n in left.split() if n.startswith("at-s")]}  # fmt: skip
+            "namespaces_left": [n for n in left.split() if n.startswith("at-")]}  # fmt: skip
 
 
 def run() -> dict[str, Any]:

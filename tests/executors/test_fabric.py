@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.local.executor import node_network
 from tests.helpers import skip_or_fail
 
 TABLES = [
@@ -46,4 +47,7 @@ def test_a_slow_fabric_slows_the_all_to_all_and_leaves_no_namespace(netns_capabl
     assert slow["busbw_gbps"] < 0.0125 * 1.5, slow["busbw_gbps"]
     assert slow["a2a_ms"]["median"] > 1.5 * open_["a2a_ms"]["median"]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "at-slow" not in namespaces
+    assert (
+        node_network(LaunchRequest(name="slow", spec=SPEC, env={}, workdir=tmp_path / "slow"), None).prefix
+        not in namespaces
+    )

@@ -30,11 +30,11 @@ GOLDEN_FABRIC = """\
 # nccl-autotuner launch s1-l7 (local executor)
 cd /srv/autotuner/study-1/launch-0007
 # emulated fabric: loopback limited to 2gbit (tbf) in a network namespace
-ip netns add at-s1-l7 || exit 97
-trap 'ip netns del at-s1-l7' EXIT
-ip netns exec at-s1-l7 ip link set lo up || exit 97
-ip netns exec at-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 128kb latency 50ms || exit 97
-ip netns exec at-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
+ip netns add at-ba8d7c-s1-l7 || exit 97
+trap 'ip netns del at-ba8d7c-s1-l7' EXIT
+ip netns exec at-ba8d7c-s1-l7 ip link set lo up || exit 97
+ip netns exec at-ba8d7c-s1-l7 tc qdisc add dev lo root tbf rate 2gbit burst 128kb latency 50ms || exit 97
+ip netns exec at-ba8d7c-s1-l7 /opt/py/bin/python -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 -m trials.run --spec /srv/autotuner/study-1/launch-0007/spec.json --out /srv/autotuner/study-1/launch-0007/result.json --quiet
 rc=$?
 echo $rc > /srv/autotuner/study-1/launch-0007/exit_code.tmp && mv /srv/autotuner/study-1/launch-0007/exit_code.tmp /srv/autotuner/study-1/launch-0007/exit_code
 exit $rc

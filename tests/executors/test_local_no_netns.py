@@ -10,16 +10,19 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.local.executor import node_network
 from tests.executors.test_fabric import SPEC, netns_capable  # noqa: F401 (a fixture)
 
 
 @pytest.mark.netns
 def test_a_namespace_that_cannot_be_made_fails_the_launch_saying_why(netns_capable, tmp_path):  # noqa: F811
-    taken = "at-s9-l1"  # the launch's own namespace name, made first: `ip netns add` refuses it
+    launch = LaunchRequest(name="s9-l1", spec=SPEC, env={}, workdir=tmp_path / "launch-0001",
+                           python=sys.executable, timeout_s=60)  # fmt: skip
+    taken = node_network(
+        launch, None
+    ).prefix  # the launch's own namespace, made first: `ip netns add` refuses it
     subprocess.run(["ip", "netns", "add", taken], check=True)
     try:
-        launch = LaunchRequest(name="s9-l1", spec=SPEC, env={}, workdir=tmp_path / "launch-0001",
-                               python=sys.executable, timeout_s=60)  # fmt: skip
         outcome = LocalExecutor(fabric=Fabric("1gbit")).run(launch, poll_s=0.05)
     finally:
         subprocess.run(["ip", "netns", "del", taken], check=False)
@@ -36,7 +39,10 @@ def test_a_rate_tc_refuses_fails_the_launch_not_measured_unshaped(netns_capable,
     outcome = LocalExecutor(fabric=fabric).run(launch, poll_s=0.05)
     assert outcome.state == LaunchState.FAILED
     assert "could not create or shape the network namespace" in outcome.reason
-    assert "at-s9-l2" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert (
+        node_network(launch, None).prefix
+        not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    )
 
 
 def test_a_fabric_with_nodes_as_hostids_is_refused_it_would_not_be_applied():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local.executor import _tagged
+from autotuner.executors.local.executor import _study_prefix, _tagged, node_network
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from tests.helpers import TINY_SPEC, skip_or_fail
 
@@ -68,6 +68,11 @@ def netns_capable():
     subprocess.run(["ip", "netns", "del", "at-probe"], check=False)
 
 
+def named(launch: LaunchRequest) -> str:
+    """The prefix of a launch's namespaces ("at-<study's directory>-s1-l7")."""
+    return node_network(launch, None).prefix
+
+
 def namespaces(prefix: str) -> list[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
@@ -82,7 +87,7 @@ def test_a_two_node_launch_runs_one_agent_per_namespace_and_cleans_up(netns_capa
     result = outcome.result
     assert (result["world_size"], result["nnodes"], result["local_world_size"]) == (2, 2, 1)
     assert result["candidates"][0]["status"] == "ok"
-    assert namespaces("at-t1-l") == []
+    assert namespaces(_study_prefix(named(launch))) == []
 
 
 def start_hung(executor: LocalExecutor, workdir: Path, name: str) -> tuple[str, LaunchRequest]:
@@ -91,7 +96,7 @@ def start_hung(executor: LocalExecutor, workdir: Path, name: str) -> tuple[str, 
         workdir, name=name, python=sys.executable, spec={**TINY_SPEC, "extra": {"inject": "hang"}}
     )
     backend_id, _ = executor.submit(launch)
-    prefix = f"at-{name}-"
+    prefix = named(launch) + "-"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(namespaces(prefix)) < 3:
         time.sleep(0.2)
@@ -107,10 +112,12 @@ def test_namespaces_a_killed_launcher_left_are_swept_by_the_next_launch(netns_ca
     # SIGKILL for the launcher and every process of the launch: no trap runs, nothing cleans up
     for pid in {int(backend_id), *_tagged((first.workdir / "tag").read_text().strip())}:
         os.kill(pid, signal.SIGKILL)
-    assert len(namespaces("at-t2-l1-")) == 3
+    assert len(namespaces(named(first) + "-")) == 3
     second = request(tmp_path / "b", name="t2-l2", python=sys.executable)
     assert executor.run(second).state == LaunchState.SUCCEEDED
-    assert namespaces("at-t2-l") == []  # the next launch of the study swept them, then removed its own
+    assert (
+        namespaces(_study_prefix(named(first))) == []
+    )  # the next launch of the study swept them, then removed its own
 
 
 @pytest.mark.slow
@@ -119,4 +126,21 @@ def test_a_cancelled_launch_leaves_no_namespace(netns_capable, tmp_path):
     executor = LocalExecutor(nodes="namespaces")
     backend_id, launch = start_hung(executor, tmp_path, "t3-l1")
     executor.cancel(backend_id, launch)
-    assert namespaces("at-t3-l") == []
+    assert namespaces(_study_prefix(named(launch))) == []
+
+
+@pytest.mark.netns
+def test_a_launch_of_another_store_keeps_its_namespaces_through_this_ones_sweep(netns_capable, tmp_path):
+    """Two stores on one host number their studies and launches alike ("s1-l7"): the namespaces are
+    named after the study's directory too, so that one store's sweep of stale namespaces (at the
+    start of every launch) does not remove the live nodes of the other's."""
+    theirs = request(tmp_path / "store-a" / "study-1" / "launch-0007")
+    ours = request(tmp_path / "store-b" / "study-1" / "launch-0008", name="s1-l8")
+    assert named(theirs) != named(ours)
+    live = node_network(theirs, None).node(0)
+    subprocess.run(["ip", "netns", "add", live], check=True)
+    try:
+        subprocess.run(["sh", "-c", sweep_command(_study_prefix(named(ours)))], check=True)
+        assert namespaces(live) == [live]
+    finally:
+        subprocess.run(["ip", "netns", "del", live], check=False)

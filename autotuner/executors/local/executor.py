@@ -13,6 +13,7 @@ killing every process tagged with its `AUTOTUNER_LAUNCH` id, not just one proces
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -57,7 +58,7 @@ SHARED_GPU_ENV = {
     "NCCL_MNNVL_ENABLE": "0",
 }
 _RATE = re.compile(FABRIC_RATE)
-_NETNS = re.compile(r"^[a-z0-9][a-z0-9-]{0,14}$")
+_NETNS = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")  # + "-n199" stays a short file name
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class LocalExecutor(Executor):
         command = shlex.join(torchrun)
         if self.fabric is None:
             return [*lines, command, "rc=$?"]
-        netns = _netns_name(launch.name)
+        netns = _netns_name(launch)
         create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
         # every step checked: a rate tc refuses left an unshaped loopback measured as the fabric
         return [*lines, f"# {self.fabric.label()}", f"{create} || exit {EXIT_NO_NETNS}",
@@ -257,9 +258,7 @@ class LocalExecutor(Executor):
         _signal_all({p for p in pids if _exists(p)}, signal.SIGKILL)
         self._reap()
         if self.nodes == "namespaces" or self.fabric is not None:  # a killed script ran no trap
-            subprocess.run(
-                ["sh", "-c", sweep_command(_netns_name(launch.name))], check=False, capture_output=True
-            )
+            subprocess.run(["sh", "-c", sweep_command(_netns_name(launch))], check=False, capture_output=True)
 
     def _reap(self) -> None:
         for child in list(self._children.values()):
@@ -378,18 +377,23 @@ def node_agents(
 
 def node_network(launch: LaunchRequest, fabric: Fabric | None) -> NodeNetwork:
     """The namespaces of a launch's emulated nodes, named after it (a sweep finds them by name)."""
-    return NodeNetwork(_netns_name(launch.name), launch.nnodes, fabric.rate if fabric else None)
+    return NodeNetwork(_netns_name(launch), launch.nnodes, fabric.rate if fabric else None)
 
 
 def _study_prefix(prefix: str) -> str:
-    """What the launches of one study share ("at-s12-l34" -> "at-s12-l"): one runs at a time, so
+    """What the launches of one study share ("at-3f2a1c-s12-l34" -> "at-3f2a1c-s12-l"): one runs at a time, so
     namespaces left by an earlier one (its launcher killed) are stale."""
     return re.sub(r"(-l)\d+$", r"\1", prefix)
 
 
-def _netns_name(launch_name: str) -> str:
-    name = "at-" + re.sub(r"[^a-z0-9-]", "-", launch_name.lower())[:12]
-    assert _NETNS.match(name), name
+def _netns_name(launch: LaunchRequest) -> str:
+    """ "at-<study's directory>-<launch>", e.g. "at-3f2a1c-s1-l7". A launch's name is unique within its
+    store only: two stores on one host named their launches alike, and one's sweep removed the other's
+    live nodes. The hash of the study's directory tells them apart."""
+    where = hashlib.sha256(str(launch.workdir.parent.absolute()).encode()).hexdigest()[:6]
+    name = f"at-{where}-" + re.sub(r"[^a-z0-9-]", "-", launch.name.lower())
+    if not _NETNS.match(name):
+        raise ValueError(f"launch name {launch.name!r} makes no network namespace name ({name!r})")
     return name
 
 

@@ -21,7 +21,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 class NodeNetwork:
     """N emulated nodes of a launch; `prefix` names its namespaces (and what a sweep removes)."""
 
-    prefix: str  # e.g. "at-s3-l7"
+    prefix: str  # e.g. "at-3f2a1c-s3-l7"
     nodes: int
     rate: str | None = None  # None: the bridge is not shaped
     burst: str = "128kb"
