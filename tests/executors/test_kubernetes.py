@@ -231,6 +231,12 @@ def test_names_are_readable_and_distinct():
         (dict(memory="0.0Mi"), "quantity"),
         (dict(cpu="0m"), "quantity"),
         (dict(hugepages_2mi="00k", memory="1Gi"), "quantity"),
+        (
+            dict(memory="1m"),
+            r"memory='1m': 0.001 bytes, under 64Mi \('m' is milli",
+        ),  # the API server takes it
+        (dict(memory=16), "memory=16: 16 bytes, under 64Mi"),
+        (dict(shm_size="512k"), "shm_size='512k': 512000 bytes, under 1Mi"),
         (dict(node_selector={"pool": 1}), "node_selector"),
         (dict(node_selector=["gpu"]), "node_selector"),
         (dict(tolerations={"key": "x"}), "tolerations"),

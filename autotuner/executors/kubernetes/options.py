@@ -123,11 +123,31 @@ _MULTIPLIER: dict[str, int | Decimal] = {"": 1, "m": Decimal("0.001"), "k": 10**
 _PAGE = 2**21
 
 
+def _bytes(quantity: str) -> Decimal:
+    suffix = _SUFFIX.search(quantity).group()  # type: ignore[union-attr]
+    return Decimal(quantity[: len(quantity) - len(suffix)]) * _MULTIPLIER[suffix]
+
+
+def _at_least(floor: int) -> AfterValidator:
+    """A size in bytes no trial pod can run with is a slip of the unit: '1m' is a thousandth of a byte
+    ('m' is milli), '16' is 16 bytes. The API server takes both; the pod is then killed or never starts."""
+
+    def check(quantity: str) -> str:
+        if _bytes(quantity) < floor:
+            raise OptionError(
+                f"{_bytes(quantity).normalize():f} bytes, under {floor // 2**20}Mi "
+                "('m' is milli, a plain number is bytes); give the size with its unit, e.g. '64Gi'"
+            )
+        return quantity
+
+    return AfterValidator(check)
+
+
 def _whole_2mi_pages(quantity: str) -> str:
     """The API server takes a hugepages-2Mi request only as whole pages. A plain number is bytes, as
     everywhere in Kubernetes (512 is 512 bytes, not 512 pages): the rule of a quantity, not a new one."""
     suffix = _SUFFIX.search(quantity).group()  # type: ignore[union-attr]
-    size = Decimal(quantity[: len(quantity) - len(suffix)]) * _MULTIPLIER[suffix]
+    size = _bytes(quantity)
     if size % _PAGE == 0:
         return quantity
     pages = math.ceil(size / _PAGE)
@@ -160,6 +180,8 @@ Tolerations = Annotated[list[dict[str, Any]], AfterValidator(_tolerations)]
 # '64Gi', '5120Mi', '16', or a positive integer (kept as its string); never zero.
 Quantity = Annotated[StrictStr, BeforeValidator(_positive_int_as_str), fullmatch(_QUANTITY_RE)]
 HugePages2Mi = Annotated[Quantity, AfterValidator(_whole_2mi_pages)]
+MemorySize = Annotated[Quantity, _at_least(64 * 2**20)]
+ShmSize = Annotated[Quantity, _at_least(2**20)]
 _QUANTITY = "a Kubernetes quantity such as '64Gi', '5120Mi' or '16'"
 _UP_TO_64 = Annotated[StrictInt, Field(ge=0, le=64)]
 
@@ -186,11 +208,17 @@ class KubernetesOptions(ExecutorOptions):
         f"memory in 2 MiB huge pages per pod (default {EFA_DEFAULT_HUGEPAGES_2MI} with EFA)",
         f"{_QUANTITY} in whole 2Mi pages, e.g. '1Gi' (a plain number is bytes)",
     )
-    memory: Quantity | None = option(None, "memory per pod (needed with huge pages)", _QUANTITY)
+    memory: MemorySize | None = option(
+        None, "memory per pod (needed with huge pages)", "a Kubernetes quantity such as '64Gi', at least 64Mi"
+    )
     cpu: Quantity | None = option(
         None, "CPU request per pod (a request only: a CPU limit would throttle the measurement)", _QUANTITY
     )
-    shm_size: Quantity | None = option(None, "size limit of the pods' /dev/shm (memory-backed)", _QUANTITY)
+    shm_size: ShmSize | None = option(
+        None,
+        "size limit of the pods' /dev/shm (memory-backed)",
+        "a Kubernetes quantity such as '8Gi', at least 1Mi",
+    )
     service_account: DnsSubdomain | None = option(
         None, "the pods' ServiceAccount", "a ServiceAccount name in the namespace (a DNS-1123 subdomain)"
     )
