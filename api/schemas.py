@@ -180,6 +180,9 @@ class LaunchPublic(BaseModel):
     candidates: int
     error: str | None
     log_tail: str | None
+    waiting_on: str | None = Field(
+        None, description="while queued: what it waits on, in the scheduler's words"
+    )
     setup_s: float | None
     wall_s: float | None
     started_at: datetime | None
@@ -415,7 +418,7 @@ def launch_public(row: Launch) -> LaunchPublic:
         id=row.id, seq=row.seq, kind=row.kind, attempt=row.attempt, state=row.state, env=row.env,
         executor=row.executor, backend_id=row.backend_id,
         candidates=len(candidates) if isinstance(candidates, list) else "unreadable",
-        error=row.error, log_tail=row.log_tail, setup_s=_seconds(summary.get("setup_s")),
+        error=row.error, log_tail=row.log_tail, waiting_on=row.waiting_on, setup_s=_seconds(summary.get("setup_s")),
         wall_s=_seconds(summary.get("wall_s")),
         started_at=row.started_at, finished_at=row.finished_at,
     ))  # fmt: skip

@@ -480,11 +480,14 @@
     const counts = study.trial_counts || {};
     const total = Object.values(counts).reduce((a, b) => a + b, 0);
     const phase = { queued: "queued", running: "searching", confirming: "confirming best vs baseline" }[study.state];
+    // A launch in the scheduler's queue says what it waits on (Slurm's reason), not "running".
+    const waiting = launches.find((l) => l.state === "pending" && l.waiting_on);
     setText("study-progress-text", [
       s.trials ? `${study.launches_done} / ${s.trials} search launches` : `${study.launches_done} search launches`,
       `${launches.length} launches in all`,
       `${num0(total)} trials (${num0(counts.ok || 0)} ok, ${num0(counts.infeasible || 0)} infeasible, ${num0(counts.failed || 0)} failed)`,
       phase,
+      waiting && ACTIVE.has(study.state) ? `launch #${waiting.seq} queued: ${shownText(waiting.waiting_on)}` : null,
     ].filter(Boolean).join(" · "));
     const error = $("study-error");
     error.hidden = !study.error;

@@ -311,7 +311,11 @@ def _progress_bar(total: int) -> Iterator[Any]:
                 bar.advance(task)
             bar.update(task, status=status)
 
-        yield DriverProgress(on_launch_end=ended, on_phase=lambda phase: bar.update(task, description=phase))
+        def waiting(launch: Any, why: str) -> None:
+            bar.update(task, status=f"launch {launch.seq} {launch.kind} queued: {why}")
+
+        yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting,
+                             on_phase=lambda phase: bar.update(task, description=phase))  # fmt: skip
 
 
 def _print_outcome(store: Any, study: Any) -> None:

@@ -178,7 +178,7 @@ class Executor(ABC):
         *,
         started: float,
         poll_s: float = 0.5,
-        on_poll: Callable[[], None] | None = None,
+        on_poll: Callable[[Description], None] | None = None,
     ) -> Outcome:
         """Poll until the launch ends or its timeout passes (then cancel it: the whole tree).
 
@@ -218,7 +218,7 @@ class Executor(ABC):
                     self.logs(backend_id, launch),
                 )
             if on_poll is not None:
-                on_poll()
+                on_poll(desc)
             time.sleep(poll_s)
 
     def how_cancelled(self, backend_id: str) -> str:

@@ -194,6 +194,7 @@ class Launch(Base):
     summary: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     error: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
+    waiting_on: Mapped[str | None] = mapped_column(Text)  # while queued: why, in the scheduler's words
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]

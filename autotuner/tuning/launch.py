@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from autotuner.executors import LaunchRequest, Outcome
+from autotuner.executors import Description, LaunchRequest, Outcome
 from autotuner.executors.base import LaunchState
 from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, utcnow
@@ -104,8 +104,11 @@ def record_backend_id(
 def wait(
     ctx: StudyContext, backend_id: str, request: LaunchRequest, launch: Launch, started: float
 ) -> Outcome:
-    def on_poll() -> None:
+    shown: list[str | None] = [None]  # what the launch's row says it waits on
+
+    def on_poll(desc: Description) -> None:
         try:
+            say_waiting(ctx, launch, desc, shown)
             if ctx.lease.due():
                 ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
             ctx.lease.beat()
@@ -122,3 +125,17 @@ def wait(
                         ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
 
     return ctx.executor.wait(backend_id, request, started=started, poll_s=ctx.poll_s, on_poll=on_poll)
+
+
+def say_waiting(ctx: StudyContext, launch: Launch, desc: Description, shown: list[str | None]) -> None:
+    """A queued launch says on its row what it waits on, in the scheduler's words, once per change
+    (a job pending on `PartitionNodeLimit` read "running", in silence, until queue_timeout_s);
+    running again, it says nothing."""
+    waiting = clip(desc.reason or "queued", 500) if desc.state == LaunchState.PENDING else None
+    if waiting == shown[0]:
+        return
+    state = LaunchState.PENDING if waiting else LaunchState.RUNNING
+    ctx.store.update_launch(launch.id, state=state, waiting_on=waiting)
+    shown[0] = waiting
+    if waiting:
+        ctx.progress.on_launch_waiting(launch, waiting)

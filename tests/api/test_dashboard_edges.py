@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Sequence
+from datetime import timedelta
 
 import httpx
 import pytest
 
-from autotuner.store import Store
+from autotuner.store import Store, utcnow
+from autotuner.tuning.lease import owner_id
 from tests.api.service import TOKENS
 from tests.api.test_dashboard import ARTIFACTS, browser, enter_token, open_page, study_page  # noqa: F401
 from tests.helpers import LANDSCAPE
@@ -228,4 +230,26 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     assert page.locator(f"#trials tr[data-trial='{fastest}'] .tag.published").count() == 0
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-fastest-not-published.png"), full_page=False)
+    assert errors == []
+
+
+@pytest.mark.browser
+def test_a_queued_launch_says_on_the_study_page_what_it_waits_on(browser, module_server):  # noqa: F811
+    """Slurm's reason for a pending launch is shown while the study runs: it read "searching" for as long
+    as a job waited on `PartitionNodeLimit`, which it may never get past."""
+    srv = module_server
+    # held by this live process for an hour: the service's scheduler leaves it alone
+    study_id, _ = plant_study(srv, "queued-on-slurm", "running", owner=owner_id(),
+                              lease_expires_at=utcnow() + timedelta(hours=1))  # fmt: skip
+    store = Store(f"sqlite:///{srv.data_dir / 'autotuner.db'}")
+    try:
+        launch = store.add_launch(study_id=study_id, kind="baseline", env={}, spec={"candidates": []},
+                                  executor="slurm")  # fmt: skip
+        store.update_launch(launch.id, state="pending", waiting_on="Slurm PENDING: PartitionNodeLimit")
+    finally:
+        store.dispose()
+    page, errors = study_page(browser, srv, study_id)
+    page.wait_for_function("document.getElementById('study-progress-text').textContent.includes('queued:')",
+                           timeout=15_000)  # fmt: skip
+    assert "launch #1 queued: Slurm PENDING: PartitionNodeLimit" in page.inner_text("#study-progress-text")
     assert errors == []

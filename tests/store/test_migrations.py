@@ -73,8 +73,7 @@ def test_candidates_from_before_pipelines_were_recorded_say_their_workloads_own(
                                        "env": {}, "fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64,
                                        "sharding": "table_wise", "pipeline": None, "state": "ok"}])  # fmt: skip
         ids[workload["name"]] = row.id
-    with store.engine.begin() as conn:  # as a store last written before 0009 holds it
-        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0008'"))
+    command.downgrade(alembic_config(store.engine), "0008")  # as a store last written before 0009 holds it
     store.dispose()
     store = Store(store_url)  # migrates to head
     try:

@@ -402,6 +402,10 @@ def _describe(info: JobInfo, exit_code: int | None) -> Description:
     if not state.is_terminal():
         if exit_code is not None:  # the trial is over; Slurm is finishing the job around it
             return describe_exit(exit_code)
+        if state == LaunchState.PENDING:  # what the launch waits on, in Slurm's words ("PENDING: Priority")
+            return Description(
+                state, None, f"Slurm {info.state}" + (f": {info.reason}" if info.reason else "")
+            )
         return Description(state, None, info.reason)
     if info.state in ("COMPLETED", "FAILED"):
         # The batch script exits with the trial's code. 1 means "some candidate failed": the launch ran
