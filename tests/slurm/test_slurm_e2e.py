@@ -303,3 +303,23 @@ def test_a_trial_never_gets_the_served_config_from_the_sites_task_prolog(
     assert {k: v for k, v in seen.items() if k in served_only} == {}, "a served variable reached the trial"
     assert seen["NCCL_NSOCKS_PERTHREAD"] == "2"  # what the launch asked for, and only that
     assert seen["AUTOTUNER_DISABLE"] == "1"
+
+
+def test_a_queued_job_says_what_it_waits_on_and_is_given_up_at_the_queue_timeout(slurm_cluster, tmp_path):
+    """A job that cannot start (here: its dependency is held) reads "pending" with Slurm's reason at
+    every poll, and the queue timeout gives it up saying that reason: what the launch row shows."""
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=at-test-held", "--wrap", "true"],
+                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        spec = {"workload": WORKLOAD, "warmup": 1, "iterations": 3,
+                "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}]}  # fmt: skip
+        launch = LaunchRequest(name="queued-1", spec=spec, env={}, workdir=tmp_path / "queued", timeout_s=120)
+        executor = SlurmExecutor(sbatch_args=[f"--dependency=afterok:{held}"], queue_timeout_s=8)
+        polls: list[tuple[LaunchState, str]] = []
+        outcome = executor.run(launch, on_poll=lambda desc: polls.append((desc.state, desc.reason)))
+    finally:
+        subprocess.run(["scancel", held], check=False)
+    assert (LaunchState.PENDING, "Slurm PENDING: Dependency") in polls
+    assert outcome.state == LaunchState.CANCELLED
+    assert outcome.reason == "still queued after 8 s (queue_timeout_s): Slurm PENDING: Dependency"
+    assert slurm_state(outcome.backend_id) == "CANCELLED"
