@@ -66,7 +66,8 @@ def _cli(name: str) -> dict[str, Any]:
 class RequestSettings(BaseModel):
     """What a study request may set (REST body, `autotuner tune` options)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a request's "3" or true for a count is refused by name, not guessed into 3 or 1.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     executor: Literal["local", "replay", "slurm", "kubernetes"] = Field(
         "local", description="where launches run: local | replay | slurm | kubernetes"
@@ -142,6 +143,8 @@ class RequestSettings(BaseModel):
 
 class StudySettings(RequestSettings):
     """A study's settings as stored: the request's, and the operator's."""
+
+    model_config = ConfigDict(extra="forbid", strict=False)  # as stored by any earlier version: still loads
 
     # As stored: studies requested before these bounds (and the engine's own, a baseline-only study for a
     # re-validation's test) still load; a request is held to RequestSettings'.

@@ -77,3 +77,18 @@ def test_the_defaults_are_the_schemas():
     schema = RequestSettings()
     for name, value in schema.model_dump().items():
         assert defaults[name] == (",".join(map(str, value)) if isinstance(value, list) else value), name
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("trials", "3"), ("trials", True), ("nproc_per_node", 2.0), ("publish", "no"), ("launch_timeout_s", "60"),
+     ("scaling_nodes", "1,2")],
+)  # fmt: skip
+def test_a_request_of_the_wrong_json_type_is_refused_not_guessed(client, field, value):
+    """A count given as "3" or true, a switch as "no": refused naming the field (they were read as 3, 1
+    and False). The command line types its own options; the JSON body's types are the caller's."""
+    body = {"cluster": "c", "workload": RECORDED["workload"], "space": RECORDED["space"],
+            "settings": {field: value}}  # fmt: skip
+    answer = client.post("/v1/studies", json=body)
+    assert answer.status_code == 422, answer.text
+    assert [e["loc"][-1] for e in answer.json()["detail"]] == [field]
