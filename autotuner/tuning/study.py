@@ -54,7 +54,10 @@ def study_settings(
         return StudySettings(**request.model_dump(), workdir=workdir, executor_options=executor_options)
     except ValidationError as exc:
         message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise StudyError(message, where="settings") from exc
+        fields = {".".join(map(str, e["loc"])) for e in exc.errors() if e["loc"]}
+        raise StudyError(
+            message, where="settings" + (f".{fields.pop()}" if len(fields) == 1 else "")
+        ) from exc
 
 
 def baseline_batch(workload: WorkloadSpec, space: SearchSpace) -> int:
@@ -131,11 +134,12 @@ def check_executor(
     where = f"executor {settings.executor}"
     most, cap = max([settings.nnodes, *settings.scaling_nodes]), limits().max_nodes
     if most > cap:  # the operator's bound on what one request may ask of the cluster
-        raise StudyError(f"{where}: {over('a launch', most, cap, 'AUTOTUNER_MAX_NODES', ' nodes')}")
+        field = "settings.nnodes" if settings.nnodes == most else "settings.scaling_nodes"
+        raise StudyError(f"{where}: {over('a launch', most, cap, 'AUTOTUNER_MAX_NODES', ' nodes')}", field)
     given = [key for key in fields_from_settings(settings.executor) if key in settings.executor_options]
     if given:
         raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "
-                         "not as an executor option")  # fmt: skip
+                         "not as an executor option", "settings.executor_options")  # fmt: skip
     pinned: dict[str, str] = {}
     try:
         executor = executor_for(settings.executor, settings_options(settings))
@@ -147,8 +151,8 @@ def check_executor(
             )  # fmt: skip
             executor.check(launch)
             pinned.update(executor.pinned_env(launch))
-    except (ValueError, TypeError, OSError) as exc:
-        raise StudyError(f"{where}: {exc}") from exc
+    except (ValueError, TypeError, OSError) as exc:  # what the executor cannot run as the settings ask
+        raise StudyError(f"{where}: {exc}", "settings") from exc
     if space is not None and (clash := pinned_clash(space, pinned)):
         raise StudyError(f"{where} sets {clash} itself (its emulated nodes' transport): the launches would "
                          "measure its value and the config publish the space's; leave them out of the space's "

@@ -181,6 +181,7 @@ def test_a_launch_of_more_nodes_than_the_operator_allows_is_refused(client, monk
         response = post(client, name=f"n{len(settings)}", **settings)
         assert response.status_code == 422, response.text
         assert "above the limit of 64 nodes (raise it with AUTOTUNER_MAX_NODES)" in response.text
+        assert [e["loc"] for e in response.json()["detail"]] == [["body", "settings", *settings]]  # the field
     monkeypatch.setenv("AUTOTUNER_MAX_NODES", "100")
     response = post(client, name="raised", scaling_nodes=[1, 2, 100])
     assert "AUTOTUNER_MAX_NODES" not in response.text
