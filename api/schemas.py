@@ -112,6 +112,9 @@ class StudyPublic(BaseModel):
     trial_counts: dict[str, int]
     best: CandidateBrief | None
     baseline: CandidateBrief | None
+    published: CandidateBrief | None = Field(
+        None, description="the trial that measured what was published (outcome.chosen_candidate): its env"
+    )
     outcome: Outcome | None = Field(description="confirmation, ladder, quality, published version")
     claim: ClaimText = Field(
         description="the ladder, quality and inert knobs in words, as the CLI prints them"
@@ -438,7 +441,11 @@ def public_settings(settings: Any) -> Any:
 
 
 def study_public(
-    row: Study, counts: dict[str, int], best: Candidate | None, baseline: Candidate | None
+    row: Study,
+    counts: dict[str, int],
+    best: Candidate | None,
+    baseline: Candidate | None,
+    published: Candidate | None = None,
 ) -> StudyPublic:
     budget, done = _object(row.settings).get("trials"), row.launches_done
     counted = all(isinstance(n, int) and not isinstance(n, bool) for n in (budget, done))
@@ -458,7 +465,8 @@ def study_public(
     return salvaged(StudyPublic, dict(
         id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
         settings=public_settings(row.settings), space=row.space, launches_done=row.launches_done, progress=progress,
-        trial_counts=counts, best=brief(best), baseline=brief(baseline), outcome=outcome, claim=claim, error=error,
+        trial_counts=counts, best=brief(best), baseline=brief(baseline), published=brief(published),
+        outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
         owner=row.owner,
         created_at=_stored_date(row.created_at), started_at=row.started_at, finished_at=row.finished_at,

@@ -36,7 +36,16 @@ def public_studies(store: Store, studies: Sequence[Study]) -> list[StudyPublic]:
     """Studies as REST shows them, in a few queries whatever their number (a listing's page)."""
     counts = store.count_candidates_of([s.id for s in studies])
     chosen = best_and_baseline(store, studies, counts)
-    return [study_public(s, counts[s.id], *chosen[s.id]) for s in studies]
+    published = {s.id: row_id for s in studies if (row_id := _published_row(s)) is not None}
+    rows = store.candidates_by_id(set(published.values())) if published else {}
+    return [study_public(s, counts[s.id], *chosen[s.id], rows.get(published.get(s.id, 0))) for s in studies]
+
+
+def _published_row(study: Study) -> int | None:
+    """The row that measured what the study published (its outcome's chosen_candidate), if readable."""
+    outcome = study.outcome if isinstance(study.outcome, dict) else {}
+    row_id = outcome.get("chosen_candidate")
+    return row_id if isinstance(row_id, int) and not isinstance(row_id, bool) and 0 < row_id < 2**63 else None
 
 
 def to_public(store: Store, study: Study) -> StudyPublic:

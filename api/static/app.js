@@ -506,10 +506,13 @@
       + `${published ? "" : ": nothing was published"}.`;
   }
 
-  /** What was published when it is not the fastest row measured: its trial and confirmed throughput. */
-  function publishedText(outcome) {
+  /** What was published when it is not the fastest row measured: its trial, env and confirmed throughput. */
+  function publishedText(outcome, published) {
     if (keptBaseline(outcome)) return el("span", {}, "the baseline itself (no overrides): see the decision");
+    const row = published && published.id === outcome.chosen_candidate ? published : null;
     return el("span", {}, `${outcome.chosen_candidate} (tagged in the trials table)`,
+      row ? el("span", {}, " · ", envText(row.env) ? el("code", {}, envText(row.env)) : "defaults (no overrides)",
+        el("span", { class: "faint" }, ` · ${pointText(row)}`)) : null,
       isNum(outcome.tuned_samples_per_s) ? ` · ${num0(outcome.tuned_samples_per_s)} samples/s when confirmed` : null,
       el("span", { class: "faint" }, " · the speedup beside is its own"));
   }
@@ -539,7 +542,7 @@
     }
     const publishedEnv = $("published-env");
     publishedEnv.hidden = !fastestOnly;
-    fill(publishedEnv, ...(fastestOnly ? [el("span", { class: "k" }, "Published trial"), publishedText(outcome)] : []));
+    fill(publishedEnv, ...(fastestOnly ? [el("span", { class: "k" }, "Published trial"), publishedText(outcome, study.published)] : []));
     const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
     if (isNum(outcome.speedup)) {
       setText("kpi-speedup-label", hasCi ? `Confirmed speedup${fastestOnly ? " (published)" : ""}` : "Speedup");

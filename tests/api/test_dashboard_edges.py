@@ -214,6 +214,10 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     rest = srv.client("read").get(f"/v1/studies/{study_id}").json()
     assert rest["best"]["id"] == fastest
     assert rest["outcome"]["chosen_candidate"] == published
+    assert (rest["published"]["id"], rest["published"]["env"]) == (
+        published,
+        {"NCCL_ALGO": "Ring"},
+    )  # the config's env
 
     page, errors = study_page(browser, srv, study_id)
     page.wait_for_function("document.getElementById('kpi-speedup').textContent === '4.10×'", timeout=15_000)
@@ -226,6 +230,7 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     assert shown.startswith("Published trial")
     assert f"{published} (tagged in the trials table)" in shown
     assert "41,000 samples/s" in shown
+    assert "NCCL_ALGO=Ring" in shown  # what the jobs get, not only a trial number
     page.wait_for_selector(f"#trials tr[data-trial='{published}'] .tag.published", timeout=10_000)
     assert page.locator(f"#trials tr[data-trial='{fastest}'] .tag.published").count() == 0
     ARTIFACTS.mkdir(exist_ok=True)
