@@ -45,6 +45,11 @@ def remove(path: Path) -> None:
 def write_new(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     """`data` in a file the tuner creates at `path` (whatever was there removed first, never followed)."""
     remove(path)
+    write_new_only(path, data, mode)
+
+
+def write_new_only(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """`data` in a file the tuner creates at `path`; FileExistsError if anything is there (kept as it is)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     with os.fdopen(fd, "wb") as file:
         file.write(data.encode() if isinstance(data, str) else data)

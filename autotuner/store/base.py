@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotuner.store.db import make_engine, migrate
+from autotuner.store.models import StoreIdentity
 
 
 def env_hash(env: dict[str, Any]) -> str:
@@ -53,6 +54,14 @@ class StoreBase:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+    def store_id(self) -> str:
+        """The store's own id, made with it (one database has many URLs: a host name, its address)."""
+        with self.session() as s:
+            row = s.get(StoreIdentity, 1)
+            if row is None:  # a hand removed it: the store still works; its workdirs cannot be told apart
+                raise NotFound("the store's id (table at_store) is gone")
+            return row.uuid
 
     def _update(self, model: type[Any], row_id: int, fields: dict[str, Any]) -> Any:
         """Set columns of one row by name; a name that is not a column is an error, not a no-op."""

@@ -326,6 +326,15 @@ class ConfigGeneration(Base):
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class StoreIdentity(Base):
+    """One row: the store's own id, made with it (a workdir is marked with the store that launches there)."""
+
+    __tablename__ = "at_store"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+
+
 class Quarantine(Base):
     """Env configs that crashed, hung or failed NCCL init on a cluster: never launched again there."""
 

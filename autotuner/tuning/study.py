@@ -11,7 +11,9 @@ from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.executors import LaunchRequest, executor_for, settings_options
+from autotuner.executors.files import launch_dir, read_small_text, write_new_only
 from autotuner.executors.registry import fields_from_settings
+from autotuner.executors.results import clip
 from autotuner.limits import limits, over
 from autotuner.names import BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
@@ -97,7 +99,7 @@ def create_study(
     parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
                                                       "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
     check_executor(settings, workload, space_obj)
-    check_workdir(settings.study_dir(1).parent)
+    check_workdir(settings.study_dir(1).parent, store.store_id())
     check_quality_samples(settings, workload_spec, max([job_batch, *space_obj.batch_sizes]))
     row: dict[str, Any] = {"cluster": cluster, "workload_name": workload_spec.name, "workload_spec": workload,
            "space": space_obj.model_dump(mode="json"), "settings": settings.model_dump(mode="json"),
@@ -173,15 +175,38 @@ def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, large
         raise StudyError(problem, "settings")
 
 
-def check_workdir(path: Path) -> None:
+STORE_MARK = ".nccl-autotuner-store"  # in a workdir: the id of the store whose launches are there
+
+
+def check_workdir(path: Path, store_id: str) -> None:
     """Launch directories can be made under `path`: its nearest existing ancestor is a directory this
-    process may write (a file there failed the study at its first launch, after its row was made)."""
+    process may write (a file there failed the study at its first launch, after its row was made). And
+    `path` is this store's: marked with its id by the first study, refused to any other store (two
+    stores' study 1 wrote each other's launch files)."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         why = "not a directory" if not probe.is_dir() else "a directory this process may not write"
         raise StudyError(f"workdir {path}: {probe} is {why}, so no launch directory can be made", "settings")
+    owner = _workdir_owner(path, store_id)
+    if owner != store_id:
+        raise StudyError(f"workdir {path} holds the launches of another store (id {clip(owner, 64)} in "
+                         f"{path / STORE_MARK}): two stores in one workdir write each other's launch files; "
+                         "give this one a workdir of its own", "settings")  # fmt: skip
+
+
+def _workdir_owner(path: Path, store_id: str) -> str:
+    """The id `path` is marked with: this store's if it was not marked yet (marked so now)."""
+    mark = path / STORE_MARK
+    try:
+        launch_dir(path)
+        write_new_only(mark, f"{store_id}\n")
+        return store_id
+    except FileExistsError:
+        return read_small_text(mark) or "unreadable"
+    except OSError as exc:
+        raise StudyError(f"workdir {path}: cannot mark it as this store's ({exc})", "settings") from exc
 
 
 def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:

@@ -10,8 +10,10 @@ import os
 
 import pytest
 
+from autotuner.store import Store
 from autotuner.tuning import StudyError, create_study, study_settings
 from autotuner.tuning.settings import RequestSettings
+from autotuner.tuning.study import STORE_MARK
 from tests.helpers import LANDSCAPE
 
 WORKLOAD = json.loads(LANDSCAPE.read_text())["workload"]
@@ -68,3 +70,31 @@ def test_a_relative_workdir_is_kept_absolute(store, tmp_path, monkeypatch):
     study = create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir="runs")
     assert study.settings["workdir"] == str(tmp_path / "runs")
     assert os.path.isabs(study.settings["workdir"])
+
+
+def test_a_workdir_another_store_launches_in_is_refused(store, tmp_path, monkeypatch):
+    """Two stores given one workdir (one shared path set alike for two services) each had a study 1, and
+    their launches wrote each other's spec.json and result.json. The first store to create a study there
+    marks it with its id; another store is refused it, the same store (by any URL) is not."""
+    shared = str(tmp_path / "shared-runs")
+    replay = {"landscape": str(LANDSCAPE)}
+    create(store, "replay", replay, workdir=shared)
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        with pytest.raises(
+            StudyError, match=r"workdir .*shared-runs holds the launches of another store \(id "
+        ):
+            create(other, "replay", replay, workdir=shared)
+        assert other.count_studies() == 0
+        create(other, "replay", replay, workdir=str(tmp_path / "its-own"))  # a workdir of its own: made
+    finally:
+        other.dispose()
+    assert (tmp_path / "shared-runs" / STORE_MARK).read_text().strip() == store.store_id()
+    if store.url.startswith("sqlite"):  # the same store by another URL: its workdir still
+        monkeypatch.chdir(tmp_path)
+        again = Store(f"sqlite:///{os.path.relpath(store.url.removeprefix('sqlite:///'))}")
+        try:
+            create(again, "replay", replay, workdir=shared)
+        finally:
+            again.dispose()
+        assert store.count_studies() == 2
