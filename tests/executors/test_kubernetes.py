@@ -73,6 +73,7 @@ EXECUTORS: dict[int, dict[str, Any]] = {
             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
     8: dict(namespace=NS, image=IMAGE, efa_per_node=32, hugepages_2mi="10Gi", memory="512Gi", cpu="96",
             shm_size="64Gi", image_pull_policy="IfNotPresent", rdzv_port=29400, ttl_seconds_after_finished=600,
+            queue_timeout_s=3600,
             node_selector={"node.kubernetes.io/instance-type": "p5.48xlarge"},
             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                          {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}]),
@@ -145,7 +146,7 @@ def test_multi_node_job_shape(nnodes):
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", nnodes, nnodes)
     assert spec["backoffLimit"] == 0
-    assert spec["activeDeadlineSeconds"] == math.ceil(299.5)
+    assert spec["activeDeadlineSeconds"] == math.ceil(299.5 + 24 * 3600) + 120  # queue allowance, slack
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "torch.distributed.run"]
@@ -171,6 +172,19 @@ def test_multi_node_job_shape(nnodes):
     assert mounts == {"spec": "/spec", "dshm": "/dev/shm"}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
     assert json.loads(request.config_map["data"]["spec.json"]) == SPEC
+
+
+@pytest.mark.parametrize(
+    ("queue_timeout_s", "deadline"),
+    [(None, 900 + 24 * 3600 + 120), (600, 900 + 600 + 120), (0.5, 901 + 120)],
+    ids=["default-allowance", "queue-timeout", "fraction"],
+)
+def test_the_job_deadline_leaves_room_for_the_queue(queue_timeout_s, deadline):
+    """activeDeadlineSeconds counts from the Job's start, time waiting for GPUs included: the launch
+    timeout (900 s) plus the queue allowance plus slack, so that a Job that waited long for nodes is not
+    failed by Kubernetes (DeadlineExceeded) before it ran its time, yet one left behind still ends."""
+    ex = KubernetesExecutor(namespace=NS, image=IMAGE, queue_timeout_s=queue_timeout_s)
+    assert ex.dryrun(launch()).request.job["spec"]["activeDeadlineSeconds"] == deadline
 
 
 def test_everything_carries_the_launch_labels():
@@ -249,6 +263,9 @@ def test_names_are_readable_and_distinct():
         (dict(name_prefix="1abc"), "name_prefix"),
         (dict(image_pull_policy="Sometimes"), "image_pull_policy"),
         (dict(ttl_seconds_after_finished=-1), "ttl_seconds_after_finished"),
+        (dict(queue_timeout_s=0), "queue_timeout_s=0: expected seconds > 0 or null"),
+        (dict(queue_timeout_s=-60), "queue_timeout_s=-60: expected seconds > 0 or null"),
+        (dict(queue_timeout_s="abc"), "queue_timeout_s='abc': expected seconds > 0 or null"),
         (dict(gpu_per_node=8), "unknown kubernetes executor option.*gpu_per_node.*valid: namespace, image"),
     ],
 )
@@ -264,6 +281,14 @@ def test_options_from_operator_json_work():
     ex = KubernetesExecutor(**options)
     assert ex.hugepages_2mi == "5120Mi"
     assert ex.namespace == "ml"
+    assert ex.queue_timeout_s is None  # the default: a launch waits in the queue as long as it takes
+
+
+def test_queue_timeout_s_is_the_executors_own():
+    """Executor.wait reads queue_timeout_s off the executor: the option must land there."""
+    ex = KubernetesExecutor(**json.loads('{"image": "r/t:1", "queue_timeout_s": 600}'))
+    assert ex.queue_timeout_s == 600.0
+    assert KubernetesExecutor(image=IMAGE, queue_timeout_s=60.5).queue_timeout_s == 60.5
 
 
 @pytest.mark.parametrize(
@@ -687,6 +712,209 @@ def test_describe_a_job_that_is_gone_or_unreachable(cluster):
     assert "HTTP 503" in desc.reason
 
 
+# Pod statuses as the API server reports them (kubectl get pod -o json), k8s 1.31: no free GPUs, then on
+# a node creating its containers, pulling its image, running.
+NO_GPUS = ("0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: "
+           "4 No preemption victims found for incoming pod.")  # fmt: skip
+SCHEDULED = {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": T}
+POD_STATUSES: dict[str, tuple[dict[str, Any], str | None]] = {  # status, spec.nodeName
+    "unschedulable": ({"phase": "Pending", "qosClass": "Guaranteed", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": NO_GPUS,
+         "lastProbeTime": None, "lastTransitionTime": T}]}, None),
+    "not-looked-at": ({"phase": "Pending", "qosClass": "Guaranteed"}, None),
+    "container-creating": ({"phase": "Pending", "hostIP": "10.0.1.17", "startTime": T, "conditions": [
+        {"type": "PodReadyToStartContainers", "status": "False", "lastProbeTime": None, "lastTransitionTime": T},
+        {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": T},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastProbeTime": None,
+         "lastTransitionTime": T}, SCHEDULED],
+        "containerStatuses": [{"name": "trial", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+                               "started": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]},
+        "ip-10-0-1-17"),
+    "image-pull-backoff": ({"phase": "Pending", "hostIP": "10.0.1.17", "startTime": T, "conditions": [SCHEDULED],
+        "containerStatuses": [{"name": "trial", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+                               "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                     "message": f'Back-off pulling image "{IMAGE}"'}}}]},
+        "ip-10-0-1-17"),
+    "running": ({"phase": "Running", "hostIP": "10.0.1.17", "startTime": T, "conditions": [SCHEDULED],
+        "containerStatuses": [{"name": "trial", "image": IMAGE, "imageID": "", "ready": True, "restartCount": 0,
+                               "state": {"running": {"startedAt": T}}}]}, "ip-10-0-1-17"),
+}  # fmt: skip
+
+
+def pod_in(cluster: FakeCluster, job: str, index: int, case: str) -> str:
+    """A pod of the Job, its status and node as in POD_STATUSES[case]."""
+    pod = cluster.add_pod(job, index)
+    status, node = POD_STATUSES[case]
+    stored = cluster.objects[(NS, "pods", pod)]
+    stored["status"] = copy.deepcopy(status)
+    if node:
+        stored["spec"]["nodeName"] = node
+    return pod
+
+
+def pod_lists(cluster: FakeCluster) -> list[Sent]:
+    return [s for s in cluster.sent if s.method == "GET" and s.path == f"/api/v1/namespaces/{NS}/pods"]
+
+
+@pytest.mark.parametrize("job_status", ["running", "created"])
+def test_describe_a_job_whose_pods_cannot_be_scheduled_is_queued(cluster, job_status):
+    """No free GPUs: the Job counts its pods active, yet they wait for nodes. Queued, in Kubernetes'
+    words, so that the launch timeout does not count the wait."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES[job_status][0])
+    pod_in(cluster, job, 1, "unschedulable")
+    pod0 = pod_in(cluster, job, 0, "unschedulable")
+    desc = ex.describe(job, request)
+    assert desc.state == LaunchState.PENDING
+    assert desc.reason == f"pod {pod0} unschedulable: {NO_GPUS} (and 1 more pod not scheduled)"
+    (listing,) = pod_lists(cluster)  # one list a poll, by the Job's label
+    assert listing.query == {"labelSelector": f"{LAUNCH_LABEL}={job}"}
+
+
+def test_describe_a_pod_the_scheduler_has_not_seen_is_queued(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["running"][0])
+    pod_in(cluster, job, 0, "running")
+    pod1 = pod_in(cluster, job, 1, "not-looked-at")
+    desc = ex.describe(job, request)
+    assert (desc.state, desc.reason) == (LaunchState.PENDING, f"pod {pod1} not scheduled yet")
+
+
+def test_describe_clips_a_long_scheduling_message(cluster):
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["running"][0])
+    pod = pod_in(cluster, job, 0, "unschedulable")
+    cluster.objects[(NS, "pods", pod)]["status"]["conditions"][0]["message"] = "0/900 nodes: " + "x" * 5000
+    desc = ex.describe(job, request)
+    assert desc.state == LaunchState.PENDING
+    assert desc.reason.startswith(f"pod {pod} unschedulable: 0/900 nodes: xxx")
+    assert desc.reason.endswith("[... 4,713 more characters]")
+    assert len(desc.reason) < 400
+
+
+@pytest.mark.parametrize("case", ["running", "container-creating", "image-pull-backoff"])
+def test_describe_a_job_whose_pods_are_on_nodes_is_running(cluster, case):
+    """A pod on a node runs, as far as the launch timeout goes: creating its containers or pulling its
+    image is setup the timeout covers, not a queue. The unscheduled pod beside it is the one named."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["running"][0])
+    pod_in(cluster, job, 0, case)
+    pod1 = pod_in(cluster, job, 1, "unschedulable")
+    desc = ex.describe(job, request)
+    assert (desc.state, desc.reason) == (LaunchState.PENDING, f"pod {pod1} unschedulable: {NO_GPUS}")
+    cluster.objects[(NS, "pods", pod1)]["status"] = copy.deepcopy(POD_STATUSES[case][0])
+    cluster.objects[(NS, "pods", pod1)]["spec"]["nodeName"] = "ip-10-0-1-18"
+    desc = ex.describe(job, request)
+    assert (desc.state, desc.reason) == (LaunchState.RUNNING, "")
+
+
+@pytest.mark.parametrize("error", [503, ConnectionResetError("peer went away")], ids=["http", "transport"])
+@pytest.mark.parametrize("job_status", ["running", "created"])
+def test_describe_falls_back_to_the_job_when_pods_cannot_be_listed(cluster, error, job_status):
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES[job_status][0])
+    pod_in(cluster, job, 0, "unschedulable")
+    cluster.errors[("GET", "pods")] = error
+    desc = ex.describe(job, request)
+    _, state, reason = STATUSES[job_status]
+    assert (desc.state, desc.reason) == (state, reason)
+    assert len(pod_lists(cluster)) == 1  # it was asked, and its failure did not fail the launch
+
+
+@pytest.mark.parametrize("case", ["succeeded", "unknown-condition"])
+def test_describe_lists_no_pods_for_a_job_that_is_done_or_unknown(cluster, case):
+    """Pods are only listed while the Job may be queued: a finished Job costs one read a poll."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES[case][0])
+    pod_in(cluster, job, 0, "unschedulable")
+    assert ex.describe(job, request).state == STATUSES[case][1]
+    assert pod_lists(cluster) == []
+
+
+class _WaitClock:
+    """time for Executor.wait: sleeping moves it on, and nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_wait_gives_up_a_launch_still_queued_at_queue_timeout_s(cluster, monkeypatch):
+    """Pods that never get nodes: given up at queue_timeout_s, not the launch timeout, the Job deleted,
+    and the reason says what it waited on."""
+    import autotuner.executors.base as base
+
+    clock = _WaitClock()
+    monkeypatch.setattr(base, "time", clock)
+    ex = executor(2, api_client=cluster, queue_timeout_s=1800)
+    request = launch(2, timeout_s=900)
+    job = ex.schedule(ex.dryrun(request))
+    cluster.set_status(job, STATUSES["running"][0])
+    pod0 = pod_in(cluster, job, 0, "unschedulable")
+    pod_in(cluster, job, 1, "unschedulable")
+    waiting: list[str] = []
+    outcome = ex.wait(job, request, started=clock.now, poll_s=60, on_poll=lambda d: waiting.append(d.reason))
+    assert outcome.state == LaunchState.CANCELLED
+    assert outcome.reason == (f"still queued after 1800 s (queue_timeout_s): pod {pod0} unschedulable: {NO_GPUS} "
+                              "(and 1 more pod not scheduled)")  # fmt: skip
+    assert 1800 < clock.now - 1000 <= 1860  # past the 900 s launch timeout: queue time is not run time
+    assert (NS, "jobs", job) not in cluster.objects
+    assert set(waiting) == {outcome.reason.split(": ", 1)[1]}  # said on every poll while queued
+
+
+@pytest.mark.parametrize("queue_timeout_s", [None, 7200])
+def test_wait_does_not_count_queue_time_in_the_launch_timeout(cluster, monkeypatch, queue_timeout_s):
+    """An hour without free GPUs, then 800 s of running against a 900 s launch timeout: it succeeds.
+    Then a launch that runs on past 900 s of running is timed out at 900 s, however long it queued."""
+    import autotuner.executors.base as base
+
+    clock = _WaitClock()
+    monkeypatch.setattr(base, "time", clock)
+    ex = executor(2, api_client=cluster, queue_timeout_s=queue_timeout_s)
+    job_name = resource_name("autotuner", "s1-l7")
+    schedule_after, finish_after = 3600.0, 800.0
+    began, ran_from = clock.now, []
+
+    def controller(desc: Any) -> None:  # what the cluster does while the tuner polls
+        if clock.now - began >= schedule_after and not ran_from:
+            for pod in [k[2] for k in cluster.objects if k[1] == "pods"]:
+                cluster.objects[(NS, "pods", pod)]["status"] = copy.deepcopy(POD_STATUSES["running"][0])
+                cluster.objects[(NS, "pods", pod)]["spec"]["nodeName"] = "ip-10-0-1-17"
+            ran_from.append(clock.now)
+        elif ran_from and clock.now - ran_from[0] >= finish_after:
+            cluster.set_status(job_name, STATUSES["succeeded"][0])
+            cluster.logs[f"{job_name}-0-x7k2p"] = POD0_LOG
+
+    def start() -> tuple[LaunchRequest, str]:
+        cluster.objects.clear()
+        request = launch(2, timeout_s=900)
+        job = ex.schedule(ex.dryrun(request))
+        cluster.set_status(job, STATUSES["running"][0])
+        pod_in(cluster, job, 0, "unschedulable")
+        pod_in(cluster, job, 1, "unschedulable")
+        return request, job
+
+    request, job = start()
+    outcome = ex.wait(job, request, started=began, poll_s=30, on_poll=controller)
+    assert (outcome.state, outcome.result) == (LaunchState.SUCCEEDED, RESULT)
+    assert clock.now - ran_from[0] < 900
+    assert clock.now - began > 3600 + 800
+
+    ran_from.clear()
+    finish_after = 10_000.0  # runs on past its timeout
+    began = clock.now
+    request, job = start()
+    outcome = ex.wait(job, request, started=began, poll_s=30, on_poll=controller)
+    assert outcome.state == LaunchState.TIMEOUT
+    assert 900 < clock.now - ran_from[0] <= 960
+    assert clock.now - began > 3600 + 900
+
+
 def test_cancel_deletes_job_service_and_configmap(cluster):
     ex, job, request = scheduled(cluster)
     cluster.sent.clear()
@@ -940,7 +1168,7 @@ def test_run_end_to_end_against_the_fake_server(cluster, tmp_path):
     request = launch(2, workdir=tmp_path / "launch-0007")
     polls = []
 
-    def controller() -> None:  # what the cluster does while the tuner polls
+    def controller(desc: Any) -> None:  # what the cluster does while the tuner polls
         polls.append(1)
         job = resource_name("autotuner", "s1-l7")
         if len(polls) == 1:

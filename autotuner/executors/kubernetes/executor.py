@@ -72,6 +72,7 @@ REQUEST_TIMEOUT_S = 30  # a hung API server must not hang the study
 # bytes a read would otherwise hold the study for good (a 64 MiB log streams in about a second).
 LOG_READ_S = 300
 LOG_CHUNK_BYTES = 64 << 10  # what is read of a pod log at a time
+POD_MESSAGE_CHARS = 300  # of a pod's scheduling message ("0/4 nodes are available: ..."), as a queued reason
 
 T = TypeVar("T")
 
@@ -114,6 +115,7 @@ class KubernetesExecutor(Executor):
         self, parsed: KubernetesOptions | None = None, /, *, api_client: Any = None, **options: Any
     ) -> None:
         self.options = parsed if parsed is not None else KubernetesOptions.parse(options)
+        self.queue_timeout_s = self.options.queue_timeout_s
         self._api_client = api_client
         self._core: Any = None
         self._batch: Any = None
@@ -209,6 +211,12 @@ class KubernetesExecutor(Executor):
                 LaunchState.UNKNOWN, None, f"could not read Job {backend_id}: {_api_error(exc)}"
             )
         desc = job_description(job.status)
+        if desc.state in (LaunchState.RUNNING, LaunchState.PENDING):
+            # An active Job whose pods wait for nodes (no free GPUs) is queued, not running: its time
+            # there is not run time (Executor.wait).
+            queued = self._queued(backend_id)
+            if queued:
+                return Description(LaunchState.PENDING, None, queued)
         if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
             exit_code, detail = self._index0_exit(backend_id)
             desc.exit_code = exit_code
@@ -256,15 +264,36 @@ class KubernetesExecutor(Executor):
                 if getattr(exc, "status", None) != 404:
                     log.warning("could not delete %s %s/%s: %s", kind, ns, name, _api_error(exc))
 
+    def _pods(self, job_name: str) -> list[Any]:
+        """The Job's pods (V1Pod), by the launch label its template gives them."""
+        core, _ = self._apis()
+        return list(
+            core.list_namespaced_pod(
+                self.options.namespace,
+                label_selector=f"{LAUNCH_LABEL}={job_name}",
+                _request_timeout=REQUEST_TIMEOUT_S,
+            ).items
+        )
+
+    def _queued(self, job_name: str) -> str:
+        """Why the Job's first pod not yet on a node waits, in Kubernetes' words ("" when every pod is on
+        one, or the pods cannot be listed: then the Job's own state stands)."""
+        try:
+            pods = self._pods(job_name)
+        except Exception as exc:  # a poll that fails is not the trial's failure, nor a queue
+            log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
+            return ""
+        waiting = sorted((p for p in pods if _unscheduled(p)), key=_pod_order)
+        if not waiting:
+            return ""
+        others = len(waiting) - 1
+        more = f" (and {others} more pod{'s' if others > 1 else ''} not scheduled)" if others else ""
+        return f"pod {waiting[0].metadata.name} {_unscheduled(waiting[0])}{more}"
+
     def _index0_pod(self, job_name: str) -> Any:
         """The pod of completion index 0 (node rank 0: global rank 0 prints the result), or None.
         Matched by label or by annotation: the label only exists from Kubernetes 1.28 on."""
-        core, _ = self._apis()
-        pods = core.list_namespaced_pod(
-            self.options.namespace,
-            label_selector=f"{LAUNCH_LABEL}={job_name}",
-            _request_timeout=REQUEST_TIMEOUT_S,
-        ).items
+        pods = self._pods(job_name)
         index0 = [p for p in pods if "0" in (
             (p.metadata.labels or {}).get(INDEX_KEY), (p.metadata.annotations or {}).get(INDEX_KEY))]  # fmt: skip
         return max(index0, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
@@ -313,6 +342,31 @@ class KubernetesExecutor(Executor):
                 )
                 return terminated.exit_code, f"pod {pod.metadata.name}: exit code {terminated.exit_code}{why}"
         return None, ""
+
+
+def _unscheduled(pod: Any) -> str:
+    """Why a pod waits for a node, as its PodScheduled condition says ("unschedulable: 0/4 nodes are
+    available: 4 Insufficient nvidia.com/gpu."); "" for a pod on a node (pulling its image, creating
+    its containers, running or done: not queued)."""
+    status = pod.status
+    if (status and status.phase not in (None, "Pending")) or (pod.spec and pod.spec.node_name):
+        return ""
+    conditions = {c.type: c for c in (status and status.conditions) or []}
+    scheduled = conditions.get("PodScheduled")
+    if scheduled is not None and scheduled.status == "True":
+        return ""
+    if scheduled is None or scheduled.status != "False":
+        return "not scheduled yet"
+    # CamelCase reason in words: Unschedulable -> unschedulable, SchedulingGated -> scheduling gated
+    why = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", scheduled.reason or "not scheduled").lower()
+    return f"{why}: {results.clip(scheduled.message, POD_MESSAGE_CHARS)}" if scheduled.message else why
+
+
+def _pod_order(pod: Any) -> tuple[int, str]:
+    """Pods by completion index (then name): the reason shown is that of the lowest index waiting."""
+    meta = pod.metadata
+    index = (meta.labels or {}).get(INDEX_KEY) or (meta.annotations or {}).get(INDEX_KEY) or ""
+    return (int(index) if index.isdigit() else 1 << 30, meta.name or "")
 
 
 def _within(chunks: Iterable[bytes], pod: str) -> Iterator[bytes]:

@@ -30,6 +30,13 @@ SPEC_DIR = "/spec"
 RESULT_PATH = "/tmp/result.json"
 MAX_NAME = 52  # pod hostnames are "<job>-<index>" and must stay within 63 characters
 MAX_CONFIGMAP_BYTES = 1_000_000  # the API server refuses ConfigMaps over 1 MiB
+# The Job's activeDeadlineSeconds counts from its start, time waiting for GPUs included; the tuner's
+# launch timeout counts from when the pods are scheduled (Executor.wait). So the deadline is the launch
+# timeout plus the queue allowance (queue_timeout_s, else QUEUE_ALLOWANCE_S: a Job left by a tuner that
+# died still ends), plus DEADLINE_SLACK_S: the tuner sees the pods scheduled a poll late (a poll is two
+# API reads of at most 30 s each), and its own timeout, not Kubernetes', is to end the launch.
+QUEUE_ALLOWANCE_S = 24 * 3600
+DEADLINE_SLACK_S = 120
 _POD_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
 
@@ -154,10 +161,16 @@ def _job_spec(name: str, launch: LaunchRequest, o: KubernetesOptions, pod: dict[
         "completions": launch.nnodes,
         "parallelism": launch.nnodes,
         "backoffLimit": 0,  # a failed rank fails the launch: no reruns with a changed world
-        "activeDeadlineSeconds": max(1, math.ceil(launch.timeout_s)),
+        "activeDeadlineSeconds": active_deadline_s(launch, o),
         "ttlSecondsAfterFinished": o.ttl_seconds_after_finished,
         "template": {"metadata": {"labels": _labels(name)}, "spec": pod},
     }
+
+
+def active_deadline_s(launch: LaunchRequest, o: KubernetesOptions) -> int:
+    """The Job's activeDeadlineSeconds: run time, queue allowance and slack (see QUEUE_ALLOWANCE_S)."""
+    queue = QUEUE_ALLOWANCE_S if o.queue_timeout_s is None else o.queue_timeout_s
+    return math.ceil(max(0.0, launch.timeout_s) + queue) + DEADLINE_SLACK_S
 
 
 def _pod_spec(name: str, container: dict[str, Any], o: KubernetesOptions) -> dict[str, Any]:

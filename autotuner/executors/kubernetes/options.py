@@ -10,6 +10,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     model_validator,
@@ -249,6 +250,10 @@ class KubernetesOptions(ExecutorOptions):
     name_prefix: NamePrefix = option(
         "autotuner", "the prefix of every resource name", "a lowercase DNS-1035 label of at most 20 "
         "characters, e.g. 'autotuner' (tuners sharing a namespace need different prefixes)",
+    )  # fmt: skip
+    queue_timeout_s: Annotated[StrictFloat, Field(gt=0)] | None = option(
+        None, "how long a launch may wait in the queue (null: as long as it takes); the launch timeout "
+        "counts from when the job runs", "seconds > 0 or null",
     )  # fmt: skip
 
     @model_validator(mode="before")
