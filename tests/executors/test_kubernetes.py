@@ -1303,3 +1303,18 @@ def test_a_log_read_in_time_is_read_whole(cluster, monkeypatch):
     ex, job, request = scheduled(cluster)
     cluster.add_pod(job, 0, log=steady)
     assert ex.fetch_result(job, request) == RESULT
+
+
+def test_describe_a_job_with_pods_not_yet_made_is_queued(cluster):
+    """A ResourceQuota (or a LimitRange) stops the Job controller from making some of the pods: the Job is
+    active, the pods made run, the launch waits for the rest, and that wait is no run time either."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["running"][0])
+    pod_in(cluster, job, 0, "running")
+    desc = ex.describe(job, request)
+    assert (desc.state, desc.reason) == (
+        LaunchState.PENDING,
+        f"1 of 2 pods made: the Job controller holds the rest back (kubectl -n {NS} describe job {job} says why)",
+    )
+    pod_in(cluster, job, 1, "running")
+    assert ex.describe(job, request).state == LaunchState.RUNNING

@@ -214,7 +214,7 @@ class KubernetesExecutor(Executor):
         if desc.state in (LaunchState.RUNNING, LaunchState.PENDING):
             # An active Job whose pods wait for nodes (no free GPUs) is queued, not running: its time
             # there is not run time (Executor.wait).
-            queued = self._queued(backend_id)
+            queued = self._queued(backend_id, launch.nnodes)
             if queued:
                 return Description(LaunchState.PENDING, None, queued)
         if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
@@ -275,15 +275,18 @@ class KubernetesExecutor(Executor):
             ).items
         )
 
-    def _queued(self, job_name: str) -> str:
-        """Why the Job's first pod not yet on a node waits, in Kubernetes' words ("" when every pod is on
-        one, or the pods cannot be listed: then the Job's own state stands)."""
+    def _queued(self, job_name: str, nnodes: int) -> str:
+        """Why the Job's first pod not yet on a node waits, in Kubernetes' words ("" when all `nnodes`
+        pods are on one, or the pods cannot be listed: then the Job's own state stands)."""
         try:
             pods = self._pods(job_name)
         except Exception as exc:  # a poll that fails is not the trial's failure, nor a queue
             log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
             return ""
         waiting = sorted((p for p in pods if _unscheduled(p)), key=_pod_order)
+        if not waiting and 0 < len(pods) < nnodes:  # the rest not even made (a ResourceQuota, a LimitRange)
+            return (f"{len(pods)} of {nnodes} pods made: the Job controller holds the rest back "
+                    f"(kubectl -n {self.options.namespace} describe job {job_name} says why)")  # fmt: skip
         if not waiting:
             return ""
         others = len(waiting) - 1
