@@ -193,7 +193,8 @@ def check_workdir(path: Path, store_id: str) -> None:
     if owner != store_id:
         raise StudyError(f"workdir {path} holds the launches of another store (id {clip(owner, 64)} in "
                          f"{path / STORE_MARK}): two stores in one workdir write each other's launch files; "
-                         "give this one a workdir of its own", "settings")  # fmt: skip
+                         "give this one a workdir of its own, or, if that store is gone for good (its database "
+                         f"deleted), remove {path / STORE_MARK}", "settings")  # fmt: skip
 
 
 def _workdir_owner(path: Path, store_id: str) -> str:

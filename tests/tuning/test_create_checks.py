@@ -87,6 +87,10 @@ def test_a_workdir_another_store_launches_in_is_refused(store, tmp_path, monkeyp
             create(other, "replay", replay, workdir=shared)
         assert other.count_studies() == 0
         create(other, "replay", replay, workdir=str(tmp_path / "its-own"))  # a workdir of its own: made
+        with pytest.raises(
+            StudyError, match=r"if that store is gone for good .*, remove .*shared-runs/\.nccl-"
+        ):
+            create(other, "replay", replay, workdir=shared)
     finally:
         other.dispose()
     assert (tmp_path / "shared-runs" / STORE_MARK).read_text().strip() == store.store_id()
