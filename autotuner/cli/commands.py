@@ -312,7 +312,8 @@ def _progress_bar(total: int) -> Iterator[Any]:
             bar.update(task, status=status)
 
         def waiting(launch: Any, why: str) -> None:
-            bar.update(task, status=f"launch {launch.seq} {launch.kind} queued: {why}")
+            said = f"queued: {why}" if why else "running"
+            bar.update(task, status=f"launch {launch.seq} {launch.kind} {said}")
 
         yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting,
                              on_phase=lambda phase: bar.update(task, description=phase))  # fmt: skip

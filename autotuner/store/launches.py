@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from autotuner.store.base import StoreBase, env_hash, set_columns
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
@@ -21,6 +21,17 @@ CANDIDATE_SORT_KEYS = {
     "state": Candidate.state,
     "launch": Candidate.launch_id,
 }
+
+
+FOLLOWED_STATES = ("pending", "running")  # a launch not yet ended
+
+
+def _waiting_cleared(fields: dict[str, Any]) -> dict[str, Any]:
+    """A launch set to any state but pending waits on nothing (a launch cancelled at its queue timeout
+    kept "Slurm PENDING: ..." beside "cancelled")."""
+    if "state" in fields and fields["state"] != "pending":
+        return {"waiting_on": None, **fields}
+    return fields
 
 
 class LaunchRecords(StoreBase):
@@ -58,7 +69,18 @@ class LaunchRecords(StoreBase):
             return launch
 
     def update_launch(self, launch_id: int, **fields: Any) -> Launch:
-        return self._update(Launch, launch_id, fields)
+        return self._update(Launch, launch_id, _waiting_cleared(fields))
+
+    def mark_waiting(self, launch_id: int, waiting_on: str | None) -> bool:
+        """Queued, with what it waits on, or running again (None); only while the launch has not ended
+        (a runner whose lease was taken must not reopen a launch the new holder finished)."""
+        with self.session() as s:
+            done = s.execute(
+                update(Launch)
+                .where(Launch.id == launch_id, Launch.state.in_(FOLLOWED_STATES))
+                .values(state="pending" if waiting_on else "running", waiting_on=waiting_on)
+            )
+            return bool(getattr(done, "rowcount", 0))
 
     def launch(self, launch_id: int) -> Launch | None:
         with self.session() as s:
@@ -94,7 +116,7 @@ class LaunchRecords(StoreBase):
         stopped between the two left a launch still "running" with its candidates stored, which the
         next runner's recovery ingested again (every measurement twice)."""
         with self.session() as s:
-            set_columns(s, Launch, launch_id, fields)
+            set_columns(s, Launch, launch_id, _waiting_cleared(fields))
             objs = [Candidate(**row) for row in rows]
             s.add_all(objs)
             s.flush()

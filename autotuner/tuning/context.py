@@ -26,9 +26,8 @@ class Progress:
     raises is logged and otherwise ignored: what a front end shows never fails a study."""
 
     on_launch_start: Callable[[Launch], None] = lambda launch: None
-    on_launch_waiting: Callable[[Launch, str], None] = lambda launch, why: (
-        None
-    )  # queued: why, once per change
+    # queued: why, once per change; "" once it runs
+    on_launch_waiting: Callable[[Launch, str], None] = lambda launch, why: None
     on_launch_end: Callable[[Launch, list[Candidate]], None] = lambda launch, rows: None
     on_phase: Callable[[str], None] = lambda phase: None
 

@@ -104,14 +104,16 @@ def record_backend_id(
 def wait(
     ctx: StudyContext, backend_id: str, request: LaunchRequest, launch: Launch, started: float
 ) -> Outcome:
-    shown: list[str | None] = [None]  # what the launch's row says it waits on
+    # What the launch's row says it waits on: as stored (a launch followed again after a restart may
+    # have started meanwhile; its row said "pending" for its whole run).
+    shown: list[str | None] = [launch.waiting_on if launch.state == LaunchState.PENDING else None]
 
     def on_poll(desc: Description) -> None:
         try:
-            say_waiting(ctx, launch, desc, shown)
             if ctx.lease.due():
                 ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
-            ctx.lease.beat()
+            ctx.lease.beat()  # first: a runner whose lease was taken writes nothing more
+            say_waiting(ctx, launch, desc, shown)
         except StudyCancelled:
             ctx.executor.cancel(backend_id, request)
             ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
@@ -134,8 +136,6 @@ def say_waiting(ctx: StudyContext, launch: Launch, desc: Description, shown: lis
     waiting = clip(desc.reason or "queued", 500) if desc.state == LaunchState.PENDING else None
     if waiting == shown[0]:
         return
-    state = LaunchState.PENDING if waiting else LaunchState.RUNNING
-    ctx.store.update_launch(launch.id, state=state, waiting_on=waiting)
+    ctx.store.mark_waiting(launch.id, waiting)
     shown[0] = waiting
-    if waiting:
-        ctx.progress.on_launch_waiting(launch, waiting)
+    ctx.progress.on_launch_waiting(launch, waiting or "")  # "": it runs now

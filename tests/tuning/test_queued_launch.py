@@ -4,6 +4,8 @@ read "running", with nothing said, until queue_timeout_s ended it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -12,6 +14,7 @@ from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.executors.slurm.executor import JobInfo, _describe
 from autotuner.store import Store
 from autotuner.tuning import Progress, StudyDriver
+from autotuner.tuning.launch import wait
 from tests.autotuner.test_driver import replay, study_with
 
 WHY = "Slurm PENDING: PartitionNodeLimit"
@@ -53,8 +56,46 @@ def test_a_queued_launch_says_what_it_waits_on_then_nothing_once_it_runs(store: 
     queued_at = executor.seen.index(("pending", WHY))
     assert ("running", None) in executor.seen[queued_at:]  # and unsaid once it ran
     launches = store.launches(study.id)
-    assert said == [(launch.seq, WHY) for launch in launches]  # once per launch, not once per poll
+    # once per change, not once per poll: queued, then running ("")
+    assert said == [(launch.seq, why) for launch in launches for why in (WHY, "")]
     assert all(launch.waiting_on is None and launch.state == "succeeded" for launch in launches)
+
+
+def test_a_launch_followed_again_after_a_restart_is_not_left_queued(store: Store, tmp_path):
+    """A runner restarted while its launch was queued finds it running: the row says so at the first
+    poll (it kept "pending" and Slurm's old reason for the whole run)."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    launch = store.add_launch(
+        study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]}, executor="slurm"
+    )
+    assert store.mark_waiting(launch.id, WHY)
+    row = store.launch(launch.id)  # as the restarted runner reads it
+
+    class Running:  # the job started while no runner followed it
+        def wait(self, backend_id, request, *, started, poll_s, on_poll):
+            on_poll(Description(LaunchState.RUNNING))
+            return "followed"
+
+    lease = SimpleNamespace(due=lambda: False, beat=lambda: None)
+    ctx = SimpleNamespace(
+        store=store, progress=Progress(), executor=Running(), lease=lease, poll_s=0.01, study_id=study.id
+    )
+    assert wait(ctx, "123", None, row, 0.0) == "followed"  # type: ignore[arg-type]
+    assert (store.launch(launch.id).state, store.launch(launch.id).waiting_on) == ("running", None)
+
+
+def test_an_ended_launch_waits_on_nothing_and_is_never_reopened(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    launch = store.add_launch(
+        study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]}, executor="slurm"
+    )
+    assert store.mark_waiting(launch.id, WHY)
+    store.update_launch(launch.id, state="cancelled")  # given up at queue_timeout_s
+    assert store.launch(launch.id).waiting_on is None
+    # a runner whose lease was taken, polling late, must not reopen what the new holder ended
+    assert not store.mark_waiting(launch.id, WHY)
+    assert not store.mark_waiting(launch.id, None)
+    assert (store.launch(launch.id).state, store.launch(launch.id).waiting_on) == ("cancelled", None)
 
 
 def test_rest_shows_a_queued_launch_and_what_it_waits_on(store: Store, tmp_path):
@@ -62,7 +103,7 @@ def test_rest_shows_a_queued_launch_and_what_it_waits_on(store: Store, tmp_path)
     launch = store.add_launch(
         study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]}, executor="slurm"
     )
-    store.update_launch(launch.id, state="pending", waiting_on=WHY)
+    assert store.mark_waiting(launch.id, WHY)
     settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
     with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
         [shown] = client.get(f"/v1/studies/{study.id}/launches").json()
