@@ -281,7 +281,8 @@ def _new_study(store: Any, options: dict[str, Any]) -> Any:
     try:
         settings = study_settings(request, workdir=workdir, executor_options=executor_options)
         return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
-                            space=options["space"], settings=settings, name=options["study"])  # fmt: skip
+                            space=options["space"], settings=settings, name=options["study"],
+                            own_workdir=options["workdir"] is not None)  # fmt: skip
     except ValueError as exc:
         raise _fail(str(exc)) from exc
 

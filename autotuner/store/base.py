@@ -55,13 +55,12 @@ class StoreBase:
     def dispose(self) -> None:
         self.engine.dispose()
 
-    def store_id(self) -> str:
-        """The store's own id, made with it (one database has many URLs: a host name, its address)."""
+    def store_id(self) -> str | None:
+        """The store's own id, made with it (one database has many URLs: a host name, its address);
+        None if a hand removed it."""
         with self.session() as s:
             row = s.get(StoreIdentity, 1)
-            if row is None:  # a hand removed it: the store still works; its workdirs cannot be told apart
-                raise NotFound("the store's id (table at_store) is gone")
-            return row.uuid
+            return None if row is None else row.uuid
 
     def _update(self, model: type[Any], row_id: int, fields: dict[str, Any]) -> Any:
         """Set columns of one row by name; a name that is not a column is an error, not a no-op."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from pydantic import ValidationError
 
 from autotuner.envvars import Problem
 from autotuner.executors import LaunchRequest, executor_for, settings_options
-from autotuner.executors.files import launch_dir, read_small_text, write_new_only
+from autotuner.executors.files import read_small_text, remove, write_new_only
 from autotuner.executors.registry import fields_from_settings
 from autotuner.executors.results import clip
 from autotuner.limits import limits, over
@@ -21,6 +23,8 @@ from autotuner.store import Candidate, CandidateState, LaunchKind, NameTaken, St
 from autotuner.tuning.inert import inert_variables, where_before_launching
 from autotuner.tuning.settings import RequestSettings, StudySettings, most_samples
 from trials.spec import WorkloadSpec, parse_spec, parse_workload, quality_problem
+
+log = logging.getLogger("autotuner.tuning")
 
 
 class StudyError(ValueError):
@@ -75,8 +79,11 @@ def create_study(
     space: SearchSpace | dict[str, Any] | str,
     settings: StudySettings,
     name: str | None = None,
+    own_workdir: bool = False,
 ) -> Study:
-    """Validate everything a study needs, then persist it as queued.
+    """Validate everything a study needs, then persist it as queued. `own_workdir`: the workdir was
+    given by hand (`--workdir`), so it may be another store's (claim_workdir); a default one is made
+    from the store's URL and is its own.
 
     Raises SpecError (workload), SpaceError (space) or StudyError (names, executor options, a name
     taken), each naming the problem.
@@ -99,8 +106,10 @@ def create_study(
     parse_spec({"workload": workload, "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32",
                                                       "batch_size": max([job_batch, *space_obj.batch_sizes])}]})  # fmt: skip
     check_executor(settings, workload, space_obj)
-    check_workdir(settings.study_dir(1).parent, store.store_id())
+    check_workdir(settings.study_dir(1).parent)
     check_quality_samples(settings, workload_spec, max([job_batch, *space_obj.batch_sizes]))
+    if own_workdir:
+        claim_workdir(store, settings.study_dir(1).parent)
     row: dict[str, Any] = {"cluster": cluster, "workload_name": workload_spec.name, "workload_spec": workload,
            "space": space_obj.model_dump(mode="json"), "settings": settings.model_dump(mode="json"),
            "inert": inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings))}  # fmt: skip
@@ -175,39 +184,62 @@ def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, large
         raise StudyError(problem, "settings")
 
 
-STORE_MARK = ".nccl-autotuner-store"  # in a workdir: the id of the store whose launches are there
+STORE_MARK = ".nccl-autotuner-store"  # in a workdir given by hand: the id of the store launching there
 
 
-def check_workdir(path: Path, store_id: str) -> None:
+def check_workdir(path: Path) -> None:
     """Launch directories can be made under `path`: its nearest existing ancestor is a directory this
-    process may write (a file there failed the study at its first launch, after its row was made). And
-    `path` is this store's: marked with its id by the first study, refused to any other store (two
-    stores' study 1 wrote each other's launch files)."""
+    process may write (a file there failed the study at its first launch, after its row was made)."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         why = "not a directory" if not probe.is_dir() else "a directory this process may not write"
         raise StudyError(f"workdir {path}: {probe} is {why}, so no launch directory can be made", "settings")
-    owner = _workdir_owner(path, store_id)
-    if owner != store_id:
-        raise StudyError(f"workdir {path} holds the launches of another store (id {clip(owner, 64)} in "
-                         f"{path / STORE_MARK}): two stores in one workdir write each other's launch files; "
-                         "give this one a workdir of its own, or, if that store is gone for good (its database "
-                         f"deleted), remove {path / STORE_MARK}", "settings")  # fmt: skip
 
 
-def _workdir_owner(path: Path, store_id: str) -> str:
-    """The id `path` is marked with: this store's if it was not marked yet (marked so now)."""
+def claim_workdir(store: Store, path: Path) -> None:
+    """A workdir given by hand is one store's: marked with its id by its first study, refused to any
+    other (two stores given one shared path each had a study 1, and their launches wrote each other's
+    spec.json and result.json). A store that launched there before under another id (a downgrade and
+    upgrade made it anew) takes its mark back."""
+    store_id = store.store_id()
+    if store_id is None:  # the row was removed by hand: the store works on, its workdirs unmarked
+        log.warning("the store has no id (table at_store is empty): workdir %s is not marked", path)
+        return
     mark = path / STORE_MARK
     try:
-        launch_dir(path)
-        write_new_only(mark, f"{store_id}\n")
-        return store_id
-    except FileExistsError:
-        return read_small_text(mark) or "unreadable"
+        path.mkdir(
+            parents=True, exist_ok=True
+        )  # a link to a directory is fine: the mark itself is not followed
+        _mark(mark, store_id, replace=False)
+        owner = read_small_text(mark)
+        if owner != store_id and store.launched_under(path):
+            _mark(mark, store_id, replace=True)
+            owner = store_id
     except OSError as exc:
         raise StudyError(f"workdir {path}: cannot mark it as this store's ({exc})", "settings") from exc
+    if owner != store_id:
+        raise StudyError(f"workdir {path} holds the launches of another store (id {clip(owner or 'unreadable', 64)} "
+                         f"in {mark}): two stores in one workdir write each other's launch files; give this one "
+                         f"a workdir of its own, or, if that store is gone for good (its database deleted), remove "
+                         f"{mark}", "settings.workdir")  # fmt: skip
+
+
+def _mark(mark: Path, store_id: str, *, replace: bool) -> None:
+    """The mark, written whole before it appears (a link or a rename of a file of its own): a second
+    study of the same store, at the same moment, read an empty mark for another store's."""
+    own = mark.with_name(f"{mark.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    write_new_only(own, f"{store_id}\n")
+    try:
+        if replace:
+            os.replace(own, mark)
+        else:
+            os.link(own, mark)
+    except FileExistsError:
+        pass  # marked already: read below
+    finally:
+        remove(own)
 
 
 def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:

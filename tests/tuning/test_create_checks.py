@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,20 @@ from tests.helpers import LANDSCAPE
 WORKLOAD = json.loads(LANDSCAPE.read_text())["workload"]
 
 
-def create(store, executor: str, options: dict, workdir: str | None = None, **request):
+def create(
+    store, executor: str, options: dict, workdir: str | None = None, own_workdir: bool = False, **request
+):
     settings = study_settings(
         RequestSettings(executor=executor, trials=1, **request), workdir=workdir, executor_options=options
     )
-    return create_study(store, cluster="c1", workload=dict(WORKLOAD), space="socket", settings=settings)
+    return create_study(
+        store,
+        cluster="c1",
+        workload=dict(WORKLOAD),
+        space="socket",
+        settings=settings,
+        own_workdir=own_workdir,
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,24 +83,24 @@ def test_a_relative_workdir_is_kept_absolute(store, tmp_path, monkeypatch):
 
 
 def test_a_workdir_another_store_launches_in_is_refused(store, tmp_path, monkeypatch):
-    """Two stores given one workdir (one shared path set alike for two services) each had a study 1, and
-    their launches wrote each other's spec.json and result.json. The first store to create a study there
-    marks it with its id; another store is refused it, the same store (by any URL) is not."""
+    """Two stores given one workdir by hand (one shared path for two services' nodes) each had a study 1,
+    and their launches wrote each other's spec.json and result.json. The first store to create a study
+    there marks it with its id; another store is refused it, the same store (by any URL) is not."""
     shared = str(tmp_path / "shared-runs")
     replay = {"landscape": str(LANDSCAPE)}
-    create(store, "replay", replay, workdir=shared)
+    create(store, "replay", replay, workdir=shared, own_workdir=True)
     other = Store(f"sqlite:///{tmp_path / 'other.db'}")
     try:
         with pytest.raises(
             StudyError, match=r"workdir .*shared-runs holds the launches of another store \(id "
         ):
-            create(other, "replay", replay, workdir=shared)
+            create(other, "replay", replay, workdir=shared, own_workdir=True)
         assert other.count_studies() == 0
-        create(other, "replay", replay, workdir=str(tmp_path / "its-own"))  # a workdir of its own: made
+        create(other, "replay", replay, workdir=str(tmp_path / "its-own"), own_workdir=True)  # its own: made
         with pytest.raises(
             StudyError, match=r"if that store is gone for good .*, remove .*shared-runs/\.nccl-"
         ):
-            create(other, "replay", replay, workdir=shared)
+            create(other, "replay", replay, workdir=shared, own_workdir=True)
     finally:
         other.dispose()
     assert (tmp_path / "shared-runs" / STORE_MARK).read_text().strip() == store.store_id()
@@ -98,7 +108,68 @@ def test_a_workdir_another_store_launches_in_is_refused(store, tmp_path, monkeyp
         monkeypatch.chdir(tmp_path)
         again = Store(f"sqlite:///{os.path.relpath(store.url.removeprefix('sqlite:///'))}")
         try:
-            create(again, "replay", replay, workdir=shared)
+            create(again, "replay", replay, workdir=shared, own_workdir=True)
         finally:
             again.dispose()
         assert store.count_studies() == 2
+
+
+def test_a_store_that_launched_in_its_workdir_under_another_id_takes_it_back(store, tmp_path):
+    """A downgrade and upgrade (or a restore from before the id) makes the store's id anew: its own
+    launches there say the workdir is its own."""
+    shared = tmp_path / "runs"
+    study = create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(shared), own_workdir=True)
+    launch = store.add_launch(
+        study_id=study.id, kind="baseline", env={}, spec={"candidates": []}, executor="replay"
+    )
+    store.update_launch(launch.id, workdir=str(shared / "study-1" / "launch-0001"))
+    (shared / STORE_MARK).write_text("an-id-this-store-had-before\n")
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(shared), own_workdir=True)
+    assert (shared / STORE_MARK).read_text().strip() == store.store_id()
+
+
+def test_workdirs_by_hand_and_by_default(store, tmp_path):
+    """A workdir reached through a link is fine (the mark itself is never followed); a default one,
+    made from the store's URL, is its own and not marked."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "runs").symlink_to(tmp_path / "scratch")
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(tmp_path / "runs"), own_workdir=True)
+    assert (tmp_path / "scratch" / STORE_MARK).is_file()
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(tmp_path / "default"))
+    assert not (tmp_path / "default" / STORE_MARK).exists()
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == [STORE_MARK]  # no file of its own left
+
+
+def _claim(url: str, path: str, barrier, errors) -> None:
+    from autotuner.store import Store
+    from autotuner.tuning.study import claim_workdir
+
+    store = Store(url)
+    try:
+        barrier.wait(timeout=60)
+        claim_workdir(store, Path(path))
+    except Exception as exc:  # every failure is the finding
+        errors.put(repr(exc))
+    finally:
+        store.dispose()
+
+
+def test_studies_of_one_store_claiming_a_fresh_workdir_at_once_all_succeed(store, tmp_path):
+    """The mark is whole before it appears: a second study of the same store at the same moment read an
+    empty mark, taken for another store's (7 of 200 two-process races)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(10):
+        barrier, errors = ctx.Barrier(4), ctx.Queue()
+        path = str(tmp_path / f"fresh-{attempt}")
+        procs = [ctx.Process(target=_claim, args=(store.url, path, barrier, errors)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=120)
+        found = []
+        while not errors.empty():
+            found.append(errors.get())
+        assert found == []
+        assert (Path(path) / STORE_MARK).read_text().strip() == store.store_id()
