@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     StrictStr,
     TypeAdapter,
@@ -27,6 +28,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 OptionsT = TypeVar("OptionsT", bound="ExecutorOptions")
+# How long a launch may wait in a scheduler's queue: finite (infinity overflowed Kubernetes' Job deadline).
+QueueTimeout = Annotated[StrictFloat, Field(gt=0, le=30 * 86400, allow_inf_nan=False)]
 
 
 class OptionError(ValueError):

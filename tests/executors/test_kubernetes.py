@@ -146,7 +146,9 @@ def test_multi_node_job_shape(nnodes):
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", nnodes, nnodes)
     assert spec["backoffLimit"] == 0
-    assert spec["activeDeadlineSeconds"] == math.ceil(299.5 + 24 * 3600) + 120  # queue allowance, slack
+    assert (
+        spec["activeDeadlineSeconds"] == math.ceil(299.5 + 3600) + 120
+    )  # the default queue_timeout_s, slack
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "torch.distributed.run"]
@@ -263,9 +265,18 @@ def test_names_are_readable_and_distinct():
         (dict(name_prefix="1abc"), "name_prefix"),
         (dict(image_pull_policy="Sometimes"), "image_pull_policy"),
         (dict(ttl_seconds_after_finished=-1), "ttl_seconds_after_finished"),
-        (dict(queue_timeout_s=0), "queue_timeout_s=0: expected seconds > 0 or null"),
-        (dict(queue_timeout_s=-60), "queue_timeout_s=-60: expected seconds > 0 or null"),
-        (dict(queue_timeout_s="abc"), "queue_timeout_s='abc': expected seconds > 0 or null"),
+        (dict(queue_timeout_s=0), r"queue_timeout_s=0: expected seconds > 0 \(at most 30 days\) or null"),
+        (dict(queue_timeout_s=-60), r"queue_timeout_s=-60: expected seconds > 0 \(at most 30 days\) or null"),
+        (
+            dict(queue_timeout_s="abc"),
+            r"queue_timeout_s='abc': expected seconds > 0 \(at most 30 days\) or null",
+        ),
+        # infinity overflowed the Job's deadline (a traceback at study creation); 1e300 is no int64
+        (
+            dict(queue_timeout_s=float("inf")),
+            r"queue_timeout_s=inf: expected seconds > 0 \(at most 30 days\)",
+        ),
+        (dict(queue_timeout_s=1e300), r"queue_timeout_s=1e\+300: expected seconds > 0 \(at most 30 days\)"),
         (dict(gpu_per_node=8), "unknown kubernetes executor option.*gpu_per_node.*valid: namespace, image"),
     ],
 )
@@ -281,7 +292,8 @@ def test_options_from_operator_json_work():
     ex = KubernetesExecutor(**options)
     assert ex.hugepages_2mi == "5120Mi"
     assert ex.namespace == "ml"
-    assert ex.queue_timeout_s is None  # the default: a launch waits in the queue as long as it takes
+    # the default: an hour (a node_selector no node has is given up, not waited on for a day)
+    assert ex.queue_timeout_s == 3600
 
 
 def test_queue_timeout_s_is_the_executors_own():

@@ -133,6 +133,7 @@ BAD_OPTIONS = [
     ({"env": {"PATH": "/tmp"}}, "PATH: not settable"),
     ({"env": {"FI_PROVIDER": 1}}, "env"),
     ({"queue_timeout_s": 0}, "queue_timeout_s"),
+    ({"queue_timeout_s": float("inf")}, r"queue_timeout_s=inf: expected seconds > 0 \(at most 30 days\)"),
 ]
 
 
@@ -300,7 +301,7 @@ def test_describe_reads_recorded_squeue_json_for_running_and_pending(slurm, tmp_
     executor = SlurmExecutor()
     assert executor.describe("2", _workdir(tmp_path)).state == LaunchState.RUNNING
     pending = executor.describe("3", _workdir(tmp_path))
-    assert (pending.state, pending.reason) == (LaunchState.PENDING, "Resources")
+    assert (pending.state, pending.reason) == (LaunchState.PENDING, "Slurm PENDING: Resources")
     assert slurm.commands("squeue")[0] == ["squeue", "--json", "--jobs", "2"]
     assert slurm.commands("scontrol") == []  # squeue knew
 

@@ -10,7 +10,6 @@ from pydantic import (
     BeforeValidator,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     model_validator,
@@ -21,6 +20,7 @@ from autotuner.executors.options import (
     NonEmpty,
     OptionError,
     Port,
+    QueueTimeout,
     fullmatch,
     option,
 )
@@ -251,9 +251,8 @@ class KubernetesOptions(ExecutorOptions):
         "autotuner", "the prefix of every resource name", "a lowercase DNS-1035 label of at most 20 "
         "characters, e.g. 'autotuner' (tuners sharing a namespace need different prefixes)",
     )  # fmt: skip
-    queue_timeout_s: Annotated[StrictFloat, Field(gt=0)] | None = option(
-        None, "how long a launch may wait in the queue (null: as long as it takes); the launch timeout "
-        "counts from when the job runs", "seconds > 0 or null",
+    queue_timeout_s: QueueTimeout | None = option(
+        3600, "how long a launch may wait for its pods to be scheduled (default an hour: a node_selector no node has, or more GPUs than any node, is given up, not waited on for a day; null: as long as it takes, up to the Job's deadline of a day); the launch timeout counts from when all its pods are on nodes", "seconds > 0 (at most 30 days) or null",
     )  # fmt: skip
 
     @model_validator(mode="before")

@@ -7,7 +7,6 @@ from pydantic import (
     AfterValidator,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
 )
@@ -18,6 +17,7 @@ from autotuner.executors.options import (
     ExecutorOptions,
     OptionError,
     Port,
+    QueueTimeout,
     fullmatch,
     option,
 )
@@ -198,7 +198,7 @@ class SlurmOptions(ExecutorOptions):
         {}, "fixed exports the fabric needs but that are not tuned (e.g. FI_PROVIDER=efa for aws-ofi-nccl); "
         "the launch's own variables come after them and win", "an object of NAME: one-line string values",
     )  # fmt: skip
-    queue_timeout_s: Annotated[StrictFloat, Field(gt=0)] | None = option(
+    queue_timeout_s: QueueTimeout | None = option(
         None, "how long a launch may wait in the queue (null: as long as it takes); the launch timeout "
-        "counts from when the job runs", "seconds > 0 or null",
+        "counts from when the job runs", "seconds > 0 (at most 30 days) or null",
     )  # fmt: skip
