@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autotuner.paths import default_data_dir
 
@@ -66,8 +66,7 @@ def _cli(name: str) -> dict[str, Any]:
 class RequestSettings(BaseModel):
     """What a study request may set (REST body, `autotuner tune` options)."""
 
-    # Strict: a request's "3" or true for a count is refused by name, not guessed into 3 or 1.
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
     executor: Literal["local", "replay", "slurm", "kubernetes"] = Field(
         "local", description="where launches run: local | replay | slurm | kubernetes"
@@ -118,6 +117,28 @@ class RequestSettings(BaseModel):
         description="after publishing, measure tuned and baseline at these node counts, e.g. 1,2,4",
     )
 
+    @field_validator(
+        "nproc_per_node", "nnodes", "trials", "time_budget_s", "candidates_per_launch", "warmup", "iterations",
+        "seed", "confirm_rounds", "ladder_rounds", "quality_samples", "launch_timeout_s", "publish", mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _of_its_json_type(cls, value: Any, info: ValidationInfo) -> Any:
+        """A count given as "3" or true, a switch as "no": refused, not guessed into 3, 1 or False (a
+        whole number given as 3.0 is still 3)."""
+        wanted = bool if info.field_name == "publish" else (int, float)
+        if isinstance(value, bool) != (wanted is bool) or isinstance(value, str):
+            raise ValueError(
+                "a JSON boolean (true or false)" if wanted is bool else "a JSON number, not text or a boolean"
+            )
+        return value
+
+    @field_validator("scaling_nodes", mode="before")
+    @classmethod
+    def _node_numbers(cls, nodes: Any) -> Any:
+        if isinstance(nodes, list | tuple) and any(isinstance(n, str | bool) for n in nodes):
+            raise ValueError("a list of JSON numbers, e.g. [1, 2, 4]")
+        return nodes
+
     @field_validator("scaling_nodes")
     @classmethod
     def _distinct_nodes(cls, nodes: list[int]) -> list[int]:
@@ -143,8 +164,6 @@ class RequestSettings(BaseModel):
 
 class StudySettings(RequestSettings):
     """A study's settings as stored: the request's, and the operator's."""
-
-    model_config = ConfigDict(extra="forbid", strict=False)  # as stored by any earlier version: still loads
 
     # As stored: studies requested before these bounds (and the engine's own, a baseline-only study for a
     # re-validation's test) still load; a request is held to RequestSettings'.

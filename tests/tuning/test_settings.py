@@ -81,8 +81,8 @@ def test_the_defaults_are_the_schemas():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("trials", "3"), ("trials", True), ("nproc_per_node", 2.0), ("publish", "no"), ("launch_timeout_s", "60"),
-     ("scaling_nodes", "1,2")],
+    [("trials", "3"), ("trials", True), ("nproc_per_node", 2.5), ("publish", "no"), ("publish", 1),
+     ("launch_timeout_s", "60"), ("scaling_nodes", "1,2"), ("scaling_nodes", ["1", 2])],
 )  # fmt: skip
 def test_a_request_of_the_wrong_json_type_is_refused_not_guessed(client, field, value):
     """A count given as "3" or true, a switch as "no": refused naming the field (they were read as 3, 1
@@ -91,4 +91,12 @@ def test_a_request_of_the_wrong_json_type_is_refused_not_guessed(client, field, 
             "settings": {field: value}}  # fmt: skip
     answer = client.post("/v1/studies", json=body)
     assert answer.status_code == 422, answer.text
-    assert [e["loc"][-1] for e in answer.json()["detail"]] == [field]
+    assert [e["loc"][2] for e in answer.json()["detail"]] == [field]
+
+
+def test_a_whole_number_given_as_a_float_is_that_number(client):
+    body = {"cluster": "c", "workload": RECORDED["workload"], "space": RECORDED["space"],
+            "settings": {"trials": 3.0, "nproc_per_node": 2.0, "launch_timeout_s": 60}}  # fmt: skip
+    answer = client.post("/v1/studies", json=body)
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["settings"]["trials"], answer.json()["settings"]["nproc_per_node"]) == (3, 2)
