@@ -150,7 +150,7 @@ def check_executor(
     given = [key for key in fields_from_settings(settings.executor) if key in settings.executor_options]
     if given:
         raise StudyError(f"{where}: {given[0]} is a study setting: give it as the study's {given[0]}, "
-                         "not as an executor option", "settings.executor_options")  # fmt: skip
+                         "not as an executor option", "settings")  # fmt: skip
     pinned: dict[str, str] = {}
     try:
         executor = executor_for(settings.executor, settings_options(settings))

@@ -59,7 +59,9 @@ def test_a_study_no_launch_could_run_is_refused_before_it_exists(
         create(store, executor, options, workdir, **request_)
     assert store.count_studies() == 0
     # where in a REST body it is ("" was the body as a whole): the operator's options, or the settings
-    assert refused.value.where == ("settings.executor_options" if "study setting" in words else "settings")
+    assert (
+        refused.value.where == "settings"
+    )  # where in a REST body: the settings (no longer the body as a whole)
 
 
 def test_a_file_that_is_not_a_landscape_is_refused_naming_the_point(store, tmp_path):
