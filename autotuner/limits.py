@@ -15,8 +15,9 @@ its next start and a test can set one):
     AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
                                launch), default 64 MiB: each candidate's per-rank call log grows
-                               with the square of the ranks (~16 MiB for 15 candidates at 192
-                               ranks); parsing takes up to ~50x the file's size in memory
+                               with the square of the ranks (~22 MiB for 15 candidates at 192
+                               ranks); parsing takes up to ~10x the file's size in memory (a file
+                               of more than 1,000,000 objects and lists is refused unparsed)
     AUTOTUNER_MAX_QUEUED       studies waiting in the service's queue at once: a POST beyond it is
                                refused with 429 and Retry-After until one starts or is cancelled,
                                default 100

@@ -45,6 +45,26 @@ def cleaned(value: Any, multiline: frozenset[str] = frozenset(), key: str | None
     return value
 
 
+def cleaned_in_place(value: Any, multiline: frozenset[str] = frozenset(), key: str | None = None) -> Any:
+    """`cleaned`, done in `value` itself (parsed JSON no one else holds): a copy of a large result held
+    it twice in memory."""
+    if isinstance(value, str):
+        return printable_lines(value) if key in multiline else printable(value)
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, (str, list, dict)):
+                value[i] = cleaned_in_place(item, multiline, key)
+        return value
+    if isinstance(value, dict):
+        if any(isinstance(k, str) and printable(k) != k for k in value):  # a key to escape: rebuilt, in order
+            return cleaned(value, multiline, key)
+        for k, item in value.items():
+            if isinstance(item, (str, list, dict)):
+                value[k] = cleaned_in_place(item, multiline, k)
+        return value
+    return value
+
+
 def _escape(c: str) -> str:
     code = ord(c)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

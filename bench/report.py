@@ -380,6 +380,15 @@ def _md_store(c: dict[str, Any]) -> list[str]:
             ""]  # fmt: skip
 
 
+def _md_results(r: dict[str, Any]) -> list[str]:
+    return ["## Reading a trial's result", "", f"`{CMD.format('results')}` — each file parsed in a fresh process: "
+            "peak memory growth over the file's size, the product's `parse_result` against `json.loads` alone in the "
+            "same run (the floor). A file of more objects and lists than a trial writes is refused before parsing.", "",
+            table(["result", "MiB", "json.loads x", "parse_result x", "vs json.loads", "parse_result"],
+                  [[row["case"], f"{row['bytes'] / 2**20:.0f}", f"{row['json_loads_x']:.1f}", f"{row['parse_result_x']:.1f}",
+                    f"{row['ratio_vs_json_loads']:.2f}x", row["outcome"]] for row in r["rows"]]), ""]  # fmt: skip
+
+
 def _md_scaling(c: dict[str, Any]) -> list[str]:
     lines = ["## How cost scales", "", f"`{CMD.format('scaling')}` — one fp16 candidate, batch 512.", "",
               table(["tables", "ranks", "wall s", "setup s", "iteration ms", "all-to-all ms", "a2a MB/iter"], [
@@ -396,7 +405,7 @@ SECTION_MD = {"trial": _md_trial, "noise": _md_noise, "fidelity": _md_fidelity,
               "training-fidelity": _md_training_fidelity, "search": _md_search, "planning": _md_planning,
               "planning-wide": _md_planning_wide,
               "tuned": _md_tuned, "quality": _md_quality,
-              "serving": _md_serving, "store": _md_store, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
+              "serving": _md_serving, "store": _md_store, "results": _md_results, "revalidate": _md_revalidate, "scaling": _md_scaling, "scaling-emulated": _md_scaling_emulated}  # fmt: skip
 
 
 def _trial_rows(trial: dict[str, Any]) -> list[list[str]]:

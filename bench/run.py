@@ -1,6 +1,6 @@
 """`make bench`: measure the product against its baselines and write bench/RESULTS.md (+ results.json).
 
-    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,planning-wide,tuned,quality,serving,store,revalidate,scaling,scaling-emulated] [--keep]
+    python -m bench.run [--only trial,noise,fidelity,training-fidelity,search,planning,planning-wide,tuned,quality,serving,store,results,revalidate,scaling,scaling-emulated] [--keep]
 
 Every figure is a ratio against a baseline measured in the same run (this machine is shared and
 noisy); absolute numbers are context. With --only, the other sections keep their last results.
@@ -132,9 +132,15 @@ def _scaling() -> dict[str, Any]:
     return trials.cost_scaling()
 
 
+def _results() -> dict[str, Any]:
+    from bench import result_parse
+
+    return result_parse.run()
+
+
 SECTIONS = {"trial": _trial, "noise": _noise, "fidelity": _fidelity, "training-fidelity": _training_fidelity,
             "search": _search, "planning": _planning, "planning-wide": _planning_wide, "tuned": _tuned, "quality": _quality, "serving": _serving,
-            "store": _store, "revalidate": _revalidate, "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
+            "store": _store, "results": _results, "revalidate": _revalidate, "scaling": _scaling, "scaling-emulated": _scaling_emulated}  # fmt: skip
 
 
 def machine() -> dict[str, Any]:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotuner.text import cleaned
+from autotuner.text import cleaned_in_place
 from trials.result import SCHEMA_VERSION
 
 MAX_TEXT = 4000  # characters of an error, a reason or a log tail that are stored and served
@@ -45,16 +45,39 @@ MAX_NUMBER = 1e300  # compared exactly with any int; far above any figure a tria
 MAX_DEPTH = 32  # levels of nesting a result may have (its schema has 6): deeper, it was not a trial's
 
 
+# Objects and lists a result may hold: parsed, each takes ~60-100 bytes for the 2-3 bytes of "{}," (24x
+# the file's size), where numbers take 8-10x. A trial's result holds one list a call and rank (~15,000 at
+# 192 ranks); a file of 64 MiB of "{}," held 1.5 GiB parsed, enough to have a small service killed.
+MAX_CONTAINERS = 1_000_000
+_END = object()
+
+
 def _depth(value: Any) -> int:
-    """How deeply `value` nests (iteratively: a deep one must not overflow the stack it is checked on)."""
-    deepest, stack = 0, [(value, 1)]
+    """How deeply `value` nests (iteratively: a deep one must not overflow the stack it is checked on;
+    one iterator a level, not one entry an item: a list of 20 million items made 20 million)."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest, stack = 1, [iter(_items(value))]
     while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            if level <= MAX_DEPTH:
-                stack.extend((x, level + 1) for x in (item.values() if isinstance(item, dict) else item))
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, (dict, list)):
+            deepest = max(deepest, len(stack) + 1)
+            if len(stack) < MAX_DEPTH:
+                stack.append(iter(_items(item)))
     return deepest
+
+
+def _items(value: dict[str, Any] | list[Any]) -> Any:
+    return value.values() if isinstance(value, dict) else value
+
+
+def _containers(data: bytes | str) -> int:
+    """At least the objects and lists `data` holds (a brace inside a string counts too)."""
+    return (
+        data.count(b"{") + data.count(b"[") if isinstance(data, bytes) else data.count("{") + data.count("[")
+    )
 
 
 # ------------------------------------------------------------------------------ value checks
@@ -176,6 +199,9 @@ def parse_result(
     `spec`, it must hold one result per candidate the launch asked for; with the launch's `world_size`
     (nodes x ranks per node), it must say so (the rate check multiplies by it: 4096 would pass off a
     2-rank launch's step as 2,000x the samples/s)."""
+    if (containers := _containers(data)) > MAX_CONTAINERS:
+        raise ResultError(f"{containers:,} objects and lists (every {{ and [ counted), more than a trial's "
+                          f"result holds (at most {MAX_CONTAINERS:,}): not parsed")  # fmt: skip
     try:
         result = json.loads(data)
     except RecursionError:
@@ -195,7 +221,7 @@ def parse_result(
         error = result.get("error")
         if not isinstance(error, str) or not error.strip():
             raise ResultError("status is error, with no error message")
-        return cleaned({**result, "error": clip(error)}, MULTILINE)
+        return cleaned_in_place({**result, "error": clip(error)}, MULTILINE)
     if status not in ("ok", "partial", "failed"):
         raise ResultError(f"status is {_shown(status)}, expected ok, partial, failed or error")
     problem = _problems(result, _TOP, "") or _problems(result.get("nccl_effective") or {}, _NCCL_EFFECTIVE,
@@ -212,7 +238,9 @@ def parse_result(
         raise ResultError(
             f"{len(candidates)} candidate results for the {asked} candidates the launch asked for"
         )
-    return cleaned(result, MULTILINE)  # its strings reach terminals, logs and pages: shown, never obeyed
+    return cleaned_in_place(
+        result, MULTILINE
+    )  # its strings reach terminals, logs and pages: shown, never obeyed
 
 
 def candidate_problem(

@@ -111,3 +111,16 @@ def test_a_later_gpu_run_shows_the_all_to_all_bound_jobs_wire_check():
     assert "The all-to-all-bound job on 2 nodes (demo-sparse-b16384, batch 16384)" in section
     assert "(run 4, commit abc1234)" in section
     assert "| 1.07x |" in section
+
+
+def test_the_committed_result_reading_run_refuses_a_file_of_objects_and_parses_at_json_loads_cost():
+    """bench/result_parse.py's committed run: a file of empty objects (24x its size as json.loads holds it)
+    is refused before parsing; a real result costs what json.loads does (no second copy)."""
+    rows = {row["case"]: row for row in RESULTS["sections"]["results"]["rows"]}
+    real = rows["a trial's result, 192 ranks, 15 candidates"]
+    objects = rows["64 MiB of empty objects ({},{},...)"]
+    assert real["outcome"] == "parsed"
+    assert real["ratio_vs_json_loads"] < 1.2
+    assert objects["outcome"].startswith("refused: ")
+    assert objects["parse_result_x"] < 1 < objects["json_loads_x"]
+    assert "## Reading a trial's result" in render({"sections": {"results": RESULTS["sections"]["results"]}})
