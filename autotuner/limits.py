@@ -16,8 +16,9 @@ its next start and a test can set one):
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
                                launch), default 64 MiB: each candidate's per-rank call log grows
                                with the square of the ranks (~22 MiB for 15 candidates at 192
-                               ranks); parsing takes up to ~10x the file's size in memory (a file
-                               of more than 1,000,000 objects and lists is refused unparsed)
+                               ranks); parsing takes up to ~15x the file's size in memory (a file
+                               of more objects and lists than one per 64 bytes of the cap, at
+                               least 1,000,000, is refused unparsed)
     AUTOTUNER_MAX_QUEUED       studies waiting in the service's queue at once: a POST beyond it is
                                refused with 429 and Retry-After until one starts or is cancelled,
                                default 100

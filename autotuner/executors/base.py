@@ -195,7 +195,10 @@ class Executor(ABC):
             now = time.monotonic()
             if desc.state.is_terminal():
                 return self._collect(backend_id, launch, desc)
-            if desc.state == LaunchState.PENDING and run_started is None:
+            # A poll that could not read the state (UNKNOWN) while queued leaves it queued: it started
+            # the run clock, and one failed squeue turned a queued launch into a timeout.
+            queued = desc.state == LaunchState.PENDING or (desc.state == LaunchState.UNKNOWN and seen_queued)
+            if queued and run_started is None:
                 seen_queued = True
                 if self.queue_timeout_s is not None and now - started > self.queue_timeout_s:
                     self.cancel(backend_id, launch)

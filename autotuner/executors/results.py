@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from autotuner.limits import limits
 from autotuner.text import cleaned_in_place
 from trials.result import SCHEMA_VERSION
 
@@ -46,9 +47,16 @@ MAX_DEPTH = 32  # levels of nesting a result may have (its schema has 6): deeper
 
 
 # Objects and lists a result may hold: parsed, each takes ~60-100 bytes for the 2-3 bytes of "{}," (24x
-# the file's size), where numbers take 8-10x. A trial's result holds one list a call and rank (~15,000 at
-# 192 ranks); a file of 64 MiB of "{}," held 1.5 GiB parsed, enough to have a small service killed.
-MAX_CONTAINERS = 1_000_000
+# the file's size), where numbers take 8-15x. A trial's result holds one list a call and rank, ~500 bytes
+# each (~45,000 at 192 ranks and 15 candidates); a file of 64 MiB of "{}," held 1.5 GiB parsed, enough to
+# have a small service killed. One per 64 bytes of the byte cap, at least a million.
+MIN_CONTAINERS = 1_000_000
+
+
+def max_containers() -> int:
+    return max(MIN_CONTAINERS, limits().max_result_bytes // 64)
+
+
 _END = object()
 
 
@@ -199,9 +207,10 @@ def parse_result(
     `spec`, it must hold one result per candidate the launch asked for; with the launch's `world_size`
     (nodes x ranks per node), it must say so (the rate check multiplies by it: 4096 would pass off a
     2-rank launch's step as 2,000x the samples/s)."""
-    if (containers := _containers(data)) > MAX_CONTAINERS:
+    if (containers := _containers(data)) > (most := max_containers()):
         raise ResultError(f"{containers:,} objects and lists (every {{ and [ counted), more than a trial's "
-                          f"result holds (at most {MAX_CONTAINERS:,}): not parsed")  # fmt: skip
+                          f"result holds (at most {most:,}, one per 64 bytes of AUTOTUNER_MAX_RESULT_BYTES): "
+                          "not parsed")  # fmt: skip
     try:
         result = json.loads(data)
     except RecursionError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -82,12 +81,6 @@ class LaunchRecords(StoreBase):
                 .values(state="pending" if waiting_on else "running", waiting_on=waiting_on)
             )
             return bool(getattr(done, "rowcount", 0))
-
-    def launched_under(self, path: Path) -> bool:
-        """Whether a launch of this store ran in a directory under `path`."""
-        with self.session() as s:
-            query = select(Launch.id).where(Launch.workdir.startswith(f"{path}/", autoescape=True)).limit(1)
-            return s.scalar(query) is not None
 
     def launch(self, launch_id: int) -> Launch | None:
         with self.session() as s:

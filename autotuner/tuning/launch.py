@@ -133,9 +133,11 @@ def say_waiting(ctx: StudyContext, launch: Launch, desc: Description, shown: lis
     """A queued launch says on its row what it waits on, in the scheduler's words, once per change
     (a job pending on `PartitionNodeLimit` read "running", in silence, until queue_timeout_s);
     running again, it says nothing."""
+    if desc.state == LaunchState.UNKNOWN:  # a poll that could not read it: nothing changed that we know
+        return
     waiting = clip(desc.reason or "queued", 500) if desc.state == LaunchState.PENDING else None
     if waiting == shown[0]:
         return
-    ctx.store.mark_waiting(launch.id, waiting)
     shown[0] = waiting
-    ctx.progress.on_launch_waiting(launch, waiting or "")  # "": it runs now
+    if ctx.store.mark_waiting(launch.id, waiting):  # not when it ended meanwhile
+        ctx.progress.on_launch_waiting(launch, waiting or "")  # "": it runs now

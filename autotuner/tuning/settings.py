@@ -135,7 +135,9 @@ class RequestSettings(BaseModel):
     @field_validator("scaling_nodes", mode="before")
     @classmethod
     def _node_numbers(cls, nodes: Any) -> Any:
-        if isinstance(nodes, list | tuple) and any(isinstance(n, str | bool) for n in nodes):
+        if isinstance(nodes, list | tuple | set | frozenset) and any(
+            isinstance(n, str | bool) for n in nodes
+        ):
             raise ValueError("a list of JSON numbers, e.g. [1, 2, 4]")
         return nodes
 

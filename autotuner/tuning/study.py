@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,8 +84,7 @@ def create_study(
     own_workdir: bool = False,
 ) -> Study:
     """Validate everything a study needs, then persist it as queued. `own_workdir`: the workdir was
-    given by hand (`--workdir`), so it may be another store's (claim_workdir); a default one is made
-    from the store's URL and is its own.
+    given by hand (`--workdir`), so it may be another store's (claim_workdir).
 
     Raises SpecError (workload), SpaceError (space) or StudyError (names, executor options, a name
     taken), each naming the problem.
@@ -108,8 +109,7 @@ def create_study(
     check_executor(settings, workload, space_obj)
     check_workdir(settings.study_dir(1).parent)
     check_quality_samples(settings, workload_spec, max([job_batch, *space_obj.batch_sizes]))
-    if own_workdir:
-        claim_workdir(store, settings.study_dir(1).parent)
+    claim_workdir(store, settings.study_dir(1).parent, by_hand=own_workdir)
     row: dict[str, Any] = {"cluster": cluster, "workload_name": workload_spec.name, "workload_spec": workload,
            "space": space_obj.model_dump(mode="json"), "settings": settings.model_dump(mode="json"),
            "inert": inert_variables([*space_obj.env, *space_obj.fixed_env], where_before_launching(settings))}  # fmt: skip
@@ -184,7 +184,7 @@ def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, large
         raise StudyError(problem, "settings")
 
 
-STORE_MARK = ".nccl-autotuner-store"  # in a workdir given by hand: the id of the store launching there
+STORE_MARK = ".nccl-autotuner-store"  # in a workdir: the id of the store whose launches are there
 
 
 def check_workdir(path: Path) -> None:
@@ -198,48 +198,71 @@ def check_workdir(path: Path) -> None:
         raise StudyError(f"workdir {path}: {probe} is {why}, so no launch directory can be made", "settings")
 
 
-def claim_workdir(store: Store, path: Path) -> None:
-    """A workdir given by hand is one store's: marked with its id by its first study, refused to any
-    other (two stores given one shared path each had a study 1, and their launches wrote each other's
-    spec.json and result.json). A store that launched there before under another id (a downgrade and
-    upgrade made it anew) takes its mark back."""
+def claim_workdir(store: Store, path: Path, *, by_hand: bool) -> None:
+    """A workdir is one store's: marked with its id. One given by hand (`--workdir`) is refused to any
+    other store (two stores given one shared path each had a study 1, and their launches wrote each
+    other's spec.json and result.json). A default one is made from the store's URL: its store marks it
+    as its own whatever was there (a store deleted and made anew at that URL), so that no other store
+    takes it by hand."""
     store_id = store.store_id()
-    if store_id is None:  # the row was removed by hand: the store works on, its workdirs unmarked
-        log.warning("the store has no id (table at_store is empty): workdir %s is not marked", path)
-        return
     mark = path / STORE_MARK
     try:
         path.mkdir(
             parents=True, exist_ok=True
         )  # a link to a directory is fine: the mark itself is not followed
-        _mark(mark, store_id, replace=False)
-        owner = read_small_text(mark)
-        if owner != store_id and store.launched_under(path):
-            _mark(mark, store_id, replace=True)
-            owner = store_id
+        if store_id is not None:
+            _mark(mark, store_id, replace=not by_hand)
+        owner = _read_mark(mark)
     except OSError as exc:
         raise StudyError(f"workdir {path}: cannot mark it as this store's ({exc})", "settings") from exc
-    if owner != store_id:
+    if store_id is None and owner is None:  # the row was removed by hand: the store works on, unmarked
+        log.warning("the store has no id (table at_store is empty): workdir %s is not marked", path)
+    elif owner != store_id:
         raise StudyError(f"workdir {path} holds the launches of another store (id {clip(owner or 'unreadable', 64)} "
                          f"in {mark}): two stores in one workdir write each other's launch files; give this one "
-                         f"a workdir of its own, or, if that store is gone for good (its database deleted), remove "
-                         f"{mark}", "settings.workdir")  # fmt: skip
+                         f"a workdir of its own, or, if that store is gone for good (its database deleted, or "
+                         f"this store's id made anew by a restore from before it had one), remove {mark}",
+                         "settings.workdir")  # fmt: skip
+
+
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.ENOSYS}
 
 
 def _mark(mark: Path, store_id: str, *, replace: bool) -> None:
-    """The mark, written whole before it appears (a link or a rename of a file of its own): a second
-    study of the same store, at the same moment, read an empty mark for another store's."""
+    """The mark, written whole before it appears (a file of its own, linked or renamed in): a second
+    study of the same store, at the same moment, read an empty mark for another store's. Where the
+    filesystem has no hard links (some FUSE and SMB mounts), created in place (_read_mark waits for it)."""
     own = mark.with_name(f"{mark.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    write_new_only(own, f"{store_id}\n")
     try:
+        write_new_only(own, f"{store_id}\n")
         if replace:
             os.replace(own, mark)
         else:
             os.link(own, mark)
     except FileExistsError:
-        pass  # marked already: read below
+        pass  # marked already: read next
+    except OSError as exc:
+        if replace or exc.errno not in _NO_LINKS:
+            raise
+        try:
+            write_new_only(mark, f"{store_id}\n")
+        except FileExistsError:
+            pass
     finally:
         remove(own)
+
+
+def _read_mark(mark: Path, wait_s: float = 2.0) -> str | None:
+    """The id a mark holds (None: no mark); an empty one is waited on a moment (made in place, not yet
+    written)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if not os.path.lexists(mark):
+            return None
+        text = read_small_text(mark)
+        if text or time.monotonic() > deadline:
+            return text or ""
+        time.sleep(0.05)
 
 
 def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:

@@ -146,9 +146,7 @@ def test_multi_node_job_shape(nnodes):
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", nnodes, nnodes)
     assert spec["backoffLimit"] == 0
-    assert (
-        spec["activeDeadlineSeconds"] == math.ceil(299.5 + 3600) + 120
-    )  # the default queue_timeout_s, slack
+    assert spec["activeDeadlineSeconds"] == math.ceil(299.5 + 24 * 3600) + 120  # queue allowance, slack
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["python", "-m", "torch.distributed.run"]
@@ -292,8 +290,7 @@ def test_options_from_operator_json_work():
     ex = KubernetesExecutor(**options)
     assert ex.hugepages_2mi == "5120Mi"
     assert ex.namespace == "ml"
-    # the default: an hour (a node_selector no node has is given up, not waited on for a day)
-    assert ex.queue_timeout_s == 3600
+    assert ex.queue_timeout_s is None  # the default: a launch waits in the queue as long as it takes
 
 
 def test_queue_timeout_s_is_the_executors_own():
@@ -1330,3 +1327,37 @@ def test_describe_a_job_with_pods_not_yet_made_is_queued(cluster):
     )
     pod_in(cluster, job, 1, "running")
     assert ex.describe(job, request).state == LaunchState.RUNNING
+
+
+def test_a_poll_that_cannot_read_a_queued_launch_leaves_it_queued(cluster, monkeypatch):
+    """One failed read of the Job (the API server restarting) while its pods wait for nodes: it is still
+    queued, not running (that read started the run clock: 20 minutes more in the queue, then 600 s of
+    running against a 900 s timeout, and the launch was timed out having run 600 s)."""
+    import autotuner.executors.base as base
+
+    clock = _WaitClock()
+    monkeypatch.setattr(base, "time", clock)
+    ex = executor(2, api_client=cluster)
+    request = launch(2, timeout_s=900)
+    job = ex.schedule(ex.dryrun(request))
+    cluster.set_status(job, STATUSES["running"][0])
+    for index in range(2):
+        pod_in(cluster, job, index, "unschedulable")
+    began, polls = clock.now, []
+
+    def controller(desc: Any) -> None:
+        polls.append(desc.state)
+        cluster.errors.pop(("GET", "jobs"), None)
+        if len(polls) == 2:  # the next read fails
+            cluster.errors[("GET", "jobs")] = 503
+        if clock.now - began >= 1200 and LaunchState.RUNNING not in polls:  # the pods get nodes
+            for pod in [k[2] for k in cluster.objects if k[1] == "pods"]:
+                cluster.objects[(NS, "pods", pod)]["status"] = copy.deepcopy(POD_STATUSES["running"][0])
+                cluster.objects[(NS, "pods", pod)]["spec"]["nodeName"] = "ip-10-0-1-17"
+        if LaunchState.RUNNING in polls and clock.now - began >= 1200 + 600:
+            cluster.set_status(job, STATUSES["succeeded"][0])
+            cluster.logs[f"{job}-0-x7k2p"] = POD0_LOG
+
+    outcome = ex.wait(job, request, started=began, poll_s=60, on_poll=controller)
+    assert LaunchState.UNKNOWN in polls
+    assert (outcome.state, outcome.result) == (LaunchState.SUCCEEDED, RESULT)

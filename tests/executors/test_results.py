@@ -66,10 +66,10 @@ WHOLE = {
     "not JSON": (b'{"schema_version": 1, "status": "ok"', "not JSON"),
     "not UTF-8": (text(REAL).encode()[:-3] + b'\xff\xfe"}', "not JSON"),
     "nested 100,000 deep": ('{"schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests deeper than 32 levels"),
-    # 3 MiB that parse into ~70 MiB (64 MiB of it, the file cap, held 1.5 GiB): refused before parsing
-    "a million objects": ('{"schema_version": 1, "x": [' + "{}," * 1_000_000 + "{}]}",
-                          "1,000,003 objects and lists (every { and [ counted), more than a trial's result holds (at "
-                          "most 1,000,000): not parsed"),
+    # 3 MiB that parse into ~80 MiB (64 MiB of it, the file cap, held 1.5 GiB): refused before parsing
+    "1.1 million objects": ('{"schema_version": 1, "x": [' + "{}," * 1_100_000 + "{}]}",
+                            "1,100,003 objects and lists (every { and [ counted), more than a trial's result holds (at "
+                            "most 1,048,576, one per 64 bytes of AUTOTUNER_MAX_RESULT_BYTES): not parsed"),
     "a list": ("[1, 2]", "a JSON list, not an object"),
     "another schema": (text(but(schema_version=2)), "schema_version is 2, expected 1"),
     "an unknown status": (text(but(status="great")), 'status is "great"'),
@@ -210,3 +210,13 @@ def test_cleaning_in_place_is_cleaning_a_copy():
     assert cleaned_in_place(copy.deepcopy(hostile), frozenset({"error"})) == cleaned(
         hostile, frozenset({"error"})
     )
+
+
+def test_a_higher_byte_cap_lets_a_result_hold_more_objects_and_lists(monkeypatch):
+    """The cap on objects and lists follows AUTOTUNER_MAX_RESULT_BYTES (one per 64 bytes): a real result
+    has one per ~500 bytes, and an operator who raised the byte cap for a larger cluster must not find it
+    refused for its shape."""
+    many = '{"schema_version": 1, "status": "ok", "x": [' + "{}," * 1_100_000 + "{}]}"
+    monkeypatch.setenv("AUTOTUNER_MAX_RESULT_BYTES", str(128 << 20))
+    with pytest.raises(ResultError, match="world_size is missing"):  # parsed: refused for what it lacks
+        parse_result(many)

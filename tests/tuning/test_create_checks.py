@@ -5,11 +5,13 @@ failed the same way on every resume (its settings are stored)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from autotuner.store import Store
 from autotuner.tuning import StudyError, create_study, study_settings
@@ -116,29 +118,71 @@ def test_a_workdir_another_store_launches_in_is_refused(store, tmp_path, monkeyp
         assert store.count_studies() == 2
 
 
-def test_a_store_that_launched_in_its_workdir_under_another_id_takes_it_back(store, tmp_path):
-    """A downgrade and upgrade (or a restore from before the id) makes the store's id anew: its own
-    launches there say the workdir is its own."""
-    shared = tmp_path / "runs"
-    study = create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(shared), own_workdir=True)
-    launch = store.add_launch(
-        study_id=study.id, kind="baseline", env={}, spec={"candidates": []}, executor="replay"
+def test_a_default_workdir_is_its_stores_whatever_mark_it_holds(store, tmp_path):
+    """A default workdir is made from the store's URL: a store deleted and made anew there (a new id) takes
+    it, where a workdir given by hand would be refused; and once marked, no other store takes it by hand."""
+    runs = tmp_path / "default-runs"
+    runs.mkdir()
+    (runs / STORE_MARK).write_text("the-id-of-a-store-deleted-before\n")
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs))
+    assert (runs / STORE_MARK).read_text().strip() == store.store_id()
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        with pytest.raises(StudyError, match="holds the launches of another store"):
+            create(other, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs), own_workdir=True)
+    finally:
+        other.dispose()
+
+
+def test_a_workdir_on_a_filesystem_without_hard_links_is_marked_in_place(store, tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    runs = tmp_path / "fuse-runs"
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs), own_workdir=True)
+    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs), own_workdir=True)
+    assert sorted(p.name for p in runs.iterdir()) == [STORE_MARK]
+    assert (runs / STORE_MARK).read_text().strip() == store.store_id()
+
+
+def test_a_mark_that_cannot_be_written_leaves_nothing_behind(store, tmp_path, monkeypatch):
+    import autotuner.tuning.study as study_module
+
+    def full(path, data, mode=0o644):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(study_module, "write_new_only", full)
+    runs = tmp_path / "full-runs"
+    with pytest.raises(StudyError, match="cannot mark it as this store's .*No space left"):
+        create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs), own_workdir=True)
+    assert list(runs.iterdir()) == []
+    assert store.count_studies() == 0
+
+
+def test_a_store_without_its_id_still_respects_another_stores_mark(store, tmp_path):
+    runs = tmp_path / "theirs"
+    runs.mkdir()
+    (runs / STORE_MARK).write_text("another-store\n")
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM at_store"))
+    with pytest.raises(StudyError, match="holds the launches of another store"):
+        create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(runs), own_workdir=True)
+    create(
+        store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(tmp_path / "unmarked"), own_workdir=True
     )
-    store.update_launch(launch.id, workdir=str(shared / "study-1" / "launch-0001"))
-    (shared / STORE_MARK).write_text("an-id-this-store-had-before\n")
-    create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(shared), own_workdir=True)
-    assert (shared / STORE_MARK).read_text().strip() == store.store_id()
+    assert not (tmp_path / "unmarked" / STORE_MARK).exists()  # nothing to mark it with
 
 
 def test_workdirs_by_hand_and_by_default(store, tmp_path):
-    """A workdir reached through a link is fine (the mark itself is never followed); a default one,
-    made from the store's URL, is its own and not marked."""
+    """A workdir reached through a link is fine (the mark itself is never followed); a default one is
+    marked too."""
     (tmp_path / "scratch").mkdir()
     (tmp_path / "runs").symlink_to(tmp_path / "scratch")
     create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(tmp_path / "runs"), own_workdir=True)
     assert (tmp_path / "scratch" / STORE_MARK).is_file()
     create(store, "replay", {"landscape": str(LANDSCAPE)}, workdir=str(tmp_path / "default"))
-    assert not (tmp_path / "default" / STORE_MARK).exists()
+    assert (tmp_path / "default" / STORE_MARK).read_text().strip() == store.store_id()
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == [STORE_MARK]  # no file of its own left
 
 
@@ -149,7 +193,7 @@ def _claim(url: str, path: str, barrier, errors) -> None:
     store = Store(url)
     try:
         barrier.wait(timeout=60)
-        claim_workdir(store, Path(path))
+        claim_workdir(store, Path(path), by_hand=True)
     except Exception as exc:  # every failure is the finding
         errors.put(repr(exc))
     finally:

@@ -114,3 +114,28 @@ def test_slurm_says_pending_and_why():
     assert _describe(JobInfo("PENDING", "PartitionNodeLimit"), None).reason == WHY
     assert _describe(JobInfo("PENDING", ""), None).reason == "Slurm PENDING"
     assert _describe(JobInfo("RUNNING", ""), None).state == LaunchState.RUNNING
+
+
+def test_a_poll_that_cannot_read_a_queued_launch_changes_nothing(store: Store, tmp_path):
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    launch = store.add_launch(
+        study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]}, executor="slurm"
+    )
+    seen: list[tuple[str, str | None]] = []
+
+    class Flaky:  # queued, then one poll squeue does not answer, then queued still
+        def wait(self, backend_id, request, *, started, poll_s, on_poll):
+            for desc in (Description(LaunchState.PENDING, None, WHY), Description(LaunchState.UNKNOWN, None, "squeue: timed out"),
+                         Description(LaunchState.PENDING, None, WHY)):  # fmt: skip
+                on_poll(desc)
+                row = store.launch(launch.id)
+                seen.append((row.state, row.waiting_on))
+            return "followed"
+
+    said: list[str] = []
+    lease = SimpleNamespace(due=lambda: False, beat=lambda: None)
+    ctx = SimpleNamespace(store=store, progress=Progress(on_launch_waiting=lambda launch, why: said.append(why)),
+                          executor=Flaky(), lease=lease, poll_s=0.01, study_id=study.id)  # fmt: skip
+    wait(ctx, "123", None, store.launch(launch.id), 0.0)  # type: ignore[arg-type]
+    assert seen == [("pending", WHY)] * 3  # the unanswered poll did not make it "running"
+    assert said == [WHY]

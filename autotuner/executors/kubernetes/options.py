@@ -252,7 +252,9 @@ class KubernetesOptions(ExecutorOptions):
         "characters, e.g. 'autotuner' (tuners sharing a namespace need different prefixes)",
     )  # fmt: skip
     queue_timeout_s: QueueTimeout | None = option(
-        3600, "how long a launch may wait for its pods to be scheduled (default an hour: a node_selector no node has, or more GPUs than any node, is given up, not waited on for a day; null: as long as it takes, up to the Job's deadline of a day); the launch timeout counts from when all its pods are on nodes", "seconds > 0 (at most 30 days) or null",
+        None, "how long a launch may wait for its pods to be scheduled (null: as long as it takes, up to the "
+        "Job's deadline of a day; a queued launch says why meanwhile); the launch timeout counts from when "
+        "all its pods are on nodes", "seconds > 0 (at most 30 days) or null",
     )  # fmt: skip
 
     @model_validator(mode="before")
