@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,22 @@ def fresh_postgres_database(base_url: str) -> str:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return sa.engine.make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+def at_once(target: Any, args: tuple, processes: int, timeout_s: float = 300) -> list[str]:
+    """`target(*args, barrier, errors)` in `processes` forked processes released together: each waits on
+    `barrier` before its racing step and puts every failure on `errors`. The failures, and one for each
+    process that did not end with 0."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, errors = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, barrier, errors)) for _ in range(processes)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=timeout_s)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    return found + [f"process {proc.pid} ended with {proc.exitcode}" for proc in procs if proc.exitcode != 0]

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import LANDSCAPE, REPO
+from tests.helpers import LANDSCAPE, REPO, at_once
 
 OPENERS = 6
 
@@ -98,19 +98,6 @@ def test_connections_opening_fresh_sqlite_files_at_once_wait_for_the_wal_switch(
     """SQLite answers `database is locked` at once, without its busy timeout, to processes switching a
     fresh file to WAL together (CI failed the test above so, once in many runs; 8 openers of 40 fresh
     files failed 20 times here). Many fresh files, so that the race is met in every run."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    openers, files = 8, 30
+    files = 30
     paths = [str(tmp_path / f"fresh-{i}.db") for i in range(files)]
-    barrier, errors = ctx.Barrier(openers), ctx.Queue()
-    procs = [ctx.Process(target=_open_each, args=(paths, barrier, errors)) for _ in range(openers)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=300)
-    found = []
-    while not errors.empty():
-        found.append(errors.get())
-    assert [proc.exitcode for proc in procs] == [0] * openers
-    assert found == []
+    assert at_once(_open_each, (paths,), processes=8) == []

@@ -17,7 +17,7 @@ from autotuner.store import Store
 from autotuner.tuning import StudyError, create_study, study_settings
 from autotuner.tuning.settings import RequestSettings
 from autotuner.tuning.study import STORE_MARK
-from tests.helpers import LANDSCAPE
+from tests.helpers import LANDSCAPE, at_once
 
 WORKLOAD = json.loads(LANDSCAPE.read_text())["workload"]
 
@@ -203,19 +203,7 @@ def _claim(url: str, path: str, barrier, errors) -> None:
 def test_studies_of_one_store_claiming_a_fresh_workdir_at_once_all_succeed(store, tmp_path):
     """The mark is whole before it appears: a second study of the same store at the same moment read an
     empty mark, taken for another store's (7 of 200 two-process races)."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
     for attempt in range(10):
-        barrier, errors = ctx.Barrier(4), ctx.Queue()
         path = str(tmp_path / f"fresh-{attempt}")
-        procs = [ctx.Process(target=_claim, args=(store.url, path, barrier, errors)) for _ in range(4)]
-        for proc in procs:
-            proc.start()
-        for proc in procs:
-            proc.join(timeout=120)
-        found = []
-        while not errors.empty():
-            found.append(errors.get())
-        assert found == []
+        assert at_once(_claim, (store.url, path), processes=4, timeout_s=120) == []
         assert (Path(path) / STORE_MARK).read_text().strip() == store.store_id()
