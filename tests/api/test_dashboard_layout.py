@@ -4,6 +4,8 @@ that kept its baseline, a study that ended, a study that does not exist)."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -70,8 +72,12 @@ def scrolls_sideways(page, selector: str) -> None:
     """A wheel turned sideways over the element's first row scrolls the box it sits in (what is cut off
     can be reached)."""
     row = page.locator(f"{selector} tbody tr").first
-    row.evaluate("(node) => node.scrollIntoView({block: 'center'})")
-    box = row.bounding_box()
+    deadline = time.monotonic() + 15
+    while True:  # the page's refresh may redraw the row between these two steps: found again
+        row.evaluate("(node) => node.scrollIntoView({block: 'center'})")
+        if (box := row.bounding_box()) is not None:
+            break
+        assert time.monotonic() < deadline, f"no row of {selector} on screen"
     page.mouse.move(box["x"] + 20, box["y"] + box["height"] / 2)
     page.mouse.wheel(400, 0)
     page.wait_for_function(
