@@ -30,13 +30,17 @@ What a client may rely on, and how it holds:
   serves it at once and every other one at its next answer (the counter tells it), so the service
   follows the store within `refresh_s`, a pin through the API is served by every worker when the
   call returns, and the log says once per service that the generation went back from X to Y. Reads
-  are monotonic again from there; nothing rendered before the rewind is reused (ids may be reused).
+  are monotonic again from there. A restore whose generation climbed back past what was loaded
+  before the next poll reads as changes (no log line), and is served as it is all the same: a
+  rendered row is reused only if its head matches whole, stamp included (below).
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
   that starts while the store is down starts anyway and loads when it answers.
 - Configs are immutable but for their pin and what their re-validations say (when, on what stack,
   flagged): the store's heads carry the last finished re-validation's id beside the pin, and a
   finished re-validation bumps the generation, so a version is rendered again only when either moved.
+  A head also carries a stamp (when its row was made, when its last re-validation finished): a
+  restored store hands the ids after its dump out again, to other rows, and the stamp tells them apart.
 - The job's fingerprint (the `X-Autotuner-Fingerprint` header the hook sends) is compared with what
   the served version was validated on, and the answer says `fingerprint_match` (true, false or
   "unknown") and what differs. The comparison and its bodies are kept per (version, header): jobs of
@@ -186,7 +190,7 @@ class ConfigCache:
         self.shared = shared or SharedGeneration()
         self.generation = -1  # the label (`labelled`) of what we serve; -1: nothing loaded
         self._served: dict[tuple[str, str], list[Served]] = {}
-        self._rendered: dict[tuple[int, bool, int], Served] = {}
+        self._rendered: dict[tuple[int, bool, int, str], Served] = {}
         self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
         self._retry_at = 0.0  # after a failed catch-up: serve what we have until then
         self._stop = threading.Event()
@@ -249,16 +253,15 @@ class ConfigCache:
             seen = self.shared.value  # at least `target`, so the label read is too
             generation, heads = self.store.served_heads()
             label = labelled(seen, generation)
-            pins = {i: p for i, p, _ in heads}
-            # Across a rewind an id may name another row than the one rendered (a restored sequence
-            # hands the ids after the dump's out again): then everything is rendered anew.
-            same_epoch = label >> EPOCH_SHIFT == self.generation >> EPOCH_SHIFT
+            pins = {head[0]: head[1] for head in heads}
+            # A head is reused whole or not at all: its stamp tells a row from another that a restored
+            # store handed the same id to (its sequence hands the ids after the dump's out again).
             known = {
-                key: entry
-                for key, entry in self._rendered.items()
-                if entry.error is None and not entry.unverified and same_epoch
+                head: entry
+                for head, entry in self._rendered.items()
+                if entry.error is None and not entry.unverified
             }  # retry the rest
-            wanted = [i for i, p, v in heads if (i, p, v) not in known]
+            wanted = [head[0] for head in heads if head not in known]
             rows = self._rows(wanted)
             views = self._views(rows)
             fresh = {row.id: self._render(row, pins[row.id], views) for row in rows}

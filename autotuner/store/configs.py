@@ -4,6 +4,7 @@ and the generation number every change to what is served bumps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
@@ -113,19 +114,23 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             return int(s.scalar(select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)) or 0)
 
-    def served_heads(self) -> tuple[int, list[tuple[int, bool, int]]]:
-        """The generation and (id, pinned, last finished re-validation id or 0) of every served
-        config at that generation, without loading rows: what a cache diffs against. One statement,
-        so one snapshot on SQLite and PostgreSQL alike (two statements could straddle a commit and
-        label a state with the wrong generation)."""
-        checked = (
-            select(func.max(ConfigValidation.id))
-            .where(ConfigValidation.config_id == Config.id, ConfigValidation.finished_at.is_not(None))
-            .correlate(Config)
-            .scalar_subquery()
-        )
+    def served_heads(self) -> tuple[int, list[tuple[int, bool, int, str]]]:
+        """The generation and (id, pinned, last finished re-validation id or 0, stamp) of every served
+        config at that generation, without loading rows: what a cache diffs against. The stamp (when the
+        row was made, and when its last re-validation finished) tells a row from another that a restored
+        store handed the same id to, however far its generation climbed since. One statement, so one
+        snapshot on SQLite and PostgreSQL alike (two statements could straddle a commit and label a
+        state with the wrong generation)."""
+        finished = ConfigValidation.finished_at.is_not(None)
+        checked, checked_at = (
+            select(func.max(column)).where(ConfigValidation.config_id == Config.id, finished)
+            .correlate(Config).scalar_subquery()
+            for column in (ConfigValidation.id, ConfigValidation.finished_at)
+        )  # fmt: skip
         query = (
-            select(ConfigGeneration.generation, Config.id, Config.pinned, checked)
+            select(
+                ConfigGeneration.generation, Config.id, Config.pinned, checked, Config.created_at, checked_at
+            )
             .select_from(ConfigGeneration)
             .outerjoin(Config, Config.id.in_(self._head_ids()))
             .where(ConfigGeneration.id == 1)
@@ -133,7 +138,11 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             rows = s.execute(query).all()
         generation = int(rows[0][0]) if rows else 0
-        return generation, [(i, bool(p), int(v or 0)) for _, i, p, v in rows if i is not None]
+        return generation, [
+            (i, bool(p), int(v or 0), f"{_instant(made)}|{_instant(at)}")
+            for _, i, p, v, made, at in rows
+            if i is not None
+        ]
 
     def config_labels(self, ids: Sequence[int]) -> list[tuple[int, str, str, int, int, Any]]:
         """(id, cluster, workload, nodes, version, created_at) of configs, without reading their
@@ -242,3 +251,10 @@ def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:
 
 def _at(nodes: int) -> str:
     return f"at {nodes} node{'' if nodes == 1 else 's'}"
+
+
+def _instant(at: datetime | None) -> str:
+    """A stored time as one string in UTC, whichever way the backend hands it back ("" for none)."""
+    if at is None:
+        return ""
+    return f"{at.astimezone(UTC) if at.tzinfo else at:%Y-%m-%dT%H:%M:%S.%f}"

@@ -89,6 +89,30 @@ def test_ids_the_store_hands_out_again_after_it_went_back_are_rendered_anew(stor
 
 
 @pytest.mark.usefixtures("workload")
+def test_a_restore_that_climbed_past_what_was_loaded_is_served_as_it_is(store, tmp_path):
+    """No poll in between: the store's generation is above what the workers loaded, as after a change,
+    and its ids 2 and 3 name other rows than the ones rendered under them."""
+    a, b = workers(store, tmp_path)
+    store.upsert_workload("w2", {"name": "w2", "tables": []})
+    publish(store)  # id 1: c/w v1, then the dump
+    publish(store, "w2")  # id 2: c/w2 v1
+    publish(store)  # id 3: c/w v2
+    a.refresh()  # serving ids 2 and 3, at generation 3
+    rewind(store, 1, 1)
+    publish(store)  # id 2: c/w v2
+    publish(store, "w2")  # id 3: c/w2 v1
+    publish(store)  # id 4: c/w v3, at generation 4
+    b.refresh()
+    for worker in (a, b):
+        served, other = worker.get("c", "w", 1), worker.get("c", "w2", 1)
+        assert served is not None
+        assert other is not None
+        assert (served.id, served.config["version"]) == (4, 3)
+        assert (other.id, other.config["workload"], other.config["version"]) == (3, "w2", 1)
+        assert len(worker.entries()) == 2
+
+
+@pytest.mark.usefixtures("workload")
 def test_the_poller_follows_a_store_that_went_back_within_refresh_s(store, tmp_path):
     SharedGeneration.create(tmp_path / "generation")
     cache = ConfigCache(store, 0.05, SharedGeneration(tmp_path / "generation"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC
 
 import pytest
 import sqlalchemy as sa
@@ -162,13 +163,16 @@ def test_every_change_to_what_is_served_bumps_the_generation_in_its_transaction(
     assert store.served_heads() == (0, [])
     v1 = publish(store)
     v2 = publish(store)
+    stamp = {
+        v.id: f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}|" for v in (v1, v2)
+    }  # made, not re-validated
     assert store.config_generation() == 2
-    assert store.served_heads() == (2, [(v2.id, False, 0)])
+    assert store.served_heads() == (2, [(v2.id, False, 0, stamp[v2.id])])
     store.rollback_config("c", "w", 2)
     store.served_config("c", "w", 2)  # reads change nothing
-    assert store.served_heads() == (3, [(v1.id, True, 0)])
+    assert store.served_heads() == (3, [(v1.id, True, 0, stamp[v1.id])])
     store.pin_config("c", "w", 2, None)
-    assert store.served_heads() == (4, [(v2.id, False, 0)])
+    assert store.served_heads() == (4, [(v2.id, False, 0, stamp[v2.id])])
     with pytest.raises(NotFound):
         store.pin_config("c", "w", 2, 42)  # refused: nothing changed, no generation spent
     assert store.config_generation() == 4
