@@ -177,39 +177,36 @@ class Executor(ABC):
         launch: LaunchRequest,
         *,
         started: float,
+        queued: bool = False,
         poll_s: float = 0.5,
         on_poll: Callable[[Description], None] | None = None,
     ) -> Outcome:
         """Poll until the launch ends or its timeout passes (then cancel it: the whole tree).
 
         Time in a queue is not run time: the timeout counts from when the launch was first seen
-        running (from `started` if it was never seen queued, e.g. after a re-attach), and
-        `queue_timeout_s` bounds the wait before that. A busy cluster must not turn every launch
-        into a timeout and every env config into a quarantined one.
+        running after it was seen queued (`queued`: it was, before this wait, e.g. a row that said
+        pending, followed again after a restart), else from `started`; `queue_timeout_s` bounds the
+        wait before that. A poll that could not read the state (UNKNOWN) tells nothing either way: it
+        neither starts the run clock of a queued launch nor keeps a later queued answer from stopping
+        a clock it started. A busy cluster must not turn every launch into a timeout and every env
+        config into a quarantined one.
         """
         poll_s = max(poll_s, self.min_poll_s)
-        run_started: float | None = None
-        seen_queued = False
+        clock = _RunClock(started, queued)
         while True:
             desc = self.describe(backend_id, launch)
             now = time.monotonic()
             if desc.state.is_terminal():
                 return self._collect(backend_id, launch, desc)
-            # A poll that could not read the state (UNKNOWN) while queued leaves it queued: it started
-            # the run clock, and one failed squeue turned a queued launch into a timeout.
-            queued = desc.state == LaunchState.PENDING or (desc.state == LaunchState.UNKNOWN and seen_queued)
-            if queued and run_started is None:
-                seen_queued = True
-                if self.queue_timeout_s is not None and now - started > self.queue_timeout_s:
-                    self.cancel(backend_id, launch)
-                    reason = (
-                        f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
-                    )
-                    return Outcome(
-                        LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch)
-                    )
-            elif run_started is None:
-                run_started = now if seen_queued else started
+            run_started = clock.see(desc.state, now)
+            if (
+                run_started is None
+                and self.queue_timeout_s is not None
+                and now - started > self.queue_timeout_s
+            ):
+                self.cancel(backend_id, launch)
+                reason = f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+                return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
             if run_started is not None and now - run_started > launch.timeout_s:
                 self.cancel(backend_id, launch)
                 result, _ = self._result(backend_id, launch)
@@ -261,3 +258,33 @@ class Executor(ABC):
             state = LaunchState.SUCCEEDED
         tail = "" if state == LaunchState.SUCCEEDED else self.logs(backend_id, launch)
         return Outcome(state, backend_id, result, reason, tail)
+
+
+class _RunClock:
+    """When a launch's run time started, from the states its polls saw (None: not yet, it is queued).
+
+    Seen queued, the clock starts at the first running answer. Never seen queued, it runs from
+    `started` (the submission, or a launch followed again that its row said ran). An unreadable answer
+    (UNKNOWN) guesses: queued if the launch was seen queued, else running since `started`; a guess is
+    dropped when a later answer says queued, so one failed poll before the first real answer never
+    counts a queue as run time.
+    """
+
+    def __init__(self, started: float, queued: bool) -> None:
+        self.started = started
+        self.queued = queued  # seen queued, and not seen running since
+        self.running_since: float | None = None  # seen running: from then (or from `started`)
+        self.guess: float | None = None  # UNKNOWN, never seen queued: running since `started`, maybe
+
+    def see(self, state: LaunchState, now: float) -> float | None:
+        if self.running_since is not None:
+            return self.running_since
+        if state == LaunchState.PENDING:
+            self.queued, self.guess = True, None
+            return None
+        if state == LaunchState.UNKNOWN:
+            if not self.queued:
+                self.guess = self.started
+            return self.guess
+        self.running_since = now if self.queued else self.started
+        return self.running_since

@@ -102,8 +102,16 @@ def record_backend_id(
 
 
 def wait(
-    ctx: StudyContext, backend_id: str, request: LaunchRequest, launch: Launch, started: float
+    ctx: StudyContext,
+    backend_id: str,
+    request: LaunchRequest,
+    launch: Launch,
+    started: float,
+    *,
+    queued: bool = False,
 ) -> Outcome:
+    """Follow a launch to its end. `queued`: it was seen queued before (a row that said pending, followed
+    again after a restart): its run time counts from when it is seen running, not from `started`."""
     # What the launch's row says it waits on: as stored (a launch followed again after a restart may
     # have started meanwhile; its row said "pending" for its whole run).
     shown: list[str | None] = [launch.waiting_on if launch.state == LaunchState.PENDING else None]
@@ -126,7 +134,9 @@ def wait(
             log.warning("study %s: the store did not answer a heartbeat (%s); still following launch %s",
                         ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
 
-    return ctx.executor.wait(backend_id, request, started=started, poll_s=ctx.poll_s, on_poll=on_poll)
+    return ctx.executor.wait(
+        backend_id, request, started=started, queued=queued, poll_s=ctx.poll_s, on_poll=on_poll
+    )
 
 
 def say_waiting(ctx: StudyContext, launch: Launch, desc: Description, shown: list[str | None]) -> None:

@@ -50,7 +50,8 @@ def _reattach(ctx: StudyContext, launch: Launch) -> bool:
         return False
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
     started = time.monotonic() - (utcnow() - (launch.started_at or utcnow())).total_seconds()
-    outcome = wait(ctx, launch.backend_id, request, launch, started)  # type: ignore[arg-type]
+    queued = launch.state == LaunchState.PENDING  # its run time had not started when it was last seen
+    outcome = wait(ctx, launch.backend_id, request, launch, started, queued=queued)  # type: ignore[arg-type]
     ingest(ctx, launch, outcome, None, None)
     return True
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.executors import LaunchRequest, LaunchState
+from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.executors.slurm.executor import (
     SLURM_STATES,
     SlurmError,
@@ -492,6 +492,54 @@ def test_wait_gives_up_on_a_job_stuck_in_the_queue(slurm, tmp_path, monkeypatch)
     assert "queued" in outcome.reason
     assert "Resources" in outcome.reason
     assert slurm.commands("scancel") == [["scancel", "3"]]
+
+
+def _polls(executor, monkeypatch, answers):
+    """`executor.describe` answering `answers` in turn (a job id of the recording, a state, or None for
+    a poll that could not read the state), then job 2 (RUNNING) for ever."""
+    answers = iter(answers)
+
+    def describe(backend_id, launch):
+        answer = next(answers, "2")
+        if answer is None:
+            return Description(LaunchState.UNKNOWN, None, "squeue: timed out")
+        if isinstance(answer, LaunchState):
+            return Description(answer, 0)
+        return SlurmExecutor.describe(executor, answer, launch)
+
+    monkeypatch.setattr(executor, "describe", describe)
+
+
+def test_an_unreadable_first_poll_does_not_start_the_run_clock_of_a_queued_job(slurm, tmp_path, monkeypatch):
+    """One failed squeue before the job was first seen queued counted its whole queue time as run time:
+    the queued launch was cancelled as a timeout, and its env quarantined."""
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0
+    _polls(executor, monkeypatch, [None] + ["3"] * 4)  # unreadable, then PENDING (job 3) for 0.4 s
+    launch = request(tmp_path, timeout_s=0.3)
+    started = time.monotonic()
+    outcome = executor.wait("2", launch, started=started, poll_s=0.1)
+    assert outcome.state == LaunchState.TIMEOUT
+    assert time.monotonic() - started >= 0.4 + 0.3  # queued, then its whole timeout running
+
+
+def test_a_launch_followed_again_after_it_was_seen_queued_counts_from_when_it_runs(
+    slurm, tmp_path, monkeypatch
+):
+    """A restarted runner follows a launch whose row said pending: the hours it spent queued before the
+    restart are not run time (it was timed out at its first running poll)."""
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0
+    _polls(executor, monkeypatch, ["2", "2", LaunchState.SUCCEEDED])  # running twice, then ended
+    launch = request(tmp_path)
+    two_hours_ago = time.monotonic() - 7200
+    outcome = executor.wait("2", launch, started=two_hours_ago, queued=True, poll_s=0.01)
+    assert outcome.state != LaunchState.TIMEOUT, outcome.reason
+    assert slurm.commands("scancel") == []
+    outcome = executor.wait("2", launch, started=two_hours_ago, poll_s=0.01)  # a row that said running
+    assert outcome.state == LaunchState.TIMEOUT, (outcome.state, outcome.reason)
 
 
 def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):

@@ -72,7 +72,8 @@ def test_a_launch_followed_again_after_a_restart_is_not_left_queued(store: Store
     row = store.launch(launch.id)  # as the restarted runner reads it
 
     class Running:  # the job started while no runner followed it
-        def wait(self, backend_id, request, *, started, poll_s, on_poll):
+        def wait(self, backend_id, request, *, started, queued, poll_s, on_poll):
+            assert queued  # its run time starts now, not at its submission
             on_poll(Description(LaunchState.RUNNING))
             return "followed"
 
@@ -80,7 +81,7 @@ def test_a_launch_followed_again_after_a_restart_is_not_left_queued(store: Store
     ctx = SimpleNamespace(
         store=store, progress=Progress(), executor=Running(), lease=lease, poll_s=0.01, study_id=study.id
     )
-    assert wait(ctx, "123", None, row, 0.0) == "followed"  # type: ignore[arg-type]
+    assert wait(ctx, "123", None, row, 0.0, queued=True) == "followed"  # type: ignore[arg-type]
     assert (store.launch(launch.id).state, store.launch(launch.id).waiting_on) == ("running", None)
 
 
@@ -124,7 +125,7 @@ def test_a_poll_that_cannot_read_a_queued_launch_changes_nothing(store: Store, t
     seen: list[tuple[str, str | None]] = []
 
     class Flaky:  # queued, then one poll squeue does not answer, then queued still
-        def wait(self, backend_id, request, *, started, poll_s, on_poll):
+        def wait(self, backend_id, request, *, started, queued, poll_s, on_poll):
             for desc in (Description(LaunchState.PENDING, None, WHY), Description(LaunchState.UNKNOWN, None, "squeue: timed out"),
                          Description(LaunchState.PENDING, None, WHY)):  # fmt: skip
                 on_poll(desc)
