@@ -35,7 +35,13 @@ What a client may rely on, and how it holds:
   rendered row is reused only if its head matches whole, stamp included (below).
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
-  that starts while the store is down starts anyway and loads when it answers.
+  that starts while the store is down starts anyway and loads when it answers; until then a key
+  it has not loaded is answered 503 with Retry-After (`StoreUnanswered`), never a 404 the store did
+  not say: a hook told 404 drops the config it kept from an earlier start.
+- Store stalled (a failover, a partition): one thread loads and waits on it; every other answer of
+  that worker waits at most CATCH_UP_WAIT_S for that load, then answers from memory. The event loop
+  never reads the store: the fast path answers only from a current cache (`current`), the route
+  catches up in the thread pool.
 - Configs are immutable but for their pin and what their re-validations say (when, on what stack,
   flagged): the store's heads carry the last finished re-validation's id beside the pin, and a
   finished re-validation bumps the generation, so a version is rendered again only when either moved.
@@ -68,16 +74,21 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.job.exports import check_exports, config_to_dict, mismatch_note, render
-from autotuner.job.fingerprint import compare, decode, stack_changed
+from autotuner.job.fingerprint import compare, decode, encode, stack_changed
 from autotuner.store import Config, Store, pick_served, unreadable_columns
 
 log = logging.getLogger("autotuner.api.cache")
 
 
 UNKNOWN = b', "fingerprint_match": "unknown", "fingerprint_diff": {}}'
-MAX_VARIANTS = 256  # distinct job fingerprints kept per version; more are answered, not kept
+MAX_VARIANTS = 64  # distinct job stacks kept per version; more are answered, not kept
 EPOCH_SHIFT = 48  # a label: epoch above, store generation below (2**48 changes outlast any store)
 GENERATION_MASK = (1 << EPOCH_SHIFT) - 1
+CATCH_UP_WAIT_S = 0.25  # how long an answer waits on another thread's load before it answers from memory
+
+
+class StoreUnanswered(Exception):
+    """The store did not answer, and what is in memory cannot answer this request on its own."""
 
 
 def labelled(seen: int, generation: int) -> int:
@@ -115,13 +126,15 @@ class Served:
         """The answer to a job that sent this fingerprint header (kept: the next is a lookup)."""
         found = self.variants.get(header)
         if found is None:
-            found = self._match(header)
-            if len(self.variants) < MAX_VARIANTS:
+            job = decode(header)
+            found = self._match(job)
+            # Kept under the header as sent only if it is what the hook sends (its stack, canonical):
+            # a client sending megabytes of distinct headers is answered, and fills nothing.
+            if len(self.variants) < MAX_VARIANTS and header == encode(job).encode("latin-1", "replace"):
                 self.variants[header] = found
         return found
 
-    def _match(self, header: bytes) -> Match:
-        job = decode(header)
+    def _match(self, job: dict[str, str]) -> Match:
         match, diff = compare(self.config.get("validated_on") or {}, job)
         if match == "unknown":
             return Match(match, diff, self.body, False)
@@ -197,20 +210,32 @@ class ConfigCache:
         self._thread: threading.Thread | None = None
 
     def get(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
-        """The hot path: a memory read, a compare, a dict lookup (a load only after a change)."""
+        """The hot path: a memory read, a compare, a dict lookup (a load only after a change: see
+        `current`)."""
         if self.shared.value > self.generation:
             self._catch_up()
         return pick_served(self._served.get((cluster, workload), []), nodes)  # type: ignore[arg-type, return-value]
 
+    def current(self) -> bool:
+        """Whether `get` answers from memory alone now (no store read): what an event loop checks
+        before it calls `get` itself rather than from a thread. A store that stalls must not stall
+        every request of a worker behind it."""
+        return self.shared.value <= self.generation or time.monotonic() < self._retry_at
+
     def find(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
         """`get`, and on a miss the store's word: a config another process published a moment ago is
-        served now, not after the next poll."""
+        served now, not after the next poll. A miss the store could not confirm (it did not answer)
+        raises StoreUnanswered: "nothing published" would be a guess, and a job told so drops the
+        config it kept from an earlier start."""
         served = self.get(cluster, workload, nodes)
         if served is None:
             try:
                 self.refresh()
-            except Exception:  # the store is down: what we hold is the best answer there is
+            except Exception as exc:  # the store is down: what we hold is the best answer there is
                 log.warning("config cache: the store did not answer a miss", exc_info=True)
+                served = self.get(cluster, workload, nodes)
+                if served is None:
+                    raise StoreUnanswered(type(exc).__name__) from exc  # its words name hosts and SQL: logged above
             served = self.get(cluster, workload, nodes)
         return served
 
@@ -239,46 +264,56 @@ class ConfigCache:
         if time.monotonic() < self._retry_at:
             return
         try:
-            self._load(self.shared.value)
+            # Another thread loading (perhaps stalled on the store): wait a moment, then answer from
+            # memory; the store's word is served as soon as that load returns.
+            self._load(self.shared.value, wait_s=CATCH_UP_WAIT_S)
         except Exception:  # fail-open: keep answering from memory, try again after refresh_s
             self._retry_at = time.monotonic() + self.refresh_s
             log.warning("config cache: could not catch up with the store", exc_info=True)
 
-    def _load(self, target: int) -> None:
+    def _load(self, target: int, wait_s: float = -1) -> None:
         """Load what is served now, if older than `target`. Configs are immutable but for their pin,
-        so a (id, pinned) already rendered is reused: a publish among 10,000 renders one."""
-        with self._load_lock:
-            if self.generation >= target:
-                return  # another thread loaded it meanwhile
-            seen = self.shared.value  # at least `target`, so the label read is too
-            generation, heads = self.store.served_heads()
-            label = labelled(seen, generation)
-            pins = {head[0]: head[1] for head in heads}
-            # A head is reused whole or not at all: its stamp tells a row from another that a restored
-            # store handed the same id to (its sequence hands the ids after the dump's out again).
-            known = {
-                head: entry
-                for head, entry in self._rendered.items()
-                if entry.error is None and not entry.unverified
-            }  # retry the rest
-            wanted = [head[0] for head in heads if head not in known]
-            rows = self._rows(wanted)
-            views = self._views(rows)
-            fresh = {row.id: self._render(row, pins[row.id], views) for row in rows}
-            fresh.update(self._unreadable(set(wanted) - set(fresh)))
-            rendered = {head: entry for head in heads if (entry := known.get(head) or fresh.get(head[0]))}
-            served: dict[tuple[str, str], list[Served]] = {}
-            for entry in rendered.values():
-                served.setdefault(entry.key, []).append(entry)
-            before = self.shared.raise_to(label)  # before anyone answers with it
-            self._rendered, self._served = rendered, served
-            self.generation = label  # last: readers compare it first
-            if label >> EPOCH_SHIFT > before >> EPOCH_SHIFT:  # the first worker to see it says it
-                log.warning(
-                    "config cache: the store's generation went back from %d to %d (restored from an older "
-                    "dump, or a failover to a replica that lost commits): serving the store as it is now",
-                    seen & GENERATION_MASK, generation,
-                )  # fmt: skip
+        so a (id, pinned) already rendered is reused: a publish among 10,000 renders one. If another
+        load holds the lock past `wait_s` (-1: as long as it takes), return without loading."""
+        if not self._load_lock.acquire(timeout=wait_s):
+            return
+        try:
+            if self.generation < target:  # else another thread loaded it meanwhile
+                self._reload()
+        finally:
+            self._load_lock.release()
+
+    def _reload(self) -> None:
+        """Read the store's served heads and render what changed (under the load lock)."""
+        seen = self.shared.value  # at least the load's target, so the label read is too
+        generation, heads = self.store.served_heads()
+        label = labelled(seen, generation)
+        pins = {head[0]: head[1] for head in heads}
+        # A head is reused whole or not at all: its stamp tells a row from another that a restored
+        # store handed the same id to (its sequence hands the ids after the dump's out again).
+        known = {
+            head: entry
+            for head, entry in self._rendered.items()
+            if entry.error is None and not entry.unverified
+        }  # retry the rest
+        wanted = [head[0] for head in heads if head not in known]
+        rows = self._rows(wanted)
+        views = self._views(rows)
+        fresh = {row.id: self._render(row, pins[row.id], views) for row in rows}
+        fresh.update(self._unreadable(set(wanted) - set(fresh)))
+        rendered = {head: entry for head in heads if (entry := known.get(head) or fresh.get(head[0]))}
+        served: dict[tuple[str, str], list[Served]] = {}
+        for entry in rendered.values():
+            served.setdefault(entry.key, []).append(entry)
+        before = self.shared.raise_to(label)  # before anyone answers with it
+        self._rendered, self._served = rendered, served
+        self.generation = label  # last: readers compare it first
+        if label >> EPOCH_SHIFT > before >> EPOCH_SHIFT:  # the first worker to see it says it
+            log.warning(
+                "config cache: the store's generation went back from %d to %d (restored from an older "
+                "dump, or a failover to a replica that lost commits): serving the store as it is now",
+                seen & GENERATION_MASK, generation,
+            )  # fmt: skip
 
     def _rows(self, ids: list[int]) -> list[Config]:
         """The rows of `ids`; if they cannot be read together (a row the ORM cannot load), one by

@@ -46,6 +46,8 @@ class ConfigFastPath:
         request = self._parse(scope, state)
         if request is None:
             return await self.app(scope, receive, send)
+        if not state.cache.current():  # behind the store: the route catches up off the event loop
+            return await self.app(scope, receive, send)
         cluster, workload, nodes, fmt, fingerprint = request
         served = state.cache.get(cluster, workload, nodes)
         if served is None or served.error:  # the route answers the 404 or 500 (and counts it)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.auth import AdminAccess, ReadAccess, WriteAccess, require
+from api.cache import StoreUnanswered
 from api.deps import CacheDep, SettingsDep, StoreDep
 from api.fastpath import note_stale
 from api.schemas import (
@@ -60,6 +62,7 @@ def _claim(config: dict) -> Any:
     response_model=ConfigPublic,
     responses={200: {"content": {"text/plain": {}}, "description": "the config (JSON, or export lines)"},
                404: {"description": "nothing published for this cluster and workload"},
+               503: {"description": "the store did not answer and nothing for this key is loaded (Retry-After)"},
                500: {"description": "the config published for it cannot be served (why, in `detail`)"}},
 )  # fmt: skip
 async def fetch(
@@ -83,9 +86,17 @@ async def fetch(
     """
     _read(request)  # auth inline: this route is the hot path
     cache = request.app.state.cache
-    served = cache.get(cluster, workload, nodes)
+    served = cache.get(cluster, workload, nodes) if cache.current() else None
     if served is None:  # rare: off the event loop, the store's word
-        served = await run_in_threadpool(cache.find, cluster, workload, nodes)
+        try:
+            served = await run_in_threadpool(cache.find, cluster, workload, nodes)
+        except StoreUnanswered as exc:  # a 404 would be a guess, and the hook drops its kept config on one
+            request.app.state.metrics.config_fetches.labels(format, "unanswered").inc()
+            retry = str(max(1, math.ceil(cache.refresh_s)))
+            raise HTTPException(
+                503, f"the store did not answer ({exc}), and nothing for {cluster}/{workload} is loaded: try again",
+                headers={"Retry-After": retry},
+            ) from exc  # fmt: skip
     result = "miss" if served is None else "error" if served.error else "hit"
     request.app.state.metrics.config_fetches.labels(format, result).inc()
     if served is None:
