@@ -259,6 +259,9 @@ def tune(**options: Any) -> None:
             raise _fail(str(exc), 3) from exc
         except StoreUnavailable as exc:
             raise _fail(f"{exc}: resume it with autotuner tune --study {row.name}", 1) from exc
+        except KeyboardInterrupt as exc:
+            raise _fail(f"interrupted: the running launch was cancelled; resume the study with autotuner tune "
+                        f"--study {row.name}", 130) from exc  # fmt: skip
     _print_outcome(store, final)
     if final.state != StudyState.DONE:
         raise typer.Exit(1)

@@ -70,6 +70,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     ctx.progress.on_launch_start(launch)
     started = time.monotonic()
     stage = "it could not be submitted"
+    backend_id: str | None = None
     try:
         backend_id, dryrun = ctx.executor.submit(request)
         record_backend_id(ctx, launch, request, backend_id, dryrun.rendered)
@@ -79,6 +80,12 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         stage = "its result could not be recorded"
         return ingest(ctx, launch, outcome, plan, search)
     except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
+        raise
+    except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
+        if backend_id is not None:
+            ctx.executor.cancel(backend_id, request)
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
+                                error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume

@@ -72,3 +72,37 @@ def test_sigkill_loses_no_finished_trial_and_resume_finishes(tmp_path):
     assert survivor.state == "succeeded" or (survivor.state == "failed" and retried)
     attempts_1 = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 1]
     assert len(attempts_1) == 3  # the budget counts launches, not restarts
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_running_trial_with_the_tuner_and_says_how_to_resume(tmp_path):
+    """The trial runs in a session of its own (so a cancel takes its whole tree): before, Ctrl-C of the
+    tuner left it running, unfollowed, beside whatever ran next."""
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    (tmp_path / "w.json").write_text(json.dumps(WORKLOAD))
+    (tmp_path / "s.json").write_text(json.dumps(SPACE))
+    first = tune(tmp_path, db, "--cluster", "box", "--workload", str(tmp_path / "w.json"), "--space",
+                 str(tmp_path / "s.json"), "--study", "stopped", "--trials", "1", "--iterations", "500")  # fmt: skip
+    store = Store(db)
+    [running] = launches_when(store, "stopped", lambda ls: ls and ls[-1].backend_id is not None, first, 240,
+                              "the baseline launch never started")  # fmt: skip
+    first.send_signal(signal.SIGINT)
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode == 130, output
+    assert "interrupted: the running launch was cancelled" in output
+    assert "autotuner tune --study stopped" in output
+    launch = store.launch(running.id)
+    assert (launch.state, launch.error) == ("cancelled", "interrupted (Ctrl-C): cancelled with its launcher")
+    leader = int(launch.backend_id)  # the local executor's id: its session's leader
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _session_of(int(p)) == leader]
+    assert store.study("stopped").state == "running"  # resumable
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(
+                stat.read().rsplit(")", 1)[1].split()[3]
+            )  # after "pid (comm) state ppid pgrp": session
+    except (OSError, ValueError, IndexError):
+        return None

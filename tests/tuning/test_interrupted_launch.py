@@ -1,0 +1,47 @@
+"""Ctrl-C of `autotuner tune` while a launch runs: the launch is cancelled with its launcher (its trial
+ran on, in its own session, unfollowed, beside whatever ran next on the same CPUs or GPUs), its row
+says so, and the study stays resumable."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.executors import Description, LaunchRequest, LaunchState
+from autotuner.store import Store
+from autotuner.tuning import StudyDriver
+from tests.autotuner.test_driver import replay, study_with
+
+
+class Interrupted:
+    """A replay executor whose first launch is interrupted (Ctrl-C) at its second poll."""
+
+    def __init__(self) -> None:
+        self.inner, self.polls, self.cancelled = replay(), 0, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        self.polls += 1
+        if self.polls == 2:
+            raise KeyboardInterrupt
+        return Description(LaunchState.RUNNING)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        self.cancelled.append(backend_id)
+
+    def wait(self, *args, **kwargs):  # the base class's loop, with this describe
+        return type(self.inner).wait(self, *args, **kwargs)
+
+
+def test_ctrl_c_cancels_the_running_launch_and_leaves_the_study_resumable(store: Store, tmp_path):
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    executor = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    [launch] = store.launches(study.id)
+    assert executor.cancelled == [launch.backend_id]  # was: never cancelled, the trial ran on
+    assert (launch.state, launch.error) == ("cancelled", "interrupted (Ctrl-C): cancelled with its launcher")
+    assert store.study(study.id).state == "running"  # resumable: `autotuner tune --study` goes on
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
