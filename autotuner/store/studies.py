@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
 from autotuner.store.base import NameTaken, StoreBase
-from autotuner.store.models import Cluster, Study, Workload, utcnow
+from autotuner.store.models import Cluster, Launch, Study, Workload, utcnow
 from autotuner.store.states import ACTIVE, TERMINAL, StudyState
 
 
@@ -168,6 +168,22 @@ class StudyRecords(StoreBase):
             query = (
                 select(Study)
                 .where(Study.state.in_(ACTIVE))
+                .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
+                .order_by(Study.id)
+            )
+            return list(s.scalars(query))
+
+    def cancelled_with_live_launches(self, now: datetime | None = None) -> list[Study]:
+        """Cancelled studies that still have a launch pending or running, whose lease is free or
+        expired: what a cancel made while no runner followed the study left (a queued Kubernetes Job
+        could start hours later and hold GPUs). The queue stops those launches. (A done study's live
+        launches are its re-validation's, which follows them again itself.)"""
+        now = now or utcnow()
+        live = select(Launch.id).where(Launch.study_id == Study.id, Launch.state.in_(("pending", "running")))
+        with self.session() as s:
+            query = (
+                select(Study)
+                .where(Study.state == StudyState.CANCELLED, live.exists())
                 .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
                 .order_by(Study.id)
             )

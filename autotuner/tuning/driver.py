@@ -49,7 +49,7 @@ from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
 from autotuner.tuning.publish import publish
-from autotuner.tuning.recover import recover
+from autotuner.tuning.recover import recover, stop_leftovers
 from autotuner.tuning.scaling import scaling_curve
 from autotuner.tuning.search import Search
 from autotuner.tuning.settings import StudySettings
@@ -133,6 +133,14 @@ class StudyDriver:
             except Exception as exc:  # the store still away: the lease lapses on its own
                 if not store_unavailable(exc):
                     raise
+
+    def stop_leftovers(self) -> int:
+        """An ended study's launches still pending or running, cancelled under its lease; how many."""
+        self.lease.acquire()
+        try:
+            return stop_leftovers(self.ctx)
+        finally:
+            self.lease.release()
 
     def _baseline(self) -> bool:
         """The job's own settings, measured first."""

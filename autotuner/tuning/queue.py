@@ -82,6 +82,7 @@ class StudyQueue:
         return sorted(claimable.values(), key=lambda s: s.id)
 
     def run_once(self) -> bool:
+        self.stop_leftovers()
         for study in self.runnable():
             try:
                 driver = driver_for(self.store, study, self.make_executor, owner=self.owner)
@@ -110,6 +111,19 @@ class StudyQueue:
         if not worked:
             self.check_prune()
         return worked
+
+    def stop_leftovers(self) -> None:
+        """Cancel what cancelled studies left running: a study cancelled while no runner followed it (the
+        service down, or a replica without a scheduler) kept its launch running, or queued for hours."""
+        for study in self.store.cancelled_with_live_launches():
+            try:
+                stopped = driver_for(self.store, study, self.make_executor, owner=self.owner).stop_leftovers()
+            except StudyBusy:
+                continue
+            except Exception:  # tried again next tick; the other studies meanwhile
+                log.exception("study %s: could not stop the launches it left", study.id)
+                continue
+            log.info("study %s (cancelled): cancelled %d launch(es) it left running", study.id, stopped)
 
     def check_schedule(self, force: bool = False) -> None:
         """Ask for the re-validations due (at most every SCHEDULE_CHECK_S)."""

@@ -61,3 +61,15 @@ def _retry(ctx: StudyContext, launch: Launch) -> None:
     retry = ctx.store.add_launch(study_id=ctx.study_id, kind=launch.kind, env=launch.env, spec=launch.spec,
                                  executor=ctx.executor.name, attempt=launch.attempt + 1, nnodes=launch.nnodes)  # fmt: skip
     execute(ctx, retry, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), None)
+
+
+def stop_leftovers(ctx: StudyContext) -> int:
+    """Cancel the launches an ended study left pending or running (it was cancelled while no runner
+    followed it); how many."""
+    left = ctx.store.launches(ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value])
+    for launch in left:
+        if launch.backend_id:
+            ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
+                                error="its study ended while no runner followed it: cancelled")  # fmt: skip
+    return len(left)

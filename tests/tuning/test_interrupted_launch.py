@@ -1,14 +1,16 @@
 """Ctrl-C of `autotuner tune` while a launch runs: the launch is cancelled with its launcher (its trial
 ran on, in its own session, unfollowed, beside whatever ran next on the same CPUs or GPUs), its row
-says so, and the study stays resumable."""
+says so, and the study stays resumable. And a study cancelled while nobody followed it: its launches are
+stopped by the next scheduler that looks."""
 
 from __future__ import annotations
 
 import pytest
 
 from autotuner.executors import Description, LaunchRequest, LaunchState
-from autotuner.store import Store
+from autotuner.store import Store, StudyState
 from autotuner.tuning import StudyDriver
+from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
 
@@ -45,3 +47,44 @@ def test_ctrl_c_cancels_the_running_launch_and_leaves_the_study_resumable(store:
     assert store.study(study.id).state == "running"  # resumable: `autotuner tune --study` goes on
     final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
     assert final.state == "done", final.error
+
+
+class Recording:
+    """A replay executor that records what it was asked to cancel."""
+
+    def __init__(self) -> None:
+        self.inner, self.cancelled = replay(), []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        self.cancelled.append((backend_id, launch.name))
+
+
+def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(store: Store, tmp_path):
+    """The service down (or a replica with no scheduler) when the cancel came: before, nothing ever
+    stopped the launch it left (a queued Kubernetes Job could start a day later and hold GPUs)."""
+    left = study_with(store, tmp_path, name="left")
+    followed = study_with(store, tmp_path, name="followed")
+    launches = {}
+    for study in (left, followed):
+        launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                                  executor="replay")  # fmt: skip
+        store.update_launch(launch.id, state="running", backend_id=f"job-{study.id}")
+        store.move_study(study.id, StudyState.CANCELLED)
+        launches[study.name] = launch
+    assert store.acquire_study(followed.id, "a-live-runner", 600)  # its runner stops its launch itself
+    executor = Recording()
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    assert executor.cancelled == [(f"job-{left.id}", f"s{left.id}-l1")]
+    stopped = store.launch(launches["left"].id)
+    assert (stopped.state, stopped.error) == (
+        "cancelled",
+        "its study ended while no runner followed it: cancelled",
+    )
+    assert store.launch(launches["followed"].id).state == "running"
+    assert store.study(left.id).owner is None  # its lease given back
+    executor.cancelled.clear()
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    assert executor.cancelled == []  # once
