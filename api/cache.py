@@ -30,9 +30,11 @@ What a client may rely on, and how it holds:
   serves it at once and every other one at its next answer (the counter tells it), so the service
   follows the store within `refresh_s`, a pin through the API is served by every worker when the
   call returns, and the log says once per service that the generation went back from X to Y. Reads
-  are monotonic again from there. A restore whose generation climbed back past what was loaded
-  before the next poll reads as changes (no log line), and is served as it is all the same: a
-  rendered row is reused only if its head matches whole, stamp included (below).
+  are monotonic again from there. A restore that took exactly as many changes as it lost before the
+  next poll is at the same generation in another state: every bump draws a stamp (`at_config_generation
+  .stamp`), and the worker that loaded the newest state sees it differ, and labels it likewise. One
+  whose generation climbed past what was loaded reads as changes (no log line), and is served as it
+  is all the same: a rendered row is reused only if its head matches whole, stamp included (below).
 - Store unreachable: answers keep coming from memory (fail-open for jobs); a worker that could not
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
   that starts while the store is down starts anyway and loads when it answers; until then a key
@@ -91,13 +93,14 @@ class StoreUnanswered(Exception):
     """The store did not answer, and what is in memory cannot answer this request on its own."""
 
 
-def labelled(seen: int, generation: int) -> int:
+def labelled(seen: int, generation: int, rewound: bool = False) -> int:
     """The label of a state the store returned at `generation`, by a read that started when the shared
     counter said `seen`: the same epoch if the store is at or past what the counter says, else (the
-    store went back: see the module's docstring) the next epoch, above every label of this one."""
+    store went back: see the module's docstring) the next epoch, above every label of this one. Also
+    the next epoch if the store is `rewound` to another state of the same generation (its stamp)."""
     epoch, newest = seen >> EPOCH_SHIFT, seen & GENERATION_MASK
     generation = min(max(generation, 0), GENERATION_MASK)  # a counter set by hand stays in its bits
-    return ((epoch + (generation < newest)) << EPOCH_SHIFT) | generation
+    return ((epoch + (generation < newest or (rewound and generation == newest))) << EPOCH_SHIFT) | generation
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,7 @@ class ConfigCache:
         self.refresh_s = refresh_s
         self.shared = shared or SharedGeneration()
         self.generation = -1  # the label (`labelled`) of what we serve; -1: nothing loaded
+        self._loaded: tuple[int, str | None] = (-1, None)  # that label and its generation's stamp, together
         self._served: dict[tuple[str, str], list[Served]] = {}
         self._rendered: dict[tuple[int, bool, int, str], Served] = {}
         self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
@@ -235,7 +239,9 @@ class ConfigCache:
                 log.warning("config cache: the store did not answer a miss", exc_info=True)
                 served = self.get(cluster, workload, nodes)
                 if served is None:
-                    raise StoreUnanswered(type(exc).__name__) from exc  # its words name hosts and SQL: logged above
+                    raise StoreUnanswered(
+                        type(exc).__name__
+                    ) from exc  # its words name hosts and SQL: logged above
             served = self.get(cluster, workload, nodes)
         return served
 
@@ -256,7 +262,7 @@ class ConfigCache:
         """Load the store's state if it is newer than what we serve, or if the store went back (one
         primary-key read if neither)."""
         seen = self.shared.value  # before the store is read: see `labelled`
-        target = max(labelled(seen, self.store.config_generation()), self.shared.value)
+        target = max(self._label(seen, *self.store.config_generation_stamp()), self.shared.value)
         if target > self.generation:
             self._load(target)
 
@@ -286,8 +292,8 @@ class ConfigCache:
     def _reload(self) -> None:
         """Read the store's served heads and render what changed (under the load lock)."""
         seen = self.shared.value  # at least the load's target, so the label read is too
-        generation, heads = self.store.served_heads()
-        label = labelled(seen, generation)
+        generation, stamp, heads = self.store.served_heads()
+        label = self._label(seen, generation, stamp)
         pins = {head[0]: head[1] for head in heads}
         # A head is reused whole or not at all: its stamp tells a row from another that a restored
         # store handed the same id to (its sequence hands the ids after the dump's out again).
@@ -307,13 +313,24 @@ class ConfigCache:
             served.setdefault(entry.key, []).append(entry)
         before = self.shared.raise_to(label)  # before anyone answers with it
         self._rendered, self._served = rendered, served
+        self._loaded = (label, stamp)
         self.generation = label  # last: readers compare it first
         if label >> EPOCH_SHIFT > before >> EPOCH_SHIFT:  # the first worker to see it says it
+            went = f"went back from {seen & GENERATION_MASK} to {generation}"
+            if generation == seen & GENERATION_MASK:
+                went = f"is at {generation} again, in another state (its stamp)"
             log.warning(
-                "config cache: the store's generation went back from %d to %d (restored from an older "
-                "dump, or a failover to a replica that lost commits): serving the store as it is now",
-                seen & GENERATION_MASK, generation,
+                "config cache: the store's generation %s (restored from an older dump, or a failover to a "
+                "replica that lost commits): serving the store as it is now", went,
             )  # fmt: skip
+
+    def _label(self, seen: int, generation: int, stamp: str | None) -> int:
+        """`labelled`, told whether the store is at the generation this worker loaded last, newest of
+        all, with another stamp: a restore that took as many changes as it lost (else this worker
+        has no stamp of the newest state to compare, and the worker that loaded it tells)."""
+        loaded, loaded_stamp = self._loaded
+        rewound = loaded == seen and generation == seen & GENERATION_MASK and stamp != loaded_stamp
+        return labelled(seen, generation, rewound)
 
     def _rows(self, ids: list[int]) -> list[Config]:
         """The rows of `ids`; if they cannot be read together (a row the ORM cannot load), one by

@@ -3,9 +3,10 @@ and the generation number every change to what is served bumps."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
@@ -107,20 +108,27 @@ class ConfigRecords(StudyRecords):
         lock, until the commit (a read first takes no lock: two publishes read one max version, two
         pins each kept their own version pinned)."""
         s.execute(update(ConfigGeneration).where(ConfigGeneration.id == 1)
-                  .values(generation=ConfigGeneration.generation + 1))  # fmt: skip
+                  .values(generation=ConfigGeneration.generation + 1, stamp=secrets.token_hex(8)))  # fmt: skip
 
     def config_generation(self) -> int:
         """How many changes to what is served were committed: a primary-key read, cheap to poll."""
-        with self.session() as s:
-            return int(s.scalar(select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)) or 0)
+        return self.config_generation_stamp()[0]
 
-    def served_heads(self) -> tuple[int, list[tuple[int, bool, int, str]]]:
-        """The generation and (id, pinned, last finished re-validation id or 0, stamp) of every served
-        config at that generation, without loading rows: what a cache diffs against. The stamp (when the
-        row was made, and when its last re-validation finished) tells a row from another that a restored
-        store handed the same id to, however far its generation climbed since. One statement, so one
-        snapshot on SQLite and PostgreSQL alike (two statements could straddle a commit and label a
-        state with the wrong generation)."""
+    def config_generation_stamp(self) -> tuple[int, str | None]:
+        """The generation and the stamp its last bump drew (two states of one generation differ in
+        it: a store restored from an older dump that took as many changes as it lost)."""
+        query = select(ConfigGeneration.generation, ConfigGeneration.stamp).where(ConfigGeneration.id == 1)
+        with self.session() as s:
+            row = s.execute(query).first()
+        return (int(row[0] or 0), row[1]) if row else (0, None)
+
+    def served_heads(self) -> ServedHeads:
+        """The generation, its stamp, and (id, pinned, last finished re-validation id or 0, stamp) of
+        every served config at that generation, without loading rows: what a cache diffs against.
+        A head's stamp (when the row was made, and when its last re-validation finished) tells a row
+        from another that a restored store handed the same id to, however far its generation climbed
+        since. One statement, so one snapshot on SQLite and PostgreSQL alike (two statements could
+        straddle a commit and label a state with the wrong generation)."""
         finished = ConfigValidation.finished_at.is_not(None)
         checked, checked_at = (
             select(func.max(column)).where(ConfigValidation.config_id == Config.id, finished)
@@ -128,21 +136,21 @@ class ConfigRecords(StudyRecords):
             for column in (ConfigValidation.id, ConfigValidation.finished_at)
         )  # fmt: skip
         query = (
-            select(
-                ConfigGeneration.generation, Config.id, Config.pinned, checked, Config.created_at, checked_at
-            )
+            select(ConfigGeneration.generation, ConfigGeneration.stamp, Config.id, Config.pinned, checked,
+                   Config.created_at, checked_at)
             .select_from(ConfigGeneration)
             .outerjoin(Config, Config.id.in_(self._head_ids()))
             .where(ConfigGeneration.id == 1)
-        )
+        )  # fmt: skip
         with self.session() as s:
             rows = s.execute(query).all()
-        generation = int(rows[0][0]) if rows else 0
-        return generation, [
+        generation, stamp = (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+        heads = [
             (i, bool(p), int(v or 0), f"{_instant(made)}|{_instant(at)}")
-            for _, i, p, v, made, at in rows
+            for _, _, i, p, v, made, at in rows
             if i is not None
         ]
+        return ServedHeads(generation, stamp, heads)
 
     def config_labels(self, ids: Sequence[int]) -> list[tuple[int, str, str, int, int, Any]]:
         """(id, cluster, workload, nodes, version, created_at) of configs, without reading their
@@ -251,6 +259,12 @@ def pick_served(heads: Sequence[Config], nodes: int | None) -> Config | None:
 
 def _at(nodes: int) -> str:
     return f"at {nodes} node{'' if nodes == 1 else 's'}"
+
+
+class ServedHeads(NamedTuple):
+    generation: int
+    stamp: str | None  # drawn at the generation's bump
+    heads: list[tuple[int, bool, int, str]]  # (id, pinned, last re-validation id or 0, stamp)
 
 
 def _instant(at: datetime | None) -> str:

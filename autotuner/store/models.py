@@ -324,6 +324,9 @@ class ConfigGeneration(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Drawn anew at every bump: tells two states of one generation apart (a store restored from an
+    # older dump that took as many changes as it lost).
+    stamp: Mapped[str | None] = mapped_column(String(32))
 
 
 class StoreIdentity(Base):

@@ -47,7 +47,7 @@ def test_a_store_from_before_revalidation_upgrades_and_serves_as_before(store_ur
     engine.dispose()
     store = Store(store_url)  # migrates to head
     try:
-        assert [head[:3] for head in store.served_heads()[1]] == [(1, False, 0)]
+        assert [head[:3] for head in store.served_heads().heads] == [(1, False, 0)]
         public = store.public_config(store.served_config("c", "w"))
         assert public["validated_on"] == {"driver": "550.54.15", "nodes": "2"}
         assert public["validated_at"].startswith("2026-12-01")

@@ -160,19 +160,40 @@ def test_quarantine_is_per_cluster_and_deduplicated(store):
 
 def test_every_change_to_what_is_served_bumps_the_generation_in_its_transaction(store):
     make_study(store)
-    assert store.served_heads() == (0, [])
+    assert store.served_heads()[::2] == (0, [])
     v1 = publish(store)
     v2 = publish(store)
     stamp = {
         v.id: f"{v.created_at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}|" for v in (v1, v2)
     }  # made, not re-validated
     assert store.config_generation() == 2
-    assert store.served_heads() == (2, [(v2.id, False, 0, stamp[v2.id])])
+    assert store.served_heads()[::2] == (2, [(v2.id, False, 0, stamp[v2.id])])
     store.rollback_config("c", "w", 2)
     store.served_config("c", "w", 2)  # reads change nothing
-    assert store.served_heads() == (3, [(v1.id, True, 0, stamp[v1.id])])
+    assert store.served_heads()[::2] == (3, [(v1.id, True, 0, stamp[v1.id])])
     store.pin_config("c", "w", 2, None)
-    assert store.served_heads() == (4, [(v2.id, False, 0, stamp[v2.id])])
+    assert store.served_heads()[::2] == (4, [(v2.id, False, 0, stamp[v2.id])])
     with pytest.raises(NotFound):
         store.pin_config("c", "w", 2, 42)  # refused: nothing changed, no generation spent
     assert store.config_generation() == 4
+    assert store.config_generation_stamp() == (4, store.served_heads().stamp)
+
+
+def test_every_bump_draws_a_new_stamp_a_delete_by_hand_too(store):
+    """Two states of one generation (a store restored from an older dump that took as many changes as
+    it lost) differ in their stamp: each bump draws one, in the store and in the trigger a row
+    deleted by hand fires."""
+    make_study(store)
+    stamps = [store.config_generation_stamp()[1]]
+    publish(store)
+    stamps.append(store.config_generation_stamp()[1])
+    publish(store)
+    stamps.append(store.config_generation_stamp()[1])
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM at_configs WHERE version = 2"))
+    generation, stamp = store.config_generation_stamp()
+    stamps.append(stamp)
+    assert generation == 3
+    assert stamps[0] is None  # a fresh store: nothing drawn yet
+    assert all(stamps[1:])
+    assert len(set(stamps)) == 4
