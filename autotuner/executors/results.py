@@ -19,6 +19,11 @@ from autotuner.text import cleaned_in_place
 from trials.result import SCHEMA_VERSION
 
 MAX_TEXT = 4000  # characters of an error, a reason or a log tail that are stored and served
+# A name or version a result reports of its stack (GPU model, driver, NCCL, network): the cluster's
+# fingerprint copies them into every config published there, which jobs fetch (the hook reads at most
+# 1 MiB, and keeps 200 characters of each): one node's megabytes must not break every job's fetch.
+MAX_NAME = 200
+MAX_VERSIONS = 32  # entries of `versions` (a trial writes up to 6: python, torch, torchrec, ...)
 # How far samples/s may stray from batch x world size / median step (the trial computes it so).
 RATE_TOLERANCE = 0.01
 MULTILINE = frozenset({"error"})  # strings of a result that keep their line breaks (a traceback)
@@ -108,6 +113,22 @@ def _text(v: Any) -> str:
     return "" if isinstance(v, str) else "a string"
 
 
+def _name(v: Any) -> str:
+    return "" if isinstance(v, str) and len(v) <= MAX_NAME else f"a string of at most {MAX_NAME} characters"
+
+
+def _versions(v: Any) -> str:
+    ok = (
+        isinstance(v, dict)
+        and len(v) <= MAX_VERSIONS
+        and all(len(k) <= MAX_NAME and (x is None or not _name(x)) for k, x in v.items())
+    )
+    want = (
+        f"an object of at most {MAX_VERSIONS} names to strings (or null), each at most {MAX_NAME} characters"
+    )
+    return "" if ok else want
+
+
 def _texts(v: Any) -> str:
     return "" if isinstance(v, list) and all(isinstance(x, str) for x in v) else "a list of strings"
 
@@ -146,26 +167,28 @@ def _shown(value: Any) -> str:
     return "missing" if value is None else clip(json.dumps(value, default=str), 60)
 
 
-# What the tuner reads of a result's own facts (the cluster's fingerprint, where NCCL ran, the cost).
+# What the tuner reads of a result's own facts (the cluster's fingerprint, where NCCL ran, the cost). What
+# goes into the fingerprint is bounded (MAX_NAME, MAX_VERSIONS): refused, not clipped, as any value a
+# trial would not write (a clipped name would pass for the stack's own).
 _TOP = {
     "world_size": _count,
     "nnodes": _optional(_count),
     "local_world_size": _optional(_count),
     "setup_s": _optional(_number()),
     "wall_s": _optional(_number()),
-    "backend": _optional(_text),
-    "device": _optional(_text),
-    "device_name": _optional(_text),
-    "driver_version": _optional(_text),
+    "backend": _optional(_name),
+    "device": _optional(_name),
+    "device_name": _optional(_name),
+    "driver_version": _optional(_name),
     "hosts": _optional(_texts),
-    "versions": _optional(_text_map),
+    "versions": _optional(_versions),
     "env": _optional(_text_map),
     "nccl_effective": _optional(_object),
 }
 _NCCL_EFFECTIVE = {
-    "network": _optional(_text),
-    "ofi_plugin_version": _optional(_text),
-    "ofi_provider": _optional(_text),
+    "network": _optional(_name),
+    "ofi_plugin_version": _optional(_name),
+    "ofi_provider": _optional(_name),
     "transport_kinds": _optional(_texts),
     "nnodes": _optional(_count),
 }

@@ -4,11 +4,12 @@ fingerprint updated, and an env config that crashed quarantined on that cluster.
 from __future__ import annotations
 
 import json
+from itertools import islice
 from typing import Any
 
 from autotuner.executors import Outcome
 from autotuner.executors.base import LaunchState
-from autotuner.executors.results import candidate_problem, clip
+from autotuner.executors.results import MAX_NAME, MAX_VERSIONS, candidate_problem, clip
 from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, utcnow
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.plan import PlannedLaunch
@@ -128,18 +129,33 @@ def stored(record: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
     """What identifies a cluster's comm stack: a config tuned on one may not hold on another
-    (autotuner.job.fingerprint.comparable reads it as a job's hook reports its own)."""
-    effective = result.get("nccl_effective") or {}
-    env = result.get("env") or {}
+    (autotuner.job.fingerprint.comparable reads it as a job's hook reports its own). Its names are
+    clipped to MAX_NAME characters and its versions to MAX_VERSIONS: parse_result refuses more, but a
+    launch's summary stored before it did (read back by re-validation) holds up to 64 KiB of each, and
+    the fingerprint is copied into every config published on the cluster."""
+    effective = _mapping(result.get("nccl_effective"))
+    env = _mapping(result.get("env"))
+    versions = result.get("versions")
     return {
-        "device": result.get("device"),
-        "device_name": result.get("device_name"),
-        "backend": result.get("backend"),
+        "device": _name(result.get("device")),
+        "device_name": _name(result.get("device_name")),
+        "backend": _name(result.get("backend")),
         "nnodes": result.get("nnodes"),
         "world_size": result.get("world_size"),
-        "versions": result.get("versions"),
-        "driver": result.get("driver_version"),
-        "network": effective.get("network"),
-        "ofi_plugin": effective.get("ofi_plugin_version"),
+        "versions": {
+            clip(k, MAX_NAME): _name(v) for k, v in islice(versions.items(), MAX_VERSIONS)
+        } if isinstance(versions, dict) else _name(versions),
+        "driver": _name(result.get("driver_version")),
+        "network": _name(effective.get("network")),
+        "ofi_plugin": _name(effective.get("ofi_plugin_version")),
         "efa": effective.get("ofi_provider") == "efa" or env.get("FI_PROVIDER") == "efa",
-    }
+    }  # fmt: skip
+
+
+def _name(value: Any) -> Any:
+    """A name of the fingerprint as stored: None stays None, anything else at most MAX_NAME characters."""
+    return None if value is None else clip(value, MAX_NAME)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

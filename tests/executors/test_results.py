@@ -86,6 +86,20 @@ WHOLE = {
     "env of numbers": (text(but(env={"NCCL_NSOCKS_PERTHREAD": 4})), "env is"),
     "nccl_effective a list": (text(but(nccl_effective=[1])), "nccl_effective is [1], expected an object"),
     "a network that is not a name": (text(but(nccl_effective={"network": ["Socket"]})), "nccl_effective.network"),
+    # what the cluster's fingerprint copies into every published config: one node's megabytes broke every
+    # job's config fetch there
+    "a 2 MiB device name": (text(but(device_name="H100" + "x" * (2 << 20))),
+                            'device_name is "H100' + "x" * 55 + ' [... 2,097,098 more characters], expected a string '
+                            "of at most 200 characters or null"),
+    "a driver of 201 characters": (text(but(driver_version="5" * 201)), 'driver_version is "5555'),
+    "a backend of 201 characters": (text(but(backend="n" * 201)), "backend is"),
+    "a version of 201 characters": (text(but(versions={"nccl": "2." + "9" * 199})), "versions is"),
+    "a version name of 201 characters": (text(but(versions={"n" * 201: "2.21.5"})), "versions is"),
+    "33 versions": (text(but(versions={f"lib{i}": "1.0" for i in range(33)})),
+                    "expected an object of at most 32 names to strings (or null), each at most 200 characters"),
+    "a plugin version of 201 characters": (text(but(nccl_effective={"ofi_plugin_version": "1" * 201})),
+                                           "nccl_effective.ofi_plugin_version is"),
+    "a network of 201 characters": (text(but(nccl_effective={"network": "S" * 201})), "nccl_effective.network is"),
 }  # fmt: skip
 
 
