@@ -263,6 +263,13 @@ def test_names_are_readable_and_distinct():
         (dict(name_prefix="1abc"), "name_prefix"),
         (dict(image_pull_policy="Sometimes"), "image_pull_policy"),
         (dict(ttl_seconds_after_finished=-1), "ttl_seconds_after_finished"),
+        # the TTL controller would delete the finished Job before the tuner reads it: "gone", quarantined
+        (
+            dict(ttl_seconds_after_finished=0),
+            r"ttl_seconds_after_finished=0: 0 s, under 300 s: Kubernetes would delete the finished Job before "
+            r"the tuner reads its state and result",
+        ),
+        (dict(ttl_seconds_after_finished=299), r"ttl_seconds_after_finished=299: 299 s, under 300 s"),
         (dict(queue_timeout_s=0), r"queue_timeout_s=0: expected seconds > 0 \(at most 30 days\) or null"),
         (dict(queue_timeout_s=-60), r"queue_timeout_s=-60: expected seconds > 0 \(at most 30 days\) or null"),
         (
@@ -1215,6 +1222,68 @@ def test_a_job_past_its_deadline_is_recorded_with_the_reason(cluster):
     assert outcome.state == LaunchState.FAILED
     assert outcome.result is None
     assert outcome.reason.startswith("DeadlineExceeded: Job was active longer than specified deadline")
+
+
+NEVER_RAN = (
+    f"never ran: still queued when its Job reached activeDeadlineSeconds (DeadlineExceeded: {DEADLINE})"
+)
+
+
+def test_a_job_past_its_deadline_with_pods_still_queued_never_ran(cluster):
+    """The deadline passed while no pod had a node (no free GPUs for a day): nothing was measured, so the
+    launch is cancelled, not failed (a failed search launch quarantines its env config)."""
+    ex, job, request = scheduled(cluster)
+    cluster.set_status(job, STATUSES["deadline-exceeded"][0])
+    pod0 = pod_in(cluster, job, 0, "unschedulable")
+    pod_in(cluster, job, 1, "running")  # had a node: one pod on a node is no run (ranks wait for all)
+    outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
+    assert outcome.state == LaunchState.CANCELLED
+    assert outcome.reason == f"{NEVER_RAN}: pod {pod0} unschedulable: {NO_GPUS}"
+
+
+def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_saw_it_queued(
+    cluster, monkeypatch
+):
+    """The Job controller deletes the pods of a Job past its deadline (those on no node at once): what
+    the executor's last poll saw decides. Queued: cancelled. On nodes (then the tuner was away while the
+    trial ran into the deadline): the trial ran, and its launch fails as before."""
+    import autotuner.executors.base as base
+
+    monkeypatch.setattr(base, "time", _WaitClock())
+    ex, job, request = scheduled(cluster)
+    request = launch(2, timeout_s=10**6)  # the tuner's own timeout is not what ends it here
+    pods = [pod_in(cluster, job, index, "unschedulable") for index in range(2)]
+    polls: list[LaunchState] = []
+
+    def controller(gets_nodes: bool) -> Callable[[Any], None]:
+        def poll(desc: Any) -> None:
+            polls.append(desc.state)
+            if gets_nodes and len(polls) == 1:
+                for pod in pods:
+                    cluster.objects[(NS, "pods", pod)]["status"] = copy.deepcopy(POD_STATUSES["running"][0])
+                    cluster.objects[(NS, "pods", pod)]["spec"]["nodeName"] = "ip-10-0-1-17"
+                return
+            cluster.set_status(job, STATUSES["deadline-exceeded"][0])  # the deadline: the pods deleted
+            for key in [k for k in cluster.objects if k[1] == "pods"]:
+                del cluster.objects[key]
+
+        return poll
+
+    cluster.set_status(job, STATUSES["running"][0])
+    outcome = ex.wait(job, request, started=0.0, poll_s=60, on_poll=controller(gets_nodes=False))
+    assert (polls, outcome.state) == ([LaunchState.PENDING], LaunchState.CANCELLED)
+    assert outcome.reason == (f"{NEVER_RAN}: pod {pods[0]} unschedulable: {NO_GPUS} (and 1 more pod not "
+                              "scheduled) (at the last poll)")  # fmt: skip
+    assert ex._waiting == {}  # nothing kept of a launch that ended
+
+    polls.clear()
+    cluster.objects.clear()
+    job = ex.schedule(ex.dryrun(request))
+    pods = [pod_in(cluster, job, index, "unschedulable") for index in range(2)]
+    cluster.set_status(job, STATUSES["running"][0])
+    outcome = ex.wait(job, request, started=0.0, poll_s=60, on_poll=controller(gets_nodes=True))
+    assert (polls, outcome.state) == ([LaunchState.PENDING, LaunchState.RUNNING], LaunchState.FAILED)
+    assert outcome.reason.startswith(f"DeadlineExceeded: {DEADLINE}")
 
 
 def test_required_permissions_are_exactly_what_the_executor_uses(cluster):

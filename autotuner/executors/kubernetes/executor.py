@@ -119,6 +119,9 @@ class KubernetesExecutor(Executor):
         self._api_client = api_client
         self._core: Any = None
         self._batch: Any = None
+        # Job name -> why its pods waited for nodes at its last poll, while it has not been seen with
+        # every pod on a node: a Job whose deadline passes in the queue never ran (`_never_ran`).
+        self._waiting: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> Any:  # only for names not found otherwise: the options
         options = self.__dict__.get("options")
@@ -217,6 +220,13 @@ class KubernetesExecutor(Executor):
             queued = self._queued(backend_id, launch.nnodes)
             if queued:
                 return Description(LaunchState.PENDING, None, queued)
+        if desc.state == LaunchState.TIMEOUT:  # activeDeadlineSeconds passed: in the queue, or running
+            queued = self._never_ran(backend_id, launch.nnodes)
+            if queued:  # nothing was measured: not the env config's failure (no quarantine)
+                desc = Description(LaunchState.CANCELLED, None, f"never ran: still queued when its Job "
+                                   f"reached activeDeadlineSeconds ({desc.reason}): {queued}")  # fmt: skip
+        if desc.state.is_terminal():
+            self._waiting.pop(backend_id, None)
         if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
             exit_code, detail = self._index0_exit(backend_id)
             desc.exit_code = exit_code
@@ -230,6 +240,7 @@ class KubernetesExecutor(Executor):
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         """Delete the Job (Foreground: its pods go first), Service and ConfigMap. Errors are logged, not
         raised: the Job's activeDeadlineSeconds stops it anyway, and a study must not die of a clean-up."""
+        self._waiting.pop(backend_id, None)
         self._delete(backend_id, self.options.namespace, ["job", "service", "configmap"])
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
@@ -283,6 +294,32 @@ class KubernetesExecutor(Executor):
         except Exception as exc:  # a poll that fails is not the trial's failure, nor a queue
             log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
             return ""
+        queued = self._waiting_on(job_name, pods, nnodes)
+        if queued:
+            self._waiting[job_name] = queued
+        elif pods:  # every pod on a node: it ran (a pod is never made again: backoffLimit 0)
+            self._waiting.pop(job_name, None)
+        return queued
+
+    def _never_ran(self, job_name: str, nnodes: int) -> str:
+        """Why a Job past its deadline never ran ("": it ran, or nothing says it did not). A pod of it
+        that still waits for a node says so for certain (a pod is never made again, so its pods were
+        never all on nodes); else this executor's last poll of it, if that saw it queued (the Job
+        controller deletes the pods of a failed Job, those on no node at once)."""
+        try:
+            pods = self._pods(job_name)
+        except Exception as exc:
+            log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
+            pods = []
+        # Only a pod waiting is proof: "n of m pods made" is not, here (the rest may have run and gone).
+        waiting = [p for p in pods if _unscheduled(p)]
+        if waiting:
+            return self._waiting_on(job_name, waiting, nnodes)
+        last = self._waiting.get(job_name)
+        return f"{last} (at the last poll)" if last else ""
+
+    def _waiting_on(self, job_name: str, pods: list[Any], nnodes: int) -> str:
+        """What `_queued` says of these pods of the Job."""
         waiting = sorted((p for p in pods if _unscheduled(p)), key=_pod_order)
         if not waiting and 0 < len(pods) < nnodes:  # the rest not even made (a ResourceQuota, a LimitRange)
             return (f"{len(pods)} of {nnodes} pods made: the Job controller holds the rest back "

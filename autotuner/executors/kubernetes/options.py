@@ -161,6 +161,21 @@ def _whole_2mi_pages(quantity: str) -> str:
     )
 
 
+# The tuner reads a finished Job's status and its index-0 pod's log after the Job ends: a poll later, and
+# each API read may take REQUEST_TIMEOUT_S (30 s). A Job the TTL controller deletes before that is "gone":
+# the launch fails with no result, and a search launch's env config is quarantined for nothing.
+MIN_TTL_S = 300
+
+
+def _ttl_floor(seconds: int) -> int:
+    if seconds < MIN_TTL_S:
+        raise OptionError(
+            f"{seconds} s, under {MIN_TTL_S} s: Kubernetes would delete the finished Job before the tuner "
+            "reads its state and result (the launch fails as gone and its env config is quarantined)"
+        )
+    return seconds
+
+
 NamePrefix = Annotated[StrictStr, fullmatch(r"[a-z]([a-z0-9-]{0,18}[a-z0-9])?")]  # DNS-1035, at most 20
 DnsLabel = Annotated[StrictStr, fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")]  # at most 63
 DnsSubdomain = Annotated[StrictStr, AfterValidator(_dns_subdomain)]
@@ -244,9 +259,12 @@ class KubernetesOptions(ExecutorOptions):
         "without surrounding spaces or control characters",
     )  # fmt: skip
     rdzv_port: Port = option(29500, "the rank-0 pod's rendezvous port", "an integer from 1 to 65535")
-    ttl_seconds_after_finished: Annotated[StrictInt, Field(ge=0, le=365 * 86400)] = option(
-        3600, "how long a finished Job (and its pods' logs) is kept", "an integer from 0 to 31536000"
-    )
+    ttl_seconds_after_finished: Annotated[
+        StrictInt, Field(le=365 * 86400), AfterValidator(_ttl_floor)
+    ] = option(
+        3600, "how long a finished Job (and its pods' logs) is kept",
+        f"an integer from {MIN_TTL_S} to 31536000 (seconds)",
+    )  # fmt: skip
     name_prefix: NamePrefix = option(
         "autotuner", "the prefix of every resource name", "a lowercase DNS-1035 label of at most 20 "
         "characters, e.g. 'autotuner' (tuners sharing a namespace need different prefixes)",
