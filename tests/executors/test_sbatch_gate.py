@@ -67,3 +67,29 @@ def test_the_gate_agrees_with_getopt_on_every_prefix_of_every_option():
 def test_an_unknown_option_is_left_to_sbatch():
     assert sbatch_reads_as("--no-such-option") == {"--no-such-option"}
     assert parse("--no-such-option=1").sbatch_args == ("--no-such-option=1",)
+
+
+@pytest.mark.parametrize(
+    ("arg", "shown"),
+    [
+        ("--dependency=afterok:99999", "--dependency"),
+        ("--dependency=singleton", "--dependency"),
+        ("--dep=afterany:1", "--dep (sbatch may read it as --dependency)"),
+        ("--deadline=now+1hour", "--deadline"),
+        ("--dea=2030-01-01T00:00:00", "--dea (sbatch may read it as --deadline)"),
+        ("--de=x", "--de (sbatch may read it as --deadline or --dependency)"),  # ambiguous: either refused
+        ("-dafterok:99999", "'-dafterok:99999' (-d is --dependency)"),
+        ("-d", "'-d' (-d is --dependency)"),
+        ("-H", "'-H' (-H is --hold)"),
+        ("-bnow+1hour", "'-bnow+1hour' (-b is --begin)"),
+    ],
+)
+def test_an_option_that_holds_the_job_or_drops_it_unrun_is_refused(arg, shown):
+    """A job held on a dependency (perhaps for good) or dropped by Slurm at a deadline while still pending
+    never runs within the launch's queue time: refused as --begin and --hold are, in the same words."""
+    with pytest.raises(ValueError, match="the launch would not run now") as caught:
+        parse(arg)
+    assert str(caught.value) == (
+        f"slurm executor option sbatch_args={[arg]!r}: {shown}: the launch would not run now (nothing "
+        "queued, or held, delayed or dropped before it runs)"
+    )

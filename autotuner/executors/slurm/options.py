@@ -52,8 +52,14 @@ SBATCH_LONG_OPTIONS = SLURM_OWN_ARGS | {
 # default cluster, where it does not exist: it would be followed as gone and never cancelled.
 SBATCH_OTHER_CLUSTER = {"--clusters", "--cluster"}
 # What submits no job that runs now: sbatch prints help or checks and queues nothing, or the job is held
-# or delayed (its launch would wait out queue_timeout_s for nothing).
-SBATCH_NO_RUN = {"--hold", "--test-only", "--help", "--usage", "--version", "--begin"}
+# or delayed (its launch would wait out queue_timeout_s for nothing): --dependency holds it until another
+# job ends, which may be never; --deadline has Slurm drop it unrun when it is still pending then (followed
+# as a timeout without a result: failed, and its env config quarantined).
+SBATCH_NO_RUN = {"--hold", "--test-only", "--help", "--usage", "--version", "--begin", "--dependency",
+                 "--deadline"}  # fmt: skip
+_NO_RUN = "the launch would not run now (nothing queued, or held, delayed or dropped before it runs)"
+# sbatch's short forms of what is refused here by name (any other short option is not a '--long-option').
+SBATCH_SHORT = {"-M": "--clusters", "-b": "--begin", "-d": "--dependency", "-H": "--hold"}
 _OTHER_CLUSTER = ("multi-cluster submission is not supported (the job would be followed and cancelled on "
                   "the default cluster); run the tuner or the service on that cluster instead")  # fmt: skip
 
@@ -83,8 +89,10 @@ def _time_limit(value: int | str) -> int | str:
 
 
 def _sbatch_arg(arg: str) -> str:
-    if arg.startswith("-M"):  # sbatch's short --clusters
-        raise OptionError(f"{arg!r} (-M is --clusters): {_OTHER_CLUSTER}")
+    short = SBATCH_SHORT.get(arg[:2])
+    if short:  # refused as its long form, in the same words
+        why = _OTHER_CLUSTER if short in SBATCH_OTHER_CLUSTER else _NO_RUN
+        raise OptionError(f"{arg!r} ({arg[:2]} is {short}): {why}")
     if not _SBATCH_ARG.fullmatch(arg):
         raise OptionError(
             f"{arg!r} is not a '--long-option' or '--long-option=value' (no spaces, quotes or shell "
@@ -98,7 +106,7 @@ def _sbatch_arg(arg: str) -> str:
     idle = sorted(sbatch_reads_as(name) & SBATCH_NO_RUN)
     if idle:
         shown = name if idle == [name] else f"{name} (sbatch may read it as {' or '.join(idle)})"
-        raise OptionError(f"{shown}: the launch would not run now (nothing queued, or held or delayed)")
+        raise OptionError(f"{shown}: {_NO_RUN}")
     own = sorted(sbatch_reads_as(name) & SLURM_OWN_ARGS)
     if own:
         shown = name if own == [name] else f"{name} (sbatch reads it as {' or '.join(own)})"
