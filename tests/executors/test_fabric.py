@@ -51,3 +51,30 @@ def test_a_slow_fabric_slows_the_all_to_all_and_leaves_no_namespace(netns_capabl
         node_network(LaunchRequest(name="slow", spec=SPEC, env={}, workdir=tmp_path / "slow"), None).prefix
         not in namespaces
     )
+
+
+@pytest.mark.netns
+def test_a_fabric_launch_sweeps_the_namespaces_its_study_left_first(netns_capable, tmp_path):
+    """A launcher killed (SIGKILL: no trap ran) left its launch's namespace: the study's next launch
+    removes it before it makes its own, as nodes=namespaces does; another study's is left alone."""
+    python = tmp_path / "python"  # the trial itself does not matter here
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+
+    def launch(study: str, name: str) -> LaunchRequest:
+        return LaunchRequest(name=name, spec=SPEC, env={}, workdir=tmp_path / study / name, python=str(python),
+                             timeout_s=60)  # fmt: skip
+
+    stale, other = (node_network(launch(study, "s9-l1"), None).prefix for study in ("ours", "theirs"))
+    for ns in (stale, other):
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        outcome = LocalExecutor(fabric=Fabric("1gbit")).run(launch("ours", "s9-l2"), poll_s=0.05)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["sh", "-c", f"ip netns del {stale}; ip netns del {other}"], capture_output=True)
+    assert "could not create" not in outcome.reason  # it made its own, then ran the trial
+    names = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    assert stale not in names
+    assert other in names
+    assert node_network(launch("ours", "s9-l2"), None).prefix not in names  # its own removed as it ended

@@ -30,6 +30,7 @@ GOLDEN_FABRIC = """\
 # nccl-autotuner launch s1-l7 (local executor)
 cd /srv/autotuner/study-1/launch-0007
 # emulated fabric: loopback limited to 2gbit (tbf) in a network namespace
+for ns in $(ip netns list | cut -d' ' -f1 | grep '^at-ba8d7c-s1-l'); do ip netns del "$ns"; done
 ip netns add at-ba8d7c-s1-l7 || exit 97
 trap 'ip netns del at-ba8d7c-s1-l7' EXIT
 ip netns exec at-ba8d7c-s1-l7 ip link set lo up || exit 97

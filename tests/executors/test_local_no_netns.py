@@ -3,6 +3,7 @@ than "gone without an exit code": the script stops before it writes its exit_cod
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +15,22 @@ from autotuner.executors.local.executor import node_network
 from tests.executors.test_fabric import SPEC, netns_capable  # noqa: F401 (a fixture)
 
 
-@pytest.mark.netns
-def test_a_namespace_that_cannot_be_made_fails_the_launch_saying_why(netns_capable, tmp_path):  # noqa: F811
+def test_a_namespace_that_cannot_be_made_fails_the_launch_saying_why(tmp_path, monkeypatch):
+    """`ip netns add` refuses (no privileges here): an `ip` first on the PATH that does. (A namespace of
+    the launch's own name, left by a killed launch, would not make it refuse: the launch sweeps its
+    study's stale namespaces before it makes its own.)"""
+    fake = tmp_path / "bin" / "ip"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1 $2" = "netns add" ] && echo "mount --make-shared /run/netns failed: '
+                    'Operation not permitted" >&2 && exit 1\n[ "$1 $2" = "netns list" ] && exit 0\nexit 1\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     launch = LaunchRequest(name="s9-l1", spec=SPEC, env={}, workdir=tmp_path / "launch-0001",
                            python=sys.executable, timeout_s=60)  # fmt: skip
-    taken = node_network(
-        launch, None
-    ).prefix  # the launch's own namespace, made first: `ip netns add` refuses it
-    subprocess.run(["ip", "netns", "add", taken], check=True)
-    try:
-        outcome = LocalExecutor(fabric=Fabric("1gbit")).run(launch, poll_s=0.05)
-    finally:
-        subprocess.run(["ip", "netns", "del", taken], check=False)
+    outcome = LocalExecutor(fabric=Fabric("1gbit")).run(launch, poll_s=0.05)
     assert outcome.state == LaunchState.FAILED
     assert "could not create or shape the network namespace for the emulated fabric" in outcome.reason
+    assert "Operation not permitted" in outcome.log_tail
 
 
 @pytest.mark.netns

@@ -160,9 +160,11 @@ class LocalExecutor(Executor):
             return [*lines, command, "rc=$?"]
         netns = _netns_name(launch)
         create, *configure = (shlex.join(argv) for argv in self.fabric.setup(netns))
-        # every step checked: a rate tc refuses left an unshaped loopback measured as the fabric
-        return [*lines, f"# {self.fabric.label()}", f"{create} || exit {EXIT_NO_NETNS}",
-                f"trap 'ip netns del {netns}' EXIT", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure),
+        # Stale namespaces of the study first (a killed launcher ran no trap), as nodes=namespaces does.
+        # Every step checked: a rate tc refuses left an unshaped loopback measured as the fabric.
+        return [*lines, f"# {self.fabric.label()}", sweep_command(_study_prefix(netns)),
+                f"{create} || exit {EXIT_NO_NETNS}", f"trap 'ip netns del {netns}' EXIT",
+                *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure),
                 f"ip netns exec {netns} {command}", "rc=$?"]  # fmt: skip
 
     def _namespaced(self, launch: LaunchRequest, tag: str) -> list[str]:
