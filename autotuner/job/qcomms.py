@@ -26,18 +26,34 @@ your own batch size; it is 1.0 whenever `batch_size` is None):
 "sparse_dist": TorchRec's TrainPipelineSparseDist, ...; None: the job's own);
 `tuned_train_pipeline(model, optimizer, device, default="sparse_dist")` builds it. Its `progress(it)`
 returns what the model returns beside the loss (DLRMTrain: (loss, logits, labels)).
+
+Every rank adopts the same config or none. The hook runs per node and fails open on each alone, so
+one node may get a cached v3 while another gets v4, or nothing (the service down for it): mixed comm
+precision or batch across ranks hangs or crashes TorchRec's all-to-all. So where torch.distributed is
+initialized, `tuned()` compares what each rank would adopt (its AUTOTUNER_CONFIG label and values)
+through the process group's key-value store; if any rank differs, every rank keeps the job's own
+settings, as if nothing was tuned, and says so once, naming the labels seen. The first read after
+init_process_group compares, once a process (later reads adopt what it agreed on, whatever the
+environment says by then). It is no collective and touches no GPU: a rank whose script reads the
+config alone (on rank 0 only) waits at most AGREE_TIMEOUT_S for the others, then keeps the job's own
+settings. The NCCL variables the hook exported are read by NCCL itself and cannot be taken back
+here; the warning says so. Before init (or on one rank) nothing is compared, and torch is not imported for it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
+from datetime import timedelta
 from typing import Any
 
-# The spec's own lists (standard library only, as this module must stay: a training script imports it).
 from autotuner.job.exports import MAX_BATCH, MAX_LR_SCALE, MAX_THREADS, MIN_LR_SCALE, is_count, is_lr_scale
+from autotuner.text import printable
+
+# The spec's own lists (standard library only, as this module must stay: a training script imports it).
 from trials.choices import PIPELINES, PRECISIONS, SHARDING_TYPES
 
 _said: set[str] = set()  # what this process already said on stderr (every helper reads the config again)
@@ -45,11 +61,13 @@ _said: set[str] = set()  # what this process already said on stderr (every helpe
 
 def _say(message: str) -> None:
     """Best effort: a closed stderr (None: print would go to stdout) or one whose reader is gone
-    (BrokenPipeError) must not fail the job."""
+    (BrokenPipeError) must not fail the job. One write a line: the ranks of a node share one stderr,
+    and print's separate newline let two ranks' lines run into one."""
     if message not in _said and sys.stderr is not None:
         _said.add(message)
         try:
-            print(f"nccl-autotuner: {message}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"nccl-autotuner: {message}\n")
+            sys.stderr.flush()
         except (OSError, ValueError):
             pass
 
@@ -112,7 +130,7 @@ class _Reader:
         if not value:
             return None
         if not is_lr_scale(value):  # the hook's own rule for what a config may export
-            self.reject(name, value, f"a number from {MIN_LR_SCALE:g} to {MAX_LR_SCALE:g}")
+            self.reject(name, value, f"a number from {MIN_LR_SCALE!r} to {MAX_LR_SCALE:g}")
             return None
         return float(value)
 
@@ -150,7 +168,7 @@ def tuned(environ: Mapping[str, str] | None = None, *, strict: bool = False) -> 
         batch_size, lr_scale = None, None
     for name, problem in read.bad.items():
         _say(f"ignored {problem}; keeping {_KEPT.get(name, _OWN)}")
-    return Tuned(
+    mine = Tuned(
         fwd_precision=fwd or "fp32",
         bwd_precision=bwd or "fp32",
         batch_size=batch_size,
@@ -160,6 +178,95 @@ def tuned(environ: Mapping[str, str] | None = None, *, strict: bool = False) -> 
         config=(read.env.get("AUTOTUNER_CONFIG") or "").strip() or None,
         lr_scale=1.0 if lr_scale is None else lr_scale,
     )
+    return mine if strict else _agreed(mine)
+
+
+_UNSAID = asdict(Tuned())
+_SHOWN = 8  # configs named in the warning; a thousand nodes each on its own would fill a screen
+# (what this rank read, what the ranks agreed on): compared once a process, at the first read after
+# init_process_group. Each helper reads the config again; comparing again could wait on ranks that
+# never read again (their environment read the same, another's not), so there is no second time.
+_agreement: tuple[Tuned, Tuned] | None = None
+_round = 0  # agreements made in this process (one in a job; the store's keys are per round)
+AGREE_TIMEOUT_S = 120.0  # how long a rank waits for the others' answers: they start within this of it
+
+
+def _agreed(mine: Tuned) -> Tuned:
+    """What every rank of the default process group adopts: `mine` if all would adopt the same, else
+    the job's own (Tuned()) on every rank. Torch is never imported here: a script that has not
+    imported it has no process group to agree with."""
+    global _agreement
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return mine
+    if _agreement is None:
+        _agreement = mine, _compared(mine, dist)
+    read, agreed = _agreement
+    if mine not in (read, agreed):  # the environment changed, or another `environ` was passed, since
+        now = printable(mine.config or "no config")[:100]
+        then = printable(agreed.config or "the job's own settings")[:100]
+        _say(f"AUTOTUNER_* now read as {now}, after the ranks agreed on {then}: keeping what they agreed on")
+    return agreed
+
+
+def _compared(mine: Tuned, dist: Any) -> Tuned:
+    """What each rank would adopt (its label and values), through the process group's own key-value
+    store: `mine` if they are all the same. Not a collective: a rank that calls this alone (a script
+    reading the config on rank 0 only) waits AGREE_TIMEOUT_S for the others' answers, then keeps the
+    job's own settings, where a collective would hang it; and no GPU is touched (an object
+    collective on NCCL runs on the current device, cuda:0 on every rank of a script that never set it)."""
+    global _round
+    _round += 1
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        keys = [f"nccl-autotuner/tuned/{_round}/{r}" for r in range(world)]
+        store.set(keys[rank], json.dumps([mine.config, astuple(mine)]))
+        store.wait(keys, timedelta(seconds=AGREE_TIMEOUT_S))
+        seen = [_hashable(json.loads(store.get(key))) for key in keys]
+    except Exception as exc:  # no answer is no agreement; the job runs on regardless
+        _say(printable(f"could not check that every rank adopts the same tuned config ({type(exc).__name__}: "
+                       f"{exc}); keeping the job's own settings"))  # fmt: skip
+        return Tuned()
+    if all(theirs == seen[0] for theirs in seen):
+        return mine
+    _say(f"the ranks were handed different tuned configs ({_labels(seen)}): every rank keeps the job's own "
+         "settings (the NCCL variables the hook exported stay as each node got them)")  # fmt: skip
+    return Tuned()
+
+
+def _hashable(value: Any) -> Any:
+    """JSON read back (lists) as the tuples `_labels` groups by."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def _labels(seen: list[Any]) -> str:
+    """Which ranks would adopt what, e.g. "c/w/2n/v3 on ranks 0-1; none on rank 2". Under one label
+    read two ways (a value ignored on one node only) the values tell them apart."""
+    groups: dict[Any, list[int]] = {}
+    for rank, values in enumerate(seen):
+        groups.setdefault(values, []).append(rank)
+    labels = [printable(values[0] or "none")[:100] for values in groups]
+    parts = []
+    for (values, ranks), label in zip(groups.items(), labels, strict=True):
+        if labels.count(label) > 1:
+            said = asdict(Tuned(*values[1])).items()
+            label += " as " + (", ".join(f"{k}={v}" for k, v in said if k != "config" and v != _UNSAID[k])
+                               or "the job's own")  # fmt: skip
+        parts.append(f"{label} on rank{'s' if len(ranks) > 1 else ''} {_spans(ranks)}")
+    more = f"; and {len(parts) - _SHOWN} more" if len(parts) > _SHOWN else ""
+    return "; ".join(parts[:_SHOWN]) + more
+
+
+def _spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] as "0-2, 5": a job of a thousand ranks names its groups in a line."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def qcomms_config(environ: Mapping[str, str] | None = None) -> Any:

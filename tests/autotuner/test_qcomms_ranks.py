@@ -1,0 +1,118 @@
+"""Every rank of a job adopts the same tuned config, or none (autotuner.job.qcomms): the hook runs per
+node and fails open on each alone, so two nodes can be handed different configs (a cached v3 and
+nothing, v3 and v4 across a publish), and mixed comm precision or batch hangs TorchRec's all-to-all.
+Real ranks: torchrun, 2 processes on gloo, each with its own environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from autotuner.job import qcomms
+from autotuner.job.qcomms import Tuned
+from tests.helpers import REPO
+
+RANK = REPO / "tests" / "autotuner" / "qcomms_ranks.py"
+DEADLINE_S = 120  # torchrun and two torch imports take seconds on 2 CPU cores; gloo's own timeout is 30 s
+V3 = {"AUTOTUNER_CONFIG": "c/w/2n/v3", "AUTOTUNER_FWD_PRECISION": "fp16", "AUTOTUNER_BWD_PRECISION": "fp16",
+      "AUTOTUNER_BATCH_SIZE": "2048", "AUTOTUNER_LR_SCALE": "2"}  # fmt: skip
+V4 = {**V3, "AUTOTUNER_CONFIG": "c/w/2n/v4", "AUTOTUNER_FWD_PRECISION": "fp8"}
+CASES = {
+    "same": [V3, V3],
+    "cached v3 on one node, nothing on the other": [V3, {}],
+    "v3 and v4 across a publish": [V3, V4],
+    "one label, a value ignored on one node": [V3, {**V3, "AUTOTUNER_BATCH_SIZE": "abc"}],
+}
+ADOPTED_V3 = Tuned(
+    fwd_precision="fp16", bwd_precision="fp16", batch_size=2048, config="c/w/2n/v3", lr_scale=2.0
+)
+
+
+@pytest.fixture(scope="module")
+def ranks(torchrun) -> tuple[dict[tuple[int, int], dict], str]:
+    """One torchrun launch of every case: ({(case, rank): what it printed}, both ranks' stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    env.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    cmd = [*torchrun, "--standalone", "--nproc-per-node", "2", str(RANK), json.dumps(list(CASES.values()))]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
+        out, err = proc.communicate()
+        pytest.fail(
+            f"the ranks still ran after {DEADLINE_S} s (a collective one rank never joined?):\n{err[-4000:]}"
+        )
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {(line["case"], line["rank"]): line for line in lines}, err
+
+
+def adopted(ranks, case: str) -> list[Tuned]:
+    found, _ = ranks
+    index = list(CASES).index(case)
+    reads = [found[index, rank] for rank in (0, 1)]
+    # later reads adopt what the first agreed on, whatever the environment says by then
+    assert all(read["again"] == read["later"] == read["tuned"] for read in reads), reads
+    return [Tuned(**read["tuned"]) for read in reads]
+
+
+@pytest.mark.slow
+def test_ranks_handed_the_same_config_both_adopt_it(ranks):
+    assert adopted(ranks, "same") == [ADOPTED_V3, ADOPTED_V3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in CASES if c != "same"])
+def test_ranks_handed_different_configs_all_keep_the_jobs_own(ranks, case):
+    assert adopted(ranks, case) == [Tuned(), Tuned()]
+
+
+@pytest.mark.slow
+def test_each_rank_says_once_which_labels_it_saw(ranks):
+    _, err = ranks
+    said = [line for line in err.splitlines() if "the ranks were handed different tuned configs" in line]
+    assert (
+        said.count(
+            "nccl-autotuner: the ranks were handed different tuned configs (c/w/2n/v3 on rank 0; none on rank 1): "
+            "every rank keeps the job's own settings (the NCCL variables the hook exported stay as each node "
+            "got them)"
+        )
+        == 2
+    ), err[-4000:]
+    assert sum("(c/w/2n/v3 on rank 0; c/w/2n/v4 on rank 1)" in line for line in said) == 2
+    # one label read two ways: the values tell them apart
+    assert (
+        sum(
+            "c/w/2n/v3 as fwd_precision=fp16, bwd_precision=fp16, batch_size=2048, lr_scale=2.0 on rank 0; "
+            "c/w/2n/v3 as fwd_precision=fp16, bwd_precision=fp16 on rank 1" in line
+            for line in said
+        )
+        == 2
+    )
+    assert len(said) == 6, said  # three cases, one line a rank each
+    # rank 1's third read of the first case, from another environment: said, not adopted
+    assert (
+        "nccl-autotuner: AUTOTUNER_* now read as no config, after the ranks agreed on c/w/2n/v3: keeping what they agreed on"
+        in err.splitlines()
+    )
+
+
+def test_the_warning_names_ranks_in_spans_and_caps_the_configs_it_lists():
+    seen = [(f"c/w/2n/v{rank // 3}", ()) for rank in range(30)] + [(None, ())] * 2
+    text = qcomms._labels(seen)
+    assert text.startswith("c/w/2n/v0 on ranks 0-2; c/w/2n/v1 on ranks 3-5; ")
+    assert text.endswith("; and 3 more")  # 11 configs, 8 named
+    assert qcomms._spans([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+
+
+@pytest.mark.slow
+def test_a_rank_that_reads_the_config_alone_keeps_the_jobs_own_instead_of_hanging(ranks):
+    found, err = ranks
+    assert Tuned(**found["alone", 0]["tuned"]) == Tuned()
+    assert "could not check that every rank adopts the same tuned config" in err
