@@ -58,7 +58,13 @@ def is_count(value: str, most: int) -> bool:
 
 
 def _text(value: object) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    """An exported value; a float (the learning-rate factor) to 6 significant digits, unless those fall
+    outside what the gate accepts (1/1024, the least factor, rounds to 0.000976562, below it): then
+    in full (repr: the shortest text that reads back as the same float)."""
+    if not isinstance(value, float):
+        return str(value)
+    text = f"{value:.6g}"
+    return repr(value) if not is_lr_scale(text) and is_lr_scale(repr(value)) else text
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
@@ -164,6 +170,7 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
             "": f"the answer's exports has {len(exports)} entries (a config has at most {MAX_EXPORTS})"
         }
     kept, dropped = check_exports(exports)
+    _drop_partners(kept, dropped)
     env = answer.get("env")
     # Nothing else of the answer passes as sent: a field beside the exports (batch_size "$(...)", a
     # sharding "../../etc", qcomms naming LD_PRELOAD) would escape the gate in what a job reads, prints
@@ -180,6 +187,32 @@ def checked_config(answer: object) -> tuple[dict[str, Any] | None, dict[str, str
             if isinstance(k, str) and _NAME.fullmatch(k) and isinstance(v, (str, int)) and not isinstance(v, bool)
         }  # fmt: skip
     return config, dropped
+
+
+# What a training script takes together or not at all (autotuner.job.qcomms: _KEPT and tuned()): a
+# config is validated whole, and half a precision pair or a batch without its learning-rate factor
+# was never measured. The service's gate drops nothing from what it serves; a hook's answer may.
+TAKEN_TOGETHER = (
+    ("AUTOTUNER_FWD_PRECISION", "AUTOTUNER_BWD_PRECISION"),
+    ("AUTOTUNER_BATCH_SIZE", "AUTOTUNER_LR_SCALE"),
+)
+
+
+def _drop_partners(kept: dict[str, str], dropped: dict[str, str]) -> None:
+    """Drops, with its reason, what goes with a dropped variable, and a factor without its batch."""
+    for pair in TAKEN_TOGETHER:
+        gone = next((name for name in pair if name in dropped), None)
+        for name in pair:
+            if gone is not None and name in kept:
+                del kept[name]
+                dropped[name] = (
+                    f"goes with {gone}, which was dropped: the two are taken together or not at all"
+                )
+    if "AUTOTUNER_LR_SCALE" in kept and "AUTOTUNER_BATCH_SIZE" not in kept:
+        del kept["AUTOTUNER_LR_SCALE"]
+        dropped["AUTOTUNER_LR_SCALE"] = (
+            "a learning-rate factor without AUTOTUNER_BATCH_SIZE (it is the factor of a batch change)"
+        )
 
 
 def _from_exports(kept: Mapping[str, str]) -> dict[str, Any]:

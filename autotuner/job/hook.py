@@ -6,10 +6,14 @@ cached for this (server, cluster, workload, nodes), or to nothing; it warns on s
 gives up within a hard time bound. Machine output (the export lines) goes alone to stdout.
 
 It trusts no answer: every one (from the service, the cache file or the store) goes through the gate
-the service publishes with (autotuner.job.exports.check_exports): an answer that is not a config object
-is treated like an error, and a variable that a config may not carry (LD_*, PYTHON*, BASH_ENV, PATH,
-*_PLUGIN, an unknown name, a name with '=', a value with a newline or a NUL, ...) is dropped, named
-on stderr and in a comment line. Only a checked config is ever used, printed or cached.
+the service publishes with (autotuner.job.exports.check_exports): an answer that is not a config object,
+or is labelled (AUTOTUNER_CONFIG) for another cluster or workload or not at all, is treated like an
+error, and a variable that a config may not carry (LD_*, PYTHON*, BASH_ENV, PATH, *_PLUGIN, an unknown
+name, a name with '=', a value with a newline or a NUL, ...) is dropped, with what a training script
+takes together with it, named on stderr and in a comment line. Only a checked config is ever used,
+printed or cached. Trouble is said by its cause: a refused token or request (with the service's
+`detail`), a malformed answer, a service unreachable; names and a node count the service would refuse
+are said before asking.
 `https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
 
 It says what the job runs on (autotuner.job.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -42,6 +47,7 @@ from typing import Any, NoReturn
 
 from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
 from autotuner.job.fingerprint import HEADER, compare, encode, timed_detect
+from autotuner.names import BadName, is_name
 from autotuner.text import printable
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
@@ -197,14 +203,57 @@ def _opener(url: str, ca_file: str | None) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(*handlers)
 
 
+MAX_ANSWER_BYTES = 1 << 20  # a config is a few hundred bytes
+
+
+class Refused(Exception):
+    """The service answered with an error status (not 404): its code and what it said (`detail`)."""
+
+    def __init__(self, code: int, said: str) -> None:
+        super().__init__(f"HTTP {code}: {said}")
+        self.code, self.said = code, said
+
+
+class Malformed(ValueError):
+    """A 200 whose body is no JSON document (not UTF-8, cut short, nested past the parser's depth)."""
+
+
 def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float) -> Any:
     try:
         with _opener(request.full_url, ca_file).open(request, timeout=timeout_s) as response:
-            return json.loads(response.read(1 << 20))
+            body = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return NOT_PUBLISHED
-        raise
+        said = _what_it_said(exc)
+        exc.close()
+        raise Refused(exc.code, said) from None
+    if len(body) > MAX_ANSWER_BYTES:
+        raise Malformed(f"over {MAX_ANSWER_BYTES >> 20} MiB")
+    try:
+        return json.loads(body)
+    except RecursionError:  # "[[[[...": no config nests past a few levels
+        raise Malformed("not a config: JSON nested deeper than the parser follows") from None
+    except ValueError as exc:  # not JSON, not UTF-8, an integer of 900,000 digits
+        raise Malformed(f"not JSON: {str(exc)[:120]}") from None
+
+
+def _what_it_said(exc: urllib.error.HTTPError) -> str:
+    """What an error answer says: its JSON `detail` (FastAPI's: a text, or a list of {loc, msg}), where
+    a redirect points, else the status's reason. Read within the fetch's deadline, at most 64 KiB."""
+    if 300 <= exc.code < 400:
+        return f"a redirect to {exc.headers.get('Location', 'nowhere said')}, which the hook never follows"
+    try:
+        detail = json.loads(exc.read(64 << 10)).get("detail")
+    except Exception:  # no body, not JSON, not an object: the status says it
+        detail = None
+    if isinstance(detail, list):
+        detail = "; ".join(
+            f"{'.'.join(str(part) for part in item.get('loc', [])[1:])}: {item.get('msg')}".lstrip(": ")
+            if isinstance(item, dict) else str(item)
+            for item in detail[:5]
+        )  # fmt: skip
+    return printable(str(detail if detail else exc.reason))[:300]
 
 
 def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> dict[str, Any] | None:
@@ -223,15 +272,22 @@ def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> d
 
 
 def _trouble(exc: Exception, elapsed: float) -> str:
-    """What went wrong, in words that point at the fix: a missing or unknown token (401) is not a network
-    problem."""
-    if isinstance(exc, urllib.error.HTTPError) and exc.code == 401:
-        return (
-            "the config service refused the token (HTTP 401: set --token or AUTOTUNER_TOKEN to a read token)"
-        )
+    """What went wrong, in words that point at the fix: a missing or unknown token (401), a request the
+    service refused (a 4xx, with what it said), an answer that is no JSON, and a service that could not
+    be reached are different problems."""
     said = _BEARER.sub(
         "Bearer <the token, not shown>", f"{type(exc).__name__}: {exc}"
     )  # http.client quotes it
+    if isinstance(exc, Refused):
+        if exc.code == 401:
+            return "the config service refused the token (HTTP 401: set --token or AUTOTUNER_TOKEN to a read token)"
+        what = "refused the request" if exc.code < 500 else "failed"
+        return f"config service {what} (HTTP {exc.code}: {exc.said})"
+    if isinstance(exc, Malformed):
+        return f"the config service's answer is malformed ({printable(str(exc))})"
+    # http.client's own errors (LineTooLong, over 100 headers), but a dropped connection (an OSError)
+    if isinstance(exc, http.client.HTTPException) and not isinstance(exc, OSError):
+        return f"the config service's answer is malformed ({said})"
     return f"config service unreachable ({said}, {elapsed:.1f} s)"
 
 
@@ -272,7 +328,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         if answer is None:  # said, as the service's 404 is
             _warn(f"no config published for {args.cluster}/{args.workload} in the store: starting with the job's "
                   "own environment")  # fmt: skip
-        return _checked(answer, "the store")
+        return _checked(answer, "the store", args)
     cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
     started = time.monotonic()
     try:
@@ -291,6 +347,10 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     if config is None:  # a 200 that is not a config: as if the service had failed
         reason = f"the config service's answer is malformed ({dropped['']})"
         return _from_cache(cache, reason, args), {"": reason}
+    other = _anothers(config, args)
+    if other:  # a proxy's, a misrouted or a stale answer: never exported, never cached
+        reason = f"the config service answered with {other} (refused)"
+        return _from_cache(cache, reason, args), {"": reason}
     _warn_dropped(dropped, "the service's answer")
     try:
         if cache is not None:
@@ -300,15 +360,31 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     return config, dropped
 
 
-def _checked(answer: Any, source: str) -> tuple[dict[str, Any] | None, Dropped]:
+def _checked(answer: Any, source: str, args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     if answer is None:
         return None, {}
     config, dropped = checked_config(answer)
     if config is None:
         _warn(f"{source} gave no usable config ({dropped['']}): starting the job with its own environment")
         return None, {}
+    other = _anothers(config, args)
+    if other:
+        _warn(f"{source} gave {other} (refused): starting the job with its own environment")
+        return None, {}
     _warn_dropped(dropped, source)
     return config, dropped
+
+
+def _anothers(config: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """None if a checked config is labelled (AUTOTUNER_CONFIG) as the cluster and workload asked for,
+    else what it is instead, in words naming both."""
+    label = (config.get("cluster"), config.get("workload"))
+    if label == (args.cluster, args.workload):
+        return None
+    asked = f"{args.cluster}/{args.workload}"
+    if label == (None, None):
+        return printable(f"a config without its AUTOTUNER_CONFIG label, not one labelled {asked}")
+    return printable(f"the config of {label[0]}/{label[1]}, not of {asked}")
 
 
 def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -332,9 +408,10 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
         _warn(f"{trouble} and the cached config {cache} does not pass the checks (ignored): "
               "starting the job with its own environment")  # fmt: skip
         return None
-    if (config.get("cluster"), config.get("workload")) != (args.cluster, args.workload):
-        _warn(printable(f"{trouble} and the cached config {cache} is another's ({config.get('cluster')}/"
-                        f"{config.get('workload')}; ignored): starting the job with its own environment"))  # fmt: skip
+    other = _anothers(config, args)
+    if other:
+        _warn(printable(f"{trouble} and the cached config {cache} is another's ({other}; ignored): "
+                        "starting the job with its own environment"))  # fmt: skip
         return None
     _warn(f"{trouble}: using the cached config {config['exports'].get('AUTOTUNER_CONFIG', '')}")
     return config
@@ -404,19 +481,29 @@ def parser(prog: str, usage: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+MAX_NODES = 1_000_000  # the REST routes' bound (api/fastpath.py), checked here before asking
+
+
 def _int_env(*names: str) -> int | None:
     """The first of `names` that holds a node count (ASCII digits, at most 7: "²".isdigit() is true and
-    int() refuses it; 5,000 digits exceed int()'s limit); others are passed over, never raised on."""
+    int() refuses it; 5,000 digits exceed int()'s limit; 1 to MAX_NODES); others are passed over,
+    never raised on."""
     for name in names:
         value = os.environ.get(name, "").strip()
-        if value.isascii() and value.isdigit() and len(value) <= 7:
+        if value.isascii() and value.isdigit() and len(value) <= 7 and 1 <= int(value) <= MAX_NODES:
             return int(value)
     return None
 
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the service would refuse (a 422), refused here in words naming the setting."""
     if not args.cluster or not args.workload:
         p.error("--cluster and --workload are required (or AUTOTUNER_CLUSTER / AUTOTUNER_WORKLOAD)")
+    for kind, value in (("cluster", args.cluster), ("workload", args.workload)):
+        if not is_name(value):
+            p.error(f"{BadName(kind, value)} (--{kind} or AUTOTUNER_{kind.upper()})")
+    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
+        p.error(f"--nodes {args.nodes} is not a node count (1 to {MAX_NODES:,})")
 
 
 def env_main(argv: list[str]) -> int:

@@ -95,7 +95,7 @@ def test_a_cached_config_moved_to_another_workloads_key_is_not_served(tmp_path, 
                             "--workload", "other", "--timeout", "10"], capture_output=True, text=True, timeout=60,
                            env=hook_env(tmp_path))  # fmt: skip
     assert (other.returncode, other.stdout) == (0, ""), other.stderr
-    assert "is another's (c/w; ignored)" in other.stderr
+    assert "is another's (the config of c/w, not of c/other; ignored)" in other.stderr
 
 
 @pytest.mark.parametrize(("command", "code"), [([""], 127), (["/"], 126), (["/no/such/program"], 127)])
