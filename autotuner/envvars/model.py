@@ -16,6 +16,12 @@ P2P = ("all_to_all", "send_recv")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 EVERY_OP = P2P + COLLECTIVES
 
+# Names whose value is a file or directory on the nodes: every job handed one would read (or write) it.
+PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
+# Names a family entry (NCCL_IB_*) never covers: a plugin loads code, a path names a file on the nodes.
+# Such a variable is known only where the catalog lists it by name (NCCL_TOPO_FILE), with its own rules.
+UNCOVERED_SUFFIXES = ("_PLUGIN", *PATH_SUFFIXES)
+
 # What a value may contain: survives a shell `export`, an env file and a Slurm TaskProlog line unquoted.
 SAFE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,:^=/+-"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from autotuner.envvars.catalog import VARIABLES
-from autotuner.envvars.model import EnvVar
+from autotuner.envvars.model import UNCOVERED_SUFFIXES, EnvVar
 
 # A prefix entry is named like "NCCL_IB_*": the star keeps it from being mistaken for a real variable.
 REGISTRY: dict[str, EnvVar] = {v.name: v for v in VARIABLES}
@@ -13,10 +13,18 @@ _PREFIXES = tuple(v for v in VARIABLES if v.prefix)
 
 
 def lookup(name: str) -> EnvVar | None:
-    """The entry for `name`; NCCL_IB_HCA finds the NCCL_IB_* family. Names are case-sensitive, as in env."""
+    """The entry for `name`; NCCL_IB_HCA finds the NCCL_IB_* family, NCCL_IB_X_PLUGIN or NCCL_IB_X_FILE
+    none (a family's rules are for settings, not for code or files to load). Names are case-sensitive,
+    as in env."""
     var = REGISTRY.get(name)
     if var is not None and not var.prefix:
         return var
+    family = family_of(name)
+    return family if family is not None and not name.upper().endswith(UNCOVERED_SUFFIXES) else None
+
+
+def family_of(name: str) -> EnvVar | None:
+    """The family entry whose stem `name` starts with (NCCL_IB_* for NCCL_IB_HCA), whatever it ends in."""
     for family in _PREFIXES:
         stem = family.name.rstrip("*")
         if name.startswith(stem) and len(name) > len(stem) and "*" not in name:

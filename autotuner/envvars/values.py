@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable
 
 from autotuner.envvars.integers import is_decimal, not_decimal_message
-from autotuner.envvars.model import SAFE_CHARS, EnvVar, Safety
+from autotuner.envvars.model import PATH_SUFFIXES, SAFE_CHARS, EnvVar, Safety
 from autotuner.envvars.problems import Problem, errors, show_value
-from autotuner.envvars.registry import lookup, suggest
+from autotuner.envvars.registry import family_of, lookup, suggest
 
 MAX_VALUE_LEN = 256
 
@@ -36,13 +36,11 @@ _INJECTION_PREFIXES = (
     "OMPI_", "PMIX_", "PMI_", "KUBERNETES_", "AUTOTUNER_",
 )  # fmt: skip
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Whose value names a file or directory on the nodes: every job handed one would read (or write) it.
-_PATH_SUFFIXES = ("_FILE", "_PATH", "_DIR")
 
 
 def is_path_valued(name: str) -> bool:
     """NCCL_TOPO_FILE, NCCL_GRAPH_FILE, *_FILE, *_PATH, *_DIR: a value that is a path on the nodes."""
-    return name.endswith(_PATH_SUFFIXES)
+    return name.endswith(PATH_SUFFIXES)
 
 
 def check_name(name: object) -> tuple[EnvVar | None, list[Problem]]:
@@ -60,7 +58,8 @@ def check_name(name: object) -> tuple[EnvVar | None, list[Problem]]:
     if var is not None:
         return var, []
     upper = name.upper()
-    if upper in _INJECTION_NAMES or upper.startswith(_INJECTION_PREFIXES):
+    # *_PLUGIN: whatever its stem, a plugin library to load (NCCL_NET_PLUGIN, a family's NCCL_IB_X_PLUGIN)
+    if upper in _INJECTION_NAMES or upper.startswith(_INJECTION_PREFIXES) or upper.endswith("_PLUGIN"):
         return None, [
             Problem(
                 name,
@@ -69,6 +68,13 @@ def check_name(name: object) -> tuple[EnvVar | None, list[Problem]]:
                 "NCCL communicates: the tuner never sets it",
             )
         ]
+    family = family_of(name)
+    if family is not None:  # a path the family's settings would have let through unchecked
+        return None, [
+            Problem(name, "unknown-variable",
+                    f"{name} would name a file or directory on the nodes: {family.name} covers settings, not "
+                    "paths; only a path variable the registry lists by name (NCCL_TOPO_FILE) can be set")
+        ]  # fmt: skip
     hint = suggest(name)
     msg = f"{name} is not a known NCCL, aws-ofi-nccl, libfabric or PyTorch NCCL variable"
     msg += (

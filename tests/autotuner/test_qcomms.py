@@ -256,3 +256,23 @@ def test_reading_the_config_imports_neither_torch_nor_torchrec():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_every_learning_rate_factor_the_gate_accepts_is_exported_so_that_it_passes_again():
+    """1/1024, the least factor, rendered to 6 digits read 0.000976562: below the bound, so the hook
+    dropped it with its batch. Each factor a publish may hold is exported as a value the gate accepts,
+    read back as the same factor (to 6 digits, or exactly where those would leave the range)."""
+    from autotuner.job.exports import MAX_LR_SCALE, MIN_LR_SCALE, check_exports
+
+    factors = [MIN_LR_SCALE, MIN_LR_SCALE * (1 + 1e-12), 2**-0.5 / 100, 1.0, 2**0.5, 1000.0, MAX_LR_SCALE]
+    factors += [float(text) for text in ("0.0009765625", "0.000976563", "1023.9999999", "0.001")]
+    for factor in factors:
+        assert MIN_LR_SCALE <= factor <= MAX_LR_SCALE  # in range: a publish may hold it
+        value = exported("slurm", fwd_precision="fp32", bwd_precision="fp32", batch_size=1024, sharding=None,
+                         num_threads=None, pipeline=None, lr_scale=factor)["AUTOTUNER_LR_SCALE"]  # fmt: skip
+        assert check_exports({"AUTOTUNER_LR_SCALE": value, "AUTOTUNER_BATCH_SIZE": "1024"})[1] == {}, value
+        assert tuned({"AUTOTUNER_BATCH_SIZE": "1024", "AUTOTUNER_LR_SCALE": value}).lr_scale == pytest.approx(
+            factor, rel=1e-5
+        )
+    assert exported("sh", fwd_precision="fp32", bwd_precision="fp32", batch_size=1024, sharding=None,
+                    num_threads=None, pipeline=None, lr_scale=MIN_LR_SCALE)["AUTOTUNER_LR_SCALE"] == "0.0009765625"  # fmt: skip

@@ -75,3 +75,22 @@ def test_what_a_served_config_may_not_hand_a_job(name, value, rule):
 def test_what_a_publish_can_carry_passes_the_gate(name, value):
     # a correctness risk or a path is published only when the study allowed it by name; a job may get it
     assert served_problems(name, value) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "rule", "said"),
+    [("NCCL_IB_FOO_PLUGIN", "injection", "changes what runs"),
+     ("NCCL_SOCKET_X_PLUGIN", "injection", "changes what runs"),
+     ("NCCL_IB_X_FILE", "unknown-variable", "NCCL_IB_* covers settings, not paths"),
+     ("NCCL_IB_X_PATH", "unknown-variable", "NCCL_IB_* covers settings, not paths"),
+     ("NCCL_IB_x_dir", "unknown-variable", "NCCL_IB_* covers settings, not paths")],
+)  # fmt: skip
+def test_a_family_covers_no_plugin_and_no_path(name, rule, said):
+    """NCCL_IB_* passes cluster settings through; a plugin to load or a file to read under its stem is
+    not one (README: *_PLUGIN is never served), unless the registry lists it by name."""
+    assert lookup(name) is None
+    problems = served_problems(name, "/tmp/evil.so")
+    assert [p.rule for p in problems] == [rule]
+    assert said in problems[0].message
+    assert lookup("NCCL_IB_HCA").name == "NCCL_IB_*"  # the family's settings still pass
+    assert served_problems("NCCL_IB_HCA", "mlx5_0") == []
