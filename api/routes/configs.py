@@ -171,8 +171,11 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
     served = store.served_config(cluster, workload, nodes)
     if served is None:
         raise HTTPException(404, f"no config published for {cluster}/{workload}")
-    public = store.public_config(served)
     versions = store.config_versions(cluster, workload, served.nodes)
+    # The re-validations first, what they made of the version after: the reads are separate, and one
+    # that ended in between must not read "held" in the list beside the old `validated_on`.
+    entries = [_validation(v, versions) for v in store.validations(config_ids=list(versions))]
+    public = store.public_config(served)
     reports = store.fingerprint_reports([served.id])[served.id]
     every = settings.revalidate_every_s
     stale = staleness(public, reports, every)
@@ -180,7 +183,7 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
         "cluster": cluster, "workload": workload, "nodes": served.nodes, "version": served.version,
         "validated_at": public["validated_at"], "validated_on": public["validated_on"], "age_s": stale["age_s"],
         "stale": stale["stale"], "stale_reasons": stale["reasons"], "revalidate_every_s": every,
-        "validations": [_validation(v, versions) for v in store.validations(config_ids=list(versions))],
+        "validations": entries,
         "reports": [{"fingerprint": r.fingerprint, "diff": r.diff, "jobs": r.jobs, "first_seen": r.first_seen.isoformat(),
                      "last_seen": r.last_seen.isoformat(), "validation_id": r.validation_id} for r in reports],
     }  # fmt: skip
