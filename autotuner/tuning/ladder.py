@@ -2,9 +2,9 @@
 
 Each step changes one group (in the space's `ladder` order; by default the published case's:
 precision, batch, pipeline, env, then sharding and threads) and is measured against the step
-before it in interleaved rounds with a paired 95% CI. A step whose interval includes 1 shows no
-measurable gain: its knob is left out, and the ladder goes on from where it stood. What is left at
-the top is all a config may claim.
+before it in interleaved rounds (in ABBA order: pairs.py) with a paired 95% CI. A step whose
+interval includes 1 shows no measurable gain: its knob is left out, and the ladder goes on from
+where it stood. What is left at the top is all a config may claim.
 """
 
 from __future__ import annotations

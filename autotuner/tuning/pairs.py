@@ -1,8 +1,13 @@
 """Two settings measured against each other in interleaved rounds: the unit of every claim.
 
-Interleaved (a, b, a, b, ...) so the slow drift of a shared machine hits both alike; each round's
-pair gives one ratio. Launches carry a tag, so a resumed study keeps the rounds it finished and a
-setting measured in two comparisons is never paired across them.
+Each round measures both and gives one ratio. Rounds are counterbalanced, ABBA: round 0 runs a then
+b, round 1 b then a, and so on, both across launches (a setting per launch when their environments
+differ) and inside one launch (both in one process when they share one). In a fixed order a steady
+drift of a shared machine (it slows down over minutes) favours whichever runs first in every round;
+ABBA gives each side the earlier slot in every other round, so a linear drift cancels over each two
+rounds instead of adding up to a "significant" speedup of a no-op. Launches carry a tag, so a resumed
+study keeps the rounds it finished and a setting measured in two comparisons is never paired across
+them.
 """
 
 from __future__ import annotations
@@ -57,27 +62,57 @@ def compare(
 def measure(
     ctx: StudyContext, a: Setting, b: Setting, rounds: int, kind: LaunchKind, tag: str
 ) -> tuple[list[Candidate], list[Candidate]]:
+    """Up to `rounds` rounds of `a` against `b`, as two lists paired by position (a_rows[i] and
+    b_rows[i] are one round), launching what is missing in ABBA order."""
     same_env = env_hash(a.env) == env_hash(b.env)
     for _ in range(3 * rounds):  # failed launches are retried, within reason
         a_rows, b_rows = measured(ctx, a, b, kind, tag)
-        if min(len(a_rows), len(b_rows)) >= rounds:
+        done = len(rounds_of(a_rows, b_rows, same_env))
+        if done >= rounds:
             break
-        if same_env:  # one process measures both, alternating, in a single launch
-            pairs = rounds - min(len(a_rows), len(b_rows))
-            plan = PlannedLaunch.of(a.env, [a.point, b.point] * pairs, kind, tag=tag)
+        if same_env:  # one process measures both in a single launch, ABBA slot by slot
+            plan = PlannedLaunch.of(a.env, abba(a.point, b.point, done, rounds - done), kind, tag=tag)
         else:
-            row = a if len(a_rows) <= len(b_rows) else b
+            row = next_launch(a, b, len(a_rows), len(b_rows))
             plan = PlannedLaunch.of(row.env, [row.point], kind, tag=tag)
         run_launch(ctx, plan, None)
-    a_rows, b_rows = measured(ctx, a, b, kind, tag)
-    n = min(len(a_rows), len(b_rows), rounds)
-    return a_rows[:n], b_rows[:n]
+    paired = rounds_of(*measured(ctx, a, b, kind, tag), same_env)[:rounds]
+    return [x for x, _ in paired], [y for _, y in paired]
+
+
+def abba(a: InProcPoint, b: InProcPoint, first: int, n: int) -> list[InProcPoint]:
+    """Rounds `first`..`first + n - 1` of one launch: a then b in an even round, b then a in an odd
+    one (a b b a a b ...), so that neither side always runs first."""
+    return [p for r in range(first, first + n) for p in ((a, b) if r % 2 == 0 else (b, a))]
+
+
+def next_launch(a: Setting, b: Setting, a_done: int, b_done: int) -> Setting:
+    """Which setting the next launch measures when each needs a launch of its own: the side a round
+    still lacks, else the first of the next round (a in an even round, b in an odd one: ABBA). A
+    failed launch measured nothing, so it is simply asked again."""
+    if a_done != b_done:
+        return a if a_done < b_done else b
+    return a if a_done % 2 == 0 else b
+
+
+def rounds_of(
+    a_rows: list[Candidate], b_rows: list[Candidate], same_env: bool
+) -> list[tuple[Candidate, Candidate]]:
+    """The rounds: a row of `a` and one of `b` measured side by side. With a launch per setting, the
+    i-th of each (launches alternate round by round). In one launch, the two slots of a round (2i and
+    2i + 1, in either order): a round one of whose models failed is left out, so a later row is never
+    paired with an earlier round's."""
+    if not same_env:
+        return list(zip(a_rows, b_rows, strict=False))
+    b_at = {(r.launch_id, r.index // 2): r for r in b_rows}
+    return [(r, b_at[key]) for r in a_rows if (key := (r.launch_id, r.index // 2)) in b_at]
 
 
 def measured(
     ctx: StudyContext, a: Setting, b: Setting, kind: LaunchKind, tag: str
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """The rows of `a` and of `b` that launches of this comparison measured, in order."""
+    """The rows of `a` and of `b` that launches of this comparison measured, in order (rounds_of
+    pairs them)."""
     launches = {launch.id for launch in ctx.store.launches(ctx.study_id)
                 if launch.kind == kind and tag_of(launch.spec, kind) == tag}  # fmt: skip
     a_rows: list[Candidate] = []

@@ -52,10 +52,13 @@ class Speedup:
 
 
 def paired_speedup(tuned: Sequence[float], baseline: Sequence[float]) -> Speedup:
-    """95% t-interval on the mean log ratio of paired rounds (interleaved, so drift cancels).
+    """95% t-interval on the mean log ratio of paired rounds.
 
-    Log ratios make the interval multiplicative and symmetric in "x faster" / "x slower". One round
-    gives no interval at all, so at least two are required.
+    The pairs must come from counterbalanced rounds (pairs.py: ABBA, each side first in every other
+    round): only then does a steady drift of the machine cancel over each two rounds; in a fixed
+    order it would shift every ratio the same way and read as a speedup. Log ratios make the interval
+    multiplicative and symmetric in "x faster" / "x slower". One round gives no interval at all, so
+    at least two are required.
     """
     if len(tuned) != len(baseline) or len(tuned) < 2:
         raise ValueError("need the same number (at least 2) of tuned and baseline rounds")

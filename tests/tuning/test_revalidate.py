@@ -92,11 +92,11 @@ def test_the_gain_disappears_after_an_upgrade_a_baseline_version_is_published_wi
     assert done.result["rounds"] == 3
     assert done.result["ci_low"] <= 1.0 <= done.result["ci_high"]
     assert done.fingerprint == {"driver": "570.86.15", "nccl": "2.23.4", "nodes": "1"}
-    # the published config and the baseline, interleaved, in the study: 3 rounds each
+    # the published config and the baseline, interleaved in ABBA order, in the study: 3 rounds each
     launches = [la for la in store.launches(v1.study_id) if la.kind == "revalidate"]
     assert {la.spec["extra"]["tag"] for la in launches} == {f"revalidate-{done.id}"}
     points = [(c["batch_size"]) for la in launches for c in la.spec["candidates"]]
-    assert points == [256, 64] * 3
+    assert points == [256, 64, 64, 256, 256, 64]
     # a new version: the baseline, with the reason; v1 untouched
     v2 = store.served_config("cpu-box", "small")
     assert v2.version == 2

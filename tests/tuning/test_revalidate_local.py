@@ -45,12 +45,12 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     assert result["rounds"] == 3
     assert (done.state == ValidationState.HELD) == (result["ci_low"] > 1.0)
     # both settings share one process environment (the inert NCCL_NET at the baseline's value): one
-    # launch, the two alternating, each measured for real
+    # launch, the two alternating in ABBA order, each measured for real
     (launch,) = [la for la in store.launches(study.id) if la.kind == "revalidate"]
     assert launch.state == "succeeded"
     assert launch.env == {"NCCL_NET": "Socket"}
     assert launch.executor == "local"
-    assert [c["batch_size"] for c in launch.spec["candidates"]] == [1024, 512] * 3
+    assert [c["batch_size"] for c in launch.spec["candidates"]] == [1024, 512, 512, 1024, 1024, 512]
     assert launch.summary["world_size"] == 2
     assert launch.summary["backend"] == "gloo"
     assert done.fingerprint == {"nodes": "1"}  # a CPU box: no driver, GPU or NCCL to record
