@@ -94,8 +94,10 @@ def quality_line(quality: Quality | None) -> str:
     CI, then each knob's verdict (a batch change's on its time to quality)."""
     if not quality:
         return "quality: not checked"
-    if quality.skipped is not None:
-        return f"quality: not checked ({quality.skipped})"
+    if quality.skipped is not None:  # and the knobs it was to judge, none of them published
+        held = [f"{what}: {', '.join(knobs)}" for what, knobs in (("refused", quality.refused),
+                                                                  ("not resolved", quality.unresolved)) if knobs]  # fmt: skip
+        return f"quality: not checked ({quality.skipped})" + (f" -> {'; '.join(held)}" if held else "")
     if quality.ci_low is None:  # evidence published before the check had seeds and intervals
         return _single_seed_line(quality)
     q, cost = quality, quality.cost_s
@@ -120,11 +122,22 @@ def _verdict(f: Quality | KnobQuality, quality: Quality) -> str:
 
 
 def knob_verdict(knob: str, figures: KnobQuality, quality: Quality) -> str:
-    """One knob's verdict: on its time to quality for a batch change with one, else its paired delta."""
+    """One knob's verdict: on its time to quality for a batch change with one, else its paired delta;
+    for a knob that passed alone but is not published, why (quality.untrained_mix)."""
     ttq = quality.time_to_quality if knob == "batch" else None
     if ttq and ttq.verdict:
-        return f"{knob}: {time_to_quality_text(ttq)}: {ttq.verdict}"
-    return f"{knob}: {_costs(figures)}: {_verdict(figures, quality)}"
+        shown, alone = time_to_quality_text(ttq), ttq.verdict
+    else:
+        shown, alone = _costs(figures), _verdict(figures, quality)
+    left_out = quality.refused + quality.unresolved
+    if knob not in left_out or figures.verdict != "passed":
+        return f"{knob}: {shown}: {alone}"
+    passed = [k for k, f in quality.knobs.items() if k != knob and f.verdict == "passed"]
+    if len(passed) == len(quality.knobs) - 1:  # each passed alone: the mix of all of them did not
+        together = "refused" if knob in quality.refused else "not resolved"
+        return f"{knob}: {shown}: passed alone, {together} together with {', '.join(passed)}"
+    kept = [k for k in passed if k not in left_out]
+    return f"{knob}: {shown}: passed alone, but never trained with {', '.join(kept) or 'the others'}: not resolved"
 
 
 def time_to_quality_text(ttq: TimeToQuality) -> str:

@@ -8,11 +8,18 @@ by what the variant changes: each seed gives a paired log-loss delta, and the k 
 95% t-interval (trials over the pairs). The verdict comes from the interval (stats.Delta.verdict):
 passed when its upper end is within `max_logloss_delta`; refused when the cost is shown to exceed
 it; "not resolved" when the interval is too wide to tell, with the k that would resolve it at the
-spread seen. Only what passed is published.
+spread seen. Only what passed is published, and only as it was trained: with three training knobs
+the models are the baseline, the three together and each alone, so when one is refused or not
+resolved the other two were never trained as a pair, and only the one of them with the largest
+ladder gain goes out (the other is "not resolved": never trained with it). A check that cannot train
+(why_no_training: no dense part, quality_samples 0) or whose models failed publishes none of the
+training knobs (a replay of recorded timings, which trains nothing, is a rehearsal: its knobs go
+through, "not checked"); a model whose log loss was not finite (it diverged) refuses its knob.
 
 A bigger batch is judged by time to quality, not by quality at equal samples: its model trains on
 past the common budget, scored along the way, and the samples it needs to reach the baseline's final
-log loss (per seed, interpolated between checkpoints) give a sample-efficiency ratio; times the
+log loss (per seed, interpolated between checkpoints), against the samples the baseline's own curve
+needs to reach it (read the same way), give a sample-efficiency ratio; times the
 ladder's throughput gain for the batch step, that is its time-to-quality speedup, with a 95%
 interval, and the verdict is on that product. A learning-rate rule for the batch change
 (`lr_scaling`: none, sqrt, linear) is a knob of its own: each rule the space lists is trained, and
@@ -23,12 +30,14 @@ tables), or the user's data with `quality_data: "module:function"`.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotuner.executors.base import LaunchState
+from autotuner.executors.results import clip
 from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import GROUPS
@@ -45,6 +54,9 @@ LR_POWER = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # lr x (batch / the job's 
 CHECKPOINTS = 4  # held-out scores per common budget, for a launch with a batch change
 MIN_EXTENSION = 1.25  # how far past the budget a bigger batch trains, at least (at most MAX_EXTENSION)
 SYNTHETIC = "synthetic teacher task (a proxy: trials/convergence.py)"
+# How the result check (executors/results.py) words a log loss that is NaN or infinite: a model that
+# diverged, which is a quality cost of what it trained, not a failure to measure one.
+NON_FINITE_LOSS = re.compile(r"quality\.logloss is (NaN|-?Infinity)\b")
 
 
 @dataclass(frozen=True)
@@ -68,27 +80,58 @@ def check(
 ) -> tuple[Quality, Setting]:
     """The quality evidence, and the tuned setting without the knobs that did not pass."""
     knobs = [k for k in KNOBS if GROUPS[k][0](baseline) != GROUPS[k][0](tuned)]
-    skipped = _why_not(ctx, knobs)
-    if skipped:
-        return Quality(skipped=skipped), tuned
+    if not knobs:
+        same = "the tuned config trains as the baseline does (no precision, batch or pipeline change)"
+        return Quality(skipped=same), tuned
+    cannot = why_no_training(ctx.settings, ctx.workload)
+    if cannot and ctx.settings.executor == "replay":
+        # A rehearsal on recorded timings (tests, demos, the search benchmark), labelled as such: it
+        # goes through as recorded, said "not checked".
+        return Quality(skipped=cannot), tuned
+    if cannot:  # nothing can say what they cost: the training knobs stay the job's own, said as such
+        return Quality(skipped=cannot, unresolved=list(knobs)), _without(tuned, knobs, baseline)
     variants = _variants(ctx, baseline, tuned, knobs)
     gain = batch_gain(ladder)
     seeds = list(range(ctx.space.quality_seeds))
     ctx.progress.on_phase("quality")
-    launch, scores = _scores(ctx, variants, seeds, gain)
+    launch, scores, failed = _scores(ctx, variants, seeds, gain)
     if scores is None:  # it should have run and did not: nothing it was to judge is adopted unjudged
-        kept = tuned
-        for knob in knobs:
-            kept = GROUPS[knob][1](kept, baseline)
-        why = f"the convergence check did not run: {launch.error or launch.state}"
-        return Quality(skipped=why, unresolved=list(knobs)), kept
+        evidence = unjudged(launch, failed, knobs, len(variants) * len(seeds))
+        return evidence, _without(tuned, knobs, baseline)
     summary = launch.summary or {}
-    evidence = judge(scores, knobs, variants, ctx.space.max_logloss_delta, gain,
+    evidence = judge(scores, knobs, variants, ctx.space.max_logloss_delta, gain, rank=by_gain(knobs, ladder),
                      data=ctx.space.quality_data or SYNTHETIC, cost_s=summary.get("wall_s"))  # fmt: skip
-    kept = tuned
-    for knob in evidence.refused + evidence.unresolved:
-        kept = GROUPS[knob][1](kept, baseline)
-    return evidence, kept
+    return evidence, _without(tuned, evidence.refused + evidence.unresolved, baseline)
+
+
+def _without(tuned: Setting, knobs: Sequence[str], baseline: Setting) -> Setting:
+    """`tuned` with these knobs back at the baseline's values."""
+    for knob in knobs:
+        tuned = GROUPS[knob][1](tuned, baseline)
+    return tuned
+
+
+def by_gain(knobs: Sequence[str], ladder: Sequence[LadderStep]) -> list[str]:
+    """The knobs, the one whose ladder step gained most first (unmeasured ones last, in KNOBS order)."""
+    gains = {s.step: s.speedup_vs_previous for s in ladder if s.kept and s.speedup_vs_previous is not None}
+    return sorted(knobs, key=lambda k: -gains.get(k, 0.0))
+
+
+def unjudged(launch: Launch, failed: list[tuple[str, int, str]], knobs: list[str], models: int) -> Quality:
+    """A check that did not give every model a score judges nothing: each training knob is not
+    resolved, with what failed in words, except that a model whose log loss was not finite (it
+    diverged) refuses the knobs it trained with (the tuned mix: all of them; the baseline: none)."""
+    if not failed:
+        return Quality(skipped=f"the convergence check did not run: {launch.error or launch.state}",
+                       unresolved=list(knobs))  # fmt: skip
+    diverged = {name.split("@")[0] for name, _, error in failed if NON_FINITE_LOSS.search(error)}
+    refused = [k for k in knobs if "tuned" in diverged or f"only_{k}" in diverged]
+    shown = "; ".join(f"{name} seed {seed}: {clip(error, 200)}" for name, seed, error in failed[:3])
+    more = f"; {len(failed) - 3} more" if len(failed) > 3 else ""
+    why = f"{len(failed)} of {models} models of the quality launch failed ({shown}{more})"
+    if refused:
+        why += "; a log loss that is not finite means its model diverged: its knobs are refused"
+    return Quality(skipped=why, refused=refused, unresolved=[k for k in knobs if k not in refused])
 
 
 def _variants(ctx: StudyContext, baseline: Setting, tuned: Setting, knobs: list[str]) -> list[Variant]:
@@ -114,12 +157,6 @@ def _alone(knob: str, baseline: Setting, tuned: Setting) -> Setting:
     return GROUPS["sharding"][1](alone, tuned) if alone.point.problem() else alone
 
 
-def _why_not(ctx: StudyContext, knobs: list[str]) -> str | None:
-    if not knobs:
-        return "the tuned config trains as the baseline does (no precision, batch or pipeline change)"
-    return why_no_training(ctx.settings, ctx.workload)
-
-
 def batch_gain(ladder: Sequence[LadderStep]) -> Ratio | None:
     """The throughput gain of the ladder's batch step, with its interval (None: not measured)."""
     for step in ladder:
@@ -141,9 +178,9 @@ def extension(gain: Ratio | None) -> float:
 
 def _scores(
     ctx: StudyContext, variants: list[Variant], seeds: list[int], gain: Ratio | None
-) -> tuple[Launch, dict[str, list[dict[str, Any]]] | None]:
+) -> tuple[Launch, dict[str, list[dict[str, Any]]] | None, list[tuple[str, int, str]]]:
     """Each variant's score under each seed, from the study's quality launch (run now, or by the runner
-    before a restart)."""
+    before a restart); None when some model has none, with (variant, seed, error) for each of those."""
     budget = ctx.settings.quality_samples
     baseline_batch = variants[0].planned.point.batch_size
     slots = [(v, seed) for v in variants for seed in seeds]
@@ -162,13 +199,17 @@ def _scores(
                                 LaunchKind.QUALITY, extras=extras, quality=quality)  # fmt: skip
         run_launch(ctx, plan, None)
     launch = [x for x in ctx.store.launches(ctx.study_id) if x.kind == LaunchKind.QUALITY][-1]
-    rows = ctx.store.candidates(ctx.study_id, launch_id=launch.id)
-    if launch.state != LaunchState.SUCCEEDED.value or any(r.state != "ok" for r in rows):
-        return launch, None
+    if launch.state != LaunchState.SUCCEEDED.value:
+        return launch, None, []
+    rows = {r.index: r for r in ctx.store.candidates(ctx.study_id, launch_id=launch.id)}
+    failed = [(v.name, seed, "no result" if r is None else r.error or r.state) for i, (v, seed) in enumerate(slots)
+              if (r := rows.get(i)) is None or r.state != "ok"]  # fmt: skip
+    if failed:
+        return launch, None, failed
     scores: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
-    for (variant, _), row in zip(slots, rows, strict=True):
-        scores[variant.name].append(row.metrics["quality"])
-    return launch, scores
+    for i, (variant, _) in enumerate(slots):
+        scores[variant.name].append(rows[i].metrics["quality"])
+    return launch, scores, []
 
 
 def _extra(
@@ -197,9 +238,11 @@ def lr_factor(rule: str | None, batch: int, baseline_batch: int) -> float | None
 
 def judge(
     scores: dict[str, list[dict[str, Any]]], knobs: list[str], variants: list[Variant], limit: float,
-    gain: Ratio | None, *, data: str = SYNTHETIC, cost_s: float | None = None,
+    gain: Ratio | None, *, rank: Sequence[str] | None = None, data: str = SYNTHETIC, cost_s: float | None = None,
 ) -> Quality:  # fmt: skip
-    """The evidence from every variant's per-seed scores (the same seeds, in the same order)."""
+    """The evidence from every variant's per-seed scores (the same seeds, in the same order). `rank`:
+    the knobs in the order one of them is kept when those that passed were never trained together
+    (check: by ladder gain; default: `knobs`' order)."""
     base = scores["baseline"]
     base_loss = [s["logloss"] for s in base]
     figures = {
@@ -222,6 +265,7 @@ def judge(
         status = {k: verdict(f"only_{k}") for k in knobs}
         if all(v == PASSED for v in status.values()) and verdict("tuned") != PASSED:
             status = dict.fromkeys(knobs, verdict("tuned"))
+        status = untrained_mix(status, rank or knobs)
     tuned = figures[chosen["tuned"]]
     batch = chosen.get("only_batch" if len(knobs) > 1 else "tuned")
     ttq = figures[batch].time_to_quality if "batch" in knobs and batch is not None else None
@@ -238,6 +282,17 @@ def judge(
         time_to_quality=None if ttq is None or batch is None else
         ttq.model_copy(update={"variant": batch, "lr_scaling": figures[batch].lr_scaling}),
     )  # fmt: skip
+
+
+def untrained_mix(status: dict[str, str | None], rank: Sequence[str]) -> dict[str, str | None]:
+    """Only the mix of every knob and each knob alone were trained: when some knobs are left out and
+    two or more of the rest passed, those were never trained together (they could cost quality as a
+    pair that neither costs alone), so only the first of them in `rank` is kept; the others are not
+    resolved."""
+    passed = [k for k in rank if status[k] == PASSED]
+    if len(passed) < 2 or len(passed) == len(status):
+        return status
+    return {k: NOT_RESOLVED if k in passed[1:] else v for k, v in status.items()}
 
 
 def _knob(
@@ -285,21 +340,27 @@ def _figures(
 def time_to_quality(
     scores: list[dict[str, Any]], base: list[dict[str, Any]], gain: Ratio | None
 ) -> TimeToQuality:
-    """Per seed, the samples the variant needs to reach that seed's baseline final log loss; their
-    ratio to the baseline's budget (sample efficiency, > 1: fewer samples), and times the throughput
-    gain, the time-to-quality speedup with its 95% interval and verdict."""
+    """Per seed, the samples the variant needs to reach that seed's baseline final log loss; the
+    samples the baseline's own curve needs to reach it over those (sample efficiency, > 1: fewer
+    samples), and times the throughput gain, the time-to-quality speedup with its 95% interval and
+    verdict."""
     budget = base[0]["train_samples"]
     needed = [samples_to_reach(s.get("curve") or [], b["logloss"]) for s, b in zip(scores, base, strict=True)]
+    # Both sides read the same way: the first crossing of the target on their own curve. Against the
+    # baseline's full budget instead, a curve wobbling on a flat tail crossed early and made a copy of
+    # the baseline look 1.2x as sample-efficient as itself. No curve (a launch without checkpoints):
+    # the budget, where its final log loss was taken.
+    own = [_reached_at(b) for b in base]
     trained = max(s.get("budget_samples", budget) for s in scores)
     out = TimeToQuality(baseline_samples=budget, samples=needed, trained_samples=trained,
                         throughput_gain=None if gain is None else Gain.model_validate(gain.as_dict()))  # fmt: skip
     reached = [n for n in needed if n is not None]
     if len(reached) < len(needed):
-        # Never within the budget: fewer than budget/trained as efficient, so at best this fast.
-        best = None if gain is None else gain.ci_high * budget / trained
+        # Never within the budget: below (the baseline's samples)/trained as efficient, so at best this fast.
+        best = None if gain is None else gain.ci_high * max(own) / trained
         verdict = None if best is None else REFUSED if best <= 1 else NOT_RESOLVED
         return out.model_copy(update={"never": True, "speedup_at_most": best, "verdict": verdict})
-    efficiency = ratio_over([budget / n for n in reached])
+    efficiency = ratio_over([o / n for o, n in zip(own, reached, strict=True)])
     out = out.model_copy(
         update={"efficiency": efficiency.ratio, "efficiency_ci": [efficiency.ci_low, efficiency.ci_high]}
     )
@@ -309,6 +370,12 @@ def time_to_quality(
     verdict = PASSED if speedup.ci_low > 1 else REFUSED if speedup.ci_high < 1 else NOT_RESOLVED
     return out.model_copy(update={"speedup": speedup.ratio, "ci_low": speedup.ci_low, "ci_high": speedup.ci_high,
                                   "verdict": verdict})  # fmt: skip
+
+
+def _reached_at(base: dict[str, Any]) -> float:
+    """The samples at which the baseline's own curve first reaches its final log loss."""
+    at = samples_to_reach(base.get("curve") or [], base["logloss"])
+    return float(base["train_samples"]) if at is None else at
 
 
 def samples_to_reach(curve: Sequence[Sequence[float]], target: float) -> float | None:

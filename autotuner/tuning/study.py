@@ -179,7 +179,8 @@ def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, large
     if settings.quality_samples // ranks // largest_batch < 1:
         raise StudyError(f"quality_samples {settings.quality_samples:,} over {ranks} rank(s) is less than one batch "
                          f"of {largest_batch:,} per rank: the convergence check could not train; give at least "
-                         f"{ranks * largest_batch:,} (far more for a telling check), or 0 to skip it", "settings")  # fmt: skip
+                         f"{ranks * largest_batch:,} (far more for a telling check), or 0 to skip it (then no precision, batch "
+                         "or pipeline change is published)", "settings")  # fmt: skip
     if problem := quality_problem(workload, *most_samples(settings.quality_samples), ranks):
         raise StudyError(problem, "settings")
 
@@ -274,11 +275,13 @@ def pinned_clash(space: SearchSpace, pinned: Mapping[str, str]) -> str:
 
 
 def why_no_training(settings: StudySettings, workload: WorkloadSpec) -> str | None:
-    """Why the study's convergence check cannot train models, whatever the study finds (None: it can)."""
-    if workload.dense is None:
-        return "the workload has no dense part: nothing trains to a loss"
+    """Why the study's convergence check cannot train models, whatever the study finds (None: it can);
+    then a precision, batch or pipeline change is never published (quality.check), except from a
+    replay of recorded timings, said first as the reason."""
     if settings.executor == "replay":
         return "the replay executor answers with recorded timings: it cannot train"
+    if workload.dense is None:
+        return "the workload has no dense part: nothing trains to a loss"
     if not settings.quality_samples:
         return "quality_samples is 0"
     return None
@@ -292,7 +295,8 @@ def check_batch_change(space: SearchSpace, job_batch: int) -> None:
         message = (f"batch_sizes {', '.join(map(str, above))} are above the job's batch {job_batch}: a bigger batch "
                    "changes the training (fewer, larger steps over the same samples), not only its speed; "
                    "set allow_batch_change: true in the space to search it (the convergence check then says "
-                   "what it costs in quality)")  # fmt: skip
+                   "what it costs in quality; where it cannot train, as for a workload with no dense part, a "
+                   "batch change is measured but never published)")  # fmt: skip
         raise SpaceError([Problem("batch_sizes", "batch-change", message)])
 
 
