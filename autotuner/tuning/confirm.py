@@ -11,7 +11,11 @@ from autotuner.tuning.pairs import Setting, compare
 
 ADOPTED = "tuned config is faster with 95% confidence: published"
 NOT_SIGNIFICANT = "no significant gain over the baseline: published the baseline (no changes)"
-NOT_CONFIRMED = "not confirmed (confirm_rounds=0 or the baseline was best)"
+# Why nothing was confirmed, one sentence per cause (a decision names what happened, not a list of guesses).
+UNCONFIRMED = "not confirmed (confirm_rounds=0): published the search's best as measured"
+BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)"
+ROUNDS_FAILED = ("not confirmed: fewer than 2 of {rounds} confirmation rounds could be measured (see the "
+                 "launch logs): published the baseline (no changes)")  # fmt: skip
 
 
 def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
@@ -28,7 +32,13 @@ def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
     else:
         adopt = best.id != baseline.id and rounds == 0
         figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}
-        decision = NOT_CONFIRMED
+        decision = (
+            BASELINE_BEST
+            if best.id == baseline.id
+            else UNCONFIRMED
+            if rounds == 0
+            else ROUNDS_FAILED.format(rounds=rounds)
+        )
     return Outcome(best_candidate=best.id, baseline_candidate=baseline.id, decision=decision,
                    chosen_candidate=best.id if adopt else baseline.id, **figures)  # fmt: skip
 

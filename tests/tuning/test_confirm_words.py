@@ -1,0 +1,39 @@
+"""A confirmation that did not happen says why: confirm_rounds=0, the baseline measured fastest, or
+confirmation launches that measured too little (it read "confirm_rounds=0 or the baseline was best"
+with confirm_rounds=3, found by a statistics review)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from autotuner.tuning import confirm
+
+BEST = SimpleNamespace(id=7, env={}, samples_per_s=1300.0)
+BASELINE = SimpleNamespace(id=1, env={}, samples_per_s=1000.0)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "best", "chosen", "says"),
+    [
+        (3, BEST, BASELINE.id, "not confirmed: fewer than 2 of 3 confirmation rounds could be measured (see the "
+                               "launch logs): published the baseline (no changes)"),
+        (0, BEST, BEST.id, "not confirmed (confirm_rounds=0): published the search's best as measured"),
+        (3, BASELINE, BASELINE.id, "the baseline was the fastest setting measured: published the baseline (no changes)"),
+    ],
+)  # fmt: skip
+def test_an_unconfirmed_decision_names_what_happened(monkeypatch, rounds, best, chosen, says):
+    asked = []
+
+    def failed_rounds(*args, **kwargs):  # what compare returns when fewer than 2 rounds were measured
+        asked.append(args[3])
+        return None, None
+
+    monkeypatch.setattr(confirm, "compare", failed_rounds)
+    monkeypatch.setattr(confirm.Setting, "of", staticmethod(lambda row: row))
+    ctx = SimpleNamespace(settings=SimpleNamespace(confirm_rounds=rounds))
+    outcome = confirm.decide(ctx, best, BASELINE)
+    assert outcome.decision == says
+    assert outcome.chosen_candidate == chosen
+    assert asked == ([3] if rounds and best is BEST else [])
