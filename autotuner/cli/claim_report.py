@@ -118,7 +118,13 @@ def _verdict(f: Quality | KnobQuality, quality: Quality) -> str:
     if f.verdict == "not resolved":
         more = f" (k={f.k_to_resolve} would resolve it)" if f.k_to_resolve else ""
         return f"not resolved at k={k}{more}"
-    return f"refused (more than {limit:g})" if f.verdict == "refused" else f"passed (within {limit:g})"
+    if f.verdict != "refused":
+        return f"passed (within {limit:g})"
+    if f.ci_low is not None and f.ci_low > limit:
+        return f"refused (more than {limit:g})"
+    # Refused on a narrow interval that reaches past the limit (stats.Delta.verdict): its cost is not
+    # shown to exceed it, and it cannot be shown within it either.
+    return f"refused (not shown within {limit:g}, on an interval narrower than that)"
 
 
 def knob_verdict(knob: str, figures: KnobQuality, quality: Quality) -> str:

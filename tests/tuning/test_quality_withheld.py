@@ -222,3 +222,21 @@ def test_the_verdict_on_a_never_reached_batch_is_bounded_by_the_baseline_own_sam
     assert ttq.never
     assert ttq.speedup_at_most == pytest.approx(1.7 * 0.5)
     assert ttq.verdict == REFUSED  # against the budget it was "not resolved": at most 1.7x
+
+
+# ------------------------------------------------------------------------------ the words of a refusal
+
+
+def test_a_refusal_on_a_narrow_interval_says_it_is_not_shown_within_the_limit_not_that_it_exceeds_it():
+    # +0.0014, +0.0016, +0.0018: 0.0016 [0.0011, 0.0021]; 80% of the allowance, nothing shows more
+    variants = [Variant("baseline", None), Variant("tuned", None)]
+    narrow = [
+        {**s, "logloss": s["logloss"] + d} for s, d in zip(scores(0.0), (0.0014, 0.0016, 0.0018), strict=True)
+    ]
+    evidence = judge({"baseline": scores(0.0), "tuned": narrow}, ["precision"], variants, LIMIT, None)
+    assert evidence.refused == ["precision"]
+    line = quality_line(evidence)
+    assert "refused (not shown within 0.002, on an interval narrower than that)" in line
+    assert "more than" not in line  # was "refused (more than 0.002)"
+    shown = judge({"baseline": scores(0.0), "tuned": scores(0.006)}, ["precision"], variants, LIMIT, None)
+    assert "refused (more than 0.002)" in quality_line(shown)  # its lower end above: shown to exceed
