@@ -74,7 +74,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     try:
         backend_id, dryrun = ctx.executor.submit(request)
         record_backend_id(ctx, launch, request, backend_id, dryrun.rendered)
-        stage = "it could not be followed"
+        stage = FOLLOWING
         outcome = wait(ctx, backend_id, request, launch, started)
         outcome.request = dryrun.rendered
         stage = "its result could not be recorded"
@@ -82,17 +82,32 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
         raise
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
-        if backend_id is not None:
-            ctx.executor.cancel(backend_id, request)
+        _cancel_quietly(ctx, backend_id, request)
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
                                 error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
+        if stage == FOLLOWING:  # nobody will follow it now: it must not run on beside the next launch
+            _cancel_quietly(ctx, backend_id, request)
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
                                 error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
+
+
+FOLLOWING = "it could not be followed"
+
+
+def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:
+    """Cancel a launch on the way out of an error: a cancel that fails too is logged, and the error
+    that brought us here is the one raised."""
+    if backend_id is None:
+        return
+    try:
+        ctx.executor.cancel(backend_id, request)
+    except Exception:
+        log.warning("study %s: could not cancel %s after an error", ctx.study_id, backend_id, exc_info=True)
 
 
 def record_backend_id(

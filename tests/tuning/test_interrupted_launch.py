@@ -17,8 +17,9 @@ from tests.autotuner.test_driver import replay, study_with
 class Interrupted:
     """A replay executor whose first launch is interrupted (Ctrl-C) at its second poll."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: BaseException | None = None) -> None:
         self.inner, self.polls, self.cancelled = replay(), 0, []
+        self.error = error or KeyboardInterrupt()
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -26,7 +27,7 @@ class Interrupted:
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         self.polls += 1
         if self.polls == 2:
-            raise KeyboardInterrupt
+            raise self.error
         return Description(LaunchState.RUNNING)
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
@@ -88,3 +89,16 @@ def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(
     executor.cancelled.clear()
     StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
     assert executor.cancelled == []  # once
+
+
+def test_a_launch_that_cannot_be_followed_is_cancelled_before_the_study_fails(store: Store, tmp_path):
+    """An error while following it (a bug, an API answer not understood): before, the launch was marked
+    failed and left running, unfollowed, beside the next study's."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    executor = Interrupted(RuntimeError("the scheduler answered something new"))
+    final = StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    assert final.state == "failed"
+    [launch] = store.launches(study.id)
+    assert executor.cancelled == [launch.backend_id]
+    assert launch.state == "failed"
+    assert launch.error == "it could not be followed: RuntimeError: the scheduler answered something new"
