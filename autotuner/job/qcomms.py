@@ -34,9 +34,10 @@ initialized, `tuned()` compares what each rank would adopt (its AUTOTUNER_CONFIG
 through the process group's key-value store; if any rank differs, every rank keeps the job's own
 settings, as if nothing was tuned, and says so once, naming the labels seen. The first read after
 init_process_group compares, once a process (later reads adopt what it agreed on, whatever the
-environment says by then). It is no collective and touches no GPU: a rank whose script reads the
-config alone (on rank 0 only) waits at most AGREE_TIMEOUT_S for the others, then keeps the job's own
-settings. The NCCL variables the hook exported are read by NCCL itself and cannot be taken back
+environment says by then). One decision stands for all ranks (the first written wins), so none can
+adopt what another does not. It is no collective and touches no GPU: a rank whose script reads the
+config alone (on rank 0 only) waits at most AGREE_TIMEOUT_S for the others, then decides that every
+rank keeps the job's own settings (read it on every rank alike, right after init_process_group). The NCCL variables the hook exported are read by NCCL itself and cannot be taken back
 here; the warning says so. Before init (or on one rank) nothing is compared, and torch is not imported for it.
 """
 
@@ -210,29 +211,65 @@ def _agreed(mine: Tuned) -> Tuned:
 
 
 def _compared(mine: Tuned, dist: Any) -> Tuned:
-    """What each rank would adopt (its label and values), through the process group's own key-value
-    store: `mine` if they are all the same. Not a collective: a rank that calls this alone (a script
-    reading the config on rank 0 only) waits AGREE_TIMEOUT_S for the others' answers, then keeps the
-    job's own settings, where a collective would hang it; and no GPU is touched (an object
-    collective on NCCL runs on the current device, cuda:0 on every rank of a script that never set it)."""
+    """`mine` if every rank of the default group would adopt the same as rank 0 does, else the job's own
+    (Tuned()): one decision for all, taken through the process group's own key-value store.
+
+    Each rank compares its label and values with rank 0's; one that differs decides "differ", the last
+    to match decides "agree", and a rank that waited AGREE_TIMEOUT_S for either decides "timeout". A
+    decision is written once (compare_set: the first writer wins) and every rank adopts the one that
+    stands, so a rank that timed out and one that came late never part ways. Not a collective: a rank
+    that reads the config alone (on rank 0 only) waits, then keeps the job's own settings, where a
+    collective would hang it; no GPU is touched (an object collective on NCCL runs on the current
+    device); a rank does O(1) store operations. The keys carry torchrun's run id and restart count: a
+    restarted job shares its store with the attempt before."""
     global _round
     _round += 1
+    prefix = "nccl-autotuner/{}/{}/{}/".format(
+        os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get("TORCHELASTIC_RESTART_COUNT", ""), _round
+    )
+    values = [mine.config, list(astuple(mine))]
     try:
         store = dist.distributed_c10d._get_default_store()
-        rank, world = dist.get_rank(), dist.get_world_size()
-        keys = [f"nccl-autotuner/tuned/{_round}/{r}" for r in range(world)]
-        store.set(keys[rank], json.dumps([mine.config, astuple(mine)]))
-        store.wait(keys, timedelta(seconds=AGREE_TIMEOUT_S))
-        seen = [_hashable(json.loads(store.get(key))) for key in keys]
+        decision = _decide(store, prefix, values, dist.get_rank(), dist.get_world_size())
     except Exception as exc:  # no answer is no agreement; the job runs on regardless
         _say(printable(f"could not check that every rank adopts the same tuned config ({type(exc).__name__}: "
                        f"{exc}); keeping the job's own settings"))  # fmt: skip
         return Tuned()
-    if all(theirs == seen[0] for theirs in seen):
+    if decision[0] == "agree":
         return mine
-    _say(f"the ranks were handed different tuned configs ({_labels(seen)}): every rank keeps the job's own "
-         "settings (the NCCL variables the hook exported stay as each node got them)")  # fmt: skip
+    if decision[0] == "differ":
+        _, rank, theirs, reference = decision
+        seen = [(0, _hashable(reference)), (rank, _hashable(theirs))]
+        _say(f"the ranks were handed different tuned configs ({_labels(seen)}): every rank keeps the job's own "
+             "settings (the NCCL variables the hook exported stay as each node got them)")  # fmt: skip
+    else:
+        _say(printable(f"could not check that every rank adopts the same tuned config (not every rank read it "
+                       f"within {AGREE_TIMEOUT_S:g} s: read it on every rank alike; {decision[-1]}); keeping the "
+                       "job's own settings"))  # fmt: skip
     return Tuned()
+
+
+def _decide(store: Any, prefix: str, values: list[Any], rank: int, world: int) -> list[Any]:
+    """The decision that stands for this round (see `_compared`), as [kind, ...]."""
+    wait = timedelta(seconds=AGREE_TIMEOUT_S)
+    decision_key = prefix + "decision"
+
+    def decide(kind: list[Any]) -> list[Any]:
+        return list(json.loads(store.compare_set(decision_key, "", json.dumps(kind))))
+
+    try:
+        if rank == 0:
+            store.set(prefix + "reference", json.dumps(values))
+        store.wait([prefix + "reference"], wait)
+        reference = json.loads(store.get(prefix + "reference"))
+        if reference != values:
+            return decide(["differ", rank, values, reference])
+        if store.add(prefix + "matched", 1) == world:
+            return decide(["agree"])
+        store.wait([decision_key], wait)
+        return list(json.loads(store.get(decision_key)))
+    except Exception as exc:  # a wait that timed out (DistStoreError), or the store in trouble
+        return decide(["timeout", f"{type(exc).__name__}: {exc}"[:300]])
 
 
 def _hashable(value: Any) -> Any:
@@ -240,11 +277,12 @@ def _hashable(value: Any) -> Any:
     return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
 
 
-def _labels(seen: list[Any]) -> str:
-    """Which ranks would adopt what, e.g. "c/w/2n/v3 on ranks 0-1; none on rank 2". Under one label
-    read two ways (a value ignored on one node only) the values tell them apart."""
+def _labels(seen: list[tuple[int, Any]]) -> str:
+    """Which ranks would adopt what, from (rank, (label, values)) pairs, e.g. "c/w/2n/v3 on ranks 0-1;
+    none on rank 2". Under one label read two ways (a value ignored on one node only) the values tell
+    them apart."""
     groups: dict[Any, list[int]] = {}
-    for rank, values in enumerate(seen):
+    for rank, values in seen:
         groups.setdefault(values, []).append(rank)
     labels = [printable(values[0] or "none")[:100] for values in groups]
     parts = []

@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import subprocess
+from dataclasses import astuple
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,14 +107,65 @@ def test_each_rank_says_once_which_labels_it_saw(ranks):
 
 def test_the_warning_names_ranks_in_spans_and_caps_the_configs_it_lists():
     seen = [(f"c/w/2n/v{rank // 3}", ()) for rank in range(30)] + [(None, ())] * 2
-    text = qcomms._labels(seen)
+    text = qcomms._labels(list(enumerate(seen)))
     assert text.startswith("c/w/2n/v0 on ranks 0-2; c/w/2n/v1 on ranks 3-5; ")
     assert text.endswith("; and 3 more")  # 11 configs, 8 named
     assert qcomms._spans([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
 
 
 @pytest.mark.slow
-def test_a_rank_that_reads_the_config_alone_keeps_the_jobs_own_instead_of_hanging(ranks):
+def test_a_rank_that_reads_the_config_alone_keeps_the_jobs_own_instead_of_hanging_and_so_do_the_rest(ranks):
+    """Rank 0 reads it before a barrier the others wait in: it waits, gives up, and its decision stands
+    for the rank that reads it after the barrier (which adopted the config while rank 0 did not)."""
     found, err = ranks
     assert Tuned(**found["alone", 0]["tuned"]) == Tuned()
+    assert Tuned(**found["alone", 1]["tuned"]) == Tuned()
     assert "could not check that every rank adopts the same tuned config" in err
+
+
+class Store:
+    """The c10d store's operations that qcomms uses, in a dict (a wait on a missing key times out)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key, value):
+        self.data[key] = value.encode()
+
+    def get(self, key):
+        return self.data[key]
+
+    def wait(self, keys, timeout):
+        if any(key not in self.data for key in keys):
+            raise RuntimeError(f"wait timeout after {timeout}, keys: {keys}")
+
+    def add(self, key, n):
+        self.data[key] = str(int(self.data.get(key, b"0")) + n).encode()
+        return int(self.data[key])
+
+    def compare_set(self, key, expected, desired):
+        if key not in self.data and expected == "":
+            self.data[key] = desired.encode()
+        return self.data[key]
+
+
+def test_a_restarted_job_never_reads_the_decision_of_the_attempt_before(monkeypatch):
+    """torchrun keeps one store across restarts: an attempt's keys carry its restart count. Attempt 0
+    agreed on v3; in attempt 1 rank 1 comes back first, handed nothing: read against attempt 0's keys,
+    it kept nothing while rank 0 adopted v3 under attempt 0's "agree"."""
+    store = Store()
+    before = "nccl-autotuner/job-1/0/1/"  # run id, restart count, round
+    v3 = qcomms.tuned(V3, strict=True)
+    store.set(before + "reference", json.dumps([v3.config, list(astuple(v3))]))
+    store.set(before + "matched", "2")
+    store.set(before + "decision", json.dumps(["agree"]))
+    world = {"rank": 1}
+    dist = SimpleNamespace(distributed_c10d=SimpleNamespace(_get_default_store=lambda: store),
+                           get_rank=lambda: world["rank"], get_world_size=lambda: 2)  # fmt: skip
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setattr(qcomms, "_round", 0)
+    assert qcomms._compared(Tuned(), dist) == Tuned()
+    world["rank"] = 0
+    monkeypatch.setattr(qcomms, "_round", 0)
+    assert qcomms._compared(v3, dist) == Tuned()  # the decision of attempt 1 stands for rank 0 too
