@@ -41,9 +41,11 @@ What a client may rely on, and how it holds:
   it has not loaded is answered 503 with Retry-After (`StoreUnanswered`), never a 404 the store did
   not say: a hook told 404 drops the config it kept from an earlier start.
 - Store stalled (a failover, a partition): one thread loads and waits on it; every other answer of
-  that worker waits at most CATCH_UP_WAIT_S for that load, then answers from memory. The event loop
-  never reads the store: the fast path answers only from a current cache (`current`), the route
-  catches up in the thread pool.
+  that worker waits at most CATCH_UP_WAIT_S for that load, then answers from memory (a miss: 503,
+  not a 404 the store did not say). So while a worker's own load is stalled, a pin made through
+  another worker is served by it when that load returns, not when the pin call does. The event loop
+  never reads the store: the fast path answers only from a current cache (`current`, then `get`
+  with catch_up False), the route catches up in the thread pool.
 - Configs are immutable but for their pin and what their re-validations say (when, on what stack,
   flagged): the store's heads carry the last finished re-validation's id beside the pin, and a
   finished re-validation bumps the generation, so a version is rendered again only when either moved.
@@ -213,10 +215,11 @@ class ConfigCache:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def get(self, cluster: str, workload: str, nodes: int | None) -> Served | None:
+    def get(self, cluster: str, workload: str, nodes: int | None, *, catch_up: bool = True) -> Served | None:
         """The hot path: a memory read, a compare, a dict lookup (a load only after a change: see
-        `current`)."""
-        if self.shared.value > self.generation:
+        `current`; never with `catch_up` False, what the event loop asks after `current`: another worker
+        may raise the shared counter between the two)."""
+        if catch_up and self.shared.value > self.generation:
             self._catch_up()
         return pick_served(self._served.get((cluster, workload), []), nodes)  # type: ignore[arg-type, return-value]
 
@@ -234,15 +237,16 @@ class ConfigCache:
         served = self.get(cluster, workload, nodes)
         if served is None:
             try:
-                self.refresh()
+                loaded = self.refresh(wait_s=CATCH_UP_WAIT_S)
             except Exception as exc:  # the store is down: what we hold is the best answer there is
                 log.warning("config cache: the store did not answer a miss", exc_info=True)
                 served = self.get(cluster, workload, nodes)
-                if served is None:
-                    raise StoreUnanswered(
-                        type(exc).__name__
-                    ) from exc  # its words name hosts and SQL: logged above
+                if served is None:  # the exception's words name hosts and SQL: logged above, not answered
+                    raise StoreUnanswered(type(exc).__name__) from exc
+                return served
             served = self.get(cluster, workload, nodes)
+            if served is None and not loaded:  # another load holds the store's answer: not a miss yet
+                raise StoreUnanswered("another load of this worker still waits on the store")
         return served
 
     def all(self) -> list[dict[str, Any]]:
@@ -258,13 +262,13 @@ class ConfigCache:
         """The served rows that could not be rendered (each answered 500 on its own key)."""
         return [s for entries in self._served.values() for s in entries if s.error is not None]
 
-    def refresh(self) -> None:
+    def refresh(self, wait_s: float = -1) -> bool:
         """Load the store's state if it is newer than what we serve, or if the store went back (one
-        primary-key read if neither)."""
+        primary-key read if neither). False if another load held the lock past `wait_s` (-1: as long
+        as it takes), so that what the store says is not loaded yet."""
         seen = self.shared.value  # before the store is read: see `labelled`
         target = max(self._label(seen, *self.store.config_generation_stamp()), self.shared.value)
-        if target > self.generation:
-            self._load(target)
+        return target <= self.generation or self._load(target, wait_s)
 
     def _catch_up(self) -> None:
         if time.monotonic() < self._retry_at:
@@ -277,15 +281,16 @@ class ConfigCache:
             self._retry_at = time.monotonic() + self.refresh_s
             log.warning("config cache: could not catch up with the store", exc_info=True)
 
-    def _load(self, target: int, wait_s: float = -1) -> None:
+    def _load(self, target: int, wait_s: float = -1) -> bool:
         """Load what is served now, if older than `target`. Configs are immutable but for their pin,
         so a (id, pinned) already rendered is reused: a publish among 10,000 renders one. If another
-        load holds the lock past `wait_s` (-1: as long as it takes), return without loading."""
+        load holds the lock past `wait_s` (-1: as long as it takes), return False without loading."""
         if not self._load_lock.acquire(timeout=wait_s):
-            return
+            return False
         try:
             if self.generation < target:  # else another thread loaded it meanwhile
                 self._reload()
+            return True
         finally:
             self._load_lock.release()
 

@@ -49,7 +49,7 @@ class ConfigFastPath:
         if not state.cache.current():  # behind the store: the route catches up off the event loop
             return await self.app(scope, receive, send)
         cluster, workload, nodes, fmt, fingerprint = request
-        served = state.cache.get(cluster, workload, nodes)
+        served = state.cache.get(cluster, workload, nodes, catch_up=False)
         if served is None or served.error:  # the route answers the 404 or 500 (and counts it)
             return await self.app(scope, receive, send)
         state.metrics.hits[fmt].inc()

@@ -86,7 +86,7 @@ async def fetch(
     """
     _read(request)  # auth inline: this route is the hot path
     cache = request.app.state.cache
-    served = cache.get(cluster, workload, nodes) if cache.current() else None
+    served = cache.get(cluster, workload, nodes, catch_up=False) if cache.current() else None
     if served is None:  # rare: off the event loop, the store's word
         try:
             served = await run_in_threadpool(cache.find, cluster, workload, nodes)

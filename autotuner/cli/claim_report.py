@@ -120,7 +120,7 @@ def _verdict(f: Quality | KnobQuality, quality: Quality) -> str:
         return f"not resolved at k={k}{more}"
     if f.verdict != "refused":
         return f"passed (within {limit:g})"
-    if f.ci_low is not None and f.ci_low > limit:
+    if f.ci_low is not None and limit is not None and f.ci_low > limit:
         return f"refused (more than {limit:g})"
     # Refused on a narrow interval that reaches past the limit (stats.Delta.verdict): its cost is not
     # shown to exceed it, and it cannot be shown within it either.

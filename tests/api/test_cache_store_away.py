@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
 from api.app import create_app
-from api.cache import CATCH_UP_WAIT_S, MAX_VARIANTS, ConfigCache, SharedGeneration
+from api.cache import CATCH_UP_WAIT_S, MAX_VARIANTS, ConfigCache, SharedGeneration, StoreUnanswered
 from api.settings import Settings
 from autotuner.job.fingerprint import encode
 from autotuner.store import Store
@@ -84,6 +84,37 @@ def test_a_worker_behind_a_stalled_store_answers_from_memory_while_one_thread_wa
         loader.join(30)
     assert b.current()
     assert b.get("c", "w", 1).config["version"] == 2  # and its answer is served once it came
+
+
+@pytest.mark.usefixtures("workload")
+def test_a_miss_behind_a_stalled_load_is_told_to_retry_at_once_not_held_nor_404(store, tmp_path):
+    store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
+    a, b = workers(store, tmp_path)
+    store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
+    a.refresh()
+    stalled, release = threading.Event(), threading.Event()
+    real = store.served_heads
+
+    def stalling():
+        stalled.set()
+        assert release.wait(30)
+        return real()
+
+    b.store = Store.__new__(Store)
+    b.store.__dict__.update(store.__dict__, served_heads=stalling)
+    loader = threading.Thread(target=b.get, args=("c", "w", 1))
+    loader.start()
+    try:
+        assert stalled.wait(10)
+        started = time.monotonic()
+        with pytest.raises(StoreUnanswered, match="another load of this worker still waits on the store"):
+            b.find("c", "unpublished", 1)  # was: held until the store answered, a thread each
+        assert time.monotonic() - started < CATCH_UP_WAIT_S + 5
+        assert b.get("c", "w", 1, catch_up=False).config["version"] == 1  # memory only: no wait at all
+        assert loader.is_alive()
+    finally:
+        release.set()
+        loader.join(30)
 
 
 @pytest.mark.usefixtures("workload")
