@@ -67,11 +67,11 @@ def measure(
     same_env = env_hash(a.env) == env_hash(b.env)
     for _ in range(3 * rounds):  # failed launches are retried, within reason
         a_rows, b_rows = measured(ctx, a, b, kind, tag)
-        done = len(rounds_of(a_rows, b_rows, same_env))
-        if done >= rounds:
+        paired = rounds_of(a_rows, b_rows, same_env)
+        if len(paired) >= rounds:
             break
         if same_env:  # one process measures both in a single launch, ABBA slot by slot
-            plan = PlannedLaunch.of(a.env, abba(a.point, b.point, done, rounds - done), kind, tag=tag)
+            plan = PlannedLaunch.of(a.env, refill(a.point, b.point, paired, rounds), kind, tag=tag)
         else:
             row = next_launch(a, b, len(a_rows), len(b_rows))
             plan = PlannedLaunch.of(row.env, [row.point], kind, tag=tag)
@@ -84,6 +84,25 @@ def abba(a: InProcPoint, b: InProcPoint, first: int, n: int) -> list[InProcPoint
     """Rounds `first`..`first + n - 1` of one launch: a then b in an even round, b then a in an odd
     one (a b b a a b ...), so that neither side always runs first."""
     return [p for r in range(first, first + n) for p in ((a, b) if r % 2 == 0 else (b, a))]
+
+
+def refill(
+    a: InProcPoint, b: InProcPoint, paired: list[tuple[Candidate, Candidate]], rounds: int
+) -> list[InProcPoint]:
+    """The slots of one launch that brings `paired` (rounds kept, from one-launch comparisons) up to
+    `rounds`, each side first in half of them in all: the rounds a failed slot left out are re-run in
+    the order they lacked (by their count, not where they stood: with round 1 of 3 failed, rounds 0 and
+    2 are both a-first, and a third a-first round would be the fixed order ABBA is there to avoid)."""
+    a_first = sum(1 for x, y in paired if x.index < y.index)
+    want = {True: (rounds + 1) // 2 - a_first, False: rounds // 2 - (len(paired) - a_first)}
+    slots: list[InProcPoint] = []
+    last = False  # so that a tie starts a-first, as round 0 does
+    for _ in range(rounds - len(paired)):
+        first_a = want[True] > want[False] or (want[True] == want[False] and not last)
+        want[first_a] -= 1
+        slots += [a, b] if first_a else [b, a]
+        last = first_a
+    return slots
 
 
 def next_launch(a: Setting, b: Setting, a_done: int, b_done: int) -> Setting:

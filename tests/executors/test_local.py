@@ -133,6 +133,22 @@ def test_a_new_executor_reattaches_to_a_running_launch(tmp_path):
     assert outcome.result["candidates"][0]["status"] == "ok"
 
 
+def test_cancel_of_a_pid_that_is_no_longer_the_launch_kills_nothing(tmp_path):
+    """A launch recorded before a restart (a cancelled study's leftover, swept by the scheduler): its
+    pid may name another process of the same user by now; that process and its children live on."""
+    import subprocess
+
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        launch = request(tmp_path)
+        (tmp_path / "launch.sh").write_text("exit 0\n")  # the launch that had that pid, long gone
+        LocalExecutor().cancel(str(bystander.pid), launch)
+        assert bystander.poll() is None  # was: SIGTERM (returncode -15)
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def _python() -> str:
     import sys
 

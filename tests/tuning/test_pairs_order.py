@@ -76,6 +76,21 @@ def test_a_round_one_of_whose_slots_failed_is_measured_again_never_paired_across
         assert (x.launch_id, x.index // 2) == (y.launch_id, y.index // 2)
     # the first launch kept rounds 0 and 2; the missing round came from a second launch
     assert [r.launch_id for r in a_rows] == [a_rows[0].launch_id] * 2 + [a_rows[0].launch_id + 1]
+    # ... in the order it lacked: b first (rounds 0 and 2 were both a-first; a third would be the fixed
+    # order, and a no-op under the drift "significantly" faster)
+    assert [x.index < y.index for x, y in zip(a_rows, b_rows, strict=True)] == [True, True, False]
+    speedup = paired_speedup([x.samples_per_s for x in a_rows], [y.samples_per_s for y in b_rows])
+    assert not speedup.significant, speedup
+
+
+@pytest.mark.parametrize("failed", [frozenset({2}), frozenset({3}), frozenset({0, 5}), frozenset()])
+def test_refilled_rounds_leave_each_side_first_in_half_of_them(ctx, monkeypatch, failed):  # noqa: F811
+    launches = DriftingLaunches(fail=failed)
+    monkeypatch.setattr(pairs, "run_launch", launches)
+    a, b = _settings(ctx, same_env=True)
+    a_rows, b_rows = measure(ctx, a, b, 4, LaunchKind.LADDER, "ladder-0-x")
+    firsts = [x.index < y.index for x, y in zip(a_rows, b_rows, strict=True)]
+    assert sorted(firsts) == [False, False, True, True]
 
 
 def test_abba_puts_each_side_first_in_every_other_round_and_cancels_a_linear_drift():

@@ -247,7 +247,12 @@ class LocalExecutor(Executor):
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         tag = read_small_text(launch.workdir / "tag")
-        pids = set(_descendants(int(backend_id))) | ({int(backend_id)} if _exists(int(backend_id)) else set())
+        pid = int(backend_id)
+        # Only a pid that is still our launch: one recorded before a restart (a cancelled study's
+        # leftover) may name another process now, and its tree is not ours to kill.
+        child = self._children.get(pid)
+        ours = (child is not None and child.returncode is None) or _alive(pid, launch.workdir / "launch.sh")
+        pids = (set(_descendants(pid)) | {pid}) if ours else set()
         if tag:
             pids |= _tagged(tag)
         _signal_all(pids, signal.SIGTERM)
