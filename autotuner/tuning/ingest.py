@@ -143,7 +143,7 @@ def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
         "nnodes": result.get("nnodes"),
         "world_size": result.get("world_size"),
         "versions": {
-            clip(k, MAX_NAME): _name(v) for k, v in islice(versions.items(), MAX_VERSIONS)
+            str(k)[:MAX_NAME]: _name(v) for k, v in islice(versions.items(), MAX_VERSIONS)
         } if isinstance(versions, dict) else _name(versions),
         "driver": _name(result.get("driver_version")),
         "network": _name(effective.get("network")),
@@ -153,8 +153,9 @@ def fingerprint(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _name(value: Any) -> Any:
-    """A name of the fingerprint as stored: None stays None, anything else at most MAX_NAME characters."""
-    return None if value is None else clip(value, MAX_NAME)
+    """A name of the fingerprint as stored: None stays None, anything else its first MAX_NAME characters
+    (cut, not clipped with a note: the hook keeps as many of a job's, and the two are compared)."""
+    return None if value is None else str(value)[:MAX_NAME]
 
 
 def _mapping(value: Any) -> dict[str, Any]:
