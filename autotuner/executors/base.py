@@ -184,12 +184,13 @@ class Executor(ABC):
         """Poll until the launch ends or its timeout passes (then cancel it: the whole tree).
 
         Time in a queue is not run time: the timeout counts from when the launch was first seen
-        running after it was seen queued (`queued`: it was, before this wait, e.g. a row that said
-        pending, followed again after a restart), else from `started`; `queue_timeout_s` bounds the
-        wait before that. A poll that could not read the state (UNKNOWN) tells nothing either way: it
-        neither starts the run clock of a queued launch nor keeps a later queued answer from stopping
-        a clock it started. A busy cluster must not turn every launch into a timeout and every env
-        config into a quarantined one.
+        running after it was seen queued (`queued`: it may have been, before this wait: a launch
+        followed again after a restart), else from `started`; `queue_timeout_s` bounds the wait before
+        that. A poll that could not read the state (UNKNOWN) tells nothing either way: it neither
+        starts the run clock of a queued launch nor keeps a later queued answer from stopping a clock
+        it started; answers unreadable for a whole `timeout_s` while no clock runs end the wait,
+        cancelled. A busy cluster must not turn every launch into a timeout and every env config into
+        a quarantined one.
         """
         poll_s = max(poll_s, self.min_poll_s)
         clock = _RunClock(started, queued)
@@ -206,6 +207,16 @@ class Executor(ABC):
             ):
                 self.cancel(backend_id, launch)
                 reason = f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+                return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
+            if (
+                run_started is None
+                and clock.blind_since is not None
+                and now - clock.blind_since > launch.timeout_s
+            ):
+                # Not one readable answer for a whole run's time, and no clock running: given up, not
+                # a timeout (nothing says it ran: its env config is not to blame).
+                self.cancel(backend_id, launch)
+                reason = f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}"
                 return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
             if run_started is not None and now - run_started > launch.timeout_s:
                 self.cancel(backend_id, launch)
@@ -275,8 +286,11 @@ class _RunClock:
         self.queued = queued  # seen queued, and not seen running since
         self.running_since: float | None = None  # seen running: from then (or from `started`)
         self.guess: float | None = None  # UNKNOWN, never seen queued: running since `started`, maybe
+        self.blind_since: float | None = None  # answers UNKNOWN since then, without a break
 
     def see(self, state: LaunchState, now: float) -> float | None:
+        # Since when every answer was unreadable (None: the last one was not), while no clock runs.
+        self.blind_since = (self.blind_since or now) if state == LaunchState.UNKNOWN else None
         if self.running_since is not None:
             return self.running_since
         if state == LaunchState.PENDING:

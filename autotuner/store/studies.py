@@ -176,10 +176,11 @@ class StudyRecords(StoreBase):
     def cancelled_with_live_launches(self, now: datetime | None = None) -> list[Study]:
         """Cancelled studies that still have a launch pending or running, whose lease is free or
         expired: what a cancel made while no runner followed the study left (a queued Kubernetes Job
-        could start hours later and hold GPUs). The queue stops those launches. (A done study's live
-        launches are its re-validation's, which follows them again itself.)"""
+        could start hours later and hold GPUs). The queue stops those launches. (A re-validation's
+        launches, of a done or a cancelled study, are its own to follow again.)"""
         now = now or utcnow()
-        live = select(Launch.id).where(Launch.study_id == Study.id, Launch.state.in_(("pending", "running")))
+        live = select(Launch.id).where(Launch.study_id == Study.id, Launch.state.in_(("pending", "running")),
+                                       Launch.kind != "revalidate")  # fmt: skip
         with self.session() as s:
             query = (
                 select(Study)

@@ -77,14 +77,15 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         stage = FOLLOWING
         outcome = wait(ctx, backend_id, request, launch, started)
         outcome.request = dryrun.rendered
-        stage = "its result could not be recorded"
+        stage = RECORDING
         return ingest(ctx, launch, outcome, plan, search)
     except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
         raise
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
-        _cancel_quietly(ctx, backend_id, request)
-        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
-                                error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
+        if stage != RECORDING:  # else it ended, and its row says how
+            _cancel_quietly(ctx, backend_id, request)
+            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
+                                    error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
@@ -97,6 +98,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
 
 
 FOLLOWING = "it could not be followed"
+RECORDING = "its result could not be recorded"
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:

@@ -55,6 +55,7 @@ class StudyQueue:
         self.on_study_end = on_study_end
         self.owner = owner_id()
         self.current: int | None = None
+        self._unstoppable: set[int] = set()  # cancelled studies whose leftovers could not be stopped: said
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -120,8 +121,10 @@ class StudyQueue:
                 stopped = driver_for(self.store, study, self.make_executor, owner=self.owner).stop_leftovers()
             except StudyBusy:
                 continue
-            except Exception:  # tried again next tick; the other studies meanwhile
-                log.exception("study %s: could not stop the launches it left", study.id)
+            except Exception:  # tried again next tick; the other studies meanwhile (said once a process)
+                if study.id not in self._unstoppable:
+                    self._unstoppable.add(study.id)
+                    log.exception("study %s: could not stop the launches it left", study.id)
                 continue
             log.info("study %s (cancelled): cancelled %d launch(es) it left running", study.id, stopped)
 

@@ -50,8 +50,9 @@ def _reattach(ctx: StudyContext, launch: Launch) -> bool:
         return False
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
     started = time.monotonic() - (utcnow() - (launch.started_at or utcnow())).total_seconds()
-    queued = launch.state == LaunchState.PENDING  # its run time had not started when it was last seen
-    outcome = wait(ctx, launch.backend_id, request, launch, started, queued=queued)  # type: ignore[arg-type]
+    # Its run clock starts again at the first running answer: a row that said running may have been
+    # queued all along (written before the first poll), and queue time is not run time.
+    outcome = wait(ctx, launch.backend_id, request, launch, started, queued=True)  # type: ignore[arg-type]
     ingest(ctx, launch, outcome, None, None)
     return True
 
@@ -66,7 +67,8 @@ def _retry(ctx: StudyContext, launch: Launch) -> None:
 def stop_leftovers(ctx: StudyContext) -> int:
     """Cancel the launches an ended study left pending or running (it was cancelled while no runner
     followed it); how many."""
-    left = ctx.store.launches(ctx.study_id, states=[LaunchState.PENDING.value, LaunchState.RUNNING.value])
+    states = [LaunchState.PENDING.value, LaunchState.RUNNING.value]
+    left = [x for x in ctx.store.launches(ctx.study_id, states=states) if x.kind != LaunchKind.REVALIDATE]
     for launch in left:
         if launch.backend_id:
             ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))

@@ -542,6 +542,23 @@ def test_a_launch_followed_again_after_it_was_seen_queued_counts_from_when_it_ru
     assert outcome.state == LaunchState.TIMEOUT, (outcome.state, outcome.reason)
 
 
+def test_a_followed_launch_whose_state_stays_unreadable_is_given_up_after_its_timeout(
+    slurm, tmp_path, monkeypatch
+):
+    """Followed again after a restart (its clock starts at a running answer), then not one readable
+    answer (a controller gone for good): it waited for ever, with queue_timeout_s unset."""
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0
+    _polls(executor, monkeypatch, [None] * 10_000)
+    started = time.monotonic()
+    outcome = executor.wait("2", request(tmp_path, timeout_s=0.3), started=started, queued=True, poll_s=0.05)
+    assert outcome.state == LaunchState.CANCELLED  # nothing says it ran: no timeout, no quarantine
+    assert outcome.reason == "its state could not be read for 0 s: squeue: timed out"
+    assert time.monotonic() - started >= 0.3
+    assert slurm.commands("scancel") == [["scancel", "2"]]
+
+
 def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):
     monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
     slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()

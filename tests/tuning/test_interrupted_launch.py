@@ -9,7 +9,7 @@ import pytest
 
 from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.store import Store, StudyState
-from autotuner.tuning import StudyDriver
+from autotuner.tuning import Progress, StudyDriver
 from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
@@ -75,6 +75,10 @@ def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(
         store.update_launch(launch.id, state="running", backend_id=f"job-{study.id}")
         store.move_study(study.id, StudyState.CANCELLED)
         launches[study.name] = launch
+    # a re-validation's launch of the cancelled study: its own runner follows it again, not swept
+    revalidation = store.add_launch(study_id=left.id, kind="revalidate", env={}, spec={"candidates": [{}]},
+                                    executor="replay")  # fmt: skip
+    store.update_launch(revalidation.id, state="running", backend_id="job-revalidation")
     assert store.acquire_study(followed.id, "a-live-runner", 600)  # its runner stops its launch itself
     executor = Recording()
     StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
@@ -85,6 +89,7 @@ def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(
         "its study ended while no runner followed it: cancelled",
     )
     assert store.launch(launches["followed"].id).state == "running"
+    assert store.launch(revalidation.id).state == "running"
     assert store.study(left.id).owner is None  # its lease given back
     executor.cancelled.clear()
     StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
@@ -102,3 +107,21 @@ def test_a_launch_that_cannot_be_followed_is_cancelled_before_the_study_fails(st
     assert executor.cancelled == [launch.backend_id]
     assert launch.state == "failed"
     assert launch.error == "it could not be followed: RuntimeError: the scheduler answered something new"
+
+
+def test_ctrl_c_after_a_launch_ended_leaves_its_row_as_it_ended(store: Store, tmp_path):
+    """Interrupted while its result was being recorded: the launch had succeeded, and a row rewritten
+    "cancelled" beside its ok candidates had a quality launch run again in full on resume."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    executor = Recording()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        StudyDriver(
+            store, study.id, executor, poll_s=0.01, progress=Progress(on_launch_end=interrupted)
+        ).run()  # type: ignore[arg-type]
+    [launch] = store.launches(study.id)
+    assert launch.state == "succeeded"
+    assert executor.cancelled == []
