@@ -120,12 +120,14 @@ def by_gain(knobs: Sequence[str], ladder: Sequence[LadderStep]) -> list[str]:
 def unjudged(launch: Launch, failed: list[tuple[str, int, str]], knobs: list[str], models: int) -> Quality:
     """A check that did not give every model a score judges nothing: each training knob is not
     resolved, with what failed in words, except that a model whose log loss was not finite (it
-    diverged) refuses the knobs it trained with (the tuned mix: all of them; the baseline: none)."""
+    diverged) refuses the knob it trained alone with (the tuned mix with one knob: that one; a mix of
+    several: none of them alone is to blame, all not resolved; the baseline: none)."""
     if not failed:
         return Quality(skipped=f"the convergence check did not run: {launch.error or launch.state}",
                        unresolved=list(knobs))  # fmt: skip
     diverged = {name.split("@")[0] for name, _, error in failed if NON_FINITE_LOSS.search(error)}
-    refused = [k for k in knobs if "tuned" in diverged or f"only_{k}" in diverged]
+    alone = {k: "tuned" if len(knobs) == 1 else f"only_{k}" for k in knobs}  # the model of the knob alone
+    refused = [k for k in knobs if alone[k] in diverged]
     shown = "; ".join(f"{name} seed {seed}: {clip(error, 200)}" for name, seed, error in failed[:3])
     more = f"; {len(failed) - 3} more" if len(failed) > 3 else ""
     why = f"{len(failed)} of {models} models of the quality launch failed ({shown}{more})"

@@ -6,6 +6,7 @@ reads the baseline's cost off its own curve, the same way as the variant's."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from autotuner.tuning.launch import spec_of
 from autotuner.tuning.lease import Lease
 from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting
-from autotuner.tuning.quality import Variant, check, judge, time_to_quality
+from autotuner.tuning.quality import Variant, check, judge, time_to_quality, unjudged
 from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio
 from tests.tuning.test_quality_stats import ctx  # noqa: F401 (a fixture)
 
@@ -240,3 +241,15 @@ def test_a_refusal_on_a_narrow_interval_says_it_is_not_shown_within_the_limit_no
     assert "more than" not in line  # was "refused (more than 0.002)"
     shown = judge({"baseline": scores(0.0), "tuned": scores(0.006)}, ["precision"], variants, LIMIT, None)
     assert "refused (more than 0.002)" in quality_line(shown)  # its lower end above: shown to exceed
+
+
+def test_a_diverged_mix_of_several_knobs_blames_none_of_them_alone():
+    """The tuned mix (under one learning-rate rule) diverged while precision alone trained fine: that
+    refused precision too, said as costing quality. Only a knob whose own model diverged is refused."""
+    launch = SimpleNamespace(error=None, state="succeeded")
+    nan = "result unusable: candidate 3: quality.logloss is NaN, expected a finite number"
+    mix = unjudged(launch, [("tuned@linear", 0, nan)], ["precision", "batch"], 12)  # type: ignore[arg-type]
+    assert (mix.refused, mix.unresolved) == ([], ["precision", "batch"])
+    assert "are refused" not in (mix.skipped or "")
+    own = unjudged(launch, [("only_batch@linear", 0, nan)], ["precision", "batch"], 12)  # type: ignore[arg-type]
+    assert (own.refused, own.unresolved) == (["batch"], ["precision"])
