@@ -306,20 +306,28 @@ def test_a_trial_never_gets_the_served_config_from_the_sites_task_prolog(
 
 
 def test_a_queued_job_says_what_it_waits_on_and_is_given_up_at_the_queue_timeout(slurm_cluster, tmp_path):
-    """A job that cannot start (here: its dependency is held) reads "pending" with Slurm's reason at
-    every poll, and the queue timeout gives it up saying that reason: what the launch row shows."""
-    held = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=at-test-held", "--wrap", "true"],
-                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    """A job that cannot start (here: another job holds its node whole, as busy GPUs would) reads
+    "pending" with Slurm's reason at every poll, and the queue timeout gives it up saying that reason:
+    what the launch row shows. (Not a held dependency: sbatch_args refuse what would not run now.)"""
+    blocker = subprocess.run(["sbatch", "--parsable", "--exclusive", f"--nodelist={slurm_cluster}",
+                              "--job-name=at-test-blocker", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
     try:
+        deadline = time.monotonic() + 60
+        while slurm_state(blocker) != "RUNNING":
+            assert time.monotonic() < deadline, (
+                f"the blocking job {blocker} never ran: {slurm_state(blocker)}"
+            )
+            time.sleep(0.2)
         spec = {"workload": WORKLOAD, "warmup": 1, "iterations": 3,
                 "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}]}  # fmt: skip
         launch = LaunchRequest(name="queued-1", spec=spec, env={}, workdir=tmp_path / "queued", timeout_s=120)
-        executor = SlurmExecutor(sbatch_args=[f"--dependency=afterok:{held}"], queue_timeout_s=8)
+        executor = SlurmExecutor(sbatch_args=[f"--nodelist={slurm_cluster}"], queue_timeout_s=8)
         polls: list[tuple[LaunchState, str]] = []
         outcome = executor.run(launch, on_poll=lambda desc: polls.append((desc.state, desc.reason)))
     finally:
-        subprocess.run(["scancel", held], check=False)
-    assert (LaunchState.PENDING, "Slurm PENDING: Dependency") in polls
+        subprocess.run(["scancel", blocker], check=False)
+    assert (LaunchState.PENDING, "Slurm PENDING: Resources") in polls
     assert outcome.state == LaunchState.CANCELLED
-    assert outcome.reason == "still queued after 8 s (queue_timeout_s): Slurm PENDING: Dependency"
+    assert outcome.reason == "still queued after 8 s (queue_timeout_s): Slurm PENDING: Resources"
     assert slurm_state(outcome.backend_id) == "CANCELLED"

@@ -260,9 +260,18 @@ class LocalExecutor(Executor):
         while time.monotonic() < deadline and any(_exists(p) for p in pids):
             self._reap()
             time.sleep(0.1)
-        if tag:
-            pids |= _tagged(tag)
-        _signal_all({p for p in pids if _exists(p)}, signal.SIGKILL)
+        # SIGKILL what is left, and what was forked meanwhile (torchrun starting a worker), until none is
+        # left or a few rounds passed: a cancel that returned has stopped the tree, not only signalled it.
+        for _ in range(20):
+            if tag:
+                pids |= _tagged(tag)
+            pids |= {child for p in list(pids) if _exists(p) for child in _descendants(p)}
+            left = {p for p in pids if _exists(p)}
+            if not left:
+                break
+            _signal_all(left, signal.SIGKILL)
+            self._reap()
+            time.sleep(0.05)
         self._reap()
         if self.nodes == "namespaces" or self.fabric is not None:  # a killed script ran no trap
             subprocess.run(["sh", "-c", sweep_command(_netns_name(launch))], check=False, capture_output=True)
