@@ -310,7 +310,7 @@ def test_a_queued_job_says_what_it_waits_on_and_is_given_up_at_the_queue_timeout
     "pending" with Slurm's reason at every poll, and the queue timeout gives it up saying that reason:
     what the launch row shows. (Not a held dependency: sbatch_args refuse what would not run now.)"""
     blocker = subprocess.run(["sbatch", "--parsable", "--exclusive", f"--nodelist={slurm_cluster}",
-                              "--job-name=at-test-blocker", "--wrap", "sleep 300"],
+                              "--job-name=at-test-blocker", "--output=/dev/null", "--wrap", "sleep 300"],
                              capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
     try:
         deadline = time.monotonic() + 60
