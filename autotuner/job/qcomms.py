@@ -36,8 +36,12 @@ settings, as if nothing was tuned, and says so once, naming the labels seen. The
 init_process_group compares, once a process (later reads adopt what it agreed on, whatever the
 environment says by then). One decision stands for all ranks (the first written wins), so none can
 adopt what another does not. It is no collective and touches no GPU: a rank whose script reads the
-config alone (on rank 0 only) waits at most AGREE_TIMEOUT_S for the others, then decides that every
-rank keeps the job's own settings (read it on every rank alike, right after init_process_group). The NCCL variables the hook exported are read by NCCL itself and cannot be taken back
+config alone (on rank 0 only) waits AGREE_TIMEOUT_S for the others (any rank at most twice that), then
+decides that every rank keeps the job's own settings (read it on every rank alike, right after
+init_process_group). The keys carry torchrun's run id and the agent's restart count: one agent's
+restarted job shares its store with the attempt before. Not covered: a multi-node elastic restart in
+which the nodes' agents count restarts differently, on a store shared across attempts; torch's own
+init_process_group reads the attempt before's keys there too. The NCCL variables the hook exported are read by NCCL itself and cannot be taken back
 here; the warning says so. Before init (or on one rank) nothing is compared, and torch is not imported for it.
 """
 
@@ -237,16 +241,23 @@ def _compared(mine: Tuned, dist: Any) -> Tuned:
         return Tuned()
     if decision[0] == "agree":
         return mine
+    try:  # the words only: a decision written by another version of this module must not fail the job
+        _say(_why_not(decision))
+    except Exception:
+        _say("the ranks did not agree on one tuned config: every rank keeps the job's own settings")
+    return Tuned()
+
+
+def _why_not(decision: list[Any]) -> str:
     if decision[0] == "differ":
         _, rank, theirs, reference = decision
         seen = [(0, _hashable(reference)), (rank, _hashable(theirs))]
-        _say(f"the ranks were handed different tuned configs ({_labels(seen)}): every rank keeps the job's own "
-             "settings (the NCCL variables the hook exported stay as each node got them)")  # fmt: skip
-    else:
-        _say(printable(f"could not check that every rank adopts the same tuned config (not every rank read it "
-                       f"within {AGREE_TIMEOUT_S:g} s: read it on every rank alike; {decision[-1]}); keeping the "
-                       "job's own settings"))  # fmt: skip
-    return Tuned()
+        return (f"the ranks were handed different tuned configs ({_labels(seen)}, the first seen to differ): "
+                "every rank keeps the job's own settings (the NCCL variables the hook exported stay as each "
+                "node got them)")  # fmt: skip
+    return printable(f"could not check that every rank adopts the same tuned config (not every rank read it "
+                     f"within {AGREE_TIMEOUT_S:g} s: read it on every rank alike; {decision[-1]}); keeping the "
+                     "job's own settings")  # fmt: skip
 
 
 def _decide(store: Any, prefix: str, values: list[Any], rank: int, world: int) -> list[Any]:

@@ -81,13 +81,17 @@ def test_each_rank_says_once_which_labels_it_saw(ranks):
     said = [line for line in err.splitlines() if "the ranks were handed different tuned configs" in line]
     assert (
         said.count(
-            "nccl-autotuner: the ranks were handed different tuned configs (c/w/2n/v3 on rank 0; none on rank 1): "
+            "nccl-autotuner: the ranks were handed different tuned configs (c/w/2n/v3 on rank 0; none on rank 1, the "
+            "first seen to differ): "
             "every rank keeps the job's own settings (the NCCL variables the hook exported stay as each node "
             "got them)"
         )
         == 2
     ), err[-4000:]
-    assert sum("(c/w/2n/v3 on rank 0; c/w/2n/v4 on rank 1)" in line for line in said) == 2
+    assert (
+        sum("(c/w/2n/v3 on rank 0; c/w/2n/v4 on rank 1, the first seen to differ)" in line for line in said)
+        == 2
+    )
     # one label read two ways: the values tell them apart
     assert (
         sum(
@@ -169,3 +173,18 @@ def test_a_restarted_job_never_reads_the_decision_of_the_attempt_before(monkeypa
     world["rank"] = 0
     monkeypatch.setattr(qcomms, "_round", 0)
     assert qcomms._compared(v3, dist) == Tuned()  # the decision of attempt 1 stands for rank 0 too
+
+
+def test_a_decision_this_version_cannot_word_still_leaves_the_job_its_own_settings(monkeypatch):
+    """Written by another version of this module (one more field in a rank's values): the words fail,
+    the job does not."""
+    store = Store()
+    odd = ["differ", 1, ["c/w/2n/v3", ["fp16"] * 10], ["c/w/2n/v3", ["fp16"] * 9]]
+    store.set("nccl-autotuner///1/decision", json.dumps(odd))
+    store.set("nccl-autotuner///1/reference", json.dumps(["c/w/2n/v3", ["fp16"] * 9]))
+    dist = SimpleNamespace(distributed_c10d=SimpleNamespace(_get_default_store=lambda: store),
+                           get_rank=lambda: 1, get_world_size=lambda: 2)  # fmt: skip
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.setattr(qcomms, "_round", 0)
+    assert qcomms._compared(qcomms.tuned(V3, strict=True), dist) == Tuned()  # was: TypeError out of tuned()
