@@ -10,7 +10,7 @@ What a client may rely on, and how it holds:
   workers of one `autotuner serve` share one 8-byte counter, `SharedGeneration`, a file they all
   map: the newest generation any of them has loaded. A worker raises it *before* it answers with
   what it loaded, and every answer first compares it with its own (one memory read): a worker
-  that is behind loads before answering. So once any worker has answered with generation g, no
+  that is behind loads before answering (unless its own load is stalled: see "Store stalled"). So once any worker has answered with generation g, no
   later answer of the service shows an older state; a pin or rollback made through the API (the
   route refreshes before it returns) is served by every worker when the call returns; a change
   made by another process (scheduler, CLI, another replica) is seen by the first worker that polls
@@ -53,8 +53,9 @@ What a client may rely on, and how it holds:
   restored store hands the ids after its dump out again, to other rows, and the stamp tells them apart.
 - The job's fingerprint (the `X-Autotuner-Fingerprint` header the hook sends) is compared with what
   the served version was validated on, and the answer says `fingerprint_match` (true, false or
-  "unknown") and what differs. The comparison and its bodies are kept per (version, header): jobs of
-  one cluster send a handful of distinct headers, so it is a dict lookup after the first. A stack
+  "unknown") and what differs. The comparison and its bodies are kept per (version, header), for
+  headers as the hook writes them and at most MAX_VARIANTS a version: jobs of one cluster send a
+  handful of distinct stacks, so it is a dict lookup after the first. A stack
   that differs is counted for the store (`FingerprintReports`, written off the request path).
 - One bad row never stops serving. Rows are rendered one by one: a row that cannot be rendered (a
   name or a value an older version let into the store, a tampered row, one that does not pass the
