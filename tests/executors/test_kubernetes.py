@@ -648,6 +648,16 @@ def test_schedule_transport_error_is_explained_and_rolled_back(cluster):
     assert not cluster.objects
 
 
+def test_schedule_interrupted_by_ctrl_c_rolls_back_what_it_made(cluster):
+    """Ctrl-C of `autotuner tune` while the Job is created: it may exist, and no row records it."""
+    cluster.errors[("POST", "jobs")] = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        scheduled(cluster)
+    assert not cluster.objects
+    deletes = [s.path.rsplit("/", 2)[-2] for s in cluster.sent if s.method == "DELETE"]
+    assert deletes == ["configmaps", "services", "jobs"]
+
+
 # Job statuses as the API server reports them (kubectl get job -o json), k8s 1.31.
 T = "2025-06-01T10:00:00Z"
 COMPLETED = "Reached expected number of succeeded pods"

@@ -172,12 +172,14 @@ class KubernetesExecutor(Executor):
             core.create_namespaced_service(ns, copy.deepcopy(req.service), _request_timeout=t)
             created.append("service")
             job = batch.create_namespaced_job(ns, copy.deepcopy(req.job), _request_timeout=t)
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C too: a Job made while nobody records it runs unfollowed
             kind = ("ConfigMap", "Service", "Job")[len(created)]
             conflict = isinstance(exc, ApiException) and exc.status == 409
             # Undo what we made. A Job create that failed on the wire may have happened all the same;
             # one that conflicted is someone else's.
             self._delete(req.name, ns, created + (["job"] if kind == "Job" and not conflict else []))
+            if not isinstance(exc, Exception):
+                raise
             if conflict:
                 raise RuntimeError(
                     f"{kind} {ns}/{req.name} already exists: a launch of this name ran before (another tuner "
