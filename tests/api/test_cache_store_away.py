@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,6 +36,30 @@ def unreachable(store: Store, names: tuple[str, ...]) -> dict[str, bool]:
     return down
 
 
+@contextmanager
+def stalled_load(store: Store, worker: ConfigCache) -> Iterator[threading.Thread]:
+    """A thread of `worker` loading from a store whose served heads do not answer until the block ends
+    (its own view of the store: every other read as before); yields that thread once it waits."""
+    stalled, release = threading.Event(), threading.Event()
+    real = store.served_heads
+
+    def stalling():
+        stalled.set()
+        assert release.wait(30)
+        return real()
+
+    worker.store = Store.__new__(Store)
+    worker.store.__dict__.update(store.__dict__, served_heads=stalling)
+    loader = threading.Thread(target=worker.get, args=("c", "w", 1))
+    loader.start()
+    try:
+        assert stalled.wait(10)
+        yield loader
+    finally:
+        release.set()
+        loader.join(30)
+
+
 @pytest.mark.usefixtures("workload")
 def test_a_service_started_while_its_store_is_down_says_so_and_never_404s_a_published_config(store, tmp_path):
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
@@ -58,20 +84,7 @@ def test_a_worker_behind_a_stalled_store_answers_from_memory_while_one_thread_wa
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
     a.refresh()  # the other worker loaded v2: b is behind
     assert not b.current()
-    stalled, release = threading.Event(), threading.Event()
-    real = store.served_heads
-
-    def stalling():
-        stalled.set()
-        assert release.wait(30)
-        return real()
-
-    b.store = Store.__new__(Store)  # b's own view of the store: every read but this one as before
-    b.store.__dict__.update(store.__dict__, served_heads=stalling)
-    loader = threading.Thread(target=b.get, args=("c", "w", 1))
-    loader.start()
-    try:
-        assert stalled.wait(10)
+    with stalled_load(store, b) as loader:
         started = time.monotonic()
         served = b.get("c", "w", 1)  # behind, but another thread's load is stuck on the store
         waited = time.monotonic() - started
@@ -79,9 +92,6 @@ def test_a_worker_behind_a_stalled_store_answers_from_memory_while_one_thread_wa
         assert served.config["version"] == 1  # what it has, not a wait for the store
         assert waited < CATCH_UP_WAIT_S + 5  # bounded (was: until the store answered)
         assert loader.is_alive()  # the load still waits on the store
-    finally:
-        release.set()
-        loader.join(30)
     assert b.current()
     assert b.get("c", "w", 1).config["version"] == 2  # and its answer is served once it came
 
@@ -92,29 +102,13 @@ def test_a_miss_behind_a_stalled_load_is_told_to_retry_at_once_not_held_nor_404(
     a, b = workers(store, tmp_path)
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)
     a.refresh()
-    stalled, release = threading.Event(), threading.Event()
-    real = store.served_heads
-
-    def stalling():
-        stalled.set()
-        assert release.wait(30)
-        return real()
-
-    b.store = Store.__new__(Store)
-    b.store.__dict__.update(store.__dict__, served_heads=stalling)
-    loader = threading.Thread(target=b.get, args=("c", "w", 1))
-    loader.start()
-    try:
-        assert stalled.wait(10)
+    with stalled_load(store, b) as loader:
         started = time.monotonic()
         with pytest.raises(StoreUnanswered, match="another load of this worker still waits on the store"):
             b.find("c", "unpublished", 1)  # was: held until the store answered, a thread each
         assert time.monotonic() - started < CATCH_UP_WAIT_S + 5
         assert b.get("c", "w", 1, catch_up=False).config["version"] == 1  # memory only: no wait at all
         assert loader.is_alive()
-    finally:
-        release.set()
-        loader.join(30)
 
 
 @pytest.mark.usefixtures("workload")
