@@ -91,3 +91,24 @@ def at_once(target: Any, args: tuple, processes: int, timeout_s: float = 300) ->
     while not errors.empty():
         found.append(errors.get())
     return found + [f"process {proc.pid} ended with {proc.exitcode}" for proc in procs if proc.exitcode != 0]
+
+
+def run_ranks(cmd: list[str], deadline_s: float, what: str, **extra: str) -> tuple[str, str]:
+    """Run a torchrun command line (its ranks' AUTOTUNER_* environment cleared, then `extra`) to its end: (stdout,
+    stderr). Past `deadline_s` its whole session is killed (torchrun and every rank) and the test fails
+    naming `what`; a non-zero exit fails it too."""
+    import signal
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    env.update(extra, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{what} still running after {deadline_s} s:\n{out[-2000:]}\n{err[-4000:]}")
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    return out, err

@@ -6,9 +6,6 @@ Real ranks: torchrun, 2 processes on gloo, each with its own environment."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from dataclasses import astuple
 from types import SimpleNamespace
 
@@ -16,7 +13,7 @@ import pytest
 
 from autotuner.job import qcomms
 from autotuner.job.qcomms import Tuned
-from tests.helpers import REPO
+from tests.helpers import REPO, run_ranks
 
 RANK = REPO / "tests" / "autotuner" / "qcomms_ranks.py"
 DEADLINE_S = 120  # torchrun and two torch imports take seconds on 2 CPU cores; gloo's own timeout is 30 s
@@ -37,20 +34,8 @@ ADOPTED_V3 = Tuned(
 @pytest.fixture(scope="module")
 def ranks(torchrun) -> tuple[dict[tuple[int, int], dict], str]:
     """One torchrun launch of every case: ({(case, rank): what it printed}, both ranks' stderr)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
-    env.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     cmd = [*torchrun, "--standalone", "--nproc-per-node", "2", str(RANK), json.dumps(list(CASES.values()))]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
-        out, err = proc.communicate()
-        pytest.fail(
-            f"the ranks still ran after {DEADLINE_S} s (a collective one rank never joined?):\n{err[-4000:]}"
-        )
-    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    out, err = run_ranks(cmd, DEADLINE_S, "the ranks (a rank left waiting on one that never read?)")
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {(line["case"], line["rank"]): line for line in lines}, err
 

@@ -4,35 +4,23 @@ value it must ignore, and say so, without failing the job)."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, run_ranks
 
 EXAMPLE = REPO / "deploy" / "examples" / "train_dlrm.py"
 DEADLINE_S = 90  # one run takes a few seconds on 2 CPU cores
 
 
 def train(**autotuner: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
-    env.update(autotuner, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(EXAMPLE), "--steps", "6"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
-        out, err = proc.communicate()
-        pytest.fail(f"train_dlrm.py still running after {DEADLINE_S} s:\n{out[-2000:]}\n{err[-4000:]}")
-    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    out, err = run_ranks(cmd, DEADLINE_S, "train_dlrm.py", **autotuner)
+    return subprocess.CompletedProcess(cmd, 0, out, err)
 
 
 def config_line(out: str) -> str:
