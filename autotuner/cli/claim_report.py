@@ -17,6 +17,7 @@ from rich.table import Table
 
 from autotuner.cli.terminal import shown
 from autotuner.tuning.outcome import KnobQuality, LadderStep, Outcome, Quality, ScalingPoint, TimeToQuality
+from autotuner.tuning.stats import CONFIDENCE
 
 GROUPS = ("precision", "batch", "pipeline", "sharding", "threads")  # a step's value, not an env variable
 
@@ -72,7 +73,7 @@ def ladder_table(ladder: Sequence[LadderStep]) -> Table:
                 "to quality: never" if never else f"to quality {1 / (ttq.efficiency or 1.0) - 1:+.0%} samples",
                 "-",
                 "-" if never else times(ttq.speedup or 0.0),
-                "-" if never else interval(ttq.ci_low or 0.0, ttq.ci_high or 0.0),
+                "-" if never else interval(ttq.ci_low or 0.0, ttq.ci_high or 0.0) + _wider(ttq.confidence),
                 "",
                 "kept" if ttq.verdict == "passed" else shown("dropped", "yellow"),  # why: the quality line
             )  # fmt: skip
@@ -110,7 +111,21 @@ def quality_line(quality: Quality | None) -> str:
 
 
 def _costs(f: Quality | KnobQuality) -> str:
-    return f"costs {f.delta:+.4f} [{f.ci_low:+.4f}, {f.ci_high:+.4f}]"
+    return f"costs {f.delta:+.4f} [{f.ci_low:+.4f}, {f.ci_high:+.4f}{level(f.confidence)}]"
+
+
+def _wider(confidence: float | None) -> str:
+    """In the ladder's 95% CI column, an interval at another level says its own."""
+    return f" ({confidence:.1%})" if level(confidence) else ""
+
+
+def level(confidence: float | None) -> str:
+    """ ", 98.3%: the best of 3 learning-rate rules" for an interval wider than 95% because the best of
+    several was taken (stats.family_confidence); nothing for a plain 95% one."""
+    if confidence is None or confidence <= CONFIDENCE + 1e-9:
+        return ""
+    rules = round((1 - CONFIDENCE) / (1 - confidence))
+    return f", {confidence:.1%}: the best of {rules} learning-rate rules"
 
 
 def _verdict(f: Quality | KnobQuality, quality: Quality) -> str:
@@ -155,7 +170,7 @@ def time_to_quality_text(ttq: TimeToQuality) -> str:
     gain = ttq.throughput_gain.ratio if ttq.throughput_gain else None
     head = f"{gain:.2f}x samples/s, " if gain else ""
     return (f"{head}{1 / ttq.efficiency:.2f}x the samples to the baseline's log loss: {ttq.speedup:.2f}x "
-            f"time to quality [{ttq.ci_low:.2f}-{ttq.ci_high:.2f}]{lr}")  # fmt: skip
+            f"time to quality [{ttq.ci_low:.2f}-{ttq.ci_high:.2f}{level(ttq.confidence)}]{lr}")  # fmt: skip
 
 
 def _single_seed_line(q: Quality) -> str:

@@ -81,7 +81,8 @@ class SearchSpace(BaseModel):
     max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
     # The convergence check trains baseline and variants under this many paired model seeds (a 95% CI
     # over the pairs), and a batch change under each learning-rate rule listed (lr x (batch / the
-    # job's) ** 0, 0.5 or 1): more than one is searched, in the quality launch.
+    # job's) ** 0, 0.5 or 1): more than one is searched, in the quality launch, and the best of m
+    # judged on intervals at 1 - 5%/m (stats.family_confidence).
     quality_seeds: Annotated[StrictInt, Field(ge=2, le=32)] = 3
     lr_scaling: Annotated[list[LrScaling], AfterValidator(_distinct)] = Field(
         default_factory=lambda: list[LrScaling](["none"]), min_length=1, max_length=3

@@ -83,6 +83,9 @@ class TimeToQuality(Interval):
     )
     efficiency_ci: list[float] | None = None
     speedup: float | None = Field(default=None, description="time-to-quality speedup: gain x efficiency")
+    confidence: float | None = Field(
+        default=None, description="of the interval: 0.95, or more for the best of several learning-rate rules"
+    )
     verdict: str | None = Field(default=None, description="passed | refused | not resolved")
     variant: str | None = None
     lr_scaling: str | None = Field(
@@ -117,9 +120,12 @@ class LadderStep(Interval):
 
 
 class PairedDelta(Interval):
-    """A log-loss delta against the baseline under the same model seeds, with its 95% CI and verdict."""
+    """A log-loss delta against the baseline under the same model seeds, with its CI and verdict."""
 
     delta: float | None = Field(default=None, description="variant - baseline log loss, mean over the seeds")
+    confidence: float | None = Field(
+        default=None, description="of the interval: 0.95, or more for the best of several learning-rate rules"
+    )
     sd: float | None = Field(default=None, description="of the paired differences")
     verdict: str | None = Field(default=None, description="passed | refused | not resolved")
     k_to_resolve: int | None = Field(default=None, description="seeds that would resolve it at this spread")

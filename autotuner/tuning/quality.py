@@ -23,7 +23,8 @@ needs to reach it (read the same way), give a sample-efficiency ratio; times the
 ladder's throughput gain for the batch step, that is its time-to-quality speedup, with a 95%
 interval, and the verdict is on that product. A learning-rate rule for the batch change
 (`lr_scaling`: none, sqrt, linear) is a knob of its own: each rule the space lists is trained, and
-the best one is taken. The task is a proxy (trials/convergence.py: a hidden teacher over the workload's
+the best one is taken; with m rules every interval of theirs is at 1 - 5%/m, so that taking the best
+passes no more often than one rule would. The task is a proxy (trials/convergence.py: a hidden teacher over the workload's
 tables), or the user's data with `quality_data: "module:function"`.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +48,17 @@ from autotuner.tuning.outcome import Gain, KnobQuality, LadderStep, Quality, Tim
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.settings import MAX_EXTENSION, eval_samples
-from autotuner.tuning.stats import NOT_RESOLVED, PASSED, REFUSED, Ratio, paired_delta, product, ratio_over
+from autotuner.tuning.stats import (
+    CONFIDENCE,
+    NOT_RESOLVED,
+    PASSED,
+    REFUSED,
+    Ratio,
+    family_confidence,
+    paired_delta,
+    product,
+    ratio_over,
+)
 from autotuner.tuning.study import why_no_training
 
 KNOBS = ("precision", "batch", "pipeline")  # what changes the training, not only its speed
@@ -247,9 +259,13 @@ def judge(
     (check: by ladder gain; default: `knobs`' order)."""
     base = scores["baseline"]
     base_loss = [s["logloss"] for s in base]
+    # A variant trained under several learning-rate rules ("only_batch@sqrt", ...) is judged at the
+    # confidence the best of them needs: the best is what goes out.
+    rules = Counter(_family(v.name) for v in variants)
     figures = {
-        v.name: _figures(v, scores[v.name], base, limit, gain) for v in variants if v.name != "baseline"
-    }
+        v.name: _figures(v, scores[v.name], base, limit, gain, family_confidence(rules[_family(v.name)]))
+        for v in variants if v.name != "baseline"
+    }  # fmt: skip
     names = ("tuned", *(f"only_{k}" for k in knobs))
     chosen = {name: best for name in names if (best := _best_rule(name, variants, figures)) is not None}
     # The batch goes out with the rule it was shown under (publish.lr_scale): the tuned config is judged
@@ -274,7 +290,8 @@ def judge(
     return Quality(
         k=len(base), seeds=[s.get("model_seed") for s in base], baseline_logloss=statistics.fmean(base_loss),
         tuned_logloss=statistics.fmean(tuned.logloss), baseline_per_seed=base_loss, tuned_per_seed=tuned.logloss,
-        delta=tuned.delta, ci_low=tuned.ci_low, ci_high=tuned.ci_high, sd=tuned.sd, k_to_resolve=tuned.k_to_resolve,
+        delta=tuned.delta, ci_low=tuned.ci_low, ci_high=tuned.ci_high, confidence=tuned.confidence, sd=tuned.sd,
+        k_to_resolve=tuned.k_to_resolve,
         verdict=tuned.equal_samples_verdict, seed_spread=statistics.stdev(base_loss),
         baseline_auc=statistics.fmean(s["auc"] for s in base), tuned_auc=statistics.fmean(tuned.auc),
         samples=base[0]["train_samples"], eval_samples=base[0]["eval_samples"], max_logloss_delta=limit,
@@ -301,14 +318,18 @@ def _knob(
     knob: str, knobs: list[str], chosen: dict[str, str], figures: dict[str, VariantFigures]
 ) -> KnobQuality:
     f = figures[chosen["tuned" if len(knobs) == 1 else f"only_{knob}"]]
-    return KnobQuality(delta=f.delta, ci_low=f.ci_low, ci_high=f.ci_high, verdict=f.verdict,
-                       k_to_resolve=f.k_to_resolve)  # fmt: skip
+    return KnobQuality(delta=f.delta, ci_low=f.ci_low, ci_high=f.ci_high, confidence=f.confidence,
+                       verdict=f.verdict, k_to_resolve=f.k_to_resolve)  # fmt: skip
+
+
+def _family(name: str) -> str:
+    return name.split("@", 1)[0]
 
 
 def _best_rule(name: str, variants: list[Variant], figures: dict[str, VariantFigures]) -> str | None:
     """The variant of `name` under the learning-rate rule that did best (time to quality, else the
     equal-samples delta)."""
-    tried = [v.name for v in variants if v.name == name or v.name.startswith(f"{name}@")]
+    tried = [v.name for v in variants if _family(v.name) == name]
     if not tried:
         return None
 
@@ -325,27 +346,31 @@ def _figures(
     base: list[dict[str, Any]],
     limit: float,
     gain: Ratio | None,
+    confidence: float = CONFIDENCE,
 ) -> VariantFigures:
     """A variant against the baseline: per-seed losses, the paired delta with its interval and verdict,
     and for a batch change its time to quality (whose verdict is then the variant's)."""
     loss = [s["logloss"] for s in scores]
-    delta = paired_delta(loss, [s["logloss"] for s in base]).as_dict(limit)
+    delta = paired_delta(loss, [s["logloss"] for s in base], confidence).as_dict(limit)
     out = VariantFigures.model_validate({"logloss": loss, "auc": [s["auc"] for s in scores], **delta,
                                          "equal_samples_verdict": delta["verdict"]})  # fmt: skip
     if not variant.batch_change:
         return out
-    ttq = time_to_quality(scores, base, gain)
+    ttq = time_to_quality(scores, base, gain, confidence)
     return out.model_copy(update={"lr_scaling": variant.lr_rule or "none", "lr_scale": scores[0].get("lr_scale", 1.0),
                                   "time_to_quality": ttq, "verdict": ttq.verdict or out.verdict})  # fmt: skip
 
 
 def time_to_quality(
-    scores: list[dict[str, Any]], base: list[dict[str, Any]], gain: Ratio | None
+    scores: list[dict[str, Any]],
+    base: list[dict[str, Any]],
+    gain: Ratio | None,
+    confidence: float = CONFIDENCE,
 ) -> TimeToQuality:
     """Per seed, the samples the variant needs to reach that seed's baseline final log loss; the
     samples the baseline's own curve needs to reach it over those (sample efficiency, > 1: fewer
-    samples), and times the throughput gain, the time-to-quality speedup with its 95% interval and
-    verdict."""
+    samples), and times the throughput gain, the time-to-quality speedup with its interval (at
+    `confidence`) and verdict."""
     budget = base[0]["train_samples"]
     needed = [samples_to_reach(s.get("curve") or [], b["logloss"]) for s, b in zip(scores, base, strict=True)]
     # Both sides read the same way: the first crossing of the target on their own curve. Against the
@@ -354,7 +379,7 @@ def time_to_quality(
     # the budget, where its final log loss was taken.
     own = [_reached_at(b) for b in base]
     trained = max(s.get("budget_samples", budget) for s in scores)
-    out = TimeToQuality(baseline_samples=budget, samples=needed, trained_samples=trained,
+    out = TimeToQuality(baseline_samples=budget, samples=needed, trained_samples=trained, confidence=confidence,
                         throughput_gain=None if gain is None else Gain.model_validate(gain.as_dict()))  # fmt: skip
     reached = [n for n in needed if n is not None]
     if len(reached) < len(needed):
@@ -362,13 +387,13 @@ def time_to_quality(
         best = None if gain is None else gain.ci_high * max(own) / trained
         verdict = None if best is None else REFUSED if best <= 1 else NOT_RESOLVED
         return out.model_copy(update={"never": True, "speedup_at_most": best, "verdict": verdict})
-    efficiency = ratio_over([o / n for o, n in zip(own, reached, strict=True)])
+    efficiency = ratio_over([o / n for o, n in zip(own, reached, strict=True)], confidence)
     out = out.model_copy(
         update={"efficiency": efficiency.ratio, "efficiency_ci": [efficiency.ci_low, efficiency.ci_high]}
     )
     if gain is None:
         return out
-    speedup = product(gain, efficiency)
+    speedup = product(gain, efficiency, confidence)
     verdict = PASSED if speedup.ci_low > 1 else REFUSED if speedup.ci_high < 1 else NOT_RESOLVED
     return out.model_copy(update={"speedup": speedup.ratio, "ci_low": speedup.ci_low, "ci_high": speedup.ci_high,
                                   "verdict": verdict})  # fmt: skip

@@ -1,4 +1,4 @@
-"""The intervals every claim rests on: t975 against Student's t, paired_speedup against a hand-worked
+"""The intervals every claim rests on: t_quantile against Student's t, paired_speedup against a hand-worked
 interval and scipy's one-sample t-interval on the log ratios."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 from scipy import stats
 
-from autotuner.tuning.stats import paired_speedup, t975
+from autotuner.tuning.stats import paired_speedup, t_quantile
 
 # Student's t(0.975, df), from the printed tables (df 11-14 and past 30 are where a table lookup slips).
 TABLE = {1: 12.7062, 2: 4.3027, 4: 2.7764, 10: 2.2281, 11: 2.2010, 12: 2.1788, 13: 2.1604, 14: 2.1448,
@@ -16,13 +16,13 @@ TABLE = {1: 12.7062, 2: 4.3027, 4: 2.7764, 10: 2.2281, 11: 2.2010, 12: 2.1788, 1
 
 
 @pytest.mark.parametrize(("df", "quantile"), sorted(TABLE.items()))
-def test_t975_is_the_tables_value(df, quantile):
-    assert t975(df) == pytest.approx(quantile, abs=5e-5)
+def test_t_quantile_is_the_tables_value(df, quantile):
+    assert t_quantile(df) == pytest.approx(quantile, abs=5e-5)
 
 
-def test_t975_is_scipys_students_t_at_every_df():
+def test_t_quantile_is_scipys_students_t_at_every_df():
     for df in [*range(1, 101), 1_000, 100_000]:
-        assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
+        assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
 
 
 def test_a_hand_worked_interval():

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from autotuner.cli.claim_report import quality_line
 from autotuner.executors import LocalExecutor
 from autotuner.job.qcomms import tuned as tuned_of
 from autotuner.space import load_space
@@ -41,7 +42,7 @@ from autotuner.tuning.stats import (
     product,
     ratio_over,
     seeds_to_resolve,
-    t975,
+    t_quantile,
 )
 
 DEFAULTS = load_space({})
@@ -125,16 +126,16 @@ def test_seeds_to_resolve_is_the_first_k_whose_interval_fits():
     sd = 0.0015
     k = seeds_to_resolve(sd, LIMIT)
     assert k is not None
-    assert 2 * t975(k - 1) * sd / math.sqrt(k) <= LIMIT < 2 * t975(k - 2) * sd / math.sqrt(k - 1)
+    assert 2 * t_quantile(k - 1) * sd / math.sqrt(k) <= LIMIT < 2 * t_quantile(k - 2) * sd / math.sqrt(k - 1)
     assert seeds_to_resolve(1.0, LIMIT) is None  # beyond MAX_SEEDS: said as such, not a number
 
 
 def test_t_quantiles_are_students():
-    assert t975(2) == pytest.approx(4.3027, abs=1e-4)
-    assert t975(11) == pytest.approx(2.2010, abs=1e-4)
-    assert t975(10_000) == pytest.approx(1.9602, abs=1e-4)
+    assert t_quantile(2) == pytest.approx(4.3027, abs=1e-4)
+    assert t_quantile(11) == pytest.approx(2.2010, abs=1e-4)
+    assert t_quantile(10_000) == pytest.approx(1.9602, abs=1e-4)
     with pytest.raises(ValueError, match="at least 2 pairs"):
-        t975(0)
+        t_quantile(0)
 
 
 # ------------------------------------------------------------------------------ time to quality
@@ -329,3 +330,71 @@ def test_a_config_keeps_the_jobs_rate_unless_its_batch_was_shown_under_another()
     assert lr_scale(Outcome(quality=Quality(time_to_quality=none)), 2048, 512) is None
     assert lr_scale(Outcome(quality=Quality(skipped="replay")), 2048, 512) is None  # never trained: no rule
     assert lr_scale(Outcome(), 2048, 512) is None
+
+
+# ------------------------------------------------------------------------------ the best of several rules
+
+
+def best_of_rules_passes(draws: int, rules: tuple[str, ...], seed: int = 7) -> float:
+    """How often a batch change whose time to quality is truly 1.0x (1.2x the samples/s, 1/1.2 as
+    sample-efficient under every learning-rate rule) passes, when each rule is trained and the best
+    taken. The rules share the seeds (the same data order): their efficiencies move together in part."""
+    rng = np.random.default_rng(seed)
+    budget, gain_true = 131072, 1.2
+    base = [{"logloss": MEAN, "auc": 0.76, "train_samples": budget, "eval_samples": 16384} for _ in range(K)]
+    variants = [Variant("baseline", None), *(Variant(f"tuned@{r}", None, True, r) for r in rules)]
+    passed = 0
+    for _ in range(draws):
+        gain = ratio_over(list(np.exp(rng.normal(math.log(gain_true), 0.03, 6))))  # a ladder step's rounds
+        seeds = rng.normal(0, 0.05, K)
+        scores = {"baseline": base}
+        for r in rules:
+            needs = gain_true * np.exp(seeds + rng.normal(0, 0.05, K))
+            # a straight curve through the baseline's log loss at `needs` budgets: read back exactly
+            scores[f"tuned@{r}"] = [
+                {"logloss": MEAN, "auc": 0.76, "train_samples": budget, "eval_samples": 16384,
+                 "budget_samples": 2 * budget, "lr_scale": 1.0,
+                 "curve": [[x, MEAN + 0.01 * (n - x / budget)] for x in budget * np.arange(1, 9) / 4]}
+                for n in needs
+            ]  # fmt: skip
+        evidence = judge(scores, ["batch"], variants, LIMIT, gain)
+        passed += evidence.knobs["batch"].verdict == PASSED
+    return passed / draws
+
+
+def test_the_best_of_three_learning_rate_rules_passes_a_change_with_no_gain_no_more_often_than_one_rule():
+    draws = 4000  # a rate of 2.5% has a standard error of 0.25 points here
+    one = best_of_rules_passes(draws, ("none",))
+    three = best_of_rules_passes(draws, ("none", "sqrt", "linear"))
+    # One interval's upper side: 2.5% nominal, 1.1% measured (the product's interval takes the fewer
+    # degrees of freedom). The best of three at 95% each passed 2.3%, twice the one rule's (the code
+    # before); at 1 - 5%/3 each (Bonferroni, conservative for rules that move together) 0.2%.
+    assert one <= 0.025 + 0.0075, one
+    assert three <= one, (three, one)
+
+
+def test_each_rule_of_several_is_judged_at_the_familys_confidence():
+    budget = 131072
+    base = [{"logloss": 0.575, "auc": 0.76, "train_samples": budget, "eval_samples": 16384} for _ in range(3)]
+    trained = [{"logloss": 0.575, "auc": 0.76, "train_samples": budget, "eval_samples": 16384, "lr_scale": 1.0,
+                "curve": curve(1.1 * f), "budget_samples": 2 * budget} for f in (0.98, 1.0, 1.02)]  # fmt: skip
+    gain = Ratio.of_interval(1.6, 1.5, 1.7, 5)
+    rules = ("none", "sqrt", "linear")
+    variants = [Variant("baseline", None), *(Variant(f"tuned@{r}", None, True, r) for r in rules)]
+    several = judge(
+        {"baseline": base, **{f"tuned@{r}": trained for r in rules}}, ["batch"], variants, LIMIT, gain
+    )
+    one = judge({"baseline": base, "tuned": trained}, ["batch"], [variants[0], Variant("tuned", None, True)],
+                LIMIT, gain)  # fmt: skip
+    wide, narrow = several.time_to_quality, one.time_to_quality
+    assert narrow.confidence == 0.95
+    assert wide.confidence == pytest.approx(1 - 0.05 / 3)
+    assert wide.speedup == pytest.approx(narrow.speedup)  # the same figure, a wider interval around it
+    assert wide.ci_low < narrow.ci_low
+    assert wide.ci_high > narrow.ci_high
+    assert several.knobs["batch"].confidence == several.confidence == pytest.approx(1 - 0.05 / 3)
+    # and the words say so, where a plain 95% interval says nothing more
+    said = quality_line(several)
+    assert f"[{wide.ci_low:.2f}-{wide.ci_high:.2f}, 98.3%: the best of 3 learning-rate rules]" in said
+    assert f"[{narrow.ci_low:.2f}-{narrow.ci_high:.2f}]" in quality_line(one)
+    assert "learning-rate rules" not in quality_line(one)
