@@ -133,7 +133,7 @@ class Cluster(Named, Base):
 class Workload(Named, Base):
     __tablename__ = "at_workloads"
 
-    spec: Mapped[dict[str, Any]]  # the trial spec's `workload` object
+    spec: Mapped[dict[str, Any]]  # the trial spec's `workload` object, as its latest study gave it
 
 
 class Study(Base):
@@ -143,6 +143,9 @@ class Study(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
     workload_id: Mapped[int] = mapped_column(ForeignKey("at_workloads.id"), index=True)
+    # The workload as this study was created with it (the workload row holds the latest study's):
+    # what it measures, resumed or re-validated. NULL: created by a version before schema 0013.
+    workload_spec: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     state: Mapped[str] = mapped_column(Label, index=True)
     space: Mapped[dict[str, Any]]
     settings: Mapped[dict[str, Any]]

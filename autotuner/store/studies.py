@@ -85,6 +85,7 @@ class StudyRecords(StoreBase):
                 name=name,
                 cluster_id=cluster_row.id,
                 workload_id=workload_row.id,
+                workload_spec=workload_spec,
                 state=state,
                 space=space,
                 settings=settings,

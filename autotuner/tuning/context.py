@@ -88,10 +88,12 @@ class StudyContext:
         if study is None:
             raise LookupError(f"study {study_id} not found")
         settings = StudySettings.model_validate(study.settings)
+        # its own tables, not those a later study under the same workload name stored since
+        spec = study.workload_spec if study.workload_spec is not None else study.workload.spec
         return cls(
             store=store, executor=executor, lease=lease, study_id=study.id, settings=settings,
-            space=stored_space(study.space), workload_obj=study.workload.spec,
-            workload=parse_workload(study.workload.spec), cluster_id=study.cluster_id,
+            space=stored_space(study.space), workload_obj=spec,
+            workload=parse_workload(spec), cluster_id=study.cluster_id,
             cluster_name=study.cluster.name, workload_name=study.workload.name,
             workdir=settings.study_dir(study.id), **kwargs,
         )  # fmt: skip

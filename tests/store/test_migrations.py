@@ -81,3 +81,22 @@ def test_candidates_from_before_pipelines_were_recorded_say_their_workloads_own(
         assert store.candidate(ids["sparse"]).pipeline == "none"
     finally:
         store.dispose()
+
+
+def test_studies_from_before_0013_take_the_spec_their_workload_has(store_url):
+    """0013: each study keeps its own workload spec; one from before is given its workload's."""
+    store = Store(store_url)
+    spec = {
+        "name": "w",
+        "tables": [{"name": "t", "num_embeddings": 10, "embedding_dim": 8, "pooling_factor": 1}],
+    }
+    study = store.create_study(
+        name="s", cluster="c", workload_name="w", workload_spec=spec, space={}, settings={}
+    )
+    command.downgrade(alembic_config(store.engine), "0012")  # as a store last written before 0013 holds it
+    store.dispose()
+    store = Store(store_url)  # migrates to head
+    try:
+        assert store.study(study.id).workload_spec == spec
+    finally:
+        store.dispose()
