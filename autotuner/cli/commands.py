@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import sys
 import types
 import typing
@@ -166,14 +167,38 @@ def _settings_options() -> list[inspect.Parameter]:
             option = typer.Option(
                 f"{flag}/--no-{flag[2:]}", help=field.description, rich_help_panel=PANEL_OF.get(name)
             )
-            kind = bool
+            kind: Any = bool
         else:
-            option = typer.Option(flag, help=field.description, rich_help_panel=PANEL_OF.get(name))
-            kind = _cli_type(field.annotation)
+            unset = _unsettable(name)
+            # --trials none: no cap on search launches (the time budget ends the search), as `"trials":
+            # null` does over REST
+            text = (
+                f"{field.description}; none: {UNSET_MEANS.get(name, 'unset')}" if unset else field.description
+            )
+            option = typer.Option(flag, help=text, rich_help_panel=PANEL_OF.get(name),
+                                  metavar="INTEGER|none" if unset else None)  # fmt: skip
+            kind = str if unset else _cli_type(field.annotation)
         if isinstance(default, list):
             default = ",".join(map(str, default))
         params.append(inspect.Parameter(name, KW, annotation=Annotated[kind, option], default=default))
     return params
+
+
+UNSET_MEANS = {"trials": "no cap, until --time-budget"}
+
+
+def _number(text: str) -> int | str:
+    """An integer as typed, else the text (which the schema then refuses, naming the option)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _unsettable(name: str) -> bool:
+    """A field that takes null over REST although its default is a value: `none` on the command line."""
+    field = RequestSettings.model_fields[name]
+    return type(None) in typing.get_args(field.annotation) and field.get_default() is not None
 
 
 def _cli_type(annotation: Any) -> Any:
@@ -186,6 +211,9 @@ def _cli_type(annotation: Any) -> Any:
 def settings_from_options(options: dict[str, Any]) -> RequestSettings:
     """The command line's values as the REST body's settings; bad ones name their option."""
     values = dict(options)
+    for name, value in options.items():
+        if isinstance(value, str) and name in RequestSettings.model_fields and _unsettable(name):
+            values[name] = None if value.strip().lower() == "none" else _number(value)
     nodes = values.get("scaling_nodes")
     if isinstance(nodes, str):
         try:
@@ -196,8 +224,14 @@ def settings_from_options(options: dict[str, Any]) -> RequestSettings:
         return RequestSettings(**values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = flag_of(str(first["loc"][0])) if first["loc"] else "settings"
-        raise _fail(f"{where}: {first['msg'].removeprefix('Value error, ')}") from exc
+        msg = first["msg"].removeprefix("Value error, ")
+        if first["loc"]:
+            raise _fail(f"{flag_of(str(first['loc'][0]))}: {msg}") from exc
+        # a rule across fields names them as the REST body does: here, as their options
+        said = re.sub(
+            r"\b[a-z_]+\b", lambda m: flag_of(m[0]) if m[0] in RequestSettings.model_fields else m[0], msg
+        )
+        raise _fail(f"settings: {said}") from exc
 
 
 def flag_of(field: str) -> str:

@@ -100,3 +100,31 @@ def test_a_whole_number_given_as_a_float_is_that_number(client):
     answer = client.post("/v1/studies", json=body)
     assert answer.status_code == 201, answer.text
     assert (answer.json()["settings"]["trials"], answer.json()["settings"]["nproc_per_node"]) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("cli_values", "body", "accepted"),
+    [
+        (["--trials", "none", "--time-budget", "60"], {"trials": None, "time_budget_s": 60}, True),
+        (["--trials", "None"], {"trials": None}, False),  # no budget at all: refused by both, naming it
+        (["--trials", "many"], {"trials": "many"}, False),
+    ],
+)
+def test_no_cap_on_search_launches_is_none_on_the_command_line_and_null_over_rest(client, tmp_path, cli_values,
+                                                                                 body, accepted):  # fmt: skip
+    answer = client.post("/v1/studies", json={"cluster": "c", "workload": RECORDED["workload"],
+                                              "space": RECORDED["space"], "settings": body})  # fmt: skip
+    assert answer.status_code == (201 if accepted else 422), answer.text
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(RECORDED["workload"]))
+    args = ["tune", "--cluster", "c", "--workload", str(workload), "--space", "no-such-space", *cli_values,
+            "--db", f"sqlite:///{tmp_path / 'at.db'}"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    if accepted:  # as far as the space
+        assert "no such file or preset" in said, said
+    else:
+        assert "--trials" in said, said
+    if cli_values[1] == "None":
+        assert "give a budget" in said, said
