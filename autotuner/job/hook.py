@@ -181,7 +181,7 @@ def _within(timeout_s: float, call: Callable[[], Any]) -> Any:
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        raise TimeoutError(f"no answer within {timeout_s:g} s")
+        raise TimeoutError(f"no answer within {round(timeout_s, 2):g} s")  # 1.5 s, not 1.49935 s
     if "error" in box:
         raise box["error"]
     return box["answer"]
@@ -518,11 +518,8 @@ def env_main(argv: list[str]) -> int:
         json_asked = "--format=json" in argv or ["--format", "json"] in (
             argv[i : i + 2] for i in range(len(argv))
         )
-        _stdout(
-            "null\n"
-            if json_asked
-            else "# nccl-autotuner: no config (the hook's command line could not be read)\n"
-        )
+        # the cause on stdout too (one printable line, a shell comment): a prolog's log may keep only that
+        _stdout("null\n" if json_asked else f"# nccl-autotuner: no config ({printable(str(exc))[:300]})\n")
         return 0
     try:
         config, dropped = resolve(args)

@@ -9,6 +9,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,12 @@ def test_a_stack_that_cannot_be_read_in_time_does_not_hold_the_job(monkeypatch, 
     assert time.monotonic() - started < hook.DETECT_S + 1.0
     assert spent >= hook.DETECT_S
     assert "the node's stack could not be read" in capsys.readouterr().err
+
+
+def test_a_fetch_that_timed_out_says_its_bound_as_a_person_would():
+    from autotuner.job import hook
+
+    release = threading.Event()
+    with pytest.raises(TimeoutError, match=r"^no answer within 0\.05 s$"):  # the time left: 0.04935 s
+        hook._within(0.04935, release.wait)
+    release.set()
