@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +18,8 @@ from autotuner.executors.registry import EXECUTORS, fields_from_settings, valida
 from autotuner.limits import DEFAULTS as CAPS
 from autotuner.limits import limits
 from autotuner.paths import default_data_dir
+
+log = logging.getLogger("autotuner.api")
 
 SCOPES = ("read", "write", "admin")
 
@@ -182,3 +185,10 @@ def check_settings_file(path: Path) -> None:
             near = difflib.get_close_matches(name.upper(), known, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
             raise ValueError(f"AUTOTUNER_SETTINGS_FILE={path}: {name} is not a setting of the service{hint}")
+    # The caps and the lease are read from each process's environment: in this file alone (not also
+    # systemd's EnvironmentFile, or exported) they are not in force, and the operator is told so.
+    unread = [name for name in names if name.upper() in ALSO_IN_FILES and name not in os.environ]
+    if unread:
+        log.warning("AUTOTUNER_SETTINGS_FILE=%s: %s not in force: read from the process's environment, not from "
+                    "this file (set them where the service starts, e.g. systemd's EnvironmentFile)",
+                    path, ", ".join(unread))  # fmt: skip

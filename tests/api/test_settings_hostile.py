@@ -76,6 +76,21 @@ def test_a_misspelt_setting_in_the_file_is_refused_with_the_nearest(monkeypatch,
     assert Settings().token_scopes == {"secret": "write"}
 
 
+def test_caps_and_the_lease_in_the_settings_file_alone_are_said_to_be_not_in_force(
+    monkeypatch, tmp_path, caplog
+):
+    path = tmp_path / "autotuner.env"
+    path.write_text("AUTOTUNER_TOKENS=secret:write\nAUTOTUNER_LEASE_S=30\nAUTOTUNER_MAX_QUEUED=5\n")
+    monkeypatch.setenv("AUTOTUNER_SETTINGS_FILE", str(path))
+    monkeypatch.delenv("AUTOTUNER_LEASE_S", raising=False)
+    monkeypatch.setenv("AUTOTUNER_MAX_QUEUED", "5")  # also in the environment (an EnvironmentFile): in force
+    with caplog.at_level("WARNING", logger="autotuner.api"):
+        Settings()
+    [warning] = [r.getMessage() for r in caplog.records if "not in force" in r.getMessage()]
+    assert "AUTOTUNER_LEASE_S not in force" in warning
+    assert "AUTOTUNER_MAX_QUEUED" not in warning
+
+
 def test_the_settings_file_is_read_when_named_after_import(monkeypatch, tmp_path):
     path = tmp_path / "autotuner.env"
     path.write_text(f"AUTOTUNER_DATA_DIR={tmp_path / 'data'}\n")
