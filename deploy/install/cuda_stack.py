@@ -8,8 +8,9 @@ the installed torch's version and CUDA build (from its metadata and torch/versio
 it), picks the pair of its train from TRAINS, and runs (or with --dry-run prints) the pip commands, each
 pinning torch to the installed version so that no dependency can upgrade it. DEP: torchrec's own
 dependencies (the Makefile's TORCHREC_DEPS; torchrec goes in --no-deps, as its declared `fbgemm-gpu` is
-installed here by name). Exits 2 with the versions it knows when torch is missing, a CPU build, or of a
-train not in TRAINS. Standard library only: it runs before anything else is installed.
+installed here by name). Exits 2 with the versions it knows when torch is missing, a CPU build (as
+installed, or a --torch-version with a `+cpu` label), or of a train not in TRAINS. Standard library
+only: it runs before anything else is installed.
 """
 
 from __future__ import annotations
@@ -85,6 +86,19 @@ def installed_torch() -> tuple[str, str | None]:
     return version, cuda
 
 
+def is_cpu_build(torch_version: str) -> bool:
+    """Whether a torch version names a CPU build by its local label ('2.13.0+cpu', '2.1.0+cpu.cxx11.abi')."""
+    return re.search(r"\+cpu(?:$|[._-])", torch_version, re.IGNORECASE) is not None
+
+
+def cpu_build(torch_version: str) -> str:
+    """Why a CPU torch gets nothing here."""
+    return (
+        f"torch {torch_version} is a CPU build: FLAVOR=cuda installs beside a CUDA torch (install "
+        f"one first, or run `make setup` for the CPU stack). Known: {known()}"
+    )
+
+
 def pip_commands(
     pip: str, torch_version: str, deps: list[str] | tuple[str, ...] = (), index_url: str | None = None
 ) -> list[list[str]]:
@@ -110,13 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.torch_version:
             version = args.torch_version
+            if is_cpu_build(version):  # a version's `+cpu` label says as much as a CUDA-less version.py
+                raise Unsupported(cpu_build(version))
         else:
             version, cuda = installed_torch()
             if cuda is None:
-                raise Unsupported(
-                    f"torch {version} is a CPU build: FLAVOR=cuda installs beside a CUDA torch (install "
-                    "one first, or run `make setup` for the CPU stack)"
-                )
+                raise Unsupported(cpu_build(version))
             print(f"torch {version} (CUDA {cuda}) found: installing its train", file=sys.stderr)
         commands = pip_commands(args.pip, version, args.deps, args.index_url)
     except Unsupported as exc:

@@ -85,6 +85,26 @@ def test_an_unknown_torch_says_which_versions_it_knows_and_exits_2(version, caps
     )
 
 
+@pytest.mark.parametrize("version", ["2.13.0+cpu", "2.11.0+cpu", "2.13.0+CPU", "2.11.0+cpu.cxx11.abi"])
+def test_a_cpu_build_given_as_the_version_installs_nothing_and_exits_2(version, capsys):
+    # --torch-version skips reading the installed torch: its `+cpu` label is what says it is a CPU build
+    # (this printed three pip commands and exited 0 for 2.13.0+cpu).
+    assert cuda_stack.main(["--pip", "PIP", "--torch-version", version, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # no command printed, nothing run
+    assert err == (
+        f"make setup FLAVOR=cuda: torch {version} is a CPU build: FLAVOR=cuda installs beside a CUDA torch "
+        "(install one first, or run `make setup` for the CPU stack). Known: torch 2.11 -> fbgemm-gpu 1.6.0 + "
+        "torchrec 1.6.1 (+ iopath); torch 2.13 -> fbgemm-gpu 1.8.0 + torchrec 1.8.0\n"
+    )
+
+
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cu126", "2.11.0+cu130"])
+def test_a_cuda_or_unlabelled_version_is_not_taken_for_a_cpu_build(version, capsys):
+    assert cuda_stack.main(["--pip", "PIP", "--torch-version", version, "--dry-run"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
 def fake_torch(monkeypatch, tmp_path, version: str | None, cuda: str | None) -> None:
     """An installed torch as the script reads it: its metadata's version and its torch/version.py."""
     folder = tmp_path / "torch"
