@@ -355,7 +355,7 @@ def _md_serving(section: dict[str, Any]) -> list[str]:
                   [str(r["stored_configs"]), f"{r['fetch']['requests_per_s']:,.0f}", f"{r['fetch']['p50_ms']:.1f}",
                    f"{r['fetch']['p99_ms']:.1f}", str(r["fetch"]["non_2xx"] + r["fetch"]["socket_errors"]),
                    str(r["trials_written_during_load"]), f"{r['hook_up']['median_ms']:.0f}",
-                   f"{r['hook_down_cached']['median_ms']:.0f}", f"{r['hook_hanging_cached']['max_ms']:.0f}"]
+                   f"{r['hook_down_cached']['median_ms']:.0f}", f"{r['hook_hanging_cached']['median_ms']:.0f}"]
                   for r in v.values()]), ""]  # fmt: skip
 
 
