@@ -6,10 +6,20 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 
 from autotuner.store.base import StoreBase, env_hash, set_columns
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
+
+# The larger of the two codec errors, as the trials table shows it (sorting on the forward one alone put
+# a row whose backward error was over the limit among the clean ones); null when neither was measured.
+_FWD, _BWD = Candidate.quant_error_fwd, Candidate.quant_error_bwd
+QUANT_ERROR = case(
+    (_FWD.is_(None), _BWD),
+    (_BWD.is_(None), _FWD),
+    (_FWD >= _BWD, _FWD),
+    else_=_BWD,
+)
 
 CANDIDATE_SORT_KEYS = {
     "id": Candidate.id,
@@ -17,7 +27,7 @@ CANDIDATE_SORT_KEYS = {
     "iter_ms": Candidate.iter_ms,
     "a2a_ms": Candidate.a2a_ms,
     "batch_size": Candidate.batch_size,
-    "quant_error": Candidate.quant_error_fwd,
+    "quant_error": QUANT_ERROR,
     "state": Candidate.state,
     "launch": Candidate.launch_id,
 }
