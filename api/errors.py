@@ -6,16 +6,21 @@ alike; locations point into the request body of `POST /v1/studies`, where these 
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
+from autotuner.envvars import Problem
 from autotuner.space import FIELDS as SPACE_FIELDS
 from autotuner.space import SpaceError
 from autotuner.store import NotFound
@@ -43,25 +48,43 @@ def _unprocessable(entries: list[dict[str, Any]]) -> JSONResponse:
 
 async def _space(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SpaceError)
-    return _unprocessable([invalid(_space_loc(p.variable, p.rule), p.message, p.rule)
+    return _unprocessable([invalid(_space_loc(p), p.message, p.rule)
                            for p in exc.problems if p.severity == "error"])  # fmt: skip
 
 
-_INDEXED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]+\])+)")
+# A field of the space and the path inside it: `batch_sizes[0]`, `ladder[1].step`, `env.NCCL_X`.
+_FIELD_PATH = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]+\]|\.[^.\[]+)*)")
+_PATH_PART = re.compile(r"\[([0-9]+)\]|\.([^.\[]+)")
+UNKNOWN_FIELD = "unknown field"  # autotuner.space.schema_problems: a field the space does not have
 
 
-def _space_loc(variable: str, rule: str = "") -> list[str | int]:
-    """Where a space problem is in the body: a field of the space (an item of it: `batch_sizes[0]`
-    is ["batch_sizes", 0]; a field it does not have, the schema's problem, is the space's), or a
-    variable of its env."""
+def _space_loc(problem: Problem) -> list[str | int]:
+    """Where a space problem is in the body: a field of the space (an item of it: `batch_sizes[0]` is
+    ["batch_sizes", 0]), a field it does not have (the space's), or else a variable of its env (a
+    schema problem of an env value was put at the space, as if the variable were a field)."""
+    variable = problem.variable
     if not variable or variable == "space":
         return ["body", "space"]
-    indexed = _INDEXED.fullmatch(variable)
-    if indexed and indexed.group(1) in SPACE_FIELDS:
-        return ["body", "space", indexed.group(1), *map(int, re.findall(r"[0-9]+", indexed.group(2)))]
-    if variable in SPACE_FIELDS or rule == "schema":
+    path = _FIELD_PATH.fullmatch(variable)
+    if path and path.group(1) in SPACE_FIELDS:
+        parts = _PATH_PART.findall(path.group(2))
+        return ["body", "space", path.group(1), *(int(i) if i else key for i, key in parts)]
+    if problem.rule == "schema" and problem.message.startswith(UNKNOWN_FIELD):
         return ["body", "space", variable]
-    return ["body", "space", "env", variable]
+    return ["body", "space", "env", _unquoted(variable)]
+
+
+def _unquoted(variable: str) -> str:
+    """The body's key for a name that is no variable name: the space's checks name it repr'd
+    (`'BAD-NAME'`, control characters escaped), which no client finds in its body. One cut short
+    (`'XXX...`) loses its closing quote and is given cut, without the opening one."""
+    if variable[:1] not in ("'", '"'):
+        return variable
+    try:
+        name = ast.literal_eval(variable)
+    except (ValueError, SyntaxError):
+        return variable[1:]
+    return name if isinstance(name, str) else variable
 
 
 async def _spec(request: Request, exc: Exception) -> JSONResponse:
@@ -102,6 +125,29 @@ def _in_spec_words(error: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+PARSE_FAILED = "There was an error parsing the body"  # FastAPI's 400 when json.loads raised, not a JSON error
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    """FastAPI's own answer to an HTTPException, except its 400 for a body Python's JSON parser gave up
+    on, which said only that the body could not be parsed: it says why."""
+    assert isinstance(exc, HTTPException)
+    why = _unparsed(exc.__cause__) if exc.status_code == 400 and exc.detail == PARSE_FAILED else None
+    if why is None:
+        return await http_exception_handler(request, exc)
+    return JSONAnswer({"detail": f"the body cannot be read as JSON: {why}"}, status_code=400)
+
+
+def _unparsed(cause: BaseException | None) -> str | None:
+    if isinstance(cause, UnicodeDecodeError):
+        return f"it is not UTF-8 text (byte {cause.start} is 0x{cause.object[cause.start]:02x})"
+    if isinstance(cause, RecursionError):
+        return f"arrays or objects are nested too deep (the parser reads fewer than {sys.getrecursionlimit()} levels)"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return f"an integer has more than {sys.get_int_max_str_digits()} digits"
+    return None
+
+
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # "nan", "inf", "-inf"
@@ -114,6 +160,7 @@ def _finite(value: Any) -> Any:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request)
+    app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(SpaceError, _space)
     app.add_exception_handler(SpecError, _spec)
     app.add_exception_handler(StudyError, _study)

@@ -34,7 +34,7 @@ class ErrorPublic(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorPublic, "description": "the body is not valid JSON"},
+    400: {"model": ErrorPublic, "description": "the body cannot be read as JSON (`detail` says why)"},
     401: {"model": ErrorPublic, "description": "no or unknown bearer token"},
     403: {"model": ErrorPublic, "description": "the token's scope is too low"},
     404: {"model": ErrorPublic, "description": "no such resource"},
