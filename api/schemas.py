@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from types import UnionType
@@ -296,6 +298,48 @@ class ValidationStatus(BaseModel):
     reports: list[FingerprintReportPublic]
 
 
+def _unshown(char: str) -> bool:
+    """A character a one-line text must not hold: a control (C0, DEL, C1), a format character (bidi
+    overrides such as U+202E make "evil" read "live"; zero-width ones hide text) or a line or paragraph
+    separator (U+2028, U+2029 break the line)."""
+    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def _one_line(value: str) -> str:
+    at = next((i for i, c in enumerate(value) if _unshown(c)), None)
+    if at is None:
+        return value
+    char = value[at]
+    name = unicodedata.name(char, "a control character")
+    raise ValueError(
+        f"has U+{ord(char):04X} ({name}) at character {at}: give one line of plain text "
+        "(no control or format characters, no line or paragraph separators)"
+    )
+
+
+def _excluded_class(test: Callable[[str], bool]) -> str:
+    """A regex that matches text with no character of the Basic Multilingual Plane that `test` picks
+    (the schema's pattern; _one_line judges the other planes too)."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x10000):
+        if not test(chr(code)):
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    spans = "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+    return f"^[^{spans}]*$"
+
+
+ONE_LINE_PATTERN = _excluded_class(_unshown)
+# One line of plain text, up to 500 characters (the schema's pattern says it for the BMP; _one_line
+# checks every plane).
+OneLine = Annotated[
+    str, Field(max_length=500, json_schema_extra={"pattern": ONE_LINE_PATTERN}), AfterValidator(_one_line)
+]
+
+
 class RevalidateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
 
@@ -305,11 +349,10 @@ class RevalidateRequest(BaseModel):
     version: int | None = Field(
         None, ge=1, le=MAX_VERSION, description="re-check this version (default: the served one)"
     )
-    reason: str | None = Field(
+    reason: OneLine | None = Field(
         None,
-        max_length=500,
-        pattern=r"^[^\x00-\x1f\x7f]*$",
-        description="why (one line: no control characters)",
+        description="why (one line: no control or format characters such as U+202E, no line or paragraph "
+        "separators)",
     )
 
 

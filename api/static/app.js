@@ -73,7 +73,8 @@
       if (key === "class") node.className = value;
       else if (key === "dataset") Object.assign(node.dataset, value);
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else node.setAttribute(key, value === true ? "" : String(value));
+      // Attributes (a title's tooltip) show bidi controls as escapes too, as text does.
+      else node.setAttribute(key, value === true ? "" : shownText(value));
     }
     append(node, children);
     return node;
@@ -762,7 +763,8 @@
     setText("failed-count", failed.length ? num0(failed.length) : "");
     const list = $("failed-list");
     if (!failed.length) {
-      fill(list, el("p", { class: "empty" }, "None: every launch ran to the end."));
+      // A study that ended before its first launch has none that ran to the end either.
+      fill(list, el("p", { class: "empty" }, launches.length ? "None: every launch ran to the end." : "No launches."));
       return;
     }
     fill(list, ...failed.map((l) => el("article", { class: "failed-launch", dataset: { launch: l.id } },
@@ -903,12 +905,13 @@
     }
     const xs = matrix.batch_sizes.map((b) => fmtInt.format(b));
     const z = matrix.samples_per_s;
-    const text = z.map((row, i) => row.map((v, j) => (isNum(v) ? fmtInt.format(v) : matrix.trials[i][j] ? "infeasible" : "")));
+    const text = z.map((row, i) => row.map((v, j) => (isNum(v) ? fmtInt.format(v) : unmeasured(matrix, i, j))));
+    const counts = matrix.trials.map((row, i) => row.map((_, j) => trialCounts(matrix, i, j)));
     plot("chart-matrix", [{
-      type: "heatmap", x: xs, y: matrix.precisions.map(plain), z, text, customdata: matrix.trials,
+      type: "heatmap", x: xs, y: matrix.precisions.map(plain), z, text, customdata: counts,
       texttemplate: "%{text}", textfont: { size: 12 },
       colorscale: [[0, "#eef3fd"], [0.5, "#9db6ee"], [1, "#2f62d6"]], xgap: 3, ygap: 3,
-      hovertemplate: "%{y} · batch %{x}<br>best %{z:,.0f} samples/s<br>%{customdata} trial(s)<extra></extra>",
+      hovertemplate: "%{y} · batch %{x}<br>best %{z:,.0f} samples/s<br>%{customdata}<extra></extra>",
       colorbar: { thickness: 10, outlinewidth: 0, tickformat: ",.0f", tickfont: { size: 11, color: COLORS.muted },
         title: { text: "samples/s", side: "right", font: { size: 11, color: COLORS.muted } } },
     }], layout({
@@ -917,6 +920,16 @@
         title: { text: "precision fwd/bwd" } }),
       margin: { l: 84, r: 8, t: 8, b: 40 },
     }));
+  }
+
+  // A cell with no feasible measurement says why: "infeasible" is over the quantization-error limit,
+  // "failed" is a trial that did not run to the end (fp8 not supported); a cell can have both.
+  const CELL_STATES = ["infeasible", "failed"];
+  const cellCount = (matrix, state, i, j) => ((matrix[state] || [])[i] || [])[j] || 0;
+  const unmeasured = (matrix, i, j) => CELL_STATES.filter((s) => cellCount(matrix, s, i, j)).join(" / ");
+  function trialCounts(matrix, i, j) {
+    const some = CELL_STATES.filter((s) => cellCount(matrix, s, i, j)).map((s) => `${num0(cellCount(matrix, s, i, j))} ${s}`);
+    return `${num0(matrix.trials[i][j])} trial(s)${some.length ? `: ${some.join(", ")}` : ""}`;
   }
 
   // ---------------------------------------------------------------- configs page

@@ -122,7 +122,8 @@ def _listed(space: dict[str, Any], key: str) -> list[Any]:
 
 
 def precision_batch_matrix(rows: list[Candidate], space: dict[str, Any]) -> dict[str, Any]:
-    """Best feasible samples/s per (precision, batch size): rows follow the space's order."""
+    """Best feasible samples/s per (precision, batch size), and how many trials each cell had, failed
+    and infeasible among them: rows follow the space's order."""
     pairs = _listed(space, "precisions")
     declared = [f"{p[0]}/{p[1]}" for p in pairs if isinstance(p, list) and len(p) == 2]
     precisions = list(dict.fromkeys(declared + [f"{r.fwd_precision}/{r.bwd_precision}" for r in rows]))
@@ -130,17 +131,22 @@ def precision_batch_matrix(rows: list[Candidate], space: dict[str, Any]) -> dict
     batches = sorted({*(b for b in sizes if isinstance(b, int)),
                       *(r.batch_size for r in rows)})  # fmt: skip
     best: dict[tuple[str, int], float] = {}
-    measured: dict[tuple[str, int], int] = {}
+    counted: dict[str, dict[tuple[str, int], int]] = {"trials": {}, "failed": {}, "infeasible": {}}
     for row in rows:
         key = (f"{row.fwd_precision}/{row.bwd_precision}", row.batch_size)
-        measured[key] = measured.get(key, 0) + 1
+        for count in ("trials", row.state):  # every trial, and failed or infeasible ones apart
+            if count in counted:
+                counted[count][key] = counted[count].get(key, 0) + 1
         if row.state == "ok" and row.samples_per_s is not None:
             best[key] = max(best.get(key, 0.0), row.samples_per_s)
+    # Failed (did not run to the end) and infeasible (over the quantization-error limit) apart: a cell
+    # whose trials all crashed was labelled infeasible.
+    grid = {name: [[n.get((p, b), 0) for b in batches] for p in precisions] for name, n in counted.items()}
     return {
         "precisions": precisions,
         "batch_sizes": batches,
         "samples_per_s": [[best.get((p, b)) for b in batches] for p in precisions],
-        "trials": [[measured.get((p, b), 0) for b in batches] for p in precisions],
+        **grid,
     }
 
 
