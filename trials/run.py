@@ -15,6 +15,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from trials.result import (  # noqa: E402
     EXIT_BAD_INPUT,
@@ -29,6 +31,9 @@ from trials.result import (  # noqa: E402
 from trials.spec import SpecError, load_spec  # noqa: E402
 from trials.table import format_table  # noqa: E402
 from trials.watchdog import Watchdog, deadline_s  # noqa: E402
+
+if TYPE_CHECKING:
+    from trials.runner import TrialRunner  # imported in main: torch, torchrec, fbgemm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from trials.runner import PG_TIMEOUT, TrialRunner  # torch, torchrec, fbgemm: seconds of imports
 
-    def stalled(message: str) -> None:
-        if rank == 0:
-            write_json_atomic(args.out, error_result(f"TrialStalled: {message}", launch_env))
-
     limit = deadline_s(PG_TIMEOUT.total_seconds(), rank)
-    watchdog = Watchdog(limit, stalled, exit_code=EXIT_LAUNCH_FAILED).start()
+    started: list[TrialRunner] = []
+    watchdog = Watchdog(
+        limit, _on_stall(args, rank, launch_env, started), exit_code=EXIT_LAUNCH_FAILED
+    ).start()
     runner = TrialRunner(spec, _STARTED, launch_env, watchdog)
+    started.append(runner)
     try:
         result = runner.run()
     except Exception as exc:
@@ -86,6 +91,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_result:
             print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
     return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
+
+
+def _on_stall(
+    args: argparse.Namespace, rank: int, launch_env: dict[str, str], runner: list[TrialRunner]
+) -> Callable[[str], None]:
+    """What rank 0 writes when the watchdog fires: the candidates measured before a rank hung (out of
+    memory at a big batch, say) with the rest failed, else an error result."""
+
+    def stalled(message: str) -> None:
+        if rank != 0:
+            return
+        partial = runner[0].stalled_result(message) if runner else None
+        result = partial or error_result(f"TrialStalled: {message}", launch_env)
+        write_json_atomic(args.out, result)
+        if args.print_result:
+            print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
+
+    return stalled
 
 
 def error_result(error: str, launch_env: dict[str, str]) -> dict[str, object]:

@@ -64,6 +64,11 @@ class TrialRunner:
         self.nccl_log: Path | None = None
         self.joined = False  # in the process group
         self._batches: dict[int, list[Any]] = {}
+        # What a stall leaves (stalled_result): the launch's facts once known, and each candidate's
+        # result as it is merged, so the candidates measured before a rank hung are not lost with it.
+        self.header: dict[str, Any] | None = None
+        self.results: list[dict[str, Any] | None] = [None] * len(spec.candidates)
+        self.current: int | None = None  # the candidate being measured
 
     # ------------------------------------------------------------------ setup
 
@@ -228,53 +233,39 @@ class TrialRunner:
         hosts: list[str] = [""] * self.world_size
         dist.all_gather_object(hosts, socket.gethostname())
 
-        setup_s = time.perf_counter() - self.started
+        self.header = launch_facts(self, rank_env, hosts, time.perf_counter() - self.started)
         fidelity: list[dict[str, Any]] = []
         results = self._check_quality() if self.spec.quality else self._time(fidelity)
-        nccl_effective = self._nccl_effective()
-        wall_s = time.perf_counter() - self.started
-        result = {
-            "schema_version": SCHEMA_VERSION,
-            "workload": self.spec.to_dict()["workload"],
-            "world_size": self.world_size,
-            "local_world_size": self.local_size,
-            # emulated nodes share a hostname: the agents torchrun started say how many nodes there are
-            "nnodes": max(len(set(hosts)), int(os.environ.get("GROUP_WORLD_SIZE", "1"))),
-            "hosts": sorted(set(hosts)),
-            "backend": self.backend,
-            "device": self.device.type,
-            "device_name": torch.cuda.get_device_name(self.device)
-            if self.device.type == "cuda"
-            else _cpu_name(),
-            "versions": _versions(self.backend),
-            "driver_version": nvidia_driver_version(),
-            **env_report(rank_env),
-            "nccl_conf": read_nccl_conf_files(self.launch_env),
-            "nccl_effective": nccl_effective,
-            # how a collective's wire time was taken (the breakdown's comm columns)
-            "comm_timing": "NCCL's own start/end events on its stream"
-            if self.probe.nccl_timing
-            else "issue to completion (the backend's future)",
-            "setup_s": setup_s,
-            "wall_s": wall_s,
-            "candidates": results,
-        }
+        result = {**self.header, "nccl_effective": self._nccl_effective(),
+                  "wall_s": time.perf_counter() - self.started, "candidates": results}  # fmt: skip
         if fidelity:
             result["fidelity"] = fidelity
         return result
 
+    def stalled_result(self, message: str) -> dict[str, Any] | None:
+        """The result a stall leaves (stalled_result below). Called from the watchdog's thread while a
+        collective hangs: local work only."""
+        try:
+            nccl_effective = self._nccl_effective()
+        except Exception:  # a log half written: the measured candidates matter more
+            nccl_effective = {}
+        return stalled_result(self.spec, self.header, self.results, self.current, message,
+                              {"nccl_effective": nccl_effective, "wall_s": time.perf_counter() - self.started})  # fmt: skip
+
     def _time(self, fidelity: list[dict[str, Any]]) -> list[Any]:
-        """Every candidate timed. Re-shard only when the sharding type changes: group candidates by
-        it, keep spec order."""
-        results: list[dict[str, Any] | None] = [None] * len(self.spec.candidates)
-        groups: dict[str, list[int]] = {}
-        for i, cand in enumerate(self.spec.candidates):
-            groups.setdefault(self.spec.sharding_of(cand), []).append(i)
-        for sharding, indices in groups.items():
+        """Every candidate timed, in the spec's order: paired rounds put A B B A in one launch so that a
+        drifting machine cancels (autotuner/tuning/pairs.py), and grouping by sharding ran A A B B. A run
+        of candidates of one sharding shares its sharded model; the engine puts a search launch's
+        candidates of one sharding together (plan.by_sharding), so that re-shards once per type."""
+        results = self.results
+        runs = itertools.groupby(enumerate(self.spec.candidates), key=lambda ic: self.spec.sharding_of(ic[1]))
+        for sharding, run in runs:
+            indices = [i for i, _ in run]
             sw = self._shard(sharding, indices, results)
             if sw is None:
                 continue
             for i in indices:
+                self.current = i
                 measured = results[i] = self._candidate(sw, i, self.spec.candidates[i])
                 if self.spec.extra.fidelity and measured["status"] == "ok":
                     fidelity.append(self._replay(i, measured))
@@ -284,8 +275,9 @@ class TrialRunner:
     def _check_quality(self) -> list[Any]:
         """Every candidate trained afresh on the same samples and scored (trials.convergence)."""
         ctx = QualityContext.make(self.spec, self.device, self.pg, self.local_size)
-        results = []
+        results = self.results
         for i, cand in enumerate(self.spec.candidates):
+            self.current = i
             self._beat(f"quality candidate {i} ({cand.label()})")
             try:
                 local: dict[str, Any] = {"ok": True, **train_and_score(
@@ -297,8 +289,8 @@ class TrialRunner:
             dist.all_gather_object(views, local)
             errors = [v["error"] for v in views if not v["ok"]]
             base = failed_candidate(i, cand, self.spec, errors[0] if errors else "")
-            results.append(base if errors else {**base, "status": "ok", "error": None, "quality": views[0],
-                                                "train_s": max(v["train_s"] for v in views)})  # fmt: skip
+            results[i] = base if errors else {**base, "status": "ok", "error": None, "quality": views[0],
+                                              "train_s": max(v["train_s"] for v in views)}  # fmt: skip
         return results
 
     def _shard(self, sharding: str, indices: list[int], results: list[Any]) -> ShardedWorkload | None:
@@ -377,6 +369,55 @@ def env_report(rank_env: list[dict[str, str]]) -> dict[str, Any]:
     if per_node:
         report["env_per_rank"] = per_node
     return report
+
+
+def launch_facts(
+    r: TrialRunner, rank_env: list[dict[str, str]], hosts: list[str], setup_s: float
+) -> dict[str, Any]:
+    """What the result says of the launch itself, known once every rank joined."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "workload": r.spec.to_dict()["workload"],
+        "world_size": r.world_size,
+        "local_world_size": r.local_size,
+        # emulated nodes share a hostname: the agents torchrun started say how many nodes there are
+        "nnodes": max(len(set(hosts)), int(os.environ.get("GROUP_WORLD_SIZE", "1"))),
+        "hosts": sorted(set(hosts)),
+        "backend": r.backend,
+        "device": r.device.type,
+        "device_name": torch.cuda.get_device_name(r.device) if r.device.type == "cuda" else _cpu_name(),
+        "versions": _versions(r.backend),
+        "driver_version": nvidia_driver_version(),
+        **env_report(rank_env),
+        "nccl_conf": read_nccl_conf_files(r.launch_env),
+        # how a collective's wire time was taken (the breakdown's comm columns)
+        "comm_timing": "NCCL's own start/end events on its stream"
+        if r.probe.nccl_timing
+        else "issue to completion (the backend's future)",
+        "setup_s": setup_s,
+    }
+
+
+def stalled_result(
+    spec: TrialSpec, header: dict[str, Any] | None, results: list[dict[str, Any] | None], current: int | None,
+    message: str, rest: dict[str, Any],
+) -> dict[str, Any] | None:  # fmt: skip
+    """The result a stall leaves when some candidates were measured before it: those as they are, the
+    one it stalled in (`current`) and the rest failed, naming it; `rest`: the result's other facts.
+    None when nothing was measured yet: the launch failed as a whole."""
+    if header is None or all(r is None for r in results):
+        return None
+    at = current if current is not None and results[current] is None else None
+    out = []
+    for i, (measured, cand) in enumerate(zip(results, spec.candidates, strict=True)):
+        why = (
+            f"the launch stalled during it: {message}"
+            if i == at
+            else f"not measured: the launch stalled ({message})"
+        )
+        out.append(measured if measured is not None else failed_candidate(i, cand, spec, why))
+    ok = any(r["status"] == "ok" for r in out)
+    return {**header, **rest, "candidates": out, "status": "partial" if ok else "failed", "stalled": message}
 
 
 def failed_candidate(index: int, cand: CandidateSpec, spec: TrialSpec, error: str) -> dict[str, Any]:

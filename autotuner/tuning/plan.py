@@ -69,13 +69,28 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
             _ask_at(plan, search, first.params, measured, k)
             _fill(plan, ctx.points, measured, k, rng)
         if plan.points:
-            return plan
+            return by_sharding(plan)
     if _exhausted(ctx, search, quarantined):  # a small space (the demo's on CPU): nothing is left to do
         log.info("study %s: every runnable point of its space is measured: the search ends", ctx.study_id)
     else:
         log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
                     MAX_PROPOSALS)  # fmt: skip
     return None
+
+
+def by_sharding(plan: PlannedLaunch) -> PlannedLaunch:
+    """The launch's points with those of one sharding together (in the order each sharding first
+    appears), so that the trial shards the model once per type: it runs candidates in the spec's order
+    (paired rounds depend on it) and re-shards at every change. A search launch's order is free."""
+    firsts: dict[str, int] = {}
+    for i, point in enumerate(plan.points):
+        firsts.setdefault(point.sharding, i)
+    order = sorted(range(len(plan.points)), key=lambda i: firsts[plan.points[i].sharding])
+    slot = {old: new for new, old in enumerate(order)}
+    plan.points = [plan.points[i] for i in order]
+    plan.trials = [plan.trials[i] for i in order]
+    plan.echoes = {number: slot[old] for number, old in plan.echoes.items()}
+    return plan
 
 
 def _exhausted(ctx: StudyContext, search: Search, quarantined: dict[str, str]) -> bool:
