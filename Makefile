@@ -67,7 +67,7 @@ $(VENV_MIN)/.installed-floors: pyproject.toml Makefile .ci/floors.py
 	rm -rf $(VENV_MIN)/dist build
 	$(VENV_MIN)/build/bin/pip wheel --quiet --no-build-isolation --no-deps -w $(VENV_MIN)/dist .
 	$(VENV_MIN)/bin/pip install --quiet --no-deps --force-reinstall $(VENV_MIN)/dist/*.whl
-	cd /tmp && $(CURDIR)/$(VENV_MIN)/bin/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"
+	cd /tmp && $(CURDIR)/$(VENV_MIN)/bin/python -P -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"  # -P: not /tmp's own files (a stray cmd.py there broke pdb's import)
 	touch $@
 
 demo: setup
