@@ -120,6 +120,15 @@ def wire_figures(everyone: list[list[list[Timed]]], mean_bytes: float) -> dict[s
     return out
 
 
+def same_instrument_algbw(raw: dict[str, Any], nccl_timing: bool) -> float:
+    """The plain loop's algbw as the trial's breakdown measures: from NCCL's own events when it used
+    them (and the loop has them), else from the issuing stream or the clock."""
+    nccl = raw.get("nccl_ms")
+    if nccl_timing and nccl and nccl.get("median", 0) > 0:
+        return float(raw["bytes_per_iter"] / (nccl["median"] / 1000) / 1e9)
+    return float(raw["algbw_gbps"])
+
+
 def _uniform_calls(nbytes: int, world_size: int) -> list[dict[str, Any]]:
     numel = max(world_size, nbytes // 4 // world_size * world_size)
     return [

@@ -227,3 +227,19 @@ def test_a_replay_is_read_as_the_trial_reads_it_with_nccls_events_where_every_ca
     partial = wire_figures([rank0, rank1], mean_bytes=3e6)
     assert "nccl_ms" not in partial
     assert alone_figures(partial, wire_ms=3.0)["alone_timing"] == "the issuing stream's events"
+
+
+def test_the_fidelity_ratio_reads_the_plain_loop_with_the_trials_own_instrument():
+    from trials.plain_a2a import same_instrument_algbw, wire_figures
+
+    rank0 = [[(0.004, 0.001)], [(0.004, 0.001)]]
+    rank1 = [[(0.004, 0.001)], [(0.004, 0.001)]]
+    raw = wire_figures([rank0, rank1], mean_bytes=4e6)
+    # NCCL's events on the trial's side: the loop's events too (1 ms, not the stream's 4 ms with the
+    # kernel's launch and queueing: a ratio 4x too high)
+    assert same_instrument_algbw(raw, nccl_timing=True) == pytest.approx(4e6 / 0.001 / 1e9)
+    assert same_instrument_algbw(raw, nccl_timing=False) == pytest.approx(raw["algbw_gbps"])
+    rank1[1][0] = (0.004, None)  # the loop lacks them on a call: the stream's, as before
+    assert same_instrument_algbw(wire_figures([rank0, rank1], mean_bytes=4e6), nccl_timing=True) == (
+        pytest.approx(4e6 / 0.004 / 1e9)
+    )
