@@ -9,7 +9,8 @@ variant changes (a paired comparison); several seeds measure how much the score 
 With `quality.checkpoints` the held-out log loss is also taken along the way (the curve that time
 to quality is read from), and a candidate may train past the common budget (`train_samples`) at the
 same spacing. A user's own data replaces the teacher with `data: "module:function"`, a function
-`(workload, split, rank, world_size, samples) -> Samples` (split "train" or "eval").
+`(workload, split, rank, world_size, samples) -> Samples` (split "train" or "eval") that returns
+exactly `samples` samples (checked on every rank: a rank with fewer would hang its peers' collectives).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch.distributed as dist
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from trials.codecs import DamagedCodec
+from trials.codecs import ROW_DIM, DamagedCodec
 from trials.model import ShardedWorkload
 from trials.pipelines import make_pipeline, release
 from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec, quality_problem
@@ -55,17 +56,18 @@ class Samples:
 
     def batches(self, workload: WorkloadSpec, batch_size: int, device: torch.device) -> Iterator[Batch]:
         """The samples in order, `batch_size` at a time (a last partial batch is dropped)."""
-        keys = [f"f_{t.name}" for t in workload.tables]
         for start in range(0, len(self) - batch_size + 1, batch_size):
-            rows = slice(start, start + batch_size)
-            values = torch.cat([ids[rows].reshape(-1) for ids in self.ids])
-            lengths = torch.cat(
-                [torch.full((batch_size,), ids.shape[1], dtype=torch.int32) for ids in self.ids]
-            )
-            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
-            yield Batch(dense_features=self.dense[rows], sparse_features=kjt, labels=self.labels[rows]).to(
-                device
-            )
+            yield self.batch(workload, slice(start, start + batch_size), device)
+
+    def batch(self, workload: WorkloadSpec, rows: slice | torch.Tensor, device: torch.device) -> Batch:
+        """One batch of the samples at `rows` (a slice, or indices in the order given)."""
+        keys = [f"f_{t.name}" for t in workload.tables]
+        dense = self.dense[rows]
+        size = int(dense.shape[0])
+        values = torch.cat([ids[rows].reshape(-1) for ids in self.ids])
+        lengths = torch.cat([torch.full((size,), ids.shape[1], dtype=torch.int32) for ids in self.ids])
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+        return Batch(dense_features=dense, sparse_features=kjt, labels=self.labels[rows]).to(device)
 
 
 def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
@@ -94,28 +96,62 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
 def rank_samples(
     workload: WorkloadSpec, quality: QualitySpec, split: str, rank: int, world: int, total: int | None = None
 ) -> Samples:
-    """This rank's share of the train or eval split (`total` samples over all ranks, else the spec's)."""
+    """This rank's share of the train or eval split (`total` samples over all ranks, else the spec's).
+    Every held-out sample is scored: the first `eval_samples % world` ranks hold one more."""
     total = total or (quality.train_samples if split == "train" else quality.eval_samples)
-    n = total // world
+    n = total // world + (split == "eval" and rank < total % world)
     if quality.data is not None:
-        module, _, function = quality.data.partition(":")
-        return getattr(importlib.import_module(module), function)(workload, split, rank, world, n)
+        return user_samples(quality.data, workload, split, rank, world, n)
     offset = 0 if split == "train" else 1_000_003
     return teacher_samples(workload, n, seed=quality.data_seed * 7919 + offset + rank)
 
 
+def user_samples(data: str, workload: WorkloadSpec, split: str, rank: int, world: int, n: int) -> Samples:
+    """The user's `data` function's samples, checked to be the `n` asked for: a rank holding fewer or
+    more would take another number of steps than its peers, and their collectives would hang."""
+    module, _, function = data.partition(":")
+    samples = getattr(importlib.import_module(module), function)(workload, split, rank, world, n)
+    try:
+        got: int | str = len(samples)
+    except TypeError:
+        got = f"a {type(samples).__name__} (no length)"
+    if got != n:
+        raise ValueError(
+            f"quality.data {data} returned {got} {split} samples for rank {rank} of {world}, "
+            f"asked for {n}: it must return exactly the samples asked for"
+        )
+    return samples
+
+
+def eval_batches(most: int, largest: int) -> tuple[int, int]:
+    """(batch size, batches) that score `most` samples (the most any rank holds) in batches of at most
+    `largest`: a multiple of ROW_DIM, so a row-wise codec (int8, fp8) takes it whatever the dims."""
+    size = min(largest, -(-most // ROW_DIM) * ROW_DIM)
+    return size, -(-most // size)
+
+
 def evaluate(model: torch.nn.Module, workload: WorkloadSpec, samples: Samples, batch_size: int,
              device: torch.device) -> tuple[float, float, int]:  # fmt: skip
-    """(log loss, AUC, samples) over every rank's held-out samples."""
+    """(log loss, AUC, samples) over every rank's held-out samples, each scored exactly once.
+
+    The sharded model's forward is collective, so every rank runs the same batches: as many, of the
+    same size, as the rank holding the most samples needs; a rank's last batch is filled up with its
+    own samples again, and the scores of that filling are dropped."""
+    counts: list[int] = [0] * dist.get_world_size()
+    dist.all_gather_object(counts, len(samples))
+    if min(counts) == 0:
+        raise ValueError(f"no held-out sample on some rank (per rank: {counts}): more eval_samples")
+    size, steps = eval_batches(max(counts), batch_size)
     model.eval()
     scores, labels = [], []
     with torch.no_grad():
-        for batch in samples.batches(workload, batch_size, device):
-            _, (_, logits, batch_labels) = model(batch)
+        for step in range(steps):
+            rows = torch.arange(step * size, (step + 1) * size) % len(samples)
+            _, (_, logits, batch_labels) = model(samples.batch(workload, rows, device))
             scores.append(logits.float().cpu())
             labels.append(batch_labels.float().cpu())
     model.train()
-    mine = (torch.cat(scores), torch.cat(labels))
+    mine = (torch.cat(scores)[: len(samples)], torch.cat(labels)[: len(samples)])
     views: list[tuple[torch.Tensor, torch.Tensor]] = [mine] * dist.get_world_size()
     dist.all_gather_object(views, mine)
     logits, y = torch.cat([v[0] for v in views]), torch.cat([v[1] for v in views])
@@ -243,11 +279,28 @@ class QualityContext:
     @classmethod
     def make(cls, spec: TrialSpec, device: torch.device, pg: Any, local_size: int) -> QualityContext:
         assert spec.quality is not None
-        rank, world = dist.get_rank(), dist.get_world_size()
         most = max(c.train_samples or spec.quality.train_samples for c in spec.candidates)
-        if problem := quality_problem(spec.workload, most, spec.quality.eval_samples, world):
+        if problem := quality_problem(spec.workload, most, spec.quality.eval_samples, dist.get_world_size()):
             raise ValueError(problem)  # before building them: past it, the kernel kills the rank, no result
-        train = rank_samples(spec.workload, spec.quality, "train", rank, world, most)
-        held_out = rank_samples(spec.workload, spec.quality, "eval", rank, world)
+        train, held_out = agreed_samples(spec.workload, spec.quality, most)
         return cls(spec.workload, spec.quality, device, pg, local_size, spec.seed,
                    spec.extra.damaged_codec, train, held_out, spec.candidates)  # fmt: skip
+
+
+def agreed_samples(workload: WorkloadSpec, quality: QualitySpec, most: int) -> tuple[Samples, Samples]:
+    """This rank's (training, held-out) samples, or the same error on every rank when any rank could
+    not make its own: a rank left alone in the first collective would wait there until the timeout."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    made, problem = None, None
+    try:
+        made = (
+            rank_samples(workload, quality, "train", rank, world, most),
+            rank_samples(workload, quality, "eval", rank, world),
+        )
+    except Exception as exc:
+        problem = f"rank {rank}: {exc if isinstance(exc, ValueError) else f'{type(exc).__name__}: {exc}'}"
+    problems: list[str | None] = [None] * world
+    dist.all_gather_object(problems, problem)
+    if made is None or any(problems):
+        raise ValueError(next(p for p in problems if p))
+    return made
