@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +52,14 @@ from trials.choices import (
 # trial times depends on the batch and the pooled dims, not on the rows, so these bounds cost no fidelity.
 MAX_TABLE_BYTES = 8 * 1024**3
 MAX_WORKLOAD_TABLE_BYTES = 64 * 1024**3  # every table of a workload, fp32, across the world
-MAX_DENSE_PARAMETERS = 1 << 28  # weights of the bottom and top MLPs (1 GiB of fp32)
+MAX_DENSE_PARAMETERS = 1 << 28  # the dense model's: bottom MLP, DCN cross net, top MLP (1 GiB of fp32)
+MAX_TABLES = 4096  # tables of one workload (the engine's default AUTOTUNER_MAX_TABLES)
 MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size: ids (int64) and dense (fp32)
 MAX_SAMPLE_BYTES = 8 * 1024**3  # one rank's samples of a convergence check, for training and held out
 MAX_BATCH = 1 << 20
 GIB = 1024**3
+# DLRM_DCN's cross net as trials.model builds it (tests/trials/test_dense_size.py holds the two equal).
+DCN_LAYERS, DCN_LOW_RANK = 3, 512
 
 
 def comm_precision_problem(fwd: str, bwd: str, sharding: str) -> str | None:
@@ -194,20 +198,30 @@ class DenseSpec(_Spec):
     over_arch: Layers  # the last layer is 1 (the logit)
     interaction: Interaction = "dot"
 
-    @property
-    def parameters(self) -> int:
-        """The bottom MLP's weights and the top MLP's past its first layer (whose width the
-        interaction sets): what bounds the dense model's size."""
-        widths, top = (self.in_features, *self.arch), self.over_arch
-        return sum(a * b for a, b in zip(widths, widths[1:], strict=False)) + sum(
-            a * b for a, b in zip(top, top[1:], strict=False)
-        )
+    def parameters(self, num_tables: int) -> int:
+        """The dense model's parameters (weights and biases) over `num_tables` tables, as TorchRec's
+        DLRM / DLRM_DCN builds it: the bottom MLP, the DCN cross net (low rank, over every table's
+        embedding and the dense one), and the top MLP, whose first layer takes the interaction's output
+        (dot: the dense embedding, each table's dot with it and every pair's; dcn: every embedding)."""
+        dim, tables = self.arch[-1], num_tables
+        if self.interaction == "dcn":
+            over_in = (tables + 1) * dim
+            cross = DCN_LAYERS * (2 * over_in * DCN_LOW_RANK + over_in)
+        else:
+            over_in, cross = dim + tables * (tables - 1) // 2 + tables, 0
+        return _mlp(self.in_features, self.arch) + cross + _mlp(over_in, self.over_arch)
 
     @model_validator(mode="after")
     def _ends_in_the_logit(self) -> DenseSpec:
         if self.over_arch[-1] != 1:
             raise _Problem(f"the last layer must be 1 (the logit), got {self.over_arch[-1]}", "over_arch")
         return self
+
+
+def _mlp(in_features: int, layers: tuple[int, ...]) -> int:
+    """Weights and biases of linear layers of widths `layers` over `in_features` inputs."""
+    widths = (in_features, *layers)
+    return sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
 
 
 class OptimizerSpec(_Spec):
@@ -231,6 +245,13 @@ class WorkloadSpec(_Spec):
     compute_kernel: ComputeKernel = "fused"
     # The comm precision (forward, backward) the job runs today: the baseline's.
     comm_precision: tuple[Precision, Precision] = ("fp32", "fp32")
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _not_too_many(cls, tables: Any) -> Any:
+        if isinstance(tables, list | tuple) and len(tables) > MAX_TABLES:
+            raise _Problem(f"{len(tables):,} tables, above the {MAX_TABLES:,} a trial builds")
+        return tables
 
     @field_validator("tables")
     @classmethod
@@ -261,8 +282,16 @@ class WorkloadSpec(_Spec):
         if self.row_bytes > MAX_WORKLOAD_TABLE_BYTES:
             raise _Problem(f"{self.row_bytes / GIB:,.1f} GiB of fp32 rows in all, above the "
                            f"{MAX_WORKLOAD_TABLE_BYTES // GIB} GiB a trial builds", "tables")  # fmt: skip
-        if self.dense is not None and self.dense.parameters > MAX_DENSE_PARAMETERS:
-            raise _Problem(f"{self.dense.parameters:,} MLP weights, above {MAX_DENSE_PARAMETERS:,}", "dense")
+        if (
+            self.dense is not None
+            and (size := self.dense.parameters(len(self.tables))) > MAX_DENSE_PARAMETERS
+        ):
+            parts = (
+                f"bottom MLP, {self.dense.interaction} interaction of {len(self.tables):,} table(s), top MLP"
+            )
+            raise _Problem(
+                f"a dense model of {size:,} parameters ({parts}), above {MAX_DENSE_PARAMETERS:,}", "dense"
+            )
         if self.dense is not None:  # DLRM's shape rules, checked here so a bad one fails before torch
             dims = sorted({t.embedding_dim for t in self.tables})
             if len(dims) > 1:
@@ -470,6 +499,11 @@ def _parse(model: type[_Model], obj: Any, at: str = "") -> _Model:
     except ValidationError as exc:
         loc, problem = problem_of(exc.errors()[0])
         raise SpecError(where(((at,) if at else ()) + loc), problem) from None
+    except RecursionError:  # a value nested deeper than any field holds
+        raise SpecError(at, f"nested too deeply to validate ({_TOO_DEEP})") from None
+
+
+_TOO_DEEP = f"past Python's recursion limit of {sys.getrecursionlimit():,} levels; a spec needs a few"
 
 
 def parse_workload(obj: Any, at: str = "workload") -> WorkloadSpec:
@@ -501,6 +535,8 @@ def load_spec(path: str | Path) -> TrialSpec:
         ) from exc
     except ValueError as exc:
         raise SpecError(str(path), f"not valid JSON ({exc})") from exc
+    except RecursionError:  # json's decoder recurses per level: a bad spec, not a crash of the trial
+        raise SpecError(str(path), f"not a spec: JSON nested too deeply ({_TOO_DEEP})") from None
     return parse_spec(obj)
 
 

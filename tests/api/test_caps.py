@@ -194,7 +194,7 @@ HUGE_WORKLOADS = {
                            for i in range(9)]}, "72.0 GiB of fp32 rows in all, above the 64 GiB"),
     "mlp": ({"tables": [{"name": "t", "num_embeddings": 100, "embedding_dim": 16, "pooling_factor": 1}],
              "dense": {"in_features": 13, "arch": [65536, 65536, 16], "over_arch": [1]}},
-            "4,296,867,840 MLP weights, above 268,435,456"),
+            "4,296,998,946 parameters (bottom MLP, dot interaction of 1 table(s), top MLP), above 268,435,456"),
     "inputs": ({"tables": [{"name": "t", "num_embeddings": 100, "embedding_dim": 16, "pooling_factor": 100_000}],
                 "batch_size": 1 << 20}, "GiB per rank, above 8 GiB"),
 }  # fmt: skip
