@@ -524,9 +524,11 @@ def parse_spec(obj: Any) -> TrialSpec:
 def load_spec(path: str | Path) -> TrialSpec:
     """Read and validate a spec file; every failure is a SpecError with a one-line message."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(str(path), f"cannot read spec: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:  # JSON is UTF-8: a bad spec, not a crash of the trial
+        raise SpecError(str(path), f"not valid JSON: not UTF-8 (byte {exc.start}: {exc.reason})") from None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:

@@ -116,3 +116,13 @@ def test_the_trial_exits_2_on_a_spec_nested_too_deeply(tmp_path):
     assert "trials.run: bad spec:" in proc.stderr
     assert "JSON nested too deeply" in proc.stderr
     assert not out.exists()  # a bad spec writes no result: the exit code says it
+
+
+def test_a_spec_that_is_not_utf8_is_a_bad_spec(tmp_path):
+    """read_text's UnicodeDecodeError escaped load_spec as well: exit 1, a traceback, no result."""
+    path = tmp_path / "spec.json"
+    path.write_bytes(b'{"workload": "\xff"}')
+    with pytest.raises(
+        SpecError, match=r"spec\.json: not valid JSON: not UTF-8 \(byte 14: invalid start byte\)$"
+    ):
+        load_spec(path)
