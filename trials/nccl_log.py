@@ -14,7 +14,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("nccl_version", re.compile(r"NCCL version (\S+)")),
@@ -180,6 +180,24 @@ def route_nccl_debug(name: str) -> Path | None:
     path = Path(tempfile.gettempdir()) / f"autotuner-{name}-{os.getpid()}.log"
     os.environ["NCCL_DEBUG_FILE"] = str(path)
     return path
+
+
+MAX_WARNINGS = 50  # of a log handed over to the launch's: the last ones (a flood repeats itself)
+
+
+def hand_over(path: Path | None, stream: TextIO) -> None:
+    """NCCL's warnings of a routed log into the launch's own log (`stream`: stderr), then the file
+    removed: routed away, a failed or hung launch lost NCCL's word on why, and every process left a file
+    in the temporary directory."""
+    if path is None:
+        return
+    warned = [line for line in read_log(path) if " NCCL WARN " in line]
+    for line in warned[-MAX_WARNINGS:]:
+        print(f"nccl: {line}", file=stream)
+    if len(warned) > MAX_WARNINGS:
+        print(f"nccl: ({len(warned) - MAX_WARNINGS} earlier warnings not shown)", file=stream)
+    stream.flush()
+    path.unlink(missing_ok=True)
 
 
 def read_log(path: Path | None) -> list[str]:

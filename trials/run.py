@@ -101,12 +101,16 @@ def _on_stall(
 
     def stalled(message: str) -> None:
         if rank != 0:
+            if runner:
+                runner[0].hand_over_nccl_log()
             return
         partial = runner[0].stalled_result(message) if runner else None
         result = partial or error_result(f"TrialStalled: {message}", launch_env)
         write_json_atomic(args.out, result)
         if args.print_result:
             print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
+        if runner:  # after the result, which reads the log
+            runner[0].hand_over_nccl_log()
 
     return stalled
 

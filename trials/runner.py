@@ -19,7 +19,7 @@ import torch.distributed as dist
 from trials.codecs import relative_l2_error
 from trials.convergence import QualityContext, train_and_score
 from trials.model import ShardedWorkload, make_batches
-from trials.nccl_log import parse_nccl_info, read_log, route_nccl_debug
+from trials.nccl_log import hand_over, parse_nccl_info, read_log, route_nccl_debug
 from trials.percentiles import summarize
 from trials.pipelines import CPU_NOTE, make_pipeline, pipeline_error, release
 from trials.plain_a2a import replay_calls, same_instrument_algbw
@@ -337,6 +337,13 @@ class TrialRunner:
         if dist.is_initialized():
             self.probe.uninstall()
             dist.destroy_process_group()
+        self.hand_over_nccl_log()
+
+    def hand_over_nccl_log(self) -> None:
+        """NCCL's warnings into this rank's stderr (the launch log), its routed file removed (also from
+        the watchdog's thread, when a collective hangs: then they say why)."""
+        log, self.nccl_log = self.nccl_log, None
+        hand_over(log, sys.stderr)
 
 
 def _error_of(slot: Any) -> float | None:

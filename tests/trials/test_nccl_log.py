@@ -81,3 +81,28 @@ def test_multi_word_networks_plugins_and_intra_node_transports():
 @pytest.mark.parametrize("line", ["NCCL INFO Channel garbage via", "NCCL INFO Using network ", "no nccl"])
 def test_odd_lines_are_ignored(line):
     assert "transport_kinds" not in parse_nccl_info([line])
+
+
+def test_nccls_warnings_reach_the_launch_log_and_its_routed_file_is_removed(tmp_path):
+    import io
+
+    from trials.nccl_log import MAX_WARNINGS, hand_over
+
+    log = tmp_path / "autotuner-nccl-123.log"
+    log.write_text(
+        "gpu1:123:456 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+        "gpu1:123:789 [0] NCCL WARN NET/Socket : socket progress error\n"
+        "gpu1:123:789 [0] NCCL INFO transport/net.cc:1310 -> 6\n"
+    )
+    stderr = io.StringIO()
+    hand_over(log, stderr)
+    assert stderr.getvalue() == "nccl: gpu1:123:789 [0] NCCL WARN NET/Socket : socket progress error\n"
+    assert not log.exists()  # one file a process was left in the temporary directory
+    log.write_text("".join(f"h:1:2 [0] NCCL WARN retry {i}\n" for i in range(MAX_WARNINGS + 5)))
+    flood = io.StringIO()
+    hand_over(log, flood)
+    lines = flood.getvalue().splitlines()
+    assert lines[0].endswith("retry 5")
+    assert lines[-2].endswith(f"retry {MAX_WARNINGS + 4}")
+    assert lines[-1] == "nccl: (5 earlier warnings not shown)"
+    hand_over(None, flood)  # the launcher routed it itself: not ours
