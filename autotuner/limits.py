@@ -10,7 +10,8 @@ its next start and a test can set one):
     AUTOTUNER_MAX_DIM_VALUES   values of one dimension or list of a space (batch_sizes, one env
                                variable's values, allow_risky, ...) and variables in env / fixed_env,
                                default 1,000
-    AUTOTUNER_MAX_TABLES       embedding tables of one workload, default 4,096
+    AUTOTUNER_MAX_TABLES       embedding tables of one workload, default 4,096 (a trial builds no more
+                               whatever this says: trials.spec.MAX_TABLES; it may only lower it)
     AUTOTUNER_MAX_BODY_BYTES   a REST request body, chunked or not (413 above it), default 1 MiB
     AUTOTUNER_MAX_NODES        nodes one launch of a study may ask for (nnodes, scaling_nodes), default 64
     AUTOTUNER_MAX_RESULT_BYTES a trial's result.json as the tuner reads it (a larger one fails its
