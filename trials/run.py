@@ -16,7 +16,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from trials.result import (  # noqa: E402
     EXIT_BAD_INPUT,
@@ -57,14 +57,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trials.run: bad spec: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from trials.runner import PG_TIMEOUT, TrialRunner  # torch, torchrec, fbgemm: seconds of imports
-
-    limit = deadline_s(PG_TIMEOUT.total_seconds(), rank)
+    runners = _import_runner(args.out, launch_env, rank)  # torch, torchrec, fbgemm: seconds of imports
+    if runners is None:
+        return EXIT_LAUNCH_FAILED
+    limit = deadline_s(runners.PG_TIMEOUT.total_seconds(), rank)
     started: list[TrialRunner] = []
     watchdog = Watchdog(
         limit, _on_stall(args, rank, launch_env, started), exit_code=EXIT_LAUNCH_FAILED
     ).start()
-    runner = TrialRunner(spec, _STARTED, launch_env, watchdog)
+    runner = runners.TrialRunner(spec, _STARTED, launch_env, watchdog)
     started.append(runner)
     try:
         result = runner.run()
@@ -91,6 +92,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_result:
             print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
     return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
+
+
+def _import_runner(out: str, launch_env: dict[str, str], rank: int) -> Any:
+    """trials.runner, or None when it cannot be imported on this node (a broken torch, torchrec or
+    fbgemm): then every rank writes an error result saying so and the launch exits 3, where an uncaught
+    error exited 1, which reads as "the launch ran, some candidate failed"."""
+    try:
+        import trials.runner
+    except Exception as exc:
+        error = f"cannot start the trial: {type(exc).__name__}: {exc}"
+        write_json_atomic(out, error_result(error, launch_env))  # no process group: each rank alike
+        print(f"trials.run: launch failed on rank {rank}: {error}", file=sys.stderr)
+        return None
+    return trials.runner
 
 
 def _on_stall(
