@@ -57,6 +57,7 @@ MAX_TABLES = 4096  # tables of one workload (the engine's default AUTOTUNER_MAX_
 MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size: ids (int64) and dense (fp32)
 MAX_SAMPLE_BYTES = 8 * 1024**3  # one rank's samples of a convergence check, for training and held out
 MAX_BATCH = 1 << 20
+MAX_ACTIVATION_BYTES = 32 * 1024**3  # what one rank's step keeps for backward (fp32), at its largest batch
 GIB = 1024**3
 # DLRM_DCN's cross net as trials.model builds it (tests/trials/test_dense_size.py holds the two equal).
 DCN_LAYERS, DCN_LOW_RANK = 3, 512
@@ -210,6 +211,18 @@ class DenseSpec(_Spec):
         else:
             over_in, cross = dim + tables * (tables - 1) // 2 + tables, 0
         return _mlp(self.in_features, self.arch) + cross + _mlp(over_in, self.over_arch)
+
+    def activations(self, num_tables: int) -> int:
+        """Values one sample's forward keeps for the backward pass, roughly: each layer's output, the
+        stacked embeddings, and the interaction's (dot: every pair of the tables and the dense
+        embedding, which grows with the square of the tables; dcn: each cross layer's)."""
+        dim, tables = self.arch[-1], num_tables
+        stacked = (tables + 1) * dim
+        if self.interaction == "dcn":
+            interaction = DCN_LAYERS * (stacked + DCN_LOW_RANK)
+        else:
+            interaction = (tables + 1) ** 2
+        return self.in_features + sum(self.arch) + stacked + interaction + sum(self.over_arch)
 
     @model_validator(mode="after")
     def _ends_in_the_logit(self) -> DenseSpec:
@@ -427,6 +440,12 @@ class TrialSpec(_Spec):
             raise _Problem(f"{self.input_batches} input batches of {batch} samples x {self.input_bytes(1) // self.input_batches:,} "
                            f"bytes are {size / GIB:,.1f} GiB per rank, above {MAX_INPUT_BYTES // GIB} GiB "
                            "(fewer, smaller batches or less pooling)", "candidates")  # fmt: skip
+        if (dense := self.workload.dense) is not None and (
+            size := batch * dense.activations(len(self.workload.tables)) * 4
+        ) > MAX_ACTIVATION_BYTES:
+            raise _Problem(f"a step of {batch} samples keeps {size / GIB:,.1f} GiB of activations per rank (the "
+                           f"{dense.interaction} interaction of {len(self.workload.tables):,} tables among them), "
+                           f"above {MAX_ACTIVATION_BYTES // GIB} GiB: a smaller batch or fewer tables", "candidates")  # fmt: skip
         if self.quality is not None and self.workload.dense is None:
             raise _Problem("a convergence check trains a DLRM: the workload needs a dense part", "quality")
         return self

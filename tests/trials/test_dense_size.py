@@ -126,3 +126,23 @@ def test_a_spec_that_is_not_utf8_is_a_bad_spec(tmp_path):
         SpecError, match=r"spec\.json: not valid JSON: not UTF-8 \(byte 14: invalid start byte\)$"
     ):
         load_spec(path)
+
+
+def test_a_step_whose_activations_grow_past_the_bound_is_refused_naming_the_interaction():
+    from trials.spec import MAX_ACTIVATION_BYTES, SpecError, parse_spec
+
+    def spec(tables: int, dim: int, batch: int) -> dict:
+        return {"workload": {"name": "w", "dense": {"in_features": 13, "arch": [dim], "over_arch": [1]},
+                             "tables": [{"name": f"t{i}", "num_embeddings": 10, "embedding_dim": dim,
+                                         "pooling_factor": 1} for i in range(tables)]},
+                "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": batch}]}  # fmt: skip
+
+    # 4,000 tiny tables: a dense model of 8M parameters passes its own cap, but the dot interaction
+    # keeps 4,001^2 values a sample: 245 GiB a rank at batch 4,096
+    with pytest.raises(
+        SpecError, match=r"keeps 244\.5 GiB of activations per rank \(the dot interaction of 4,000"
+    ):
+        parse_spec(spec(4000, 4, 4096))
+    assert parse_spec(spec(4000, 4, 256))  # 15 GiB: within
+    assert parse_spec(spec(26, 128, 1 << 20))  # a DLRM of 26 tables at the largest batch a trial takes
+    assert MAX_ACTIVATION_BYTES == 32 * 1024**3
