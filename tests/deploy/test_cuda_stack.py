@@ -70,14 +70,19 @@ def test_an_index_for_fbgemm_goes_to_its_command_only():
     assert all("--index-url" not in c for c in commands[1:])
 
 
+def refused(version: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """What a dry run for `version` says on stderr, having exited 2 and printed no command."""
+    assert cuda_stack.main(["--pip", "PIP", "--torch-version", version, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # no command printed, nothing run
+    return err
+
+
 @pytest.mark.parametrize("version", ["2.12.0", "2.10.0+cu128", "3.0.0", "nightly"])
 def test_an_unknown_torch_says_which_versions_it_knows_and_exits_2(version, capsys):
     with pytest.raises(cuda_stack.Unsupported):
         cuda_stack.train_for(version)
-    assert cuda_stack.main(["--pip", "PIP", "--torch-version", version, "--dry-run"]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""  # no command printed, nothing run
-    assert err == (
+    assert refused(version, capsys) == (
         f"make setup FLAVOR=cuda: torch {version}: no fbgemm-gpu / torchrec pair is known for it (known: "
         "torch 2.11 -> fbgemm-gpu 1.6.0 + torchrec 1.6.1 (+ iopath); torch 2.13 -> fbgemm-gpu 1.8.0 + "
         "torchrec 1.8.0). Install a torch of a known train, or add its pair to TRAINS in "
@@ -89,10 +94,7 @@ def test_an_unknown_torch_says_which_versions_it_knows_and_exits_2(version, caps
 def test_a_cpu_build_given_as_the_version_installs_nothing_and_exits_2(version, capsys):
     # --torch-version skips reading the installed torch: its `+cpu` label is what says it is a CPU build
     # (this printed three pip commands and exited 0 for 2.13.0+cpu).
-    assert cuda_stack.main(["--pip", "PIP", "--torch-version", version, "--dry-run"]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""  # no command printed, nothing run
-    assert err == (
+    assert refused(version, capsys) == (
         f"make setup FLAVOR=cuda: torch {version} is a CPU build: FLAVOR=cuda installs beside a CUDA torch "
         "(install one first, or run `make setup` for the CPU stack). Known: torch 2.11 -> fbgemm-gpu 1.6.0 + "
         "torchrec 1.6.1 (+ iopath); torch 2.13 -> fbgemm-gpu 1.8.0 + torchrec 1.8.0\n"
