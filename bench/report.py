@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.cli.claim_report import gain_text
+from autotuner.cli.claim_report import gain_text, step_name
 from autotuner.tuning.outcome import Confirmation, LadderStep, Outcome, Quality
 
 CMD = "python -m bench.run --only {}"
@@ -257,7 +257,9 @@ def _speedup(r: dict[str, Any]) -> str:
 def _ladder(r: dict[str, Any]) -> str:
     steps = [LadderStep.model_validate(s) for s in r.get("ladder") or []]
     return (
-        "; ".join(f"{s.step} {gain_text(s)} {'kept' if s.kept else 'dropped'}" for s in steps if s.ci_low)
+        "; ".join(
+            f"{step_name(s)} {gain_text(s)} {'kept' if s.kept else 'dropped'}" for s in steps if s.ci_low
+        )
         or "-"
     )
 
@@ -471,7 +473,7 @@ def _md_gpu(g: dict[str, Any]) -> list[str]:
             continue
         o = Outcome.load(c.get("outcome")) or Outcome()
         fin: Confirmation = o.finalist or o
-        ladder = "; ".join(f"{st.step} {st.verdict} {gain_text(st)}" for st in o.ladder or [])
+        ladder = "; ".join(f"{step_name(st)} {st.verdict} {gain_text(st)}" for st in o.ladder or [])
         lines.append(f"- Study (run {run}, commit {runs[run]['commit']}, {c['wall_s']:.0f} s, "
                      f"{len(c.get('launches', []))} launches): {o.decision}; "
                      + (f"finalist {fin.speedup:.2f}x [{fin.ci_low:.2f}-{fin.ci_high:.2f}], " if fin.ci_low is not None else "")

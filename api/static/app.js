@@ -657,7 +657,10 @@
     });
     const changes = ladder.map((s, i) => plain((words[i] || {}).change || ""));
     plot("chart-ladder", [{
-      type: "waterfall", orientation: "v", x: ["baseline", ...ladder.map((s) => plain(s.step))],
+      // An env step is named by its variables (the env is climbed a variable at a time): each bar its
+      // own category, its name broken into lines so that long variable names stay readable.
+      type: "waterfall", orientation: "v",
+      x: ["baseline", ...ladder.map((s, i) => plain((words[i] || {}).name || s.step).replace(/[ +]/g, (c) => (c === "+" ? "+<br>" : "<br>")))],
       measure: ["absolute", ...ladder.map(() => "relative")], y: [1, ...rel],
       text: ["1.00×", ...text], textposition: "outside", cliponaxis: false, constraintext: narrow ? "none" : "both",
       customdata: ["the job's own settings", ...changes],

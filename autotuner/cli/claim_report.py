@@ -30,6 +30,14 @@ def interval(low: float, high: float) -> str:
     return f"{low:.2f}-{high:.2f}"
 
 
+def step_name(step: LadderStep) -> str:
+    """A step's name: its group, or for an env step the group and the variables it set, as the env is
+    climbed a variable at a time ("env NSOCKS_PERTHREAD+SOCKET_NTHREADS")."""
+    if step.step != "env" or not step.changed:
+        return step.step
+    return "env " + "+".join(name.removeprefix("NCCL_") for name in step.changed)
+
+
 def gain_text(step: LadderStep) -> str:
     """A step's gain over the one before with its 95% CI, or why it has none."""
     if step.speedup_vs_previous is None or step.ci_low is None or step.ci_high is None:
@@ -210,6 +218,7 @@ class StepText(BaseModel):
     """A ladder step in words."""
 
     step: str
+    name: str = Field(description='the group, or an env step\'s variables: "batch", "env BUFFSIZE"')
     change: str = Field(description='what changed, e.g. "512 -> 1024", "NSOCKS_PERTHREAD unset -> 4"')
     label: list[str] = Field(
         description="its gain with the 95% CI (and dropped), then a batch step's time to quality"
@@ -236,7 +245,8 @@ def claim_text(
     """The ladder's, the quality's and the inert knobs' words; the quality line only where there is a
     ladder or a check to speak of."""
     steps = [
-        StepText(step=s.step, change=change_text(s.changed), line=f"{s.step} {gain_text(s)}" + ("" if s.kept else " (dropped)"),
+        StepText(step=s.step, name=step_name(s), change=change_text(s.changed),
+                 line=f"{step_name(s)} {gain_text(s)}" + ("" if s.kept else " (dropped)"),
                  label=[gain_text(s) + ("" if s.kept else " · dropped"),
                         *([to_quality_text(s.time_to_quality)] if s.time_to_quality else [])])
         for s in ladder

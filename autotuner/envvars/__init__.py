@@ -28,7 +28,9 @@ from autotuner.envvars.relations import (
     MAX_SOCKETS,
     ORDERED_PAIRS,
     RDMA_ONLY,
+    READ_TOGETHER,
     Span,
+    read_together,
     relation_problems,
 )
 from autotuner.envvars.values import (
@@ -51,6 +53,7 @@ __all__ = [
     "ORDERED_PAIRS",
     "P2P",
     "RDMA_ONLY",
+    "READ_TOGETHER",
     "REGISTRY",
     "RULES",
     "SAFE_CHARS",
@@ -73,6 +76,7 @@ __all__ = [
     "lookup",
     "nccl_int",
     "parse_assignments",
+    "read_together",
     "relation_problems",
     "safety_problems",
     "served_problems",

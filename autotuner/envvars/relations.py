@@ -27,6 +27,10 @@ RDMA_ONLY = (
     "OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS",
     "OFI_NCCL_RDMA_MAX_POSTED_EAGER_BUFFERS",
 )
+# Variables NCCL reads as one setting: the sockets a connection opens are sockets per thread x threads
+# (capped at 64, and NSOCKS is moot without threads), and a minimum bounds its maximum. A ladder step
+# never changes one without the other: either alone can cross the cap or the bound, or measure nothing.
+READ_TOGETHER = (("NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS"), *ORDERED_PAIRS)
 ALL_TO_ALL_SHARDING = frozenset({"table_wise", "column_wise"})
 _TRANSPORT_WORDS = {
     "socket": "NCCL's TCP socket transport",
@@ -270,3 +274,21 @@ def relation_problems(
     for combination_rule in COMBINATION_RULES:
         out += combination_rule(spans, scope)
     return out
+
+
+def read_together(names: Iterable[str]) -> list[list[str]]:
+    """The names in their order, grouped where NCCL reads them as one setting (READ_TOGETHER): each
+    group where its first name stands."""
+    names = list(dict.fromkeys(names))
+    units: list[list[str]] = []
+    placed: dict[str, list[str]] = {}
+    for name in names:
+        if name in placed:
+            continue
+        unit = [name]
+        for group in READ_TOGETHER:
+            if name in group:
+                unit += [other for other in names if other in group and other not in unit]
+        units.append(unit)
+        placed.update(dict.fromkeys(unit, unit))
+    return units

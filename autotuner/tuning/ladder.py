@@ -1,10 +1,10 @@
 """The ladder: from the job's baseline to the tuned config, one knob group at a time.
 
 Each step changes one group (in the space's `ladder` order; by default the published case's:
-precision, batch, pipeline, env, then sharding and threads) and is measured against the step
-before it in interleaved rounds (in ABBA order: pairs.py) with a paired 95% CI. A step whose
-interval includes 1 shows no measurable gain: its knob is left out, and the ladder goes on from
-where it stood. What is left at the top is all a config may claim.
+precision, batch, pipeline, env, then sharding and threads; the env a variable at a time) and is
+measured against the step before it in interleaved rounds (in ABBA order: pairs.py) with a paired
+95% CI. A step whose interval includes 1 shows no measurable gain: its knob is left out, and the
+ladder goes on from where it stood. What is left at the top is all a config may claim.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autotuner.envvars import read_together
 from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import LadderStep
@@ -42,6 +43,8 @@ def climb(
     """Walk the ladder; `steps` holds the steps done so far (a resumed study keeps them) and grows
     as they are measured. Returns the setting at the top and a row that measured it.
 
+    The env group is climbed a variable at a time (variables NCCL reads as one setting together:
+    read_together), in the space's order, so that no variable is published on another's gain.
     A group whose step cannot run where the ladder stands (int8 comms onto the baseline's row_wise
     sharding when the finalist's is table_wise: InProcPoint.problem) is taken after the later groups;
     if it still cannot run there, its step is recorded as such and never launched."""
@@ -52,43 +55,75 @@ def climb(
         group = order.pop(0)
         i = ctx.space.ladder.index(group)  # the launches' tag: the group's place in the ladder
         read, put = GROUPS[group]
-        nxt = put(current, target)
-        if nxt == current:
+        if put(current, target) == current:
             continue
-        problem = nxt.point.problem()
+        problem = put(current, target).point.problem()
         if problem and order and group not in deferred:
             # int8 onto a reduce-scatter sharding (the finalist's is another): after the later groups
             deferred.add(group)
             order.append(group)
             continue
-        if walked < len(steps) and steps[walked].step == group:  # done before the study was interrupted
-            step = steps[walked]
-        elif problem:  # never launched: it cannot run where the ladder stands
-            step = LadderStep(step=group, changed=_changed(group, read(current), read(nxt)), kept=False,
-                              verdict=f"cannot run: {problem}", candidate=None, cumulative=cumulative)  # fmt: skip
-            steps.append(step)
-        else:
-            # A step from the baseline straight to the finalist is the confirmation itself: its
-            # rounds are reused, so the ladder never contradicts the confirmation with fresh noise.
-            same_as_confirmed = current == baseline and nxt == target and ctx.settings.confirm_rounds > 0
-            step = _step(ctx, i, group, current, nxt, read, cumulative, same_as_confirmed)
-            steps.append(step)
-        walked += 1
-        if step.kept:
-            current, cumulative = nxt, step.cumulative or cumulative
-            row = (ctx.store.candidate(step.candidate) if step.candidate is not None else None) or row
+        recorded = steps[walked] if walked < len(steps) else None
+        units = _units(ctx, group, current, target, recorded)
+        for names in units:
+            nxt = put(current, target) if names is None else _with_env(current, target, names)
+            changed = _changed(group, read(current), read(nxt))
+            recorded = steps[walked] if walked < len(steps) else None
+            if recorded is not None and recorded.step == group and set(recorded.changed) == set(changed):
+                step = recorded  # done before the study was interrupted
+            elif problem:  # never launched: it cannot run where the ladder stands
+                step = LadderStep(step=group, changed=changed, kept=False, verdict=f"cannot run: {problem}",
+                                  candidate=None, cumulative=cumulative)  # fmt: skip
+                steps.append(step)
+            else:
+                # A step from the baseline straight to the finalist is the confirmation itself: its
+                # rounds are reused, so the ladder never contradicts the confirmation with fresh noise.
+                same_as_confirmed = current == baseline and nxt == target and ctx.settings.confirm_rounds > 0
+                tag = (
+                    f"ladder-{i}-{group}"
+                    if len(units) == 1
+                    else f"ladder-{i}-{group}-{'+'.join(names or ())}"
+                )
+                step = _step(ctx, tag, group, current, nxt, changed, cumulative, same_as_confirmed)
+                steps.append(step)
+            walked += 1
+            if step.kept:
+                current, cumulative = nxt, step.cumulative or cumulative
+                row = (ctx.store.candidate(step.candidate) if step.candidate is not None else None) or row
     return current, row
 
 
-def _step(ctx: StudyContext, i: int, group: str, current: Setting, nxt: Setting, read: Callable[[Setting], Any],
+def _units(
+    ctx: StudyContext, group: str, current: Setting, target: Setting, recorded: LadderStep | None
+) -> list[list[str] | None]:
+    """A group's steps: one (None: the whole group), or for the env one per variable that differs,
+    in the space's order, those NCCL reads as one setting together. A study interrupted inside an env
+    step measured before the env was split keeps that step whole."""
+    if group != "env":
+        return [None]
+    differ = set(_changed(group, current.env, target.env))
+    if recorded is not None and recorded.step == group and set(recorded.changed) == differ:
+        return [sorted(differ)]
+    ordered = [name for name in ctx.space.env if name in differ] + sorted(differ - set(ctx.space.env))
+    return list(read_together(ordered))
+
+
+def _with_env(current: Setting, target: Setting, names: list[str]) -> Setting:
+    """`current` with these variables as `target` has them (set, or unset)."""
+    env = {k: v for k, v in current.env.items() if k not in names}
+    env.update({k: target.env[k] for k in names if k in target.env})
+    return Setting(env, current.point)
+
+
+def _step(ctx: StudyContext, tag: str, group: str, current: Setting, nxt: Setting, changed: dict[str, list[Any]],
           cumulative: float, confirmed: bool) -> LadderStep:  # fmt: skip
     rounds, kind, tag = (
         (ctx.settings.confirm_rounds, LaunchKind.CONFIRM, "confirm")
         if confirmed
-        else (ctx.settings.ladder_rounds, LaunchKind.LADDER, f"ladder-{i}-{group}")
+        else (ctx.settings.ladder_rounds, LaunchKind.LADDER, tag)
     )
     speedup, row = compare(ctx, nxt, current, rounds, kind, tag)
-    changed, candidate = _changed(group, read(current), read(nxt)), row.id if row is not None else None
+    candidate = row.id if row is not None else None
     if speedup is None:
         return LadderStep(step=group, changed=changed, kept=False, verdict="not measured (see the launch logs)",
                           candidate=candidate, cumulative=cumulative)  # fmt: skip

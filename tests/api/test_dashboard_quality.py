@@ -109,3 +109,57 @@ def test_the_study_page_shows_the_quality_ci_verdict_and_time_to_quality(browser
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-quality.png"), full_page=True)
     assert errors == []
+
+
+def env_ladder() -> list[LadderStep]:
+    """A ladder whose env was climbed a variable at a time: three env steps, one dropped."""
+
+    def env_step(changed: dict, gain: float | None, cumulative: float) -> LadderStep:
+        kept = gain is not None
+        return LadderStep(step="env", changed=changed, kept=kept, verdict="kept" if kept else "no measurable gain",
+                          candidate=1, samples_per_s=30000.0, previous_samples_per_s=25000.0,
+                          speedup_vs_previous=gain or 1.01, ci_low=(gain or 1.01) - 0.05, ci_high=(gain or 1.01) + 0.05,
+                          rounds=5, cumulative=cumulative)  # fmt: skip
+
+    return [
+        LadderStep(
+            step="precision",
+            changed={"precision": [["fp32", "fp32"], ["fp16", "fp16"]]},
+            kept=True,
+            verdict="kept",
+            candidate=1,
+            samples_per_s=25000.0,
+            previous_samples_per_s=20000.0,
+            speedup_vs_previous=1.25,
+            ci_low=1.2,
+            ci_high=1.3,
+            rounds=5,
+            cumulative=1.25,
+        ),  # fmt: skip
+        env_step({"NCCL_BUFFSIZE": [None, "16777216"]}, None, 1.25),
+        env_step({"NCCL_NSOCKS_PERTHREAD": [None, "8"], "NCCL_SOCKET_NTHREADS": [None, "2"]}, 1.5, 1.875),
+        env_step({"NCCL_P2P_NET_CHUNKSIZE": [None, "524288"]}, 1.2, 2.25),
+    ]
+
+
+@pytest.mark.browser
+def test_each_env_step_is_its_own_bar_named_by_its_variables(browser, finished):  # noqa: F811
+    # The waterfall's bars are categories: three steps all named "env" were drawn as one bar.
+    srv = finished[0]
+    study_id = plant_done_study(
+        srv.data_dir / "autotuner.db", "env-steps", Outcome(ladder=env_ladder()).dump()
+    )
+    page, errors = study_page(browser, srv, study_id)
+    page.wait_for_selector("#chart-ladder .main-svg .xtick", timeout=15_000)
+    ticks = page.eval_on_selector_all("#chart-ladder .xtick text", "nodes => nodes.map(n => n.textContent)")
+    assert ticks == [
+        "baseline",
+        "precision",
+        "envBUFFSIZE",
+        "envNSOCKS_PERTHREAD+SOCKET_NTHREADS",
+        "envP2P_NET_CHUNKSIZE",
+    ]  # fmt: skip (one line of the SVG's text per tspan)
+    bars = page.text_content("#chart-ladder .main-svg")
+    for step in claim_text(env_ladder(), None, None).ladder:
+        assert step.label[0] in bars
+    assert errors == []
