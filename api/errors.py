@@ -59,10 +59,13 @@ UNKNOWN_FIELD = "unknown field"  # autotuner.space.schema_problems: a field the 
 
 
 def _space_loc(problem: Problem) -> list[str | int]:
-    """Where a space problem is in the body: a field of the space (an item of it: `batch_sizes[0]` is
-    ["batch_sizes", 0]), a field it does not have (the space's), or else a variable of its env (a
-    schema problem of an env value was put at the space, as if the variable were a field)."""
+    """Where a space problem is in the body: the entry it names (`fixed_env`'s key, `allow_risky`'s
+    item), a field of the space (an item of it: `batch_sizes[0]` is ["batch_sizes", 0]), a field it
+    does not have (the space's), or else a variable of its env (a schema problem of an env value was
+    put at the space, as if the variable were a field)."""
     variable = problem.variable
+    if problem.where:  # an entry of fixed_env or allow_risky
+        return ["body", "space", *problem.where]
     if not variable or variable == "space":
         return ["body", "space"]
     path = _FIELD_PATH.fullmatch(variable)

@@ -47,6 +47,9 @@ class Problem:
     rule: str
     message: str
     severity: Severity = Severity.ERROR
+    # Where in a search space the entry stands when it is not `env.<variable>`: ("fixed_env", name),
+    # ("allow_risky", index). A REST answer locates the problem there; the words stay the same.
+    where: tuple[str | int, ...] = ()
 
     def __post_init__(self) -> None:
         # Callers may pass the plain string ("warning"); store the enum so every Problem compares alike.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -116,13 +117,15 @@ def _check_fixed_env(
 ) -> dict[str, str]:
     fixed: dict[str, str] = {}
     for name, value in fixed_env.items():
-        checked_value = _check_fixed(name, value, allowed, problems)
+        found: list[Problem] = []
+        checked_value = _check_fixed(name, value, allowed, found)
         if name in searched:
-            problems.append(
+            found.append(
                 Problem(name, "duplicate", f"{name} is both a search dimension (env) and fixed (fixed_env)")
             )
         elif checked_value is not None:
             fixed[name] = checked_value
+        problems += [replace(p, where=("fixed_env", name)) for p in found]
     return fixed
 
 
@@ -164,22 +167,21 @@ def _check_allow_risky(names: Any, problems: list[Problem]) -> set[str]:
     if not isinstance(names, list):
         return set()
     allowed = set()
-    for name in names:
+    for index, name in enumerate(names):
         if not isinstance(name, str):
             continue  # pydantic names the type
         var, found = check_name(name)
-        problems += found
-        if var is None:
-            continue
-        if var.safety is Safety.NEVER and not (var.passthrough and is_path_valued(name)):
-            problems.append(Problem(name, "never-tune", f"{name} cannot be allowed: {var.doc}"))
-        elif var.safety is Safety.TUNABLE and not is_path_valued(name):
-            problems.append(
+        if var is not None and var.safety is Safety.NEVER and not (var.passthrough and is_path_valued(name)):
+            found.append(Problem(name, "never-tune", f"{name} cannot be allowed: {var.doc}"))
+        elif var is not None and var.safety is Safety.TUNABLE and not is_path_valued(name):
+            found.append(
                 Problem.warn(
                     name, "no-effect", f"{name} is not risky: listing it in allow_risky changes nothing"
                 )
             )
-        allowed.add(name)
+        problems += [replace(p, where=("allow_risky", index)) for p in found]
+        if var is not None:
+            allowed.add(name)
     return allowed
 
 

@@ -73,6 +73,13 @@ def test_an_env_problem_is_located_at_the_bodys_own_key_under_env(module_server,
 @pytest.mark.parametrize(
     ("space", "loc"),
     [
+        # an entry of fixed_env or allow_risky is located there, not under env (where a client looks
+        # in vain: fixed_env's NCCL_NET is not in its env)
+        ({"fixed_env": {"NCCL_NET": None}}, ["body", "space", "fixed_env", "NCCL_NET"]),
+        ({"fixed_env": {"LD_PRELOAD": "/x.so"}}, ["body", "space", "fixed_env", "LD_PRELOAD"]),
+        ({"fixed_env": {"BAD'NAME": "1"}}, ["body", "space", "fixed_env", "BAD'NAME"]),
+        ({"allow_risky": ["NCCL_SOCKET_NTHREADS", "NCCL_NET"]}, ["body", "space", "allow_risky", 1]),
+        ({"allow_risky": ["NCCL_BOGUS"]}, ["body", "space", "allow_risky", 0]),
         ({"bogus": 1}, ["body", "space", "bogus"]),
         ({"ladder": [{"x": 1}]}, ["body", "space", "ladder", 0]),
         ({"env": []}, ["body", "space", "env"]),
