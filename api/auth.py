@@ -30,9 +30,11 @@ def scope_of(request: Request) -> str | None:
     return token_scope(request.headers.get("authorization", ""), request.app.state.settings.token_scopes)
 
 
-def require(scope: str):  # a FastAPI dependency factory
+def require(scope: str, *, public: bool = True):  # a FastAPI dependency factory
+    """`public`: a read is open where AUTOTUNER_PUBLIC_READ says so."""
+
     def check(request: Request) -> str | None:
-        if scope == "read" and request.app.state.settings.public_read:
+        if scope == "read" and public and request.app.state.settings.public_read:
             return None
         held = scope_of(request)
         if held is None:

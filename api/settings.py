@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     # "secret:scope" pairs, comma-separated; scopes: read < write < admin.
     tokens: str = ""
     public_read: bool = False  # 1: reads and the dashboard need no token
+    metrics_token: bool = False  # 1: /metrics needs a read token too (names of clusters and workloads)
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(2, ge=1, le=64)  # API processes; config fetches scale with them

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
-from api.auth import ReadAccess
+from api.auth import ReadAccess, require
 from api.deps import MetricsDep, StoreDep
 from api.schemas import ERRORS, LintPublic, LintRequest, ProblemPublic
 from autotuner.envvars import lint_env
@@ -44,10 +44,16 @@ router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=Fa
 router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
 
 
-@router.get("/metrics", response_class=Response)
-def metrics(metrics: MetricsDep) -> Response:
-    """Prometheus text format."""
+@router.get("/metrics", response_class=Response, responses={401: ERRORS[401], 403: ERRORS[403]})
+def metrics(request: Request, metrics: MetricsDep) -> Response:
+    """Prometheus text format. Open to scrapers, unless AUTOTUNER_METRICS_TOKEN=1: then a read token
+    (the scrape config's `authorization: {credentials: SECRET}`), whatever AUTOTUNER_PUBLIC_READ says."""
+    if request.app.state.settings.metrics_token:
+        _token_read(request)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+_token_read = require("read", public=False).dependency
 
 
 @router.post("/v1/lint", response_model=LintPublic, tags=["lint"], responses=ERRORS)
