@@ -50,7 +50,7 @@ def test_the_committed_gpu_check_has_its_section_with_the_sweep_the_timing_and_t
     assert "timed with NCCL's own events on its stream" in section
     assert "a2a / alone" in section
     assert "NCCL_NSOCKS_PERTHREAD" in section
-    assert "ladder: env kept" in section
+    assert "ladder: env NSOCKS_PERTHREAD+SOCKET_NTHREADS kept" in section
     assert "## GPU check" not in render(json.loads(RESULTS_JSON.read_text()))  # only when a report is there
 
 

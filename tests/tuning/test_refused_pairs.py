@@ -51,8 +51,8 @@ def _ctx(order):
 def _walk(monkeypatch, kept):
     measured = []
 
-    def step(ctx, i, group, current, nxt, read, cumulative, confirmed):
-        measured.append((i, group, nxt.point))
+    def step(ctx, tag, group, current, nxt, changed, cumulative, confirmed):
+        measured.append((tag, group, nxt.point))
         return LadderStep(step=group, kept=kept(group), candidate=None, cumulative=cumulative)
 
     monkeypatch.setattr(ladder, "_step", step)
@@ -65,7 +65,10 @@ def _walk(monkeypatch, kept):
 
 def test_the_ladder_takes_int8_after_the_sharding_that_can_carry_it(monkeypatch):
     measured, steps, top = _walk(monkeypatch, kept=lambda group: True)
-    assert [(i, group) for i, group, _ in measured] == [(1, "batch"), (2, "sharding"), (0, "precision")]
+    # tagged by each group's place in the ladder, whatever order they were taken in
+    assert [(tag, group) for tag, group, _ in measured] == [
+        ("ladder-1-batch", "batch"), ("ladder-2-sharding", "sharding"), ("ladder-0-precision", "precision")
+    ]  # fmt: skip
     assert all(point.problem() is None for _, _, point in measured)
     assert measured[-1][2] == InProcPoint("int8", "int8", 256, "table_wise")
     assert [s.step for s in steps] == ["batch", "sharding", "precision"]
