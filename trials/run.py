@@ -2,7 +2,8 @@
 
 Validates the spec before importing torch or joining a process group, measures every candidate in
 this one process environment, and has rank 0 write the result. Exit codes: 0 all candidates ok,
-1 some candidate failed, 2 bad spec or arguments, 3 the launch itself failed.
+1 some candidate failed (rank 0 only: the others exit 0), 2 bad spec or arguments, 3 the launch
+itself failed.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(result))
         if args.print_result:
             print(f"{RESULT_MARKER} {json.dumps(result, separators=(',', ':'))}", flush=True)
-    return EXIT_CANDIDATE_FAILED if failed else EXIT_OK
+    # Rank 0's code alone says "some candidate failed": the other ranks ran the launch and are done. A
+    # non-zero exit of theirs made torchrun (or srun --kill-on-bad-exit, or a Kubernetes Job) stop rank 0
+    # before it had written the result, and every candidate measured was lost.
+    return EXIT_CANDIDATE_FAILED if failed and rank == 0 else EXIT_OK
 
 
 def _import_runner(out: str, launch_env: dict[str, str], rank: int) -> Any:

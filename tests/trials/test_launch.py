@@ -249,3 +249,37 @@ def test_bench_leaves_without_interpreter_finalisation(tmp_path):
     assert proc.returncode == 2, proc.stderr  # the exit code still says what happened (bad spec)
     assert "bad spec" in proc.stderr  # and what was written before leaving was flushed
     assert "finalised" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_launch_with_a_failed_candidate_keeps_its_result_when_rank_0_writes_last(tmp_path):
+    # Only rank 0 writes the result. The other ranks exited 1 ("some candidate failed") the moment they
+    # were done, and torchrun (or srun --kill-on-bad-exit, or a Kubernetes Job) stopped rank 0 before
+    # it had written: every candidate measured was lost, and the launch failed. They exit 0 now: rank
+    # 0's exit code says it.
+    spec = {
+        "workload": {"name": "unit", "tables": TABLES, "sharding": "table_wise"},
+        "candidates": [
+            {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64},
+            {
+                "fwd_precision": "int8",
+                "bwd_precision": "int8",
+                "batch_size": 63,
+            },  # fails: not a multiple of 32
+        ],
+        "warmup": 1,
+        "iterations": 2,
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(Path(__file__).parent / "slow_result_write.py"), "--spec", str(tmp_path / "spec.json"), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=Path(trials.__file__).parents[1],
+        env={**os.environ, "AUTOTUNER_TRIAL_PG_TIMEOUT_S": "60", "WRITE_DELAY_S": "3"},
+    )  # fmt: skip
+    assert out.exists(), proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [c["status"] for c in result["candidates"]] == ["ok", "failed"]
+    assert result["status"] == "partial"
+    assert proc.returncode == 1, proc.stderr[-3000:]  # rank 0's: some candidate failed
