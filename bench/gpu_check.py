@@ -189,12 +189,12 @@ def run_nodes(
 ) -> int:
     """Two (nnodes) emulated nodes as the local executor runs them with nodes=hostids: an agent each,
     its own NCCL_HOSTID. Logs in work/NAME.nodeI.log; a launch past its limit is killed whole."""
-    from autotuner.executors.local.executor import free_port, gpu_count, hostid_agents
+    from autotuner.executors.local.executor import free_port, hostid_agents, visible_gpus
 
     if limit_s <= 0:
         return 124
     agents = hostid_agents(
-        name, nnodes, 1, sys.executable, f"{name}-{os.getpid()}", argv, free_port(), gpu_count()
+        name, nnodes, 1, sys.executable, f"{name}-{os.getpid()}", argv, free_port(), visible_gpus()
     )
     procs = []
     for i, command in enumerate(agents):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.executors import LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local.executor import check_gpu_sharing, hostid_agents
+from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
+from autotuner.executors.local.executor import check_gpu_sharing, hostid_agents, visible_gpus
 from tests.helpers import TINY_SPEC
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -36,8 +36,8 @@ def test_the_hostids_plan_is_golden(gpus, nproc, golden):
 
 
 def test_each_node_is_a_host_of_its_own_and_shared_gpus_turn_off_direct_paths():
-    shared = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, gpus=1)
-    own = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, gpus=2)
+    shared = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, devices=["0"])
+    own = hostid_agents("s2-l1", 2, 1, "py", "tag", ["-m", "trials.run"], 29500, devices=["0", "1"])
     hostids = [next(a for a in cmd if a.startswith("NCCL_HOSTID=")) for cmd in shared]
     assert hostids == ["NCCL_HOSTID=s2-l1-node0", "NCCL_HOSTID=s2-l1-node1"]
     assert all("NCCL_NET=Socket" in cmd and "NCCL_SOCKET_IFNAME=lo" in cmd for cmd in shared + own)
@@ -81,3 +81,27 @@ def test_two_agents_one_rendezvous_each_rank_its_own_host_id(tmp_path):
     assert result["env_per_rank"]["NCCL_HOSTID"] == ["s1-l7-node0", "s1-l7-node1"]
     assert result["env_consistent"]
     assert result["env"]["NCCL_NET"] == "Socket"
+
+
+@pytest.mark.parametrize("nodes", ["hostids", "namespaces"])
+@pytest.mark.parametrize(
+    ("visible", "shares"),
+    [
+        ("4,5,6,7", ["4,5", "6,7"]),  # a tuner given GPUs 4-7 ran its nodes on 0-3: someone else's
+        ("GPU-aa11,GPU-bb22,GPU-cc33,GPU-dd44", ["GPU-aa11,GPU-bb22", "GPU-cc33,GPU-dd44"]),
+    ],
+)
+def test_emulated_nodes_get_their_share_of_the_gpus_the_tuner_was_given(monkeypatch, nodes, visible, shares):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    fabric = Fabric("1gbit") if nodes == "namespaces" else None
+    launch = request(Path("/srv/autotuner/study-1/launch-0007"), nproc=2)
+    script = LocalExecutor(nodes=nodes, fabric=fabric).dryrun(launch).rendered
+    assert re.findall(r"CUDA_VISIBLE_DEVICES=(\S+)", script) == shares
+
+
+def test_the_visible_gpus_end_where_cuda_stops_reading():
+    assert visible_gpus.__doc__  # what CUDA does with CUDA_VISIBLE_DEVICES: stops at an empty or -1 entry
+    with pytest.MonkeyPatch.context() as patch:
+        for visible, devices in [("0,-1,2", ["0"]), ("", []), (" 3 , 1", ["3", "1"]), ("-1", [])]:
+            patch.setenv("CUDA_VISIBLE_DEVICES", visible)
+            assert visible_gpus() == devices

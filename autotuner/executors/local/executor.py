@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +100,7 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(
-        self, *, fabric: Fabric | None = None, nodes: str = "one", gpus: int | None = None,
+        self, *, fabric: Fabric | None = None, nodes: str = "one", gpus: int | Sequence[str] | None = None,
         rdzv_port: int | None = None,
     ) -> None:  # fmt: skip
         self.fabric = fabric
@@ -107,7 +108,12 @@ class LocalExecutor(Executor):
         # nodes): "ranks", N x G ranks in one torchrun; "hostids", an agent and NCCL host id per node;
         # "namespaces", a network namespace per node.
         self.nodes = nodes
-        self.gpus = gpu_count() if gpus is None else gpus
+        # The GPUs launches may use, as CUDA_VISIBLE_DEVICES names them (a count: the first ones)
+        if gpus is None:
+            self.devices = visible_gpus()
+        else:
+            self.devices = [str(i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
+        self.gpus = len(self.devices)
         self.rdzv_port = rdzv_port  # nodes=hostids: None picks a free port per launch
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -177,7 +183,7 @@ class LocalExecutor(Executor):
                  "trap 'exit 143' TERM INT HUP",  # a cancel (SIGTERM) still runs the EXIT trap
                  f"{create} || exit {EXIT_NO_NETNS}", *(f"{step} || exit {EXIT_NO_NETNS}" for step in configure)]  # fmt: skip
         agents = node_agents(
-            network, launch.nproc_per_node, launch.python, tag, launch.trial_argv(), self.gpus
+            network, launch.nproc_per_node, launch.python, tag, launch.trial_argv(), self.devices
         )
         return lines + _in_parallel(agents)
 
@@ -186,7 +192,7 @@ class LocalExecutor(Executor):
         on loopback); they share the machine's GPUs when there are fewer than ranks."""
         port = self.rdzv_port or free_port()
         agents = hostid_agents(launch.name, launch.nnodes, launch.nproc_per_node, launch.python, tag,
-                               launch.trial_argv(), port, self.gpus)  # fmt: skip
+                               launch.trial_argv(), port, self.devices)  # fmt: skip
         return [f"# {hostids_label(launch.nnodes, launch.nproc_per_node, self.gpus)}", *_in_parallel(agents)]
 
     def pinned_env(self, launch: LaunchRequest) -> dict[str, str]:
@@ -293,18 +299,31 @@ def _in_parallel(agents: list[list[str]]) -> list[str]:
     ]
 
 
-def gpu_count() -> int:
-    """GPUs this machine's launches can see (CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`); 0 without."""
+def visible_gpus() -> list[str]:
+    """The GPUs this machine's launches can see, as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or
+    MIG ids, as given: CUDA stops at the first empty or -1 entry), else `nvidia-smi -L`'s; [] without.
+    An emulated node is given some of these, never other indices: a tuner given GPUs 4-7 ran its
+    nodes on 0-3, someone else's."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        devices = []
+        for entry in (d.strip() for d in visible.split(",")):
+            if not entry or entry == "-1":
+                break
+            devices.append(entry)
+        return devices
     if shutil.which("nvidia-smi") is None:
-        return 0
+        return []
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in listed.splitlines())
+        return []
+    return [str(i) for i in range(sum(line.startswith("GPU ") for line in listed.splitlines()))]
+
+
+def node_gpus(devices: Sequence[str], node: int, per_node: int) -> str:
+    """CUDA_VISIBLE_DEVICES of an emulated node whose ranks have GPUs of their own: its share."""
+    return ",".join(devices[node * per_node + r] for r in range(per_node))
 
 
 def check_gpu_sharing(nodes_mode: str, nnodes: int, per_node: int, gpus: int) -> None:
@@ -332,17 +351,20 @@ def hostids_label(nnodes: int, per_node: int, gpus: int) -> str:
 
 
 def hostid_agents(
-    name: str, nnodes: int, per_node: int, python: str, tag: str, argv: list[str], port: int, gpus: int
-) -> list[list[str]]:
+    name: str, nnodes: int, per_node: int, python: str, tag: str, argv: list[str], port: int,
+    devices: Sequence[str],
+) -> list[list[str]]:  # fmt: skip
     """One torchrun agent per emulated node running `argv`: its own NCCL_HOSTID, NCCL on sockets over
     loopback, c10d rendezvous on 127.0.0.1:`port` (node 0 holds the store). Ranks of a node get GPUs
-    of their own when there are enough for every rank, else every node sees them all."""
+    of their own (`devices`: what this machine's launches may use) when there are enough for every
+    rank, else every node sees them all."""
+    gpus = len(devices)
     own_gpus = gpus >= nnodes * per_node
     commands = []
     for i in range(nnodes):
         env = {"NCCL_HOSTID": f"{name}-node{i}", **HOSTID_ENV}
         if gpus and own_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i * per_node + r) for r in range(per_node))
+            env["CUDA_VISIBLE_DEVICES"] = node_gpus(devices, i, per_node)
         elif gpus:
             env.update(SHARED_GPU_ENV)
         agent = [
@@ -362,12 +384,13 @@ def free_port() -> int:
 
 
 def node_agents(
-    network: NodeNetwork, per_node: int, python: str, tag: str, argv: list[str], gpus: int = 0
+    network: NodeNetwork, per_node: int, python: str, tag: str, argv: list[str], devices: Sequence[str] = ()
 ) -> list[list[str]]:
     """One torchrun agent per emulated node running `argv` (c10d rendezvous on node 0's address),
     each pinned to cores of its own where there are enough, in a UTS namespace named after its node
     (NCCL tells hosts apart by hostname: two nodes on one GPU are then two hosts, not a duplicate)."""
     cores = os.cpu_count() or 1
+    gpus = len(devices)
     own_gpus = gpus >= network.nodes * per_node
     commands = []
     for i in range(network.nodes):
@@ -380,14 +403,10 @@ def node_agents(
         ]  # fmt: skip
         cpus = f"{i * per_node}-{(i + 1) * per_node - 1}"
         pin = ["taskset", "-c", cpus] if cores >= network.nodes * per_node else []
-        devices = (
-            [f"CUDA_VISIBLE_DEVICES={','.join(str(i * per_node + r) for r in range(per_node))}"]
-            if gpus and own_gpus
-            else []
-        )
+        share = [f"CUDA_VISIBLE_DEVICES={node_gpus(devices, i, per_node)}"] if gpus and own_gpus else []
         hostname = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', network.node(i)]
         commands.append(["ip", "netns", "exec", network.node(i), *hostname, *pin, "env", "GLOO_SOCKET_IFNAME=eth0",
-                         "NCCL_SOCKET_IFNAME=eth0", *devices, *agent])  # fmt: skip
+                         "NCCL_SOCKET_IFNAME=eth0", *share, *agent])  # fmt: skip
     return commands
 
 
