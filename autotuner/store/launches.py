@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, delete, func, select, update
 
 from autotuner.store.base import StoreBase, env_hash, set_columns
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
@@ -215,6 +215,15 @@ class LaunchRecords(StoreBase):
                         cluster_id=cluster_id, env_hash=key, env=env, reason=reason, launch_id=launch_id
                     )
                 )
+
+    def release_quarantine(self, cluster_id: int, env: dict[str, str]) -> None:
+        """The env config is no longer quarantined on the cluster (a launch of it ran there)."""
+        with self.session() as s:
+            s.execute(
+                delete(Quarantine).where(
+                    Quarantine.cluster_id == cluster_id, Quarantine.env_hash == env_hash(env)
+                )
+            )
 
     def quarantined(self, cluster_id: int) -> dict[str, str]:
         """env hash -> reason for every quarantined env config of the cluster."""

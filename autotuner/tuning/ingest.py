@@ -36,6 +36,8 @@ def ingest(
     launch = ctx.store.launch(launch.id) or launch
     if result is not None:
         ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))
+        # It ran here: whatever quarantined this env config on the cluster was not the config.
+        ctx.store.release_quarantine(ctx.cluster_id, launch.env)
     elif launch.kind == LaunchKind.SEARCH and outcome.state != LaunchState.CANCELLED:
         # Crashed, hung or failed to init: never launch this env config on this cluster again.
         ctx.store.quarantine(

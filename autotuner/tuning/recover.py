@@ -33,7 +33,9 @@ def recover(ctx: StudyContext) -> None:
             continue
         if launch.backend_id and _reattach(ctx, launch):
             continue
-        ingest(ctx, launch, Outcome(LaunchState.FAILED, launch.backend_id, None, INTERRUPTED), None, None)
+        # Cancelled, not failed: nothing says the env config broke it, and a failed search launch would
+        # quarantine that config on the cluster for good (a service restart banned a setting).
+        ingest(ctx, launch, Outcome(LaunchState.CANCELLED, launch.backend_id, None, INTERRUPTED), None, None)
         if launch.attempt < ctx.settings.max_attempts and launch.kind != LaunchKind.CONFIRM:
             _retry(ctx, launch)
 

@@ -246,7 +246,8 @@ class LocalExecutor(Executor):
             # The script ended before writing exit_code (`ip netns add ... || exit 97`): its own code says why.
             self._children.pop(pid, None)
             return describe_exit(child.returncode)
-        return Description(LaunchState.FAILED, None, "launch process is gone without an exit code")
+        # Not our child (the tuner restarted) and no exit code written: nothing says the config failed it.
+        return Description(LaunchState.CANCELLED, None, "launch process is gone without an exit code")
 
     def how_cancelled(self, backend_id: str) -> str:
         return f"SIGTERM then SIGKILL to process tree {backend_id}"

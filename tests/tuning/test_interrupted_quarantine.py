@@ -1,0 +1,78 @@
+"""A launch the tuner stopped following is not the env config's failure. A search launch cut off by a
+service restart (no backend id recorded yet) was recorded failed on resume, and its env config
+quarantined on the cluster for good: every later study there skipped it (and published the baseline
+over a confirmed config). Found by the engine review."""
+
+from __future__ import annotations
+
+import json
+
+from autotuner.executors import Landscape, ReplayExecutor
+from autotuner.store import LaunchKind, env_hash
+from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.lease import Lease
+from autotuner.tuning.pairs import Setting, compare
+from autotuner.tuning.recover import INTERRUPTED
+from tests.helpers import LANDSCAPE
+
+RECORDED = json.loads(LANDSCAPE.read_text())
+SPACE = {"env": {"NCCL_NSOCKS_PERTHREAD": [4]}, "force_inert": ["NCCL_NSOCKS_PERTHREAD"],
+         "precisions": [["fp32", "fp32"], ["fp16", "fp16"]], "batch_sizes": [64, 256], "allow_batch_change": True}  # fmt: skip
+ENV = {"NCCL_NSOCKS_PERTHREAD": "4"}
+
+
+class Killed(BaseException):
+    """The service stops (a restart) while it submits a launch."""
+
+
+class DiesAtSecondSubmit(ReplayExecutor):
+    submitted = 0
+
+    def schedule(self, dryrun):
+        self.submitted += 1
+        if self.submitted == 2:  # launch 2 is the first search launch
+            raise Killed
+        return super().schedule(dryrun)
+
+
+def study(store, tmp_path):
+    settings = StudySettings(executor="replay", trials=3, candidates_per_launch=3, confirm_rounds=3, seed=7,
+                             workdir=str(tmp_path / "runs"), executor_options={"landscape": str(LANDSCAPE)})  # fmt: skip
+    return create_study(
+        store, cluster="cpu-box", workload=RECORDED["workload"], space=SPACE, settings=settings
+    )
+
+
+def replay(executor=ReplayExecutor):
+    return executor(Landscape.load(LANDSCAPE), seed=7)
+
+
+def test_a_search_launch_cut_off_by_a_restart_is_cancelled_and_quarantines_nothing(store, tmp_path):
+    first = study(store, tmp_path)
+    try:
+        StudyDriver(store, first.id, replay(DiesAtSecondSubmit), poll_s=0.01).run()
+    except Killed:
+        pass
+    store.release_study(first.id, store.study(first.id).owner)
+    assert StudyDriver(store, first.id, replay(), poll_s=0.01).run().state == "done"
+    cut = next(launch for launch in store.launches(first.id) if launch.seq == 2)
+    assert (cut.state, cut.error) == ("cancelled", INTERRUPTED)
+    assert store.quarantined(store.cluster("cpu-box").id) == {}
+    # ... so the next study on the cluster searches that env config again
+    second = study(store, tmp_path)
+    assert StudyDriver(store, second.id, replay(), poll_s=0.01).run().state == "done"
+    assert [launch.env for launch in store.launches(second.id) if launch.kind == "search"]
+
+
+def test_an_env_config_that_ran_on_the_cluster_is_released_from_quarantine(store, tmp_path):
+    cluster = store.cluster("cpu-box", create=True)
+    store.quarantine(cluster.id, ENV, "failed: killed by the OOM killer of a neighbour", None)
+    store.quarantine(cluster.id, {"NCCL_NSOCKS_PERTHREAD": "2"}, "failed: NCCL init", None)
+    first = study(store, tmp_path)
+    # The search skips a quarantined config; a paired comparison (confirmation, ladder) may run it.
+    ctx = StudyContext.load(store, first.id, replay(), Lease(store, first.id))
+    speedup, _ = compare(ctx, Setting(ENV, ctx.baseline_point), Setting({}, ctx.baseline_point), 2,
+                         LaunchKind.CONFIRM, "confirm")  # fmt: skip
+    assert speedup is not None
+    assert set(store.quarantined(cluster.id)) == {env_hash({"NCCL_NSOCKS_PERTHREAD": "2"})}
