@@ -14,11 +14,17 @@ NOT_SIGNIFICANT = "no significant gain over the baseline: published the baseline
 # Why nothing was confirmed, one sentence per cause (a decision names what happened, not a list of guesses).
 UNCONFIRMED = "not confirmed (confirm_rounds=0): published the search's best as measured"
 BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)"
+# Nothing compared, nothing shown: a study whose launches failed (an outage) must not replace a config
+# that was shown to help with the baseline.
+KEPT_SERVED = "nothing published (the config served before, if any, stays)"
 ROUNDS_FAILED = ("not confirmed: fewer than 2 of {rounds} confirmation rounds could be measured (see the "
-                 "launch logs): published the baseline (no changes)")  # fmt: skip
+                 f"launch logs): {KEPT_SERVED}")  # fmt: skip
+NOTHING_MEASURED = ("nothing but the baseline was measured (every search launch failed or was left out: see "
+                    f"the launch logs): {KEPT_SERVED}")  # fmt: skip
 
 
-def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
+def decide(ctx: StudyContext, best: Candidate, baseline: Candidate, *, searched: bool = True) -> Outcome:
+    """`searched`: some search candidate was measured (else the baseline is best by default, not shown)."""
     rounds = ctx.settings.confirm_rounds
     speedup = None
     if rounds and best.id != baseline.id:
@@ -33,7 +39,7 @@ def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
         adopt = best.id != baseline.id and rounds == 0
         figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}
         decision = (
-            BASELINE_BEST
+            (BASELINE_BEST if searched else NOTHING_MEASURED)
             if best.id == baseline.id
             else UNCONFIRMED
             if rounds == 0
@@ -41,6 +47,11 @@ def decide(ctx: StudyContext, best: Candidate, baseline: Candidate) -> Outcome:
         )
     return Outcome(best_candidate=best.id, baseline_candidate=baseline.id, decision=decision,
                    chosen_candidate=best.id if adopt else baseline.id, **figures)  # fmt: skip
+
+
+def publishes(outcome: Outcome) -> bool:
+    """Whether the outcome is published: not when nothing could be compared with the baseline."""
+    return not (outcome.decision or "").endswith(KEPT_SERVED)
 
 
 def baseline_published(outcome: Outcome) -> Outcome:

@@ -32,6 +32,7 @@ from autotuner.names import BadName, check_name
 from autotuner.store import (
     TERMINAL,
     Candidate,
+    CandidateState,
     LaunchKind,
     Store,
     Study,
@@ -40,7 +41,7 @@ from autotuner.store import (
     utcnow,
 )
 from autotuner.tuning.claim import honest_claim
-from autotuner.tuning.confirm import baseline_published, decide
+from autotuner.tuning.confirm import baseline_published, decide, publishes
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
@@ -197,14 +198,16 @@ class StudyDriver:
 
     def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
         """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
-        outcome = decide(self.ctx, best, baseline)
+        searched = bool(self.store.candidates(self.study_id, kinds=[LaunchKind.SEARCH], states=[CandidateState.OK],
+                                              limit=1))  # fmt: skip
+        outcome = decide(self.ctx, best, baseline, searched=searched)
         if outcome.chosen_candidate == best.id != baseline.id:
             self.ctx.progress.on_phase("ladder")
             outcome = honest_claim(self.ctx, baseline, best, outcome)
         if outcome.chosen_candidate == baseline.id != best.id:
             outcome = baseline_published(outcome)
         outcome.inert = dict(self.ctx.inert)
-        if self.ctx.settings.publish:
+        if self.ctx.settings.publish and publishes(outcome):
             self.ctx.lease.beat(force=True)  # a study cancelled by now publishes nothing
             # A runner stopped between publishing and storing the outcome: resumed, it publishes once.
             earlier = self.store.configs_of_study(self.study_id)

@@ -5,6 +5,7 @@ over a confirmed config). Found by the engine review."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from autotuner.executors import Landscape, ReplayExecutor
@@ -76,3 +77,25 @@ def test_an_env_config_that_ran_on_the_cluster_is_released_from_quarantine(store
                          LaunchKind.CONFIRM, "confirm")  # fmt: skip
     assert speedup is not None
     assert set(store.quarantined(cluster.id)) == {env_hash({"NCCL_NSOCKS_PERTHREAD": "2"})}
+
+
+class SearchLaunchesFail(ReplayExecutor):
+    """An outage: every launch after the baseline ends failed, having measured nothing."""
+
+    def dryrun(self, launch):
+        if not launch.name.endswith("-l1"):  # a point the recording lacks: every candidate fails
+            launch = dataclasses.replace(launch, env={"NCCL_NOT_RECORDED": "1"})
+        return super().dryrun(launch)
+
+
+def test_a_study_that_compared_nothing_leaves_the_served_config_as_it_was(store, tmp_path):
+    first = study(store, tmp_path)
+    assert StudyDriver(store, first.id, replay(), poll_s=0.01).run().state == "done"
+    served = store.served_config("cpu-box", "small")
+    second = study(store, tmp_path)
+    final = StudyDriver(store, second.id, replay(SearchLaunchesFail), poll_s=0.01).run()
+    assert final.state == "done"
+    assert final.outcome["decision"].startswith("nothing but the baseline was measured")
+    assert final.outcome.get("published_version") is None
+    assert store.configs_of_study(second.id) == []
+    assert store.served_config("cpu-box", "small").version == served.version
