@@ -30,6 +30,7 @@ from autotuner.envvars.relations import (
     RDMA_ONLY,
     READ_TOGETHER,
     Span,
+    acting_with,
     read_together,
     relation_problems,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Safety",
     "Severity",
     "Span",
+    "acting_with",
     "canonical",
     "check_name",
     "check_value",

@@ -276,19 +276,37 @@ def relation_problems(
     return out
 
 
-def read_together(names: Iterable[str]) -> list[list[str]]:
-    """The names in their order, grouped where NCCL reads them as one setting (READ_TOGETHER): each
-    group where its first name stands."""
+def read_together(names: Iterable[str], also: Iterable[tuple[str, ...]] = ()) -> list[list[str]]:
+    """The names in their order, grouped where NCCL reads them as one setting (READ_TOGETHER, and the
+    groups `also` gives): each group where its first name stands."""
     names = list(dict.fromkeys(names))
+    groups = [*READ_TOGETHER, *also]
     units: list[list[str]] = []
-    placed: dict[str, list[str]] = {}
+    placed: set[str] = set()
     for name in names:
         if name in placed:
             continue
         unit = [name]
-        for group in READ_TOGETHER:
-            if name in group:
-                unit += [other for other in names if other in group and other not in unit]
+        while True:  # groups may chain (a name in two of them)
+            more = [other for group in groups if set(unit) & set(group) for other in names
+                    if other in group and other not in unit]  # fmt: skip
+            if not more:
+                break
+            unit += list(dict.fromkeys(more))
         units.append(unit)
-        placed.update(dict.fromkeys(unit, unit))
+        placed.update(unit)
     return units
+
+
+def acting_with(target: Mapping[str, str], current: Mapping[str, str]) -> list[tuple[str, ...]]:
+    """Variables of `target` that act only with another of its values, where `current` stands: a P2P
+    chunk above NCCL_BUFFSIZE/8 of the current buffer (NCCL caps it there, and would run another
+    chunk than the one exported) needs the target's buffer."""
+    chunk, buffer = target.get("NCCL_P2P_NET_CHUNKSIZE"), target.get("NCCL_BUFFSIZE")
+    if chunk is None or buffer is None:
+        return []
+    var = lookup("NCCL_BUFFSIZE")
+    now = current.get("NCCL_BUFFSIZE") or (var.default if var else None) or ""
+    if is_decimal(chunk) and is_decimal(now) and int(chunk) > int(now) // 8:
+        return [("NCCL_BUFFSIZE", "NCCL_P2P_NET_CHUNKSIZE")]
+    return []

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autotuner.envvars import read_together
+from autotuner.envvars import acting_with, read_together
 from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import LadderStep
-from autotuner.tuning.pairs import Setting, compare
+from autotuner.tuning.pairs import Setting, compare, tag_of
 
 KEPT, NO_GAIN = "kept", "no measurable gain"
 
@@ -63,8 +63,7 @@ def climb(
             deferred.add(group)
             order.append(group)
             continue
-        recorded = steps[walked] if walked < len(steps) else None
-        units = _units(ctx, group, current, target, recorded)
+        units = _units(ctx, i, group, current, target)
         for names in units:
             nxt = put(current, target) if names is None else _with_env(current, target, names)
             changed = _changed(group, read(current), read(nxt))
@@ -94,18 +93,23 @@ def climb(
 
 
 def _units(
-    ctx: StudyContext, group: str, current: Setting, target: Setting, recorded: LadderStep | None
+    ctx: StudyContext, i: int, group: str, current: Setting, target: Setting
 ) -> list[list[str] | None]:
     """A group's steps: one (None: the whole group), or for the env one per variable that differs,
-    in the space's order, those NCCL reads as one setting together. A study interrupted inside an env
-    step measured before the env was split keeps that step whole."""
+    in the space's order, those NCCL reads as one setting together (or that act only together from
+    where the ladder stands: acting_with)."""
     if group != "env":
         return [None]
     differ = set(_changed(group, current.env, target.env))
-    if recorded is not None and recorded.step == group and set(recorded.changed) == differ:
-        return [sorted(differ)]
     ordered = [name for name in ctx.space.env if name in differ] + sorted(differ - set(ctx.space.env))
-    return list(read_together(ordered))
+    units: list[list[str] | None] = list(read_together(ordered, also=acting_with(target.env, current.env)))
+    whole = f"ladder-{i}-{group}"
+    if len(units) > 1 and any(
+        tag_of(launch.spec, launch.kind) == whole for launch in ctx.store.launches(ctx.study_id)
+    ):
+        # A study interrupted inside an env step measured whole, before the env was split: its rounds stand.
+        return [ordered]
+    return units
 
 
 def _with_env(current: Setting, target: Setting, names: list[str]) -> Setting:

@@ -10,16 +10,16 @@ import random
 import pytest
 
 from autotuner.cli.claim_report import claim_text
-from autotuner.envvars import read_together
+from autotuner.envvars import acting_with, read_together
 from autotuner.executors import LocalExecutor
-from autotuner.store import Store
+from autotuner.store import LaunchKind, Store
 from autotuner.tuning import StudySettings, create_study, pairs
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import climb
 from autotuner.tuning.launch import spec_of
 from autotuner.tuning.lease import Lease
 from autotuner.tuning.outcome import LadderStep
-from autotuner.tuning.pairs import Setting, tag_of
+from autotuner.tuning.pairs import Setting, compare, tag_of
 
 SOCKETS = {"NCCL_NSOCKS_PERTHREAD": "8", "NCCL_SOCKET_NTHREADS": "2"}
 TARGET = {"NCCL_BUFFSIZE": "16777216", **SOCKETS, "NCCL_P2P_NET_CHUNKSIZE": "524288"}
@@ -120,17 +120,39 @@ def test_a_resumed_ladder_keeps_its_env_steps_and_launches_nothing_again(ctx, mo
     assert len(launches.envs) == done  # the third step's rounds were in the store: nothing re-run
 
 
-def test_a_study_interrupted_inside_a_whole_env_step_keeps_it_whole(ctx, monkeypatch):
-    # Measured before the env was climbed a variable at a time: one step changed all four.
+def test_a_study_interrupted_inside_a_whole_env_step_keeps_its_rounds(ctx, monkeypatch):
+    # Measured before the env was climbed a variable at a time: one comparison changed all four, tagged
+    # as the whole env step. A study resumed after the upgrade keeps the step whole.
     launches = EnvLaunches()
     monkeypatch.setattr(pairs, "run_launch", launches)
-    whole = LadderStep(step="env", changed={k: [None, v] for k, v in TARGET.items()}, kept=True, verdict="kept",
-                       candidate=None, speedup_vs_previous=1.8, ci_low=1.7, ci_high=1.9, rounds=5, cumulative=1.8)  # fmt: skip
-    steps = [whole]
-    top, _ = climb(ctx, Setting({}, ctx.baseline_point), Setting(dict(TARGET), ctx.baseline_point), steps)
-    assert steps == [whole]
+    baseline, target = Setting({}, ctx.baseline_point), Setting(dict(TARGET), ctx.baseline_point)
+    compare(ctx, target, baseline, ctx.settings.ladder_rounds, LaunchKind.LADDER, "ladder-3-env")
+    steps: list[LadderStep] = []
+    top, _ = climb(ctx, baseline, target, steps)
+    assert [set(s.changed) for s in steps] == [set(TARGET)]
+    assert steps[0].kept
     assert top.env == TARGET
-    assert launches.envs == []
+    # not measured again a variable at a time (this one step is the confirmation's own pair here)
+    assert {tag_of(launch.spec, launch.kind) for launch in ctx.store.launches(ctx.study_id)} <= {
+        "ladder-3-env",
+        "confirm",
+    }
+
+
+def test_a_chunk_that_acts_only_with_the_new_buffer_moves_with_it(ctx, monkeypatch):
+    # NCCL caps the P2P chunk at NCCL_BUFFSIZE/8: a 2 MiB chunk on the default 4 MiB buffer runs as
+    # 512 KiB, so measured alone it would be exported as a chunk that never ran.
+    launches = EnvLaunches()
+    monkeypatch.setattr(pairs, "run_launch", launches)
+    target = {**TARGET, "NCCL_P2P_NET_CHUNKSIZE": "2097152"}
+    steps: list[LadderStep] = []
+    climb(ctx, Setting({}, ctx.baseline_point), Setting(target, ctx.baseline_point), steps)
+    assert [list(s.changed) for s in steps] == [
+        ["NCCL_BUFFSIZE", "NCCL_P2P_NET_CHUNKSIZE"], ["NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS"]
+    ]  # fmt: skip
+    # within the cap of the buffer the ladder stands on, the chunk is a step of its own
+    assert acting_with(target, {"NCCL_BUFFSIZE": "16777216"}) == []
+    assert acting_with(TARGET, {}) == []
 
 
 def test_variables_nccl_reads_as_one_setting_move_together_in_the_given_order():
