@@ -8,7 +8,7 @@ speedup is the published config's own.
 
 from __future__ import annotations
 
-from autotuner.store import Candidate, LaunchKind
+from autotuner.store import Candidate, CandidateState, LaunchKind
 from autotuner.tuning.confirm import ADOPTED, NOT_SIGNIFICANT, finalist_of
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import climb
@@ -20,6 +20,8 @@ NOTHING_HELPED = "no knob gave a measurable gain on its own: published the basel
 QUALITY_REFUSED = (
     "what gave a gain costs quality ({knobs}: see the convergence check): published the baseline (no changes)"
 )
+OVER_LIMIT = ("what was left, confirmed again, is over the quantization-error limit ({}): published the baseline "
+              "(no changes)")  # fmt: skip
 QUALITY_UNRESOLVED = ("what gave a gain was not shown to cost no quality ({knobs}: see the convergence check): "
                       "published the baseline (no changes)")  # fmt: skip
 
@@ -38,6 +40,10 @@ def honest_claim(ctx: StudyContext, baseline: Candidate, best: Candidate, outcom
         why = NOTHING_HELPED if top == base else _quality_why(quality)
         return claimed.model_copy(update={"chosen_candidate": baseline.id, "decision": why})
     speedup, row = compare(ctx, kept, base, ctx.settings.confirm_rounds or 2, LaunchKind.CONFIRM, "reconfirm")
+    if row is not None and row.state == CandidateState.INFEASIBLE:  # measured over the limit this time
+        return claimed.model_copy(
+            update={"chosen_candidate": baseline.id, "decision": OVER_LIMIT.format(row.error)}
+        )
     if speedup is None or row is None or not speedup.significant:
         return claimed.model_copy(update={"chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,
                                           "reconfirmed": None if speedup is None else Confirmation.of(speedup)})  # fmt: skip

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotuner.space import InProcPoint
-from autotuner.store import MEASURED, Candidate, LaunchKind, env_hash
+from autotuner.store import MEASURED, Candidate, CandidateState, LaunchKind, env_hash
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.plan import PlannedLaunch
@@ -50,13 +50,15 @@ class Setting:
 def compare(
     ctx: StudyContext, a: Setting, b: Setting, rounds: int, kind: LaunchKind, tag: str
 ) -> tuple[Speedup | None, Candidate | None]:
-    """How much faster `a` is than `b` (paired, 95% CI), and a row that measured `a`; (None, None)
-    when fewer than two rounds could be measured (the launch logs say why)."""
+    """How much faster `a` is than `b` (paired, 95% CI), and a row that measured `a` (one over the
+    quantization-error limit if any was: `a` is then no setting to publish); (None, None) when fewer
+    than two rounds could be measured (the launch logs say why)."""
     a_rows, b_rows = measure(ctx, a, b, rounds, kind, tag)
     if len(a_rows) < 2:
         return None, None
     values = [r.samples_per_s or 0.0 for r in a_rows], [r.samples_per_s or 0.0 for r in b_rows]
-    return paired_speedup(*values), a_rows[-1]
+    over = [r for r in a_rows if r.state == CandidateState.INFEASIBLE]
+    return paired_speedup(*values), (over or a_rows)[-1]
 
 
 def measure(
@@ -137,7 +139,9 @@ def measured(
     a_rows: list[Candidate] = []
     b_rows: list[Candidate] = []
     for row in ctx.store.candidates(ctx.study_id, kinds=[kind], states=list(MEASURED)):
-        if row.launch_id in launches:
+        # A stored rate that is no positive number (a row an older version or a hand wrote) measured
+        # nothing: as a failed slot, it is measured again (its log ratio failed the whole study).
+        if row.launch_id in launches and isinstance(row.samples_per_s, float | int) and row.samples_per_s > 0:
             key = Setting.of(row).key()
             (a_rows if key == a.key() else b_rows if key == b.key() else []).append(row)
     return a_rows, b_rows

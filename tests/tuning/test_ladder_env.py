@@ -33,10 +33,11 @@ def rate(env: dict[str, str]) -> float:
 
 
 class EnvLaunches:
-    """run_launch stand-in: each slot measured at rate(env) with a seeded 1% jitter."""
+    """run_launch stand-in: each slot measured at rate(env) with a seeded 1% jitter; `over` says which
+    envs' rows come back over the quantization-error limit."""
 
-    def __init__(self) -> None:
-        self.jitter, self.envs = random.Random(7), []
+    def __init__(self, over=lambda env: False) -> None:
+        self.jitter, self.envs, self.over = random.Random(7), [], over
 
     def __call__(self, study, plan, search) -> None:
         spec = spec_of(study, plan)
@@ -45,7 +46,9 @@ class EnvLaunches:
         self.envs.append(dict(plan.env))
         rows = [{"study_id": study.study_id, "launch_id": launch.id, "index": i, "kind": plan.kind, "env": plan.env,
                  "fwd_precision": p.fwd_precision, "bwd_precision": p.bwd_precision, "batch_size": p.batch_size,
-                 "sharding": p.sharding, "pipeline": p.pipeline, "state": "ok",
+                 "sharding": p.sharding, "pipeline": p.pipeline,
+                 "state": "infeasible" if self.over(plan.env) else "ok",
+                 "error": "quantization error 0.09 > tolerance 0.05" if self.over(plan.env) else None,
                  "samples_per_s": rate(plan.env) * (1 + self.jitter.uniform(-0.01, 0.01))}
                 for i, p in enumerate(plan.points)]  # fmt: skip
         study.store.finish_launch(launch.id, rows, state="succeeded")
@@ -165,3 +168,16 @@ def test_variables_nccl_reads_as_one_setting_move_together_in_the_given_order():
         ["NCCL_P2P_NET_CHUNKSIZE"],
     ]
     assert read_together(["NCCL_NSOCKS_PERTHREAD"]) == [["NCCL_NSOCKS_PERTHREAD"]]
+
+
+def test_a_step_measured_over_the_quantization_error_limit_is_not_kept(ctx, monkeypatch):
+    # Rows over the limit still pair (their speed was measured), but such a setting is never published.
+    launches = EnvLaunches(over=lambda env: env.get("NCCL_NSOCKS_PERTHREAD") == "8")
+    monkeypatch.setattr(pairs, "run_launch", launches)
+    steps: list[LadderStep] = []
+    top, _ = climb(ctx, Setting({}, ctx.baseline_point), Setting(dict(TARGET), ctx.baseline_point), steps)
+    sockets = steps[1]
+    assert sockets.speedup_vs_previous == pytest.approx(1.5, rel=0.02)
+    assert not sockets.kept
+    assert sockets.verdict == "over the limit: quantization error 0.09 > tolerance 0.05"
+    assert "NCCL_NSOCKS_PERTHREAD" not in top.env

@@ -105,3 +105,21 @@ def test_abba_puts_each_side_first_in_every_other_round_and_cancels_a_linear_dri
     assert drifting.ratio == pytest.approx(1.0, abs=1e-4)
     fixed = paired_speedup(rate[0::2], rate[1::2])  # a always first: the drift reads as a speedup
     assert fixed.significant
+
+
+def test_a_stored_row_without_a_positive_rate_is_measured_again_not_a_crash(ctx, monkeypatch):  # noqa: F811
+    # A row an older version or a hand wrote: "ok" with no rate, or 0, failed the study (math domain error).
+    launches = DriftingLaunches()
+    monkeypatch.setattr(pairs, "run_launch", launches)
+    a, b = _settings(ctx, same_env=False)
+    spec = spec_of(ctx, pairs.PlannedLaunch.of(a.env, [a.point], LaunchKind.LADDER, tag="ladder-0-x"))
+    launch = ctx.store.add_launch(study_id=ctx.study_id, kind=LaunchKind.LADDER, env=a.env, spec=spec,
+                                  executor="fake", attempt=1, nnodes=None)  # fmt: skip
+    ctx.store.finish_launch(launch.id, [{"study_id": ctx.study_id, "launch_id": launch.id, "index": 0,
+                                         "kind": LaunchKind.LADDER, "env": a.env, "fwd_precision": "fp32",
+                                         "bwd_precision": "fp32", "batch_size": a.point.batch_size,
+                                         "sharding": a.point.sharding, "pipeline": a.point.pipeline, "state": "ok",
+                                         "samples_per_s": 0.0}], state="succeeded")  # fmt: skip
+    speedup, _ = compare(ctx, a, b, 3, LaunchKind.LADDER, "ladder-0-x")
+    assert speedup is not None
+    assert speedup.rounds == 3
