@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import case, delete, func, select, update
 
-from autotuner.store.base import StoreBase, env_hash, set_columns
+from autotuner.store.base import NotFound, StoreBase, env_hash
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
 
 # The larger of the two codec errors, as the trials table shows it (sorting on the forward one alone put
@@ -34,6 +34,9 @@ CANDIDATE_SORT_KEYS = {
 
 
 FOLLOWED_STATES = ("pending", "running")  # a launch not yet ended
+
+
+OPEN = ("pending", "running", "unknown")  # executors.LaunchState values of a launch not yet recorded
 
 
 def _waiting_cleared(fields: dict[str, Any]) -> dict[str, Any]:
@@ -121,12 +124,27 @@ class LaunchRecords(StoreBase):
 
     # ------------------------------------------------------------------ candidates
 
-    def finish_launch(self, launch_id: int, rows: Sequence[dict[str, Any]], **fields: Any) -> list[Candidate]:
+    def finish_launch(
+        self, launch_id: int, rows: Sequence[dict[str, Any]], **fields: Any
+    ) -> list[Candidate] | None:
         """A launch's candidates and its end (state, finished_at, ...) in one transaction: a runner
         stopped between the two left a launch still "running" with its candidates stored, which the
-        next runner's recovery ingested again (every measurement twice)."""
+        next runner's recovery ingested again (every measurement twice). None, and nothing written,
+        when the launch has ended already: a runner that lost its lease (paused past it) recorded a
+        launch its successor had recorded, and every measurement of it counted twice."""
+        unknown = sorted(set(fields) - set(Launch.__table__.columns.keys()))
+        if unknown:
+            raise TypeError(f"Launch has no column {unknown[0]!r}")
         with self.session() as s:
-            set_columns(s, Launch, launch_id, _waiting_cleared(fields))
+            if s.get(Launch, launch_id) is None:
+                raise NotFound(f"launch {launch_id}")
+            ended = s.execute(
+                update(Launch)
+                .where(Launch.id == launch_id, Launch.state.in_(OPEN))
+                .values(**_waiting_cleared(fields))
+            )
+            if not ended.rowcount:  # type: ignore[attr-defined]
+                return None
             objs = [Candidate(**row) for row in rows]
             s.add_all(objs)
             s.flush()

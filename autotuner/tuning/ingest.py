@@ -12,6 +12,7 @@ from autotuner.executors.base import LaunchState
 from autotuner.executors.results import MAX_NAME, MAX_VERSIONS, candidate_problem, clip
 from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, utcnow
 from autotuner.tuning.context import StudyContext
+from autotuner.tuning.lease import StudyBusy
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.search import Search
 
@@ -30,9 +31,12 @@ def ingest(
             if row["kind"] == LaunchKind.SEARCH:
                 row["optuna_number"] = search.claim_number()
     summary = stored({k: v for k, v in (outcome.result or {}).items() if k != "candidates"}) or None
+    ctx.lease.beat(force=True)  # only the lease's holder records (a runner paused past it has a successor)
     saved = ctx.store.finish_launch(launch.id, rows, state=outcome.state.value, finished_at=utcnow(), summary=summary,
                                     error=clip(outcome.reason) if outcome.reason else None,
                                     log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
+    if saved is None:
+        raise StudyBusy(f"launch {launch.seq} of study {ctx.study_id} was recorded by another runner")
     launch = ctx.store.launch(launch.id) or launch
     if result is not None:
         ctx.store.update_fingerprint(ctx.cluster_id, fingerprint(result))

@@ -1,0 +1,48 @@
+"""Only the lease's holder records a launch. A runner paused past its lease (SIGSTOP, a frozen VM, a
+store partition) woke to find its launch ended and recorded it again, after the runner that took the
+study over had: its measurement counted twice in the confirmation's rounds. Found by the engine review."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.executors import LocalExecutor, Outcome
+from autotuner.executors.base import LaunchState
+from autotuner.store import Store
+from autotuner.tuning import StudyBusy
+from autotuner.tuning.context import StudyContext
+from autotuner.tuning.ingest import ingest
+from autotuner.tuning.lease import LEASE_S, Lease
+from tests.autotuner.test_driver import study_with
+
+ROW = {"index": 0, "kind": "baseline", "env": {}, "fwd_precision": "fp32", "bwd_precision": "fp32",
+       "batch_size": 64, "sharding": "table_wise", "state": "ok", "samples_per_s": 1000.0, "metrics": {}}  # fmt: skip
+
+
+def test_a_launch_is_recorded_once_whoever_records_it_again(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]}, executor="replay",
+                              attempt=1, nnodes=1)  # fmt: skip
+    row = {**ROW, "study_id": study.id, "launch_id": launch.id}
+    assert [c.index for c in store.finish_launch(launch.id, [row], state="succeeded")] == [0]
+    assert store.finish_launch(launch.id, [row], state="failed") is None
+    assert store.launch(launch.id).state == "succeeded"
+    assert len(store.candidates(study.id)) == 1
+
+
+def test_a_runner_that_lost_its_lease_records_nothing(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    lease = Lease(store, study.id, owner="replica-a")
+    lease.acquire()
+    ctx = StudyContext.load(store, study.id, LocalExecutor(), lease)
+    spec = {"candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 64}]}
+    launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec=spec, executor="local", attempt=1,
+                              nnodes=1)  # fmt: skip
+    store.update_launch(launch.id, state=LaunchState.RUNNING)
+    # replica-a is paused past its lease; replica-b takes the study over
+    store.release_study(study.id, "replica-a")
+    assert store.acquire_study(study.id, "replica-b", LEASE_S)
+    with pytest.raises(StudyBusy):
+        ingest(ctx, launch, Outcome(LaunchState.FAILED, "1", None, "gone"), None, None)
+    assert store.launch(launch.id).state == "running"  # left for its new holder to follow
+    assert store.candidates(study.id) == []
