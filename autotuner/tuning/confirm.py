@@ -19,12 +19,16 @@ BASELINE_BEST = "the baseline was the fastest setting measured: published the ba
 KEPT_SERVED = "nothing published (the config served before, if any, stays)"
 ROUNDS_FAILED = ("not confirmed: fewer than 2 of {rounds} confirmation rounds could be measured (see the "
                  f"launch logs): {KEPT_SERVED}")  # fmt: skip
+NO_SEARCH = "no search was asked for (trials 0): published the baseline (no changes)"
 NOTHING_MEASURED = ("nothing but the baseline was measured (every search launch failed or was left out: see "
                     f"the launch logs): {KEPT_SERVED}")  # fmt: skip
 
 
-def decide(ctx: StudyContext, best: Candidate, baseline: Candidate, *, searched: bool = True) -> Outcome:
-    """`searched`: some search candidate was measured (else the baseline is best by default, not shown)."""
+def decide(
+    ctx: StudyContext, best: Candidate, baseline: Candidate, *, searched: bool | None = True
+) -> Outcome:
+    """`searched`: some search candidate was measured (False: the baseline is best by default, not
+    shown; None: no search was asked for, and the baseline is what the study records)."""
     rounds = ctx.settings.confirm_rounds
     speedup = None
     if rounds and best.id != baseline.id:
@@ -39,7 +43,7 @@ def decide(ctx: StudyContext, best: Candidate, baseline: Candidate, *, searched:
         adopt = best.id != baseline.id and rounds == 0
         figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}
         decision = (
-            (BASELINE_BEST if searched else NOTHING_MEASURED)
+            (BASELINE_BEST if searched else NO_SEARCH if searched is None else NOTHING_MEASURED)
             if best.id == baseline.id
             else UNCONFIRMED
             if rounds == 0

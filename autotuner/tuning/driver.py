@@ -198,8 +198,15 @@ class StudyDriver:
 
     def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
         """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
-        searched = bool(self.store.candidates(self.study_id, kinds=[LaunchKind.SEARCH], states=[CandidateState.OK],
-                                              limit=1))  # fmt: skip
+        searched = (
+            None
+            if self.ctx.settings.trials == 0
+            else bool(
+                self.store.candidates(
+                    self.study_id, kinds=[LaunchKind.SEARCH], states=[CandidateState.OK], limit=1
+                )
+            )
+        )
         outcome = decide(self.ctx, best, baseline, searched=searched)
         if outcome.chosen_candidate == best.id != baseline.id:
             self.ctx.progress.on_phase("ladder")

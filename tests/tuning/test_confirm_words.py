@@ -33,6 +33,9 @@ def test_a_baseline_best_by_default_is_not_said_to_be_the_fastest(monkeypatch):
             "logs): nothing published (the config served before, if any, stays)")  # fmt: skip
     outcome = check_decision(monkeypatch, 3, BASELINE, BASELINE.id, says, searched=False)
     assert not confirm.publishes(outcome)
+    # a study asked to search nothing (trials 0) records the baseline, as asked
+    says = "no search was asked for (trials 0): published the baseline (no changes)"
+    assert confirm.publishes(check_decision(monkeypatch, 3, BASELINE, BASELINE.id, says, searched=None))
 
 
 def check_decision(monkeypatch, rounds, best, chosen, says, searched):
