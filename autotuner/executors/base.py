@@ -92,6 +92,9 @@ class Description:
     state: LaunchState
     exit_code: int | None = None
     reason: str = ""
+    # Ended, but what it left in the launch directory is not visible here yet (a network file system's
+    # cache can hide a file a node just wrote): polled again, up to the executor's `settle_s`.
+    settling: bool = False
 
 
 @dataclass
@@ -114,6 +117,9 @@ class Executor(ABC):
     min_poll_s: ClassVar[float] = 0.0
     # How long a launch may wait in a queue before it is given up (None: as long as it takes).
     queue_timeout_s: float | None = None
+    # How long an ended launch whose files are not visible yet (`Description.settling`) is polled again
+    # before it is collected as it stands.
+    settle_s: float = 0.0
 
     # ---- what each backend implements
 
@@ -185,52 +191,67 @@ class Executor(ABC):
 
         Time in a queue is not run time: the timeout counts from when the launch was first seen
         running after it was seen queued (`queued`: it may have been, before this wait: a launch
-        followed again after a restart), else from `started`; `queue_timeout_s` bounds the wait before
-        that. A poll that could not read the state (UNKNOWN) tells nothing either way: it neither
-        starts the run clock of a queued launch nor keeps a later queued answer from stopping a clock
-        it started; answers unreadable for a whole `timeout_s` while no clock runs end the wait,
-        cancelled. A busy cluster must not turn every launch into a timeout and every env config into
-        a quarantined one.
+        followed again after a restart) or after a poll that could not read its state, else from
+        `started`; `queue_timeout_s` bounds the wait before that. A poll that could not read the state
+        (UNKNOWN) tells nothing either way: it starts no run clock, stops none, and times nothing out
+        (a timeout is called only on a readable answer that the launch has not ended); answers unreadable
+        for a whole `timeout_s` end the wait, cancelled. A busy or unreachable cluster must not turn
+        every launch into a timeout and every env config into a quarantined one. An ended launch whose
+        files are not visible yet (`settling`) is polled again for up to `settle_s`, then collected.
         """
         poll_s = max(poll_s, self.min_poll_s)
         clock = _RunClock(started, queued)
+        ended_at: float | None = None
         while True:
             desc = self.describe(backend_id, launch)
             now = time.monotonic()
             if desc.state.is_terminal():
-                return self._collect(backend_id, launch, desc)
-            run_started = clock.see(desc.state, now)
-            if (
-                run_started is None
-                and self.queue_timeout_s is not None
-                and now - started > self.queue_timeout_s
-            ):
-                self.cancel(backend_id, launch)
-                reason = f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
-                return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
-            if (
-                run_started is None
-                and clock.blind_since is not None
-                and now - clock.blind_since > launch.timeout_s
-            ):
-                # Not one readable answer for a whole run's time, and no clock running: given up, not
-                # a timeout (nothing says it ran: its env config is not to blame).
-                self.cancel(backend_id, launch)
-                reason = f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}"
-                return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
-            if run_started is not None and now - run_started > launch.timeout_s:
-                self.cancel(backend_id, launch)
-                result, _ = self._result(backend_id, launch)
-                return Outcome(
-                    LaunchState.TIMEOUT,
-                    backend_id,
-                    result,
-                    f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
-                    self.logs(backend_id, launch),
-                )
+                ended_at = now if ended_at is None else ended_at
+                if not desc.settling or now - ended_at >= self.settle_s:
+                    return self._collect(backend_id, launch, desc)
+            else:
+                clock.see(desc.state, now)
+                outcome = self._given_up(backend_id, launch, desc, clock, now)
+                if outcome is not None:
+                    return outcome
             if on_poll is not None:
                 on_poll(desc)
             time.sleep(poll_s)
+
+    def _given_up(
+        self, backend_id: str, launch: LaunchRequest, desc: Description, clock: _RunClock, now: float
+    ) -> Outcome | None:
+        """The outcome of a launch still pending or running that is not waited on any longer, if so."""
+        if (
+            clock.running_since is None
+            and self.queue_timeout_s is not None
+            and now - clock.started > self.queue_timeout_s
+        ):
+            self.cancel(backend_id, launch)
+            waiting = "still queued" if desc.state == LaunchState.PENDING else "not seen running"
+            reason = f"{waiting} after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
+        if clock.blind_since is not None and now - clock.blind_since > launch.timeout_s:
+            # Not one readable answer for a whole run's time: given up, not a timeout (nothing says it
+            # ran on: its env config is not to blame; the controller or the API may be down).
+            self.cancel(backend_id, launch)
+            reason = f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}"
+            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
+        if (
+            desc.state != LaunchState.UNKNOWN  # said to run on (or queued again), not merely unread
+            and clock.running_since is not None
+            and now - clock.running_since > launch.timeout_s
+        ):
+            self.cancel(backend_id, launch)
+            result, _ = self._result(backend_id, launch)
+            return Outcome(
+                LaunchState.TIMEOUT,
+                backend_id,
+                result,
+                f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
+                self.logs(backend_id, launch),
+            )
+        return None
 
     def how_cancelled(self, backend_id: str) -> str:
         """How `cancel` stops a launch, in the words an operator would search their logs for."""
@@ -272,33 +293,26 @@ class Executor(ABC):
 
 
 class _RunClock:
-    """When a launch's run time started, from the states its polls saw (None: not yet, it is queued).
+    """When a launch's run time started, from the states its polls saw (None: not yet).
 
-    Seen queued, the clock starts at the first running answer. Never seen queued, it runs from
+    Run time counts only once an answer says the launch runs: from that answer if the launch was seen
+    queued, or a poll before it could not read its state (it may have queued meanwhile), else from
     `started` (the submission, or a launch followed again that its row said ran). An unreadable answer
-    (UNKNOWN) guesses: queued if the launch was seen queued, else running since `started`; a guess is
-    dropped when a later answer says queued, so one failed poll before the first real answer never
-    counts a queue as run time.
+    (UNKNOWN) starts no clock and stops none: a controller down from the first poll on is no run time.
     """
 
     def __init__(self, started: float, queued: bool) -> None:
         self.started = started
-        self.queued = queued  # seen queued, and not seen running since
-        self.running_since: float | None = None  # seen running: from then (or from `started`)
-        self.guess: float | None = None  # UNKNOWN, never seen queued: running since `started`, maybe
+        self.queued = queued  # seen queued, or maybe queued (unreadable), before it was seen running
+        self.running_since: float | None = None
         self.blind_since: float | None = None  # answers UNKNOWN since then, without a break
 
-    def see(self, state: LaunchState, now: float) -> float | None:
-        # Since when every answer was unreadable (None: the last one was not), while no clock runs.
-        self.blind_since = (self.blind_since or now) if state == LaunchState.UNKNOWN else None
+    def see(self, state: LaunchState, now: float) -> None:
+        unreadable = state == LaunchState.UNKNOWN
+        self.blind_since = (now if self.blind_since is None else self.blind_since) if unreadable else None
         if self.running_since is not None:
-            return self.running_since
-        if state == LaunchState.PENDING:
-            self.queued, self.guess = True, None
-            return None
-        if state == LaunchState.UNKNOWN:
-            if not self.queued:
-                self.guess = self.started
-            return self.guess
-        self.running_since = now if self.queued else self.started
-        return self.running_since
+            return
+        if state == LaunchState.RUNNING:
+            self.running_since = now if self.queued else self.started
+        else:  # queued, or not known not to be
+            self.queued = True

@@ -559,6 +559,24 @@ def test_a_followed_launch_whose_state_stays_unreadable_is_given_up_after_its_ti
     assert slurm.commands("scancel") == [["scancel", "2"]]
 
 
+def test_a_fresh_launch_whose_state_is_never_readable_is_cancelled_not_timed_out(
+    slurm, tmp_path, monkeypatch
+):
+    """The controller down from the submission on: the run clock ran from sbatch, the "could not be read"
+    rule never applied, and the launch ended a timeout, its env config quarantined for nothing."""
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    slurm.down = True
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0
+    started = time.monotonic()
+    outcome = executor.wait("2", request(tmp_path, timeout_s=0.3), started=started, poll_s=0.05)
+    assert outcome.state == LaunchState.CANCELLED, outcome.reason
+    assert outcome.reason.startswith("its state could not be read for 0 s: Slurm did not answer")
+    assert "Unable to contact slurm controller" in outcome.reason
+    assert time.monotonic() - started >= 0.3
+    assert slurm.commands("scancel") == [["scancel", "2"]]
+
+
 def test_wait_collects_a_finished_launch(slurm, tmp_path, monkeypatch):
     monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
     slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()

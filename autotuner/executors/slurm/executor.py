@@ -78,6 +78,24 @@ class _Unreachable(SlurmError):
     """The command did not answer (controller down, timed out, not installed): try again later."""
 
 
+class _NotInstalled(_Unreachable):
+    """The command is not on PATH: no later try will find it."""
+
+
+class _Transient(_Unreachable):
+    """sbatch refused the job for now, in Slurm's words for what passes (a controller busy, down or slow
+    to answer; a submit limit, which clears as jobs end): worth another try."""
+
+
+# sbatch's messages for failures that pass. A lost reply ("Socket timed out", "slurm_receive_msg", "Zero
+# Bytes") may come after the controller queued the job: squeue is asked before another try.
+_TRANSIENT_SBATCH = re.compile(
+    r"socket timed out|unable to contact slurm controller|slurm_receive_msg|zero bytes were transmitted"
+    r"|resource temporarily unavailable|(qos|assoc)(max|grp)\w*submit\w*limit",
+    re.IGNORECASE,
+)
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """What Slurm says about a job, from whichever source still knows it."""
@@ -95,6 +113,14 @@ class SlurmExecutor(Executor):
     # cluster whatever --jobs says.
     min_poll_s = 1.0
     command_timeout_s: float = 30.0
+    # A job Slurm says ended whose exit_code file this host does not see yet is polled again this long:
+    # on NFS the tuner's host may see a file a node just wrote up to a minute late (attribute and lookup
+    # caches, acdirmax 60 s by default); collected at once, the launch failed with "no result written".
+    settle_s = 90.0
+    # Waits before each new try of a transient sbatch failure. Nothing renews the study's lease
+    # (AUTOTUNER_LEASE_S, default 60 s) meanwhile: all tries stay within submit_retry_s.
+    submit_retry_delays_s: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
+    submit_retry_s: float = 45.0
 
     def __init__(self, parsed: SlurmOptions | None = None, /, **options: Any) -> None:
         """From the options model, or from operator JSON (`SlurmExecutor(partition="gpu")`)."""
@@ -142,14 +168,50 @@ class SlurmExecutor(Executor):
     def schedule(self, dryrun: AppDryrun[ScriptRequest]) -> str:
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
-        try:
-            proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
-        except _Unreachable as exc:  # sbatch may have queued the job before it stopped answering
-            job_id = self._submitted(launch, exc)
-            write_new(launch.workdir / "job_id", job_id + "\n")
-            return job_id
+        job_id = self._submit(req, launch)
+        write_new(launch.workdir / "job_id", job_id + "\n")
+        return job_id
+
+    def _submit(self, req: ScriptRequest, launch: LaunchRequest) -> str:
+        """sbatch, tried again after a failure that passes (one socket timeout failed the whole study,
+        for good), within submit_retry_s; any other refusal raises at once, in sbatch's words."""
+        deadline = time.monotonic() + self.submit_retry_s
+        delays = iter(self.submit_retry_delays_s)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return self._sbatch(req, launch)
+            except _NotInstalled:
+                raise
+            except _Unreachable as exc:  # it did not answer in time, or was refused for now
+                trouble = exc
+            # Another try only once squeue says this one queued nothing (a reply lost after the job was
+            # queued): a job it shows is followed instead.
+            while True:
+                delay = next(delays, None)
+                if delay is None or time.monotonic() + delay > deadline:
+                    raise SlurmError(f"{trouble} (sbatch tried {tries} time(s))") from trouble
+                log.warning("launch %s: %s; asking again in %.0f s", launch.name, trouble, delay)
+                time.sleep(delay)
+                try:
+                    found = self._submitted(launch)
+                except _Unreachable as exc:
+                    log.warning("launch %s: squeue cannot say whether sbatch queued it: %s", launch.name, exc)
+                    continue
+                if found is not None:
+                    log.warning(
+                        "launch %s: %s, but it queued job %s: following it", launch.name, trouble, found
+                    )
+                    return found
+                break
+
+    def _sbatch(self, req: ScriptRequest, launch: LaunchRequest) -> str:
+        """One try: the job id; _Unreachable (or _Transient) for a failure worth another try."""
+        proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
         if proc.returncode != 0:
-            raise SlurmError(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
+            error = _Transient if _TRANSIENT_SBATCH.search(_text(proc)) else SlurmError
+            raise error(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
         answer = proc.stdout.strip().splitlines()[-1].strip() if proc.stdout.strip() else ""
         try:
             job_id = _checked_id(answer)
@@ -159,7 +221,6 @@ class SlurmExecutor(Executor):
             raise SlurmError(f"sbatch queued launch {launch.name} as {exc}") from None
         except ValueError:
             raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id") from None
-        write_new(launch.workdir / "job_id", job_id + "\n")
         return job_id
 
     def _cancel_elsewhere(self, job: OtherClusterError) -> None:
@@ -172,10 +233,10 @@ class SlurmExecutor(Executor):
         if proc.returncode != 0:
             log.warning("%s: exit %s: %s", " ".join(argv), proc.returncode, _text(proc))
 
-    def _submitted(self, launch: LaunchRequest, trouble: _Unreachable) -> str:
-        """The job sbatch queued for `launch` although it did not answer in time: this user's job of
-        the launch's name in the launch's directory (so another tuner's job of the same name is never
-        taken). Followed like any other; else the SlurmError says none was found. Left unfollowed, it
+    def _submitted(self, launch: LaunchRequest) -> str | None:
+        """The job a failed sbatch may have queued for `launch` all the same: this user's job of the
+        launch's name in the launch's directory (so another tuner's job of the same name is never
+        taken); None: there is none. _Unreachable if squeue cannot say. Left unfollowed, such a job
         would run later with no one to collect or cancel it."""
         argv = [
             "squeue",
@@ -184,20 +245,18 @@ class SlurmExecutor(Executor):
             f"--name={job_name(launch.name)}",
             "--format=%i|%Z",
         ]
-        try:
-            proc = self._run(argv)
-        except _Unreachable as exc:
-            raise SlurmError(f"{trouble}; asking squeue for the job it may have queued: {exc}") from trouble
+        proc = self._run(argv)
+        if proc.returncode != 0:
+            raise _Unreachable(f"squeue exit {proc.returncode}: {_text(proc)}")
         ids = []
-        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        for line in proc.stdout.splitlines():
             job_id, _, workdir = line.strip().partition("|")
             if workdir == str(launch.workdir) and job_id.isdigit():
                 ids.append(job_id)
-        if len(ids) != 1:
-            raise SlurmError(f"{trouble}; squeue shows {len(ids)} job(s) named {job_name(launch.name)} in "
-                             f"{launch.workdir}: nothing to follow") from trouble  # fmt: skip
-        log.warning("launch %s: %s, but it queued job %s: following it", launch.name, trouble, ids[0])
-        return ids[0]
+        if len(ids) > 1:
+            raise SlurmError(f"squeue shows {len(ids)} jobs named {job_name(launch.name)} in {launch.workdir}: "
+                             "not one to follow")  # fmt: skip
+        return ids[0] if ids else None
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         job_id = _checked_id(backend_id)
@@ -314,7 +373,7 @@ class SlurmExecutor(Executor):
                 check=False,
             )
         except FileNotFoundError as exc:
-            raise _Unreachable(f"{argv[0]} is not installed here (not on PATH)") from exc
+            raise _NotInstalled(f"{argv[0]} is not installed here (not on PATH)") from exc
         except subprocess.TimeoutExpired as exc:
             raise _Unreachable(f"{argv[0]} did not answer within {self.command_timeout_s:.0f} s") from exc
 
@@ -415,13 +474,19 @@ def _describe(info: JobInfo, exit_code: int | None) -> Description:
             return Description(
                 LaunchState.FAILED, code, f"the batch script was killed by signal {info.signal}"
             )
-        if code is not None:
-            return describe_exit(code)
-        return Description(state, None, info.reason)
+        desc = describe_exit(code) if code is not None else Description(state, None, info.reason)
+        if exit_code is None:  # the script ran to its end, so it wrote one: this host may not see it yet
+            desc.settling = True
+            desc.reason = "; ".join(filter(None, (desc.reason, _NOT_SEEN.format(info.state))))
+        return desc
     why = _WHY.get(info.state, info.state)
     return Description(
         state, exit_code, f"{why} (Slurm {info.state}{', ' + info.reason if info.reason else ''})"
     )
+
+
+_NOT_SEEN = ("Slurm says {} but the launch's exit_code file is not visible on this host (on NFS, mount the "
+             "launch directory with lookupcache=positive or a short actimeo)")  # fmt: skip
 
 
 def _json_errors(errors: Any) -> str:
@@ -451,15 +516,21 @@ def _submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     happen to have (the baseline must mean "no overrides"), the context of any job the tuner itself
     runs in (SLURM_*, except where the client finds its config), and the SBATCH_/SALLOC_/SRUN_ input
     variables, which beat the script's own lines (SBATCH_ARRAY_INX=0-2 ran a launch three times in one
-    directory; SBATCH_PARTITION overrode the partition option). AUTOTUNER_DISABLE=1 from the start:
+    directory; SBATCH_PARTITION overrode the partition option), and the tuner's host's own device
+    pinning (CUDA_VISIBLE_DEVICES and the like: `_HOST_DEVICES`). AUTOTUNER_DISABLE=1 from the start:
     a site's TaskProlog runs for the batch step before the script could export it, and put the served
     config into every trial, the baseline too."""
     kept = {k: v for k, v in without_comm_env(environ).items()
-            if not k.startswith(_SLURM_INPUT) or k == "SLURM_CONF"}  # fmt: skip
+            if (not k.startswith(_SLURM_INPUT) or k == "SLURM_CONF") and k not in _HOST_DEVICES}  # fmt: skip
     return {**kept, "AUTOTUNER_DISABLE": "1"}
 
 
 _SLURM_INPUT = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+# The devices of the tuner's own host it may use: the job's nodes are other hosts. Slurm sets
+# CUDA_VISIBLE_DEVICES only for a job given GPU GRES; on a partition without, the head node's indices ran
+# the trial on those GPUs of each node (enroot/pyxis read NVIDIA_VISIBLE_DEVICES the same way).
+_HOST_DEVICES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                           "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK"})  # fmt: skip
 
 
 class OtherClusterError(ValueError):

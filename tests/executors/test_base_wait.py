@@ -1,0 +1,180 @@
+"""Executor.wait on scripted answers, on a clock that sleeping moves on (nothing waits): when a launch is
+timed out (its env config then quarantined), when it is given up as the cluster's trouble (cancelled,
+nothing quarantined), and how an ended launch whose files are not visible yet is collected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autotuner.executors.base as base
+from autotuner.executors import Description, LaunchRequest, LaunchState
+from autotuner.executors.base import AppDryrun, Executor
+
+UNREAD = Description(LaunchState.UNKNOWN, None, "slurm_load_jobs error: Unable to contact slurm controller")
+QUEUED = Description(LaunchState.PENDING, None, "Slurm PENDING: Priority")
+RUNS = Description(LaunchState.RUNNING)
+DONE = Description(LaunchState.SUCCEEDED, 0)
+RESULT = {"status": "ok", "candidates": []}
+
+
+class Clock:
+    """time for Executor.wait: sleeping moves it on, and nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Scripted(Executor):
+    """Answers `script(seconds since the wait began)`; the result is there once `result_at` has passed."""
+
+    name = "scripted"
+
+    def __init__(self, clock: Clock, script: Callable[[float], Description], result_at: float = 0.0) -> None:
+        self.clock, self.script, self.result_at = clock, script, result_at
+        self.began = clock.now
+        self.cancelled: list[str] = []
+
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[Any]:
+        raise AssertionError("not sent")
+
+    def schedule(self, dryrun: AppDryrun[Any]) -> str:
+        raise AssertionError("not sent")
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        return self.script(self.clock.now - self.began)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        self.cancelled.append(backend_id)
+
+    def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
+        return ""
+
+    def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
+        return RESULT if self.clock.now - self.began >= self.result_at else None
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(base, "time", fake)
+    return fake
+
+
+def follow(ex: Scripted, tmp_path: Path, *, timeout_s: float = 600, **kw: Any) -> tuple[base.Outcome, float]:
+    launch = LaunchRequest(name="s1-l7", spec={}, env={}, workdir=tmp_path, timeout_s=timeout_s)
+    outcome = ex.wait("7", launch, started=ex.began, poll_s=10, **kw)
+    return outcome, ex.clock.now - ex.began
+
+
+def after(*steps: tuple[float, Description]) -> Callable[[float], Description]:
+    """The answer of the last step whose start (seconds into the wait) has passed."""
+    return lambda elapsed: [desc for start, desc in steps if elapsed >= start][-1]
+
+
+# ------------------------------------------------------------------------------ unreadable states
+
+
+def test_a_launch_unreadable_from_its_first_poll_is_cancelled_not_timed_out(clock, tmp_path):
+    """The controller (or the API server) down from the submission on: the run clock ran from the
+    submission, so the launch was timed out and its env config quarantined, though nothing said it ran."""
+    ex = Scripted(clock, after((0, UNREAD)))
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.CANCELLED, outcome.reason
+    assert outcome.reason == f"its state could not be read for 600 s: {UNREAD.reason}"
+    assert 600 < elapsed <= 620
+    assert ex.cancelled == ["7"]
+
+
+def test_run_time_counts_from_the_first_running_answer_after_unreadable_ones(clock, tmp_path):
+    """500 s unreadable (it may have queued all along), then 590 s running: not a timeout."""
+    ex = Scripted(clock, after((0, UNREAD), (500, RUNS), (1090, DONE)))
+    outcome, elapsed = follow(ex, tmp_path)
+    assert (outcome.state, outcome.result) == (LaunchState.SUCCEEDED, RESULT), outcome.reason
+    assert ex.cancelled == []
+    assert 1090 <= elapsed <= 1100
+
+
+def test_a_launch_running_from_its_first_poll_counts_from_its_submission(clock, tmp_path):
+    ex = Scripted(clock, after((0, RUNS)))
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.TIMEOUT
+    assert "killed after the 600 s timeout (cancelled 7)" in outcome.reason
+    assert 600 < elapsed <= 610
+
+
+def test_a_launch_seen_running_then_unreadable_is_not_timed_out_on_an_unread_answer(clock, tmp_path):
+    """Seen running, then the controller went away: past its timeout nothing said it still ran (a trial
+    that ended meanwhile is only known when Slurm or the API answers again)."""
+    ex = Scripted(clock, after((0, RUNS), (100, UNREAD)))
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.CANCELLED, outcome.reason
+    assert outcome.reason.startswith("its state could not be read for 600 s")
+    assert 700 < elapsed <= 720
+
+
+@pytest.mark.parametrize(("answer", "state"), [(RUNS, LaunchState.TIMEOUT), (DONE, LaunchState.SUCCEEDED)])
+def test_the_first_readable_answer_past_the_timeout_decides(clock, tmp_path, answer, state):
+    ex = Scripted(clock, after((0, RUNS), (100, UNREAD), (650, answer)))
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == state, outcome.reason
+    assert 650 <= elapsed <= 660
+
+
+def test_queue_time_is_not_run_time_and_an_unread_poll_keeps_it_queued(clock, tmp_path):
+    ex = Scripted(clock, after((0, QUEUED), (300, UNREAD), (310, QUEUED), (2000, RUNS), (2590, DONE)))
+    outcome, _ = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.SUCCEEDED, outcome.reason
+
+
+def test_a_launch_never_seen_running_is_given_up_at_queue_timeout_s(clock, tmp_path):
+    ex = Scripted(clock, after((0, UNREAD)))
+    ex.queue_timeout_s = 300
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.CANCELLED
+    assert outcome.reason.startswith("not seen running after 300 s (queue_timeout_s): slurm_load_jobs")
+    assert 300 < elapsed <= 310
+
+
+# ------------------------------------------------------------------------------ ended, files not seen yet
+
+
+def settling(code: int = 0) -> Description:
+    return Description(LaunchState.SUCCEEDED, code, "its exit_code file is not visible here", settling=True)
+
+
+def test_an_ended_launch_whose_files_are_not_visible_yet_is_polled_until_they_are(clock, tmp_path):
+    """Ended near its timeout, its files seen 50 s later: collected then, with its result (no timeout:
+    the run is over), and heartbeats went on meanwhile."""
+    ex = Scripted(clock, after((0, RUNS), (590, settling()), (640, DONE)), result_at=640)
+    ex.settle_s = 90
+    polls: list[Description] = []
+    outcome, elapsed = follow(ex, tmp_path, on_poll=polls.append)
+    assert (outcome.state, outcome.result, outcome.reason) == (LaunchState.SUCCEEDED, RESULT, "")
+    assert 640 <= elapsed <= 650
+    assert ex.cancelled == []
+    assert sum(desc.settling for desc in polls) == 5
+
+
+def test_an_ended_launch_whose_files_never_show_is_collected_as_it_stands_after_settle_s(clock, tmp_path):
+    ex = Scripted(clock, after((0, RUNS), (100, settling())), result_at=10**9)
+    ex.settle_s = 90
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.state == LaunchState.FAILED
+    assert outcome.reason == "its exit_code file is not visible here"
+    assert 190 <= elapsed <= 200
+
+
+def test_an_executor_without_settle_s_collects_at_once(clock, tmp_path):
+    ex = Scripted(clock, after((0, settling(3))), result_at=10**9)
+    outcome, elapsed = follow(ex, tmp_path)
+    assert (outcome.state, elapsed) == (LaunchState.FAILED, 0)
