@@ -31,6 +31,7 @@ from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, Validati
 MAX_STACKS = 64
 log = logging.getLogger("autotuner.store")
 _said_full: set[tuple[str, int]] = set()  # (store, config id)
+_said_unreadable: set[tuple[str, int, str]] = set()  # (store, validation id, column)
 
 
 class ValidationRecords(ConfigRecords):
@@ -140,7 +141,7 @@ class ValidationRecords(ConfigRecords):
 
     def validation_views(self, rows: Sequence[Config]) -> dict[int, dict[str, Any]]:
         finished = self.finished_validations(r.id for r in rows)
-        return {r.id: validation_view(r, finished[r.id]) for r in rows}
+        return {r.id: validation_view(r, finished[r.id], store=self.url) for r in rows}
 
     def public_config(self, row: Config) -> dict[str, Any]:
         """A version as REST and the hook's `--db` see it: with what it was last validated on."""
@@ -223,36 +224,63 @@ def _say_full(store: str, config_id: int) -> None:
                     "for no re-validation (made up?); after an upgrade, `autotuner revalidate` it", config_id, MAX_STACKS)  # fmt: skip
 
 
-def validation_view(row: Config, finished: Sequence[ConfigValidation]) -> dict[str, Any]:
+def validation_view(row: Config, finished: Sequence[ConfigValidation], *, store: str = "") -> dict[str, Any]:
     """When and on what a version was last shown to hold, its last re-validation, and why it is
     flagged (its last re-validation failed and it was kept: pinned, or no longer served).
 
     Published is validated: until a re-validation holds, a version stands on its study's
-    confirmation, on the fingerprint recorded when it was published."""
-    held = [v for v in finished if v.state == ValidationState.HELD]
+    confirmation, on the fingerprint recorded when it was published. A re-validation whose stored
+    result or fingerprint cannot be read counts with what can (its state, its dates): one row
+    written by hand must not stop the schedule, nor the listing, of every version."""
+    held = [v for v in finished if v.state == ValidationState.HELD and v.finished_at is not None]
     concluded = [v for v in finished if v.state in (ValidationState.HELD, ValidationState.FAILED)]
     last = finished[-1] if finished else None
     view: dict[str, Any] = {
         "validated_at": held[-1].finished_at if held else row.created_at,
-        "validated_on": {**(held[-1].fingerprint or {}), "nodes": str(row.nodes)}
+        "validated_on": {**readable(held[-1], "fingerprint", store), "nodes": str(row.nodes)}
         if held
         else comparable(row.fingerprint, row.nodes),
-        "last_validation": brief(last) if last is not None else None,
+        "last_validation": brief(last, store=store) if last is not None else None,
         "flagged": None,
     }
     if concluded and concluded[-1].state == ValidationState.FAILED:
-        failed = concluded[-1]
+        failed = concluded[-1]  # flagged even when why it failed cannot be read
         view["flagged"] = (
-            f"re-validation {failed.id} failed: {(failed.result or {}).get('why', '')}; {failed.action or ''}".rstrip(
+            f"re-validation {failed.id} failed: {_why(failed, store) or ''}; {failed.action or ''}".rstrip(
                 "; "
             )
         )
     return view
 
 
-def brief(row: ConfigValidation) -> dict[str, Any]:
+def readable(row: ConfigValidation, column: str, store: str = "") -> dict[str, Any]:
+    """A JSON column of a re-validation as a dict ({}: none recorded); stored text that is not a dict
+    (not JSON at all reads as `Unreadable`) reads as {} and is logged, once per store and row."""
+    value = getattr(row, column)
+    if value is None or isinstance(value, dict):
+        return value or {}
+    if (store, row.id, column) not in _said_unreadable:
+        _said_unreadable.add((store, row.id, column))
+        log.warning("re-validation %s (config %s): its stored %s cannot be read (%s): read as empty",
+                    row.id, row.config_id, column, value)  # fmt: skip
+    return {}
+
+
+def _why(row: ConfigValidation, store: str = "") -> Any:
+    """What a re-validation's result says of why; that it cannot say, when its result is unreadable."""
+    if row.result is not None and not isinstance(row.result, dict):
+        readable(row, "result", store)
+        return "its stored result cannot be read"
+    return readable(row, "result", store).get("why")
+
+
+def brief(row: ConfigValidation, *, store: str = "") -> dict[str, Any]:
     """A re-validation as the config's JSON and the dashboard show it."""
-    result = row.result or {}
+    result = readable(row, "result", store)
+    fingerprints = {
+        column: readable(row, column, store) if getattr(row, column) is not None else None
+        for column in ("fingerprint", "requested_fingerprint")
+    }
     return {
         "id": row.id,
         "config_id": row.config_id,
@@ -262,13 +290,12 @@ def brief(row: ConfigValidation) -> dict[str, Any]:
         "requested_at": row.created_at.isoformat(),
         "started_at": row.started_at.isoformat() if row.started_at else None,
         "finished_at": row.finished_at.isoformat() if row.finished_at else None,
-        "fingerprint": row.fingerprint,
-        "requested_fingerprint": row.requested_fingerprint,
+        **fingerprints,
         "speedup": result.get("speedup"),
         "ci_low": result.get("ci_low"),
         "ci_high": result.get("ci_high"),
         "rounds": result.get("rounds"),
-        "why": result.get("why"),
+        "why": _why(row, store),
         "wall_s": result.get("wall_s"),
         "action": row.action,
         "new_config_id": row.new_config_id,

@@ -39,6 +39,7 @@ from autotuner.store import (
     Store,
     ValidationState,
     ValidationTrigger,
+    unreadable_columns,
     utcnow,
 )
 from autotuner.tuning.context import Progress, StudyContext
@@ -53,6 +54,7 @@ from autotuner.tuning.stats import Speedup
 
 log = logging.getLogger("autotuner.tuning")
 DEFAULT_ROUNDS = 3  # for a study that skipped its confirmation (confirm_rounds=0)
+FIGURES = ("speedup", "ci_low", "ci_high", "rounds")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|s)?\s*")
 _UNIT_S = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, None: 1}
 
@@ -219,7 +221,7 @@ class Revalidation:
         if state == ValidationState.HELD:
             action = f"kept v{config.version}: validated on {describe(fp)}"
         elif state == ValidationState.FAILED:
-            action, new_config_id = self._act(ctx, row, config, base, baseline, fp, result)
+            action, new_config_id = self._act_or_flag(ctx, row, config, base, baseline, fp, result)
         log.info(
             "re-validation %s of %s: %s (%s); %s", row.id, label(config), state, result.get("why"), action
         )
@@ -256,6 +258,20 @@ class Revalidation:
                     return recorded_fingerprint(launch.summary)
         return {}
 
+    def _act_or_flag(
+        self, ctx: StudyContext, row: ConfigValidation, config: Config, base: Setting, baseline: Candidate,
+        fp: dict[str, str], result: dict[str, Any],
+    ) -> tuple[str, int | None]:  # fmt: skip
+        """`_act`; when it cannot replace the version, why: the re-validation still ends failed, so the
+        version is flagged where it is served (an `error` would leave it served as if it held)."""
+        try:
+            return self._act(ctx, row, config, base, baseline, fp, result)
+        except Exception as exc:
+            if store_unavailable(exc):  # left running: concluded again when the store answers
+                raise
+            log.exception("re-validation %s of %s: could not replace it", row.id, label(config))
+            return clip(f"flagged, not replaced: {type(exc).__name__}: {exc}"), None
+
     def _act(
         self, ctx: StudyContext, row: ConfigValidation, config: Config, base: Setting, baseline: Candidate,
         fp: dict[str, str], result: dict[str, Any],
@@ -268,25 +284,19 @@ class Revalidation:
             return (f"v{config.version} is pinned by an operator: flagged, not replaced (unpin it, or pin "
                     "another version, to change what jobs get)"), None  # fmt: skip
         why = f"re-validation {row.id} of v{config.version} failed on {describe(fp)}: {result['why']}"
-        figures = {k: result[k] for k in ("speedup", "ci_low", "ci_high", "rounds") if k in result}
-        common: dict[str, Any] = {"study_id": ctx.study_id, "measured_on": self.executor.name, "replaces_version": config.version,
-                  "revalidation": {"id": row.id, "of_version": config.version, **figures}}  # fmt: skip
-        if ctx.inert:
-            common["inert"] = ctx.inert
+        # The failure, whichever study the new version's evidence comes from.
+        common: dict[str, Any] = {"replaces_version": config.version, "revalidation": {
+            "id": row.id, "of_version": config.version, "study_id": ctx.study_id, "measured_on": self.executor.name,
+            **{k: result[k] for k in FIGURES if k in result}}}  # fmt: skip
         holding = holding_version(self.store, config, fp)
         if holding is not None:
-            older, check = holding
-            evidence = {**(older.evidence or {}), **common, "republished_version": older.version,
-                        **{k: v for k, v in (check.result or {}).items() if k in ("speedup", "ci_low", "ci_high", "rounds")},
-                        "decision": f"{why}: published v{older.version}'s setting again (re-validation {check.id} "
-                                    f"found it holds on this stack)"}  # fmt: skip
-            setting = {"env": dict(older.env), "fwd_precision": older.fwd_precision, "bwd_precision": older.bwd_precision,
-                       "batch_size": older.batch_size, "sharding": older.sharding, "num_threads": older.num_threads,
-                       "pipeline": older.pipeline, "lr_scale": older.lr_scale}  # fmt: skip
-            what = f"v{older.version}'s setting, which still holds"
+            evidence, setting, what = republished(*holding, common, why)
         else:
-            evidence = {**common, "speedup": 1.0, "candidate_id": baseline.id, "no_changes": True,
+            evidence = {**common, "study_id": ctx.study_id, "measured_on": self.executor.name, "speedup": 1.0,
+                        "candidate_id": baseline.id, "no_changes": True,
                         "decision": f"{why}: published the baseline (no changes)"}  # fmt: skip
+            if ctx.inert:
+                evidence["inert"] = ctx.inert
             point = base.point
             setting = {"env": {k: v for k, v in base.env.items() if k not in ctx.inert},
                        "fwd_precision": point.fwd_precision, "bwd_precision": point.bwd_precision,
@@ -294,8 +304,27 @@ class Revalidation:
                        "pipeline": point.pipeline}  # fmt: skip
             what = "the baseline (no changes)"
         new = self.store.publish_config(cluster=config.cluster.name, workload=config.workload.name, nodes=config.nodes,
-                                        evidence=evidence, study_id=ctx.study_id, **setting)  # fmt: skip
+                                        evidence=evidence, study_id=evidence["study_id"], **setting)  # fmt: skip
         return f"replaced: published v{new.version}, {what}", new.id
+
+
+def republished(
+    older: Config, check: ConfigValidation, common: dict[str, Any], why: str
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(evidence, setting, what) of an older version published again. Its study's, not the failed
+    version's: its candidate, ladder and decision are that study's rows, and later re-validations
+    measure it against that study's baseline and workload; the failure is under `revalidation`."""
+    held = check.result or {}
+    evidence = {**(older.evidence or {}), **common, **{k: v for k, v in held.items() if k in FIGURES},
+                "study_id": older.study_id, "republished_version": older.version,
+                "decision": f"{why}: published v{older.version}'s setting again (re-validation {check.id} "
+                            f"found it holds on this stack)"}  # fmt: skip
+    if held.get("measured_on"):  # what measured the figures above
+        evidence["measured_on"] = held["measured_on"]
+    setting = {"env": dict(older.env), "fwd_precision": older.fwd_precision, "bwd_precision": older.bwd_precision,
+               "batch_size": older.batch_size, "sharding": older.sharding, "num_threads": older.num_threads,
+               "pipeline": older.pipeline, "lr_scale": older.lr_scale}  # fmt: skip
+    return evidence, setting, f"v{older.version}'s setting, which still holds"
 
 
 def published_setting(ctx: StudyContext, config: Config, base: Setting) -> Setting:
@@ -330,16 +359,44 @@ def holding_version(
 ) -> tuple[Config, ConfigValidation] | None:
     """The newest older version whose last concluded re-validation held, on the stack just measured,
     with a setting other than `config`'s: the last version that still holds, if re-checked."""
-    older = [r for r in store.config_history(config.cluster.name, config.workload.name, config.nodes)
-             if r.version < config.version and _setting(r) != _setting(config)]  # fmt: skip
+    older = [r for r in _older_versions(store, config) if _setting(r) != _setting(config)]
     finished = store.finished_validations(r.id for r in older)
     for row in older:  # newest first
         concluded = [v for v in finished[row.id] if v.state in (ValidationState.HELD, ValidationState.FAILED)]
-        if concluded and concluded[-1].state == ValidationState.HELD:
-            match, _ = compare(concluded[-1].fingerprint or {}, fp)
-            if match is not False:
-                return row, concluded[-1]
+        if not concluded or concluded[-1].state != ValidationState.HELD:
+            continue
+        check = concluded[-1]
+        if bad := unusable(check, "fingerprint", "result"):  # on which stack it held is not known
+            log.warning("%s: v%d is not published again: its re-validation %s has unreadable %s",
+                        label(config), row.version, check.id, bad)  # fmt: skip
+            continue
+        match, _ = compare(check.fingerprint or {}, fp)
+        if match is not False:
+            return row, check
     return None
+
+
+def _older_versions(store: Store, config: Config) -> list[Config]:
+    """The versions before `config`, newest first, less those whose stored columns cannot be read
+    (named in a log line): one row written by hand must not keep a failed version served."""
+    rows = []
+    for row in store.config_history(config.cluster.name, config.workload.name, config.nodes):
+        if row.version >= config.version:
+            continue
+        if bad := unusable(row, "env", "evidence"):
+            log.warning("%s: v%d is not published again: its stored %s cannot be read",
+                        label(config), row.version, bad)  # fmt: skip
+            continue
+        rows.append(row)
+    return rows
+
+
+def unusable(row: Any, *mappings: str) -> str:
+    """What of a loaded row cannot be read ("" when all can): the columns the store could not read, and
+    of `mappings`, JSON that is no object."""
+    bad = unreadable_columns(row)
+    return bad or ", ".join(f"{column} (not an object)" for column in mappings
+                            if getattr(row, column) is not None and not isinstance(getattr(row, column), dict))  # fmt: skip
 
 
 def _setting(row: Config) -> tuple[Any, ...]:
