@@ -187,6 +187,15 @@ def test_the_job_deadline_leaves_room_for_the_queue(queue_timeout_s, deadline):
     assert ex.dryrun(launch()).request.job["spec"]["activeDeadlineSeconds"] == deadline
 
 
+@pytest.mark.parametrize("nnodes", [1, 2, 8])
+def test_trial_pods_see_no_service_link_variables(nnodes):
+    """Kubernetes injects variables for every Service of the namespace into a pod (NCCL_AUTOTUNER_PORT,
+    NCCL_AUTOTUNER_SERVICE_HOST ... of the tuner's own Service `nccl-autotuner`) unless the pod opts out:
+    a trial records the env it saw, and those would read as part of the config it measured."""
+    pod = executor(nnodes).dryrun(launch(nnodes)).request.job["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+
+
 def test_everything_carries_the_launch_labels():
     request = executor().dryrun(launch()).request
     for resource in request.resources:
@@ -415,6 +424,17 @@ class FakeResponse:
         return self.headers.get(name, default)
 
 
+@dataclass
+class Lost:
+    """A fault that lets the request through, then loses its answer: `error`, raised (a timeout, a reset)
+    or answered (a status: a proxy's 504)."""
+
+    error: int | BaseException
+
+
+Fault = int | BaseException | Lost
+
+
 _PATH = re.compile(
     r"^/(api/v1|apis/(?P<group>[a-z.]+)/v1)/namespaces/(?P<ns>[^/]+)/(?P<resource>[a-z]+)"
     r"(/(?P<name>[^/]+))?(/(?P<sub>[a-z]+))?$"
@@ -434,6 +454,9 @@ class FakeCluster(ApiClient):
         self.log_write_bytes = 64 << 10  # how much of a log the server writes at a time
         self.log_responses: list[FakeResponse] = []
         self.errors: dict[tuple[str, str], int | Exception] = {}  # (method, resource) -> status or raise
+        # (method, resource or resource/subresource, as "pods/log") -> faults, one per request in turn,
+        # before `errors`: a failure for a while, not for good
+        self.faults: dict[tuple[str, str], list[Fault]] = {}
         self.uids = itertools.count(1)
 
     def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):
@@ -441,6 +464,25 @@ class FakeCluster(ApiClient):
         query = dict(parse_qsl(parts.query))
         headers = header_params or {}
         self.sent.append(Sent(method, parts.path, query, copy.deepcopy(body), headers.get("Content-Type")))
+        match = _PATH.match(parts.path)
+        assert match, parts.path
+        faults = self.faults.get(
+            (method, f"{match['resource']}/{match['sub']}" if match["sub"] else match["resource"])
+        )
+        if not faults:
+            return self.answer(method, url, headers, body)
+        fault = faults.pop(0)
+        if isinstance(fault, Lost):  # made, then its answer lost
+            assert self.answer(method, url, headers, body).status < 300
+            fault = fault.error
+        if isinstance(fault, BaseException):
+            raise fault
+        return FakeResponse(fault, {"kind": "Status", "code": fault, "message": "injected"})
+
+    def answer(self, method: str, url: str, headers: dict[str, str], body: Any) -> FakeResponse:
+        """What the server answers a request (`errors` and all)."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
         match = _PATH.match(parts.path)
         assert match, parts.path
         ns, resource, name, sub = match["ns"], match["resource"], match["name"], match["sub"]
@@ -577,6 +619,13 @@ ip-10-0-1-17:42:42 [0] NCCL INFO comm 0x55d0 rank 0 nranks 16 cudaDev 0 busId 10
 @pytest.fixture
 def cluster() -> FakeCluster:
     return FakeCluster()
+
+
+@pytest.fixture(autouse=True)
+def short_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tries again without the executor's real pauses (seconds): the tests count tries, not time."""
+    monkeypatch.setattr(KubernetesExecutor, "create_pauses_s", (0.0, 0.0, 0.0), raising=False)
+    monkeypatch.setattr(KubernetesExecutor, "result_read_pauses_s", (0.0, 0.0, 0.0), raising=False)
 
 
 def scheduled(cluster: FakeCluster, nnodes: int = 2) -> tuple[KubernetesExecutor, str, LaunchRequest]:
@@ -1157,9 +1206,10 @@ def test_fetch_result_reads_lines_alike_however_the_log_is_cut(cluster, log, wri
     assert len(response.pieces) > len(LINES[log]) // write_bytes
 
 
-def test_fetch_result_is_none_when_the_log_breaks_off(cluster, caplog):
-    """A result line may yet follow where the stream broke: none is taken, and the connection is closed
-    rather than handed back half read."""
+def test_a_log_that_breaks_off_is_unreadable_not_without_a_result(cluster, caplog):
+    """A result line may yet follow where the stream broke: none is taken, nor is "no result" (the read
+    is tried again, then called unreadable: test_kubernetes_faults.py), and each connection is
+    closed rather than handed back half read."""
     from urllib3.exceptions import ProtocolError
 
     def writes() -> Iterator[bytes]:
@@ -1168,11 +1218,13 @@ def test_fetch_result_is_none_when_the_log_breaks_off(cluster, caplog):
 
     ex, job, request = scheduled(cluster)
     cluster.add_pod(job, 0, log=writes)
-    assert ex.fetch_result(job, request) is None
+    with pytest.raises(
+        kexec.ResultUnreadable, match=f"could not read the log of pod {job}-0-x7k2p: ProtocolError"
+    ):
+        ex.fetch_result(job, request)
     assert f"could not read the log of Job {NS}/{job}: ProtocolError: Connection broken" in caplog.text
-    response = cluster.log_responses[-1]
-    assert response.closed
-    assert response.released
+    assert len(cluster.log_responses) == len(ex.result_read_pauses_s) + 1
+    assert all(response.closed and response.released for response in cluster.log_responses)
 
 
 def test_logs_keep_a_bounded_tail_of_a_huge_line(cluster):

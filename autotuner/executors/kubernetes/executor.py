@@ -27,7 +27,6 @@ AUTOTUNER_MAX_RESULT_BYTES past its marker.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import re
 import time
@@ -35,8 +34,18 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from autotuner.executors import results
-from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState, Outcome
 from autotuner.executors.files import LOG_TAIL_BYTES
+from autotuner.executors.kubernetes.apicalls import (
+    CREATE_PAUSES_S,
+    REQUEST_TIMEOUT_S,
+    JobConflict,
+    api_error,
+    clients,
+    create_job,
+    delete,
+    transient,
+)
 from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
     INDEX_KEY,
@@ -48,6 +57,7 @@ from autotuner.executors.kubernetes.manifests import (
     resource_name,
 )
 from autotuner.executors.kubernetes.options import KubernetesOptions
+from autotuner.executors.kubernetes.pods import disruption, index0, index0_exit, unscheduled, waiting_on
 from autotuner.executors.results import ResultError
 from autotuner.limits import limits, over
 from trials.result import RESULT_MARKER
@@ -59,6 +69,7 @@ __all__ = [
     "REQUIRED_PERMISSIONS",
     "KubernetesExecutor",
     "KubernetesRequest",
+    "ResultUnreadable",
     "job_description",
     "last_result_text",
     "parse_result",
@@ -67,12 +78,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 30  # a hung API server must not hang the study
 # The whole read of a pod's log: REQUEST_TIMEOUT_S bounds each read, and a server that answers a few
 # bytes a read would otherwise hold the study for good (a 64 MiB log streams in about a second).
 LOG_READ_S = 300
 LOG_CHUNK_BYTES = 64 << 10  # what is read of a pod log at a time
-POD_MESSAGE_CHARS = 300  # of a pod's scheduling message ("0/4 nodes are available: ..."), as a queued reason
+# A result read that fails on the way (the API server restarting, a reset) is tried again after each
+# pause, while the tries began within RESULT_READ_WINDOW_S of the first: the Job is done, its pod's log
+# stays, and "could not read it" must not pass for "it wrote nothing" (a failed launch, its env quarantined).
+RESULT_READ_PAUSES_S = (0.5, 1.0, 2.0)
+RESULT_READ_WINDOW_S = 5.0
 
 T = TypeVar("T")
 
@@ -110,6 +124,10 @@ class KubernetesExecutor(Executor):
     """
 
     name = "kubernetes"
+    # Pauses before the tries after the first: of a Job create that failed for now, of a result read.
+    create_pauses_s: tuple[float, ...] = CREATE_PAUSES_S
+    result_read_pauses_s: tuple[float, ...] = RESULT_READ_PAUSES_S
+    result_read_window_s: float = RESULT_READ_WINDOW_S
 
     def __init__(
         self, parsed: KubernetesOptions | None = None, /, *, api_client: Any = None, **options: Any
@@ -122,6 +140,10 @@ class KubernetesExecutor(Executor):
         # Job name -> why its pods waited for nodes at its last poll, while it has not been seen with
         # every pod on a node: a Job whose deadline passes in the queue never ran (`_never_ran`).
         self._waiting: dict[str, str] = {}
+        # Job name -> how the cluster took a pod of it away, as a poll saw it (the pod may be gone when
+        # the Job has failed); and -> why its result could not be read (`_result` tells `_collect`).
+        self._disrupted: dict[str, str] = {}
+        self._unreadable: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> Any:  # only for names not found otherwise: the options
         options = self.__dict__.get("options")
@@ -137,24 +159,7 @@ class KubernetesExecutor(Executor):
 
     def _apis(self) -> tuple[Any, Any]:
         if self._core is None:
-            try:
-                from kubernetes import client, config
-            except ImportError as exc:
-                raise RuntimeError(
-                    "the kubernetes executor needs the kubernetes Python client: "
-                    "pip install 'nccl-autotuner[kubernetes]'"
-                ) from exc
-            api_client = self._api_client
-            if api_client is None:
-                if self.options.in_cluster:
-                    configuration = client.Configuration()
-                    config.load_incluster_config(client_configuration=configuration)
-                    api_client = client.ApiClient(configuration)
-                else:
-                    api_client = config.new_client_from_config(
-                        config_file=self.options.kubeconfig, context=self.options.context
-                    )
-            self._core, self._batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+            self._core, self._batch = clients(self._api_client, self.options)
         return self._core, self._batch
 
     def schedule(self, dryrun: AppDryrun[KubernetesRequest]) -> str:
@@ -167,14 +172,18 @@ class KubernetesExecutor(Executor):
         ns, t = req.namespace, REQUEST_TIMEOUT_S
         created: list[str] = []
         try:
-            core.create_namespaced_config_map(ns, copy.deepcopy(req.config_map), _request_timeout=t)
+            config_map = core.create_namespaced_config_map(
+                ns, copy.deepcopy(req.config_map), _request_timeout=t
+            )
             created.append("configmap")
             core.create_namespaced_service(ns, copy.deepcopy(req.service), _request_timeout=t)
             created.append("service")
-            job = batch.create_namespaced_job(ns, copy.deepcopy(req.job), _request_timeout=t)
+            # Tried again while the API server fails for now (apicalls.create_job): a study must not end
+            # for good on one 503 or one reset connection.
+            job = create_job(batch, req, self.create_pauses_s, config_map.metadata.creation_timestamp)
         except BaseException as exc:  # Ctrl-C too: a Job made while nobody records it runs unfollowed
             kind = ("ConfigMap", "Service", "Job")[len(created)]
-            conflict = isinstance(exc, ApiException) and exc.status == 409
+            conflict = isinstance(exc, JobConflict) or (isinstance(exc, ApiException) and exc.status == 409)
             # Undo what we made. A Job create that failed on the wire may have happened all the same;
             # one that conflicted is someone else's.
             self._delete(req.name, ns, created + (["job"] if kind == "Job" and not conflict else []))
@@ -185,7 +194,8 @@ class KubernetesExecutor(Executor):
                     f"{kind} {ns}/{req.name} already exists: a launch of this name ran before (another tuner "
                     "on this namespace? give it its own executor_options.name_prefix)"
                 ) from exc
-            raise RuntimeError(f"could not create {kind} {ns}/{req.name}: {_api_error(exc)}") from exc
+            tries = f" ({len(self.create_pauses_s) + 1} tries)" if kind == "Job" and transient(exc) else ""
+            raise RuntimeError(f"could not create {kind} {ns}/{req.name}{tries}: {api_error(exc)}") from exc
         owner = [{
             "apiVersion": "batch/v1", "kind": "Job", "name": req.name, "uid": job.metadata.uid,
             "blockOwnerDeletion": False,  # True would need update on jobs/finalizers
@@ -196,7 +206,7 @@ class KubernetesExecutor(Executor):
             try:
                 adopt(req.name, ns, patch, _request_timeout=t)
             except Exception as exc:  # the launch runs all the same; only the clean-up is left to do
-                log.warning("could not make Job %s/%s own its %s: %s", ns, req.name, kind, _api_error(exc))
+                log.warning("could not make Job %s/%s own its %s: %s", ns, req.name, kind, api_error(exc))
         return req.name
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
@@ -213,7 +223,7 @@ class KubernetesExecutor(Executor):
                 )  # fmt: skip
             # A poll that fails (API server restarting, network) is not the trial's failure.
             return Description(
-                LaunchState.UNKNOWN, None, f"could not read Job {backend_id}: {_api_error(exc)}"
+                LaunchState.UNKNOWN, None, f"could not read Job {backend_id}: {api_error(exc)}"
             )
         desc = job_description(job.status)
         if desc.state in (LaunchState.RUNNING, LaunchState.PENDING):
@@ -227,13 +237,11 @@ class KubernetesExecutor(Executor):
             if queued:  # nothing was measured: not the env config's failure (no quarantine)
                 desc = Description(LaunchState.CANCELLED, None, f"never ran: still queued when its Job "
                                    f"reached activeDeadlineSeconds ({desc.reason}): {queued}")  # fmt: skip
+        if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
+            desc = self._ended(backend_id, desc)
         if desc.state.is_terminal():
             self._waiting.pop(backend_id, None)
-        if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
-            exit_code, detail = self._index0_exit(backend_id)
-            desc.exit_code = exit_code
-            if detail:
-                desc.reason = f"{desc.reason}; {detail}" if desc.reason else detail
+            self._disrupted.pop(backend_id, None)
         return desc
 
     def how_cancelled(self, backend_id: str) -> str:
@@ -243,6 +251,7 @@ class KubernetesExecutor(Executor):
         """Delete the Job (Foreground: its pods go first), Service and ConfigMap. Errors are logged, not
         raised: the Job's activeDeadlineSeconds stops it anyway, and a study must not die of a clean-up."""
         self._waiting.pop(backend_id, None)
+        self._disrupted.pop(backend_id, None)
         self._delete(backend_id, self.options.namespace, ["job", "service", "configmap"])
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
@@ -254,48 +263,71 @@ class KubernetesExecutor(Executor):
         except ResultError as exc:  # too slow to read: a tail is evidence, never a reason to stop
             log.warning("could not read the log of Job %s/%s: %s", self.options.namespace, backend_id, exc)
             return ""
+        except ResultUnreadable:  # said by _index0_log
+            return ""
 
     def fetch_result(self, backend_id: str, launch: LaunchRequest) -> dict[str, Any] | None:
+        """Executor.fetch_result, from the index-0 pod's log: None where it has no result line (or there
+        is no such pod); ResultUnreadable where the log could not be read, tries repeated (`_read_result`)."""
         cap = limits().max_result_bytes  # read first: a bad setting must not pass for an unreadable log
-        text = self._index0_log(backend_id, None, lambda chunks: last_result_text(chunks, cap))
+        text = self._read_result(backend_id, cap)
         return None if text is None else results.parse_result(text, launch.spec, self.world_size(launch))
+
+    def _result(self, backend_id: str, launch: LaunchRequest) -> tuple[dict[str, Any] | None, str]:
+        """Executor._result; a result log that stayed unreadable reads as no result here, and `_collect`
+        is told why."""
+        try:
+            return super()._result(backend_id, launch)
+        except ResultUnreadable as exc:
+            if backend_id in self._unreadable:  # asked by _collect (not by a timeout: that stands)
+                self._unreadable[backend_id] = str(exc)
+            return None, ""
+
+    def _collect(self, backend_id: str, launch: LaunchRequest, desc: Description) -> Outcome:
+        """Executor._collect, but a Job that ended while its result could not be read is CANCELLED, not
+        FAILED: the API server or the network failed, and nothing says the env config did (the study
+        quarantines the env of a failed launch)."""
+        self._unreadable[backend_id] = ""
+        try:
+            outcome = super()._collect(backend_id, launch, desc)
+        finally:
+            unreadable = self._unreadable.pop(backend_id, "")
+        if not unreadable or outcome.state != LaunchState.FAILED:
+            return outcome
+        why = f"its result could not be read ({unreadable}): the API server's or the network's failure, not the config's"
+        reason = "; ".join(filter(None, (desc.reason, why)))
+        return Outcome(LaunchState.CANCELLED, backend_id, None, reason, outcome.log_tail)
 
     # ------------------------------------------------------------------ helpers
 
     def _delete(self, name: str, ns: str, kinds: list[str]) -> None:
-        core, batch = self._apis()
-        calls = {
-            "job": lambda: batch.delete_namespaced_job(name, ns, propagation_policy="Foreground",
-                                                       _request_timeout=REQUEST_TIMEOUT_S),
-            "service": lambda: core.delete_namespaced_service(name, ns, _request_timeout=REQUEST_TIMEOUT_S),
-            "configmap": lambda: core.delete_namespaced_config_map(name, ns, _request_timeout=REQUEST_TIMEOUT_S),
-        }  # fmt: skip
-        for kind in kinds:
-            try:
-                calls[kind]()
-            except Exception as exc:
-                if getattr(exc, "status", None) != 404:
-                    log.warning("could not delete %s %s/%s: %s", kind, ns, name, _api_error(exc))
+        delete(*self._apis(), name, ns, kinds)
 
     def _pods(self, job_name: str) -> list[Any]:
         """The Job's pods (V1Pod), by the launch label its template gives them."""
-        core, _ = self._apis()
-        return list(
-            core.list_namespaced_pod(
-                self.options.namespace,
-                label_selector=f"{LAUNCH_LABEL}={job_name}",
-                _request_timeout=REQUEST_TIMEOUT_S,
-            ).items
+        core, selector = self._apis()[0], f"{LAUNCH_LABEL}={job_name}"
+        pods = core.list_namespaced_pod(
+            self.options.namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S
         )
+        return list(pods.items)
+
+    def _pods_quietly(self, job_name: str) -> list[Any] | None:
+        """The Job's pods; None where they could not be listed (logged)."""
+        try:
+            return self._pods(job_name)
+        except Exception as exc:
+            log.debug("could not list the pods of Job %s: %s", job_name, api_error(exc))
+            return None
 
     def _queued(self, job_name: str, nnodes: int) -> str:
         """Why the Job's first pod not yet on a node waits, in Kubernetes' words ("" when all `nnodes`
         pods are on one, or the pods cannot be listed: then the Job's own state stands)."""
-        try:
-            pods = self._pods(job_name)
-        except Exception as exc:  # a poll that fails is not the trial's failure, nor a queue
-            log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
+        pods = self._pods_quietly(job_name)
+        if pods is None:  # a poll that fails is not the trial's failure, nor a queue
             return ""
+        disrupted = disruption(pods)  # kept: the pod may be gone when the Job is seen failed
+        if disrupted:
+            self._disrupted[job_name] = disrupted
         queued = self._waiting_on(job_name, pods, nnodes)
         if queued:
             self._waiting[job_name] = queued
@@ -308,47 +340,60 @@ class KubernetesExecutor(Executor):
         that still waits for a node says so for certain (a pod is never made again, so its pods were
         never all on nodes); else this executor's last poll of it, if that saw it queued (the Job
         controller deletes the pods of a failed Job, those on no node at once)."""
-        try:
-            pods = self._pods(job_name)
-        except Exception as exc:
-            log.debug("could not list the pods of Job %s: %s", job_name, _api_error(exc))
-            pods = []
+        pods = self._pods_quietly(job_name) or []
         # Only a pod waiting is proof: "n of m pods made" is not, here (the rest may have run and gone).
-        waiting = [p for p in pods if _unscheduled(p)]
+        waiting = [p for p in pods if unscheduled(p)]
         if waiting:
             return self._waiting_on(job_name, waiting, nnodes)
         last = self._waiting.get(job_name)
         return f"{last} (at the last poll)" if last else ""
 
     def _waiting_on(self, job_name: str, pods: list[Any], nnodes: int) -> str:
-        """What `_queued` says of these pods of the Job."""
-        waiting = sorted((p for p in pods if _unscheduled(p)), key=_pod_order)
-        if not waiting and 0 < len(pods) < nnodes:  # the rest not even made (a ResourceQuota, a LimitRange)
-            return (f"{len(pods)} of {nnodes} pods made: the Job controller holds the rest back "
-                    f"(kubectl -n {self.options.namespace} describe job {job_name} says why)")  # fmt: skip
-        if not waiting:
-            return ""
-        others = len(waiting) - 1
-        more = f" (and {others} more pod{'s' if others > 1 else ''} not scheduled)" if others else ""
-        return f"pod {waiting[0].metadata.name} {_unscheduled(waiting[0])}{more}"
+        return waiting_on(pods, nnodes, f"kubectl -n {self.options.namespace} describe job {job_name}")
 
-    def _index0_pod(self, job_name: str) -> Any:
-        """The pod of completion index 0 (node rank 0: global rank 0 prints the result), or None.
-        Matched by label or by annotation: the label only exists from Kubernetes 1.28 on."""
-        pods = self._pods(job_name)
-        index0 = [p for p in pods if "0" in (
-            (p.metadata.labels or {}).get(INDEX_KEY), (p.metadata.annotations or {}).get(INDEX_KEY))]  # fmt: skip
-        return max(index0, key=lambda p: str(p.metadata.creation_timestamp or ""), default=None)
+    def _ended(self, job_name: str, desc: Description) -> Description:
+        """A failed or timed-out Job's description, with how its index-0 pod exited. A failed Job a pod of
+        which the cluster took away (preempted, evicted, its node lost: `pods.disruption`) is CANCELLED, as
+        Slurm's NODE_FAIL and PREEMPTED are: the cluster's failure, not the env config's."""
+        pods = self._pods_quietly(job_name) or []
+        exit_code, detail = index0_exit(pods)
+        reason = "; ".join(filter(None, (desc.reason, detail)))
+        disrupted = disruption(pods)
+        if not disrupted and job_name in self._disrupted:  # the pod gone since: the Job controller's doing
+            disrupted = f"{self._disrupted[job_name]} (at an earlier poll)"
+        if desc.state == LaunchState.FAILED and disrupted:
+            why = f"{disrupted}: the cluster's failure, not the config's"
+            return Description(LaunchState.CANCELLED, exit_code, f"{why}; {reason}" if reason else why)
+        return Description(desc.state, exit_code, reason)
+
+    def _read_result(self, job_name: str, cap: int) -> bytes | None:
+        """The text of the index-0 pod's last result line (None: it has none). A read that fails on the
+        way is tried again after each of `result_read_pauses_s`, while within `result_read_window_s` of
+        the first try's start; ResultUnreadable when no try read it."""
+        started, pauses, tries = time.monotonic(), iter(self.result_read_pauses_s), 0
+        while True:
+            tries += 1
+            try:
+                return self._index0_log(job_name, None, lambda chunks: last_result_text(chunks, cap))
+            except ResultUnreadable as exc:
+                pause, spent = next(pauses, None), time.monotonic() - started
+                if pause is None or spent + pause > self.result_read_window_s:
+                    raise ResultUnreadable(f"{tries} tries in {spent:.1f} s; the last: {exc}") from exc
+                time.sleep(pause)
 
     def _index0_log(
         self, job_name: str, tail_lines: int | None, consume: Callable[[Iterator[bytes]], T]
     ) -> T | None:
         """What `consume` makes of the index-0 pod's log, streamed to it in chunks (never whole); None
-        when there is no such pod or its log cannot be read. A ResultError of `consume` propagates."""
+        when there is no such pod. ResultUnreadable when the pods could not be listed or the log read
+        (the API server or the connection failed: nothing is known of what it holds); a ResultError of
+        `consume` propagates."""
+        what = f"the pods of Job {self.options.namespace}/{job_name}"
         try:
-            pod = self._index0_pod(job_name)
+            pod = index0(self._pods(job_name))
             if pod is None:
                 return None
+            what = f"the log of pod {pod.metadata.name}"
             core, _ = self._apis()
             kwargs: dict[str, Any] = {"container": CONTAINER, "_request_timeout": REQUEST_TIMEOUT_S}
             if tail_lines is not None:
@@ -363,52 +408,16 @@ class KubernetesExecutor(Executor):
                 response.release_conn()
         except ResultError:
             raise
-        except Exception as exc:  # logs are evidence, not control flow
+        except Exception as exc:
             log.warning(
-                "could not read the log of Job %s/%s: %s", self.options.namespace, job_name, _api_error(exc)
+                "could not read the log of Job %s/%s: %s", self.options.namespace, job_name, api_error(exc)
             )
-            return None
-
-    def _index0_exit(self, job_name: str) -> tuple[int | None, str]:
-        try:
-            pod = self._index0_pod(job_name)
-        except Exception:
-            return None, ""
-        if pod is None:
-            return None, ""
-        for status in (pod.status and pod.status.container_statuses) or []:
-            terminated = status.state and status.state.terminated
-            if status.name == CONTAINER and terminated:
-                why = (
-                    f" ({terminated.reason})" if terminated.reason not in (None, "Error", "Completed") else ""
-                )
-                return terminated.exit_code, f"pod {pod.metadata.name}: exit code {terminated.exit_code}{why}"
-        return None, ""
+            raise ResultUnreadable(f"could not read {what}: {api_error(exc)}") from exc
 
 
-def _unscheduled(pod: Any) -> str:
-    """Why a pod waits for a node, as its PodScheduled condition says ("unschedulable: 0/4 nodes are
-    available: 4 Insufficient nvidia.com/gpu."); "" for a pod on a node (pulling its image, creating
-    its containers, running or done: not queued)."""
-    status = pod.status
-    if (status and status.phase not in (None, "Pending")) or (pod.spec and pod.spec.node_name):
-        return ""
-    conditions = {c.type: c for c in (status and status.conditions) or []}
-    scheduled = conditions.get("PodScheduled")
-    if scheduled is not None and scheduled.status == "True":
-        return ""
-    if scheduled is None or scheduled.status != "False":
-        return "not scheduled yet"
-    # CamelCase reason in words: Unschedulable -> unschedulable, SchedulingGated -> scheduling gated
-    why = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", scheduled.reason or "not scheduled").lower()
-    return f"{why}: {results.clip(scheduled.message, POD_MESSAGE_CHARS)}" if scheduled.message else why
-
-
-def _pod_order(pod: Any) -> tuple[int, str]:
-    """Pods by completion index (then name): the reason shown is that of the lowest index waiting."""
-    meta = pod.metadata
-    index = (meta.labels or {}).get(INDEX_KEY) or (meta.annotations or {}).get(INDEX_KEY) or ""
-    return (int(index) if index.isdigit() else 1 << 30, meta.name or "")
+class ResultUnreadable(Exception):
+    """The index-0 pod's log could not be read (the API server or the connection failed): what it holds,
+    a result or none, is not known."""
 
 
 def _within(chunks: Iterable[bytes], pod: str) -> Iterator[bytes]:
@@ -549,17 +558,3 @@ def _log_tail(chunks: Iterable[bytes], lines: int, max_bytes: int = LOG_TAIL_BYT
     if clipped:  # the first line kept is most likely cut: say so rather than show half of it
         text = "[...] " + text.split("\n", 1)[-1]
     return "\n".join(text.splitlines()[-lines:])
-
-
-def _api_error(exc: BaseException) -> str:
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    body = getattr(exc, "body", None)
-    message = ""
-    if isinstance(body, (str, bytes)):
-        try:
-            message = json.loads(body).get("message", "")
-        except (ValueError, AttributeError):
-            message = ""
-    if status is not None:
-        return f"HTTP {status} {reason or ''}{': ' + message if message else ''}".strip()
-    return f"{type(exc).__name__}: {exc}"

@@ -178,6 +178,9 @@ def _pod_spec(name: str, container: dict[str, Any], o: KubernetesOptions) -> dic
         "restartPolicy": "Never",
         "subdomain": name,  # with the Job's per-index hostnames: <job>-<i>.<service> resolves
         "automountServiceAccountToken": False,  # trials never talk to the API server
+        # No <SERVICE>_PORT / _SERVICE_HOST variables of the namespace's Services (the tuner's own among
+        # them): the trial records the env it saw, and those are no part of the config measured.
+        "enableServiceLinks": False,
         **_given("serviceAccountName", o.service_account),
         **_given("nodeSelector", copy.deepcopy(o.node_selector)),
         **_given("tolerations", copy.deepcopy(o.tolerations)),
