@@ -128,9 +128,11 @@ class Search:
         )
         for row in rows:
             self._learn(row)
+            self.ctx.lease.beat()  # a long history takes a while to learn: the lease must not lapse meanwhile
         for row in numbered:
             if (row.optuna_number or 0) >= recorded:
                 self._write(row)
+                self.ctx.lease.beat()
         self._recorded = max([recorded, *((r.optuna_number or 0) + 1 for r in numbered)])
         for row in rows:
             if row.optuna_number is None:

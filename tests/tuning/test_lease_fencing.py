@@ -9,11 +9,12 @@ import pytest
 from autotuner.executors import LocalExecutor, Outcome
 from autotuner.executors.base import LaunchState
 from autotuner.store import Store
-from autotuner.tuning import StudyBusy
+from autotuner.tuning import StudyBusy, StudyDriver
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.lease import LEASE_S, Lease
-from tests.autotuner.test_driver import study_with
+from autotuner.tuning.search import Search
+from tests.autotuner.test_driver import replay, study_with
 
 ROW = {"index": 0, "kind": "baseline", "env": {}, "fwd_precision": "fp32", "bwd_precision": "fp32",
        "batch_size": 64, "sharding": "table_wise", "state": "ok", "samples_per_s": 1000.0, "metrics": {}}  # fmt: skip
@@ -46,3 +47,19 @@ def test_a_runner_that_lost_its_lease_records_nothing(store: Store, tmp_path):
         ingest(ctx, launch, Outcome(LaunchState.FAILED, "1", None, "gone"), None, None)
     assert store.launch(launch.id).state == "running"  # left for its new holder to follow
     assert store.candidates(study.id) == []
+
+
+def test_a_runner_that_loses_its_lease_while_it_learns_a_long_history_stops(
+    store: Store, tmp_path, monkeypatch
+):
+    # Learning thousands of measured candidates into Optuna takes a while; the lease must be renewed
+    # meanwhile, and a runner whose lease went to another must stop there.
+    study = study_with(store, tmp_path)
+    assert StudyDriver(store, study.id, replay(), poll_s=0.01).run().state == "done"
+    assert store.candidates(study.id, kinds=["search"])
+    lease = Lease(store, study.id, owner="replica-a")
+    ctx = StudyContext.load(store, study.id, replay(), lease)
+    assert store.acquire_study(study.id, "replica-b", LEASE_S)
+    monkeypatch.setattr(lease, "due", lambda: True)  # as after a long stretch of learning
+    with pytest.raises(StudyBusy):
+        Search(ctx)
