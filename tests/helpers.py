@@ -112,3 +112,16 @@ def run_ranks(cmd: list[str], deadline_s: float, what: str, **extra: str) -> tup
         pytest.fail(f"{what} still running after {deadline_s} s:\n{out[-2000:]}\n{err[-4000:]}")
     assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
     return out, err
+
+
+class WaitClock:
+    """`time` for Executor.wait: sleeping moves it on, and nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds

@@ -13,6 +13,7 @@ import pytest
 import autotuner.executors.base as base
 from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.executors.base import AppDryrun, Executor
+from tests.helpers import WaitClock
 
 UNREAD = Description(LaunchState.UNKNOWN, None, "slurm_load_jobs error: Unable to contact slurm controller")
 QUEUED = Description(LaunchState.PENDING, None, "Slurm PENDING: Priority")
@@ -21,25 +22,14 @@ DONE = Description(LaunchState.SUCCEEDED, 0)
 RESULT = {"status": "ok", "candidates": []}
 
 
-class Clock:
-    """time for Executor.wait: sleeping moves it on, and nothing waits."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class Scripted(Executor):
     """Answers `script(seconds since the wait began)`; the result is there once `result_at` has passed."""
 
     name = "scripted"
 
-    def __init__(self, clock: Clock, script: Callable[[float], Description], result_at: float = 0.0) -> None:
+    def __init__(
+        self, clock: WaitClock, script: Callable[[float], Description], result_at: float = 0.0
+    ) -> None:
         self.clock, self.script, self.result_at = clock, script, result_at
         self.began = clock.now
         self.cancelled: list[str] = []
@@ -64,8 +54,8 @@ class Scripted(Executor):
 
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    fake = Clock()
+def clock(monkeypatch) -> WaitClock:
+    fake = WaitClock()
     monkeypatch.setattr(base, "time", fake)
     return fake
 

@@ -39,6 +39,7 @@ from autotuner.executors.kubernetes.executor import (
     resource_name,
 )
 from autotuner.executors.results import ResultError
+from tests.helpers import WaitClock
 from trials.result import SCHEMA_VERSION
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -906,25 +907,12 @@ def test_describe_lists_no_pods_for_a_job_that_is_done_or_unknown(cluster, case)
     assert pod_lists(cluster) == []
 
 
-class _WaitClock:
-    """time for Executor.wait: sleeping moves it on, and nothing waits."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_wait_gives_up_a_launch_still_queued_at_queue_timeout_s(cluster, monkeypatch):
     """Pods that never get nodes: given up at queue_timeout_s, not the launch timeout, the Job deleted,
     and the reason says what it waited on."""
     import autotuner.executors.base as base
 
-    clock = _WaitClock()
+    clock = WaitClock()
     monkeypatch.setattr(base, "time", clock)
     ex = executor(2, api_client=cluster, queue_timeout_s=1800)
     request = launch(2, timeout_s=900)
@@ -948,7 +936,7 @@ def test_wait_does_not_count_queue_time_in_the_launch_timeout(cluster, monkeypat
     Then a launch that runs on past 900 s of running is timed out at 900 s, however long it queued."""
     import autotuner.executors.base as base
 
-    clock = _WaitClock()
+    clock = WaitClock()
     monkeypatch.setattr(base, "time", clock)
     ex = executor(2, api_client=cluster, queue_timeout_s=queue_timeout_s)
     job_name = resource_name("autotuner", "s1-l7")
@@ -1311,7 +1299,7 @@ def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_sa
     trial ran into the deadline): the trial ran, and its launch fails as before."""
     import autotuner.executors.base as base
 
-    monkeypatch.setattr(base, "time", _WaitClock())
+    monkeypatch.setattr(base, "time", WaitClock())
     ex, job, request = scheduled(cluster)
     request = launch(2, timeout_s=10**6)  # the tuner's own timeout is not what ends it here
     pods = [pod_in(cluster, job, index, "unschedulable") for index in range(2)]
@@ -1466,7 +1454,7 @@ def test_a_poll_that_cannot_read_a_queued_launch_leaves_it_queued(cluster, monke
     running against a 900 s timeout, and the launch was timed out having run 600 s)."""
     import autotuner.executors.base as base
 
-    clock = _WaitClock()
+    clock = WaitClock()
     monkeypatch.setattr(base, "time", clock)
     ex = executor(2, api_client=cluster)
     request = launch(2, timeout_s=900)
