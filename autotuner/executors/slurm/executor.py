@@ -243,6 +243,9 @@ class SlurmExecutor(Executor):
             "--noheader",
             f"--user={os.getuid()}",
             f"--name={job_name(launch.name)}",
+            # Ended ones too (the controller keeps them MinJobAge): a short job can be done by the time
+            # it is asked for, and a second sbatch would run the launch again.
+            "--states=all",
             "--format=%i|%Z",
         ]
         proc = self._run(argv)
