@@ -133,7 +133,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 def alembic_config(engine: Engine) -> AlembicConfig:
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # Alembic's options go through configparser, whose interpolation reads '%': a percent-encoded
+    # password (p%40ss) or a path with a '%' made every store command a traceback.
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
     cfg.attributes["engine"] = engine
     return cfg
 
@@ -160,6 +162,11 @@ def migrate(engine: Engine) -> None:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
                 conn.commit()
+            except BaseException:
+                # A failed step aborted the transaction: the unlock would fail ("current transaction is
+                # aborted") and hide why. The session-level lock outlives the rollback.
+                conn.rollback()
+                raise
             finally:
                 conn.execute(text("SELECT pg_advisory_unlock(727001)"))
                 conn.commit()

@@ -1,0 +1,48 @@
+"""Store URLs as operators write them, and what a failed migration says on PostgreSQL. Found by the CLI
+and store reviews."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from autotuner.store import Store
+from tests.helpers import fresh_postgres_database, skip_or_fail
+
+
+def test_a_percent_in_the_url_opens_the_store(tmp_path):
+    # A percent-encoded PostgreSQL password (p%40ss) or a path with a '%': Alembic's configparser read
+    # it as interpolation, and every store command (and `autotuner serve`) was a traceback.
+    (tmp_path / "100%").mkdir()
+    url = f"sqlite:///{tmp_path}/100%25/at.db"
+    store = Store(url)
+    try:
+        assert store.store_id()
+    finally:
+        store.dispose()
+    cli = subprocess.run([sys.executable, "-m", "autotuner", "studies", "--db", url], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "100"})  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
+@pytest.mark.postgres
+def test_a_failed_migration_on_postgresql_says_why():
+    url = os.environ.get("AUTOTUNER_TEST_POSTGRES_URL")
+    if not url:
+        skip_or_fail("postgres", "no PostgreSQL server (set AUTOTUNER_TEST_POSTGRES_URL; CI starts one)")
+    db_url = fresh_postgres_database(url)
+    Store(db_url).dispose()
+    # A store that says it is one revision behind while it has that revision's column already: the
+    # upgrade's ALTER fails, and its error must be the one shown (the unlock after it hid it).
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE at_alembic_version SET version_num = '0012'"))
+    engine.dispose()
+    with pytest.raises(Exception, match="workload_spec") as failed:
+        Store(db_url)
+    assert "current transaction is aborted" not in str(failed.value)
