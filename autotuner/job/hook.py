@@ -51,6 +51,7 @@ from autotuner.names import BadName, is_name
 from autotuner.text import printable
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
+MAX_TIMEOUT_S = 10.0  # a job's start waits at most this long on the service, whatever --timeout says
 NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
 
 
@@ -475,7 +476,8 @@ def parser(prog: str, usage: str | None = None) -> argparse.ArgumentParser:
                    help="the job's workload name, as tuned (AUTOTUNER_WORKLOAD)")  # fmt: skip
     p.add_argument("--nodes", type=int, default=_int_env("AUTOTUNER_NODES", "SLURM_JOB_NUM_NODES"),
                    help="node count of this job: nearest tuned count is served")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the service")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds to wait for the service (default {DEFAULT_TIMEOUT_S:g}, at most {MAX_TIMEOUT_S:g})")  # fmt: skip
     p.add_argument("--ca-file", default=os.environ.get("AUTOTUNER_CA_FILE") or None,
                    help="CA bundle that signs an https:// server's certificate (AUTOTUNER_CA_FILE)")  # fmt: skip
     return p
@@ -504,6 +506,10 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"{BadName(kind, value)} (--{kind} or AUTOTUNER_{kind.upper()})")
     if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
         p.error(f"--nodes {args.nodes} is not a node count (1 to {MAX_NODES:,})")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # NaN too: the job must neither wait on it nor lose its config
+        _warn(f"--timeout {args.timeout:g} is not a wait of over 0 and at most {MAX_TIMEOUT_S:g} s: "
+              f"waiting {DEFAULT_TIMEOUT_S:g} s")  # fmt: skip
+        args.timeout = DEFAULT_TIMEOUT_S
 
 
 def env_main(argv: list[str]) -> int:

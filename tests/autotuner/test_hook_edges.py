@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -166,3 +167,24 @@ def test_a_fetch_that_timed_out_says_its_bound_as_a_person_would():
     with pytest.raises(TimeoutError, match=r"^no answer within 0\.05 s$"):  # the time left: 0.04935 s
         hook._within(0.04935, release.wait)
     release.set()
+
+
+@pytest.mark.parametrize("timeout", ["1e9", "inf", "nan", "-1", "0"])
+def test_a_timeout_out_of_bounds_waits_the_default_and_the_command_runs(tmp_path, timeout):
+    # Against a service that accepts and never answers: --timeout 1e9 held the job for good, inf was an
+    # OverflowError, and nan, -1 or 0 gave up at once without a word.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections wait in the backlog: accepted by the kernel, never answered
+    try:
+        port = silent.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "autotuner", "exec", "--server", f"http://127.0.0.1:{port}",
+                               "--cluster", "c", "--workload", "w", "--timeout", timeout, "--", "echo", "CMD-RAN"],
+                              capture_output=True, text=True, timeout=60, env=hook_env(tmp_path))  # fmt: skip
+    finally:
+        silent.close()
+    assert proc.returncode == 0, proc.stderr
+    assert "CMD-RAN" in proc.stdout
+    assert f"--timeout {float(timeout):g} is not a wait" in proc.stderr
+    assert "no answer within 1.5 s" in proc.stderr
+    assert "Traceback" not in proc.stderr
