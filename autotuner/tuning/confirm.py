@@ -58,6 +58,15 @@ def publishes(outcome: Outcome) -> bool:
     return not (outcome.decision or "").endswith(KEPT_SERVED)
 
 
+def unpublished(decision: str) -> str:
+    """A decision in the words of a study that publishes nothing (publish off): what it would have
+    published, and that it did not ("...: published" read as a config served when none was)."""
+    reason, said, what = decision.rpartition(": published")
+    if not said:
+        return decision
+    return f"{reason}: {what.strip() or 'the tuned config'} would be published; not published (publish off)"
+
+
 def baseline_published(outcome: Outcome) -> Outcome:
     """When the baseline is what gets published, the finalist's figures are the finalist's, not the
     config's: they move under `finalist`, and the claim is 1.0x (no changes)."""

@@ -41,7 +41,7 @@ from autotuner.store import (
     utcnow,
 )
 from autotuner.tuning.claim import honest_claim
-from autotuner.tuning.confirm import baseline_published, decide, publishes
+from autotuner.tuning.confirm import baseline_published, decide, publishes, unpublished
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
 from autotuner.tuning.launch import run_launch
@@ -220,6 +220,8 @@ class StudyDriver:
             earlier = self.store.configs_of_study(self.study_id)
             chosen = earlier[0] if earlier else publish(self.ctx, self._chosen(outcome), outcome)
             outcome.published_version = chosen.version
+        elif not self.ctx.settings.publish:
+            outcome.decision = unpublished(outcome.decision or "")
         return outcome
 
     def _chosen(self, outcome: Outcome) -> Candidate:

@@ -1,7 +1,10 @@
-"""A launch the tuner stopped following is not the env config's failure. A search launch cut off by a
-service restart (no backend id recorded yet) was recorded failed on resume, and its env config
-quarantined on the cluster for good: every later study there skipped it (and published the baseline
-over a confirmed config). Found by the engine review."""
+"""What a study publishes, and what it holds against a cluster, when launches did not go as planned
+(found by the engine and CLI reviews):
+- a launch the tuner stopped following is not the env config's failure: a search launch cut off by a
+  service restart was recorded failed on resume, and its env config quarantined on the cluster for good
+  (every later study there skipped it, and published the baseline over a confirmed config);
+- a study that compared nothing with the baseline (an outage) publishes nothing;
+- a study with publishing off never says "published"."""
 
 from __future__ import annotations
 
@@ -99,3 +102,19 @@ def test_a_study_that_compared_nothing_leaves_the_served_config_as_it_was(store,
     assert final.outcome.get("published_version") is None
     assert store.configs_of_study(second.id) == []
     assert store.served_config("cpu-box", "small").version == served.version
+
+
+def test_a_study_that_publishes_nothing_never_says_published(store, tmp_path):
+    # publish off (`tune --no-publish`): the decision read "...: published" with no config served
+    settings = StudySettings(executor="replay", trials=3, candidates_per_launch=3, confirm_rounds=3, seed=7,
+                             workdir=str(tmp_path / "runs"), executor_options={"landscape": str(LANDSCAPE)},
+                             publish=False)  # fmt: skip
+    created = create_study(
+        store, cluster="cpu-box", workload=RECORDED["workload"], space=SPACE, settings=settings
+    )
+    final = StudyDriver(store, created.id, replay(), poll_s=0.01).run()
+    assert final.state == "done"
+    assert store.served_config("cpu-box", "small") is None
+    assert final.outcome["decision"] == (
+        "tuned config is faster with 95% confidence: the tuned config would be published; not published (publish off)"
+    )
