@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import secrets
@@ -19,7 +20,7 @@ from autotuner.executors.files import read_small_text, remove, write_new_only
 from autotuner.executors.registry import fields_from_settings
 from autotuner.executors.results import clip
 from autotuner.limits import limits, over
-from autotuner.names import BadName, is_name
+from autotuner.names import NAME_MAX_LEN, BadName, is_name
 from autotuner.space import SearchSpace, SpaceError, load_space
 from autotuner.store import Candidate, CandidateState, LaunchKind, NameTaken, Store, Study
 from autotuner.tuning.inert import inert_variables, where_before_launching
@@ -124,7 +125,9 @@ def create_study(
     first = store.count_studies() + 1
     for n in range(first, first + UNNAMED_TRIES):
         try:
-            return store.create_study(name=check_name("study", f"{cluster}.{workload_spec.name}.{n}"), **row)
+            return store.create_study(
+                name=check_name("study", unnamed(cluster, workload_spec.name, n)), **row
+            )
         except NameTaken:
             continue
     raise StudyExists(
@@ -133,6 +136,18 @@ def create_study(
 
 
 UNNAMED_TRIES = 1000
+
+
+def unnamed(cluster: str, workload: str, n: int) -> str:
+    """`cluster.workload.N`, cut to a name's length where the two names are long (each may be 128
+    characters): a short hash of the whole keeps cut names apart. Before, a valid 128-character cluster
+    was refused for a study name the user never gave."""
+    name = f"{cluster}.{workload}.{n}"
+    if len(name) <= NAME_MAX_LEN:
+        return name
+    digest = hashlib.sha256(f"{cluster}.{workload}".encode()).hexdigest()[:8]
+    tail = f"-{digest}.{n}"
+    return f"{cluster}.{workload}"[: NAME_MAX_LEN - len(tail)].rstrip("._-") + tail
 
 
 def check_executor(
