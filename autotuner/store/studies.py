@@ -143,6 +143,19 @@ class StudyRecords(StoreBase):
             )
             return _matched(result) == 1
 
+    def renew_study(self, study_id: int, owner: str, lease_s: float) -> bool:
+        """Renew a lease this owner holds (atomic). Unlike acquire_study, never takes a lease that is
+        free or expired: a runner paused past its lease, whose successor finished the study and let it
+        go, renewed it and carried on with a study that was done."""
+        now = utcnow()
+        with self.session() as s:
+            result = s.execute(
+                update(Study)
+                .where(Study.id == study_id, Study.owner == owner)
+                .values(lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+            )
+            return _matched(result) == 1
+
     def take_over_study(self, study_id: int, dead_owner: str, owner: str, lease_s: float) -> bool:
         """Take a lease from a holder known to be dead (atomic: only if it still holds it)."""
         now = utcnow()

@@ -142,7 +142,7 @@ class Lease:
         if not force and not self.due():
             return
         self.last_beat = time.monotonic()
-        if not self.store.acquire_study(self.study_id, self.owner, LEASE_S):
+        if not self.store.renew_study(self.study_id, self.owner, LEASE_S):
             raise StudyBusy(f"lost the lease on study {self.study_id} to another process")
         if not self.cancellable:
             return

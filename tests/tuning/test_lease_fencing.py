@@ -63,3 +63,17 @@ def test_a_runner_that_loses_its_lease_while_it_learns_a_long_history_stops(
     monkeypatch.setattr(lease, "due", lambda: True)  # as after a long stretch of learning
     with pytest.raises(StudyBusy):
         Search(ctx)
+
+
+def test_a_lease_let_go_by_its_successor_is_not_renewed_by_a_runner_that_lost_it(store: Store, tmp_path):
+    # replica-a paused past its lease; replica-b took the study over, finished it and let the lease go.
+    # replica-a's next heartbeat took the free lease back and carried on with a study that was done.
+    study = study_with(store, tmp_path)
+    lease = Lease(store, study.id, owner="replica-a")
+    lease.acquire()
+    store.release_study(study.id, "replica-a")  # lapsed, as far as the others can tell
+    assert store.acquire_study(study.id, "replica-b", LEASE_S)
+    store.release_study(study.id, "replica-b")
+    with pytest.raises(StudyBusy):
+        lease.beat(force=True)
+    assert store.study(study.id).owner is None

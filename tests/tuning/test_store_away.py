@@ -86,9 +86,9 @@ def test_a_revalidations_lease_ignores_its_studys_cancel(store: Store, tmp_path)
     study = study_with(store, tmp_path)
     store.move_study(study.id, "cancelled")
     owner = owner_id()
-    Lease(store, study.id, owner, cancellable=False).beat(
-        force=True
-    )  # its published version stays re-validatable
+    lease = Lease(store, study.id, owner, cancellable=False)
+    lease.acquire()
+    lease.beat(force=True)  # its published version stays re-validatable
     with pytest.raises(StudyCancelled):
         Lease(store, study.id, owner).beat(force=True)
 

@@ -75,7 +75,9 @@ def test_an_env_config_that_ran_on_the_cluster_is_released_from_quarantine(store
     store.quarantine(cluster.id, {"NCCL_NSOCKS_PERTHREAD": "2"}, "failed: NCCL init", None)
     first = study(store, tmp_path)
     # The search skips a quarantined config; a paired comparison (confirmation, ladder) may run it.
-    ctx = StudyContext.load(store, first.id, replay(), Lease(store, first.id))
+    lease = Lease(store, first.id)
+    lease.acquire()
+    ctx = StudyContext.load(store, first.id, replay(), lease)
     speedup, _ = compare(ctx, Setting(ENV, ctx.baseline_point), Setting({}, ctx.baseline_point), 2,
                          LaunchKind.CONFIRM, "confirm")  # fmt: skip
     assert speedup is not None
