@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from api import docs, errors, links
-from api.cache import ConfigCache, SharedGeneration
+from api.cache import ConfigCache, SharedGeneration, store_away
 from api.fastpath import ConfigFastPath
 from api.fingerprints import FingerprintReports
 from api.metrics import Metrics
@@ -106,12 +106,30 @@ class _TooLarge(Exception):
     pass
 
 
+def open_store(url: str) -> Store:
+    """The service's store, opened without a connection if need be: a worker (re)started while the
+    database does not answer serves what it can (503 for what it has not loaded, api/cache.py) and
+    loads when it answers, rather than crash-looping. A worker of `autotuner serve` never migrates
+    (the parent made the schema before starting it: api/cli.py); a service started on its own does,
+    when the database answers."""
+    if os.environ.get("AUTOTUNER_GENERATION_FILE"):  # set by `autotuner serve` once the schema is made
+        return Store(url, migrate_schema=False)
+    try:
+        return Store(url)
+    except Exception as exc:
+        if not store_away(exc):  # a store this code cannot use (newer, not a database): said at once
+            raise
+        log.warning("the store did not answer at start: its schema is not checked; serving from memory "
+                    "until it answers", exc_info=True)  # fmt: skip
+        return Store(url, migrate_schema=False)
+
+
 def create_app(settings: Settings | None = None, *, store: Store | None = None) -> FastAPI:
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.store = store or Store(settings.url)
+        app.state.store = store or open_store(settings.url)
         # `autotuner serve` gives its workers one generation file: what one has served, all serve.
         shared = os.environ.get("AUTOTUNER_GENERATION_FILE")
         reports = FingerprintReports(app.state.store, trigger=settings.revalidate_on_mismatch)

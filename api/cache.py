@@ -39,7 +39,12 @@ What a client may rely on, and how it holds:
   catch up retries after `refresh_s`, so monotonicity holds while the store answers. A service
   that starts while the store is down starts anyway and loads when it answers; until then a key
   it has not loaded is answered 503 with Retry-After (`StoreUnanswered`), never a 404 the store did
-  not say: a hook told 404 drops the config it kept from an earlier start.
+  not say: a hook told 404 drops the config it kept from an earlier start. A load whose reads stop
+  answering half-way (the heads read, then the rows not: a restart) is abandoned whole: what is
+  served stays, its generation too, and the next poll loads again. A row is told unservable only
+  when it is read alone and fails for its data (`store_away` says which failures are not). What a
+  load rendered without the store's word (its re-validations, a row it could not read) is loaded
+  again at the next poll, whether or not the generation moved.
 - Store stalled (a failover, a partition): one thread loads and waits on it; every other answer of
   that worker waits at most CATCH_UP_WAIT_S for that load, then answers from memory (a miss: 503,
   not a 404 the store did not say). So while a worker's own load is stalled, a pin made through
@@ -81,6 +86,7 @@ from typing import Any
 from autotuner.job.exports import check_exports, config_to_dict, mismatch_note, render
 from autotuner.job.fingerprint import compare, decode, encode, stack_changed
 from autotuner.store import Config, Store, pick_served, unreadable_columns
+from autotuner.tuning.lease import store_unavailable
 
 log = logging.getLogger("autotuner.api.cache")
 
@@ -94,6 +100,25 @@ CATCH_UP_WAIT_S = 0.25  # how long an answer waits on another thread's load befo
 
 class StoreUnanswered(Exception):
     """The store did not answer, and what is in memory cannot answer this request on its own."""
+
+
+def store_away(exc: BaseException) -> bool:
+    """Whether `exc` says the store did not answer (gone, restarting, locked, out of connections),
+    not that what it holds is wrong: `store_unavailable`, and any error SQLAlchemy raises about the
+    connection (OperationalError, InterfaceError, a pool timeout) whatever the driver's words. A
+    load takes these for "try again", never for "this row is bad"."""
+    from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    away = (DisconnectionError, InterfaceError, OperationalError, PoolTimeout)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, away):
+            return True
+        current = current.__cause__ or current.__context__
+    return store_unavailable(exc)
 
 
 def labelled(seen: int, generation: int, rewound: bool = False) -> int:
@@ -213,6 +238,7 @@ class ConfigCache:
         self._rendered: dict[tuple[int, bool, int, str], Served] = {}
         self._load_lock = threading.Lock()  # one load at a time: a slow one never overwrites a newer
         self._retry_at = 0.0  # after a failed catch-up: serve what we have until then
+        self._dirty = False  # what we serve lacks some of the store's word: load again at the next poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -269,7 +295,7 @@ class ConfigCache:
         as it takes), so that what the store says is not loaded yet."""
         seen = self.shared.value  # before the store is read: see `labelled`
         target = max(self._label(seen, *self.store.config_generation_stamp()), self.shared.value)
-        return target <= self.generation or self._load(target, wait_s)
+        return (target <= self.generation and not self._dirty) or self._load(target, wait_s)
 
     def _catch_up(self) -> None:
         if time.monotonic() < self._retry_at:
@@ -289,14 +315,15 @@ class ConfigCache:
         if not self._load_lock.acquire(timeout=wait_s):
             return False
         try:
-            if self.generation < target:  # else another thread loaded it meanwhile
+            if self.generation < target or self._dirty:  # else another thread loaded it meanwhile
                 self._reload()
             return True
         finally:
             self._load_lock.release()
 
     def _reload(self) -> None:
-        """Read the store's served heads and render what changed (under the load lock)."""
+        """Read the store's served heads and render what changed (under the load lock). A read that
+        fails because the store is away raises before anything is changed: what is served stays."""
         seen = self.shared.value  # at least the load's target, so the label read is too
         generation, stamp, heads = self.store.served_heads()
         label = self._label(seen, generation, stamp)
@@ -320,6 +347,8 @@ class ConfigCache:
         before = self.shared.raise_to(label)  # before anyone answers with it
         self._rendered, self._served = rendered, served
         self._loaded = (label, stamp)
+        # Rendered without its re-validations, or a head left out (its row and its label unread): redo.
+        self._dirty = len(rendered) < len(heads) or any(entry.unverified for entry in rendered.values())
         self.generation = label  # last: readers compare it first
         if label >> EPOCH_SHIFT > before >> EPOCH_SHIFT:  # the first worker to see it says it
             went = f"went back from {seen & GENERATION_MASK} to {generation}"
@@ -340,10 +369,15 @@ class ConfigCache:
 
     def _rows(self, ids: list[int]) -> list[Config]:
         """The rows of `ids`; if they cannot be read together (a row the ORM cannot load), one by
-        one, leaving out the ones that cannot be read at all."""
+        one, leaving out the ones that cannot be read at all for their data. A read that fails because
+        the store is away raises: the load is abandoned, not a row left out (its key would be a 404)."""
+        if not ids:
+            return []
         try:
             return self.store.configs_by_id(ids)
         except Exception as exc:
+            if store_away(exc):
+                raise
             if len(ids) <= 1:
                 log.error("config cache: config %s cannot be read (%s: %s)", ids, type(exc).__name__, exc)
                 return []
@@ -359,16 +393,16 @@ class ConfigCache:
             return None
 
     def _unreadable(self, ids: set[int]) -> dict[int, Served]:
-        """Served entries that say why, for rows whose data could not be read."""
+        """Served entries that say why, for rows whose data could not be read. If their labels cannot
+        be read either (no data column in them: the store is away, or worse), this raises: the load is
+        abandoned and what is served stays, rather than their keys answered 404."""
         if not ids:
             return {}
         try:
             labels = self.store.config_labels(sorted(ids))
         except Exception:
-            log.error(
-                "config cache: configs %s cannot be read, nor named: not served", sorted(ids), exc_info=True
-            )
-            return {}
+            log.error("config cache: configs %s cannot be read, nor named: load abandoned", sorted(ids))
+            raise
         return {
             i: Served(nodes, created_at, i, {}, {}, (cluster, workload),
                       f"config {i} (v{version}, {nodes} node(s)) cannot be served: its stored data cannot be read")
