@@ -22,9 +22,14 @@ MAX_VERSION = 2**31 - 1  # versions are an INTEGER column (32 bits on PostgreSQL
 class ConfigRecords(StudyRecords):
     # ------------------------------------------------------------------ configs
 
-    def publish_config(self, *, cluster: str, workload: str, nodes: int, **fields: Any) -> Config:
+    def publish_config(
+        self, *, cluster: str, workload: str, nodes: int, replaces: int | None = None, **fields: Any
+    ) -> Config:
         """A new version for (cluster, workload, nodes). Names that could not be served (a row an
-        older version stored) are refused here: BadName."""
+        older version stored) are refused here: BadName. `replaces`: the id of the config that must
+        still be what the key serves (its latest version, not pinned), checked in the publishing
+        transaction; when it is not (published over, or pinned, meanwhile), nothing is published:
+        NotServed."""
         check_name("cluster", cluster)
         check_name("workload", workload)
         cluster_row = self.cluster(cluster, create=True)
@@ -39,6 +44,8 @@ class ConfigRecords(StudyRecords):
         )
         with self.session() as s:
             self._bump_generation(s)  # first: writers of configs take turns, so the max read next is the last
+            if replaces is not None:
+                _still_served(s, key, replaces)
             latest = s.scalar(select(func.max(Config.version)).where(*key))
             config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
                             version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
@@ -225,6 +232,28 @@ class ConfigRecords(StudyRecords):
         if older is None:
             raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
         return int(older)
+
+
+class NotServed(LookupError):
+    """The config a publish was to replace is no longer the one its key serves: nothing published."""
+
+
+def _still_served(s: Session, key: tuple[Any, ...], config_id: int) -> None:
+    """NotServed unless `config_id` is what `key` serves, unpinned (`_head_ids`' order: the pinned
+    version, else the latest); read after the generation bump, so no writer of configs runs between
+    this and the caller's publish."""
+    head = s.execute(
+        select(Config.id, Config.version, Config.pinned)
+        .where(*key)
+        .order_by(Config.pinned.desc(), Config.version.desc())
+        .limit(1)
+    ).first()
+    mine = s.scalar(select(Config.version).where(Config.id == config_id))
+    name = f"v{mine}" if mine is not None else f"config {config_id}"
+    if head is None or head.id != config_id:
+        raise NotServed(f"{name} is no longer the served version")
+    if head.pinned:
+        raise NotServed(f"{name} is pinned by an operator")
 
 
 def _history(what: Any, cluster: str | None, workload: str | None, nodes: int | None) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from autotuner.job.exports import config_to_dict
@@ -23,6 +23,7 @@ from autotuner.store.base import NotFound
 from autotuner.store.configs import ConfigRecords
 from autotuner.store.models import Cluster, Config, ConfigValidation, FingerprintReport, Workload, utcnow
 from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, ValidationState
+from autotuner.store.studies import _matched
 
 # Stacks (driver, NCCL, aws-ofi-nccl, GPU, node count) recorded per version: a cluster runs a few;
 # past this a report is not recorded, nor does it ask for a re-validation (each new stack asked for
@@ -85,18 +86,43 @@ class ValidationRecords(ConfigRecords):
     def update_validation(self, validation_id: int, **fields: Any) -> ConfigValidation:
         return self._update(ConfigValidation, validation_id, fields)
 
-    def finish_validation(self, validation_id: int, state: str, **fields: Any) -> ConfigValidation:
+    def start_validation(self, validation_id: int, started_at: datetime) -> bool:
+        """Move a queued (or interrupted, running) re-validation to running; False when it is no
+        longer pending: another runner finished it (its verdict stands). One conditional UPDATE, so
+        two runners never both see it pending."""
+        with self.session() as s:
+            done = s.execute(
+                update(ConfigValidation)
+                .where(ConfigValidation.id == validation_id, ConfigValidation.state.in_(VALIDATION_PENDING))
+                .values(state=ValidationState.RUNNING, started_at=started_at)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(_matched(done))
+
+    def finish_validation(
+        self, validation_id: int, state: str, *, only_from: Iterable[str] = VALIDATION_PENDING, **fields: Any
+    ) -> ConfigValidation:
         """A re-validation's end: its evidence entry, and a generation bump (what it says of its
-        version is part of what is served)."""
+        version is part of what is served). Written only to a row still in one of `only_from`
+        (pending, unless said): a verdict once recorded is never overwritten by a second runner,
+        whose finish is logged and dropped (the row as recorded is returned)."""
         if state not in VALIDATION_DONE:
             raise ValueError(f"{state!r} is not a finished state")
         with self.session() as s:
+            done = s.execute(
+                update(ConfigValidation)
+                .where(ConfigValidation.id == validation_id, ConfigValidation.state.in_(list(only_from)))
+                .values(**fields, state=state, finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            if _matched(done):
+                self._bump_generation(s)
             row = s.get(ConfigValidation, validation_id)
             if row is None:
                 raise NotFound(f"validation {validation_id}")
-            for key, value in {**fields, "state": state, "finished_at": utcnow()}.items():
-                setattr(row, key, value)
-            self._bump_generation(s)
+            if not _matched(done):
+                log.warning("re-validation %s is %s already: its end as %s is not recorded over it",
+                            validation_id, row.state, state)  # fmt: skip
             return row
 
     def validations(
@@ -140,8 +166,17 @@ class ValidationRecords(ConfigRecords):
     # ------------------------------------------------------------------ what a version says
 
     def validation_views(self, rows: Sequence[Config]) -> dict[int, dict[str, Any]]:
+        """`validation_view` of each row, row by row: one whose re-validations cannot be read is
+        logged and given what can be (`fallback_view`), never taking the others' views with it."""
         finished = self.finished_validations(r.id for r in rows)
-        return {r.id: validation_view(r, finished[r.id], store=self.url) for r in rows}
+        views = {}
+        for r in rows:
+            try:
+                views[r.id] = validation_view(r, finished[r.id], store=self.url)
+            except Exception:
+                log.exception("config %s: its re-validations cannot all be read: read what can be", r.id)
+                views[r.id] = fallback_view(r, finished[r.id], store=self.url)
+        return views
 
     def public_config(self, row: Config) -> dict[str, Any]:
         """A version as REST and the hook's `--db` see it: with what it was last validated on."""
@@ -163,26 +198,30 @@ class ValidationRecords(ConfigRecords):
         stacks: dict[int, int] = {}  # config id -> stacks recorded for it
         with self.session() as s:
             for report in reports:
-                key = digest(report["fingerprint"])
-                query = select(FingerprintReport).where(
-                    FingerprintReport.config_id == report["config_id"], FingerprintReport.digest == key
+                key, jobs = digest(report["fingerprint"]), int(report.get("jobs", 1))
+                # Counted in SQL (jobs = jobs + n): replicas flushing one stack at once all count.
+                bump = (
+                    update(FingerprintReport)
+                    .where(
+                        FingerprintReport.config_id == report["config_id"], FingerprintReport.digest == key
+                    )
+                    .values(jobs=func.coalesce(FingerprintReport.jobs, 0) + jobs, last_seen=now)
+                    .execution_options(synchronize_session=False)
                 )
-                row = s.scalar(query)
-                if row is None and self._stacks(s, stacks, report["config_id"]) >= MAX_STACKS:
+                if _matched(s.execute(bump)):
+                    continue
+                if self._stacks(s, stacks, report["config_id"]) >= MAX_STACKS:
                     _say_full(self.url, report["config_id"])
                     continue  # a flood of made-up stacks (any read token can send one) ends here
-                if row is None:
-                    stacks[report["config_id"]] += 1
-                    row = FingerprintReport(config_id=report["config_id"], digest=key, fingerprint=report["fingerprint"],
-                                            diff=report["diff"], jobs=0, first_seen=now, last_seen=now)  # fmt: skip
-                    try:
-                        with s.begin_nested():
-                            s.add(row)
-                        new.append(row)
-                    except IntegrityError:  # another worker recorded it meanwhile
-                        row = s.scalars(query).one()
-                row.jobs = (row.jobs or 0) + int(report.get("jobs", 1))
-                row.last_seen = now
+                stacks[report["config_id"]] += 1
+                row = FingerprintReport(config_id=report["config_id"], digest=key, fingerprint=report["fingerprint"],
+                                        diff=report["diff"], jobs=jobs, first_seen=now, last_seen=now)  # fmt: skip
+                try:
+                    with s.begin_nested():
+                        s.add(row)
+                    new.append(row)
+                except IntegrityError:  # another worker recorded it meanwhile: counted on its row
+                    s.execute(bump)
         return new
 
     @staticmethod
@@ -243,14 +282,33 @@ def validation_view(row: Config, finished: Sequence[ConfigValidation], *, store:
         "last_validation": brief(last, store=store) if last is not None else None,
         "flagged": None,
     }
-    if concluded and concluded[-1].state == ValidationState.FAILED:
-        failed = concluded[-1]  # flagged even when why it failed cannot be read
-        view["flagged"] = (
-            f"re-validation {failed.id} failed: {_why(failed, store) or ''}; {failed.action or ''}".rstrip(
-                "; "
-            )
-        )
+    view["flagged"] = _flag(concluded, store)
     return view
+
+
+def _flag(concluded: Sequence[ConfigValidation], store: str) -> str | None:
+    """Why a version is flagged: its last concluded re-validation failed (None: it did not)."""
+    if not concluded or concluded[-1].state != ValidationState.FAILED:
+        return None
+    failed = concluded[-1]  # flagged even when why it failed cannot be read
+    return f"re-validation {failed.id} failed: {_why(failed, store) or ''}; {failed.action or ''}".rstrip(
+        "; "
+    )
+
+
+def fallback_view(row: Config, finished: Sequence[ConfigValidation], *, store: str = "") -> dict[str, Any]:
+    """What can be said of a version whose `validation_view` could not be made: validated when
+    published, no last re-validation shown, and flagged as its last concluded re-validation says (or,
+    when even that cannot be read, as unknown: a failed version is never served unflagged)."""
+    try:
+        flagged = _flag(
+            [v for v in finished if v.state in (ValidationState.HELD, ValidationState.FAILED)], store
+        )
+    except Exception:
+        log.exception("config %s: whether its last re-validation failed cannot be read", row.id)
+        flagged = "its re-validations cannot be read: whether the last one failed is not known"
+    return {"validated_at": row.created_at, "validated_on": {"nodes": str(row.nodes)}, "last_validation": None,
+            "flagged": flagged}  # fmt: skip
 
 
 def readable(row: ConfigValidation, column: str, store: str = "") -> dict[str, Any]:
@@ -287,9 +345,9 @@ def brief(row: ConfigValidation, *, store: str = "") -> dict[str, Any]:
         "state": row.state,
         "trigger": row.trigger,
         "reason": row.reason,
-        "requested_at": row.created_at.isoformat(),
-        "started_at": row.started_at.isoformat() if row.started_at else None,
-        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+        "requested_at": _iso(row.created_at),
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
         **fingerprints,
         "speedup": result.get("speedup"),
         "ci_low": result.get("ci_low"),
@@ -301,3 +359,8 @@ def brief(row: ConfigValidation, *, store: str = "") -> dict[str, Any]:
         "new_config_id": row.new_config_id,
         "error": row.error,
     }
+
+
+def _iso(at: datetime | None) -> str | None:
+    """A stored date as ISO text; None where none is stored, or its stored text is no date."""
+    return at.isoformat() if isinstance(at, datetime) else None

@@ -42,6 +42,7 @@ from autotuner.store import (
     unreadable_columns,
     utcnow,
 )
+from autotuner.store.configs import NotServed
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
 from autotuner.tuning.launch import run_launch
@@ -55,6 +56,7 @@ from autotuner.tuning.stats import Speedup
 log = logging.getLogger("autotuner.tuning")
 DEFAULT_ROUNDS = 3  # for a study that skipped its confirmation (confirm_rounds=0)
 FIGURES = ("speedup", "ci_low", "ci_high", "rounds")
+RUNNING = (ValidationState.RUNNING,)  # what a runner's own finish is written over
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|s)?\s*")
 _UNIT_S = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, None: 1}
 
@@ -171,6 +173,10 @@ class Revalidation:
         lease = Lease(self.store, config.study_id, self.owner, cancellable=False)
         lease.acquire()  # StudyBusy: someone else runs it (or its study) now; the queue tries later
         try:
+            # Read again under the lease: a runner that held it until a moment ago may have finished it.
+            row = self.store.validation(self.validation_id) or row
+            if row.state not in (ValidationState.QUEUED, ValidationState.RUNNING):
+                return row
             return self._run(row, config, lease)
         except (StudyBusy, StoreUnavailable):  # another process took the lease over: it finishes this one
             raise
@@ -180,7 +186,7 @@ class Revalidation:
                                        f"{exc})") from exc  # fmt: skip
             log.exception("re-validation %s failed", row.id)
             return self.store.finish_validation(row.id, ValidationState.ERROR, error=f"{type(exc).__name__}: {exc}",
-                                                action="nothing changed")  # fmt: skip
+                                                action="nothing changed", only_from=RUNNING)  # fmt: skip
         finally:
             try:
                 lease.release()
@@ -190,7 +196,8 @@ class Revalidation:
 
     def _run(self, row: ConfigValidation, config: Config, lease: Lease) -> ConfigValidation:
         started_at = row.started_at or utcnow()
-        self.store.update_validation(row.id, state=ValidationState.RUNNING, started_at=started_at)
+        if not self.store.start_validation(row.id, started_at):  # another runner finished it meanwhile
+            return self.store.validation(row.id) or row
         ctx = StudyContext.load(self.store, config.study_id, self.executor, lease,  # type: ignore[arg-type]
                                 progress=self.progress, poll_s=self.poll_s)  # fmt: skip
         study = self.store.study(ctx.study_id)
@@ -199,7 +206,7 @@ class Revalidation:
         recover(ctx)  # a re-validation interrupted before keeps the rounds it measured
         baseline = self._baseline_row(ctx, study)
         if baseline is None:
-            return self.store.finish_validation(row.id, ValidationState.ERROR, action="nothing changed",
+            return self.store.finish_validation(row.id, ValidationState.ERROR, action="nothing changed", only_from=RUNNING,
                                                 error=f"study {ctx.study_id} has no baseline measurement")  # fmt: skip
         base = Setting.of(baseline)
         mine = published_setting(ctx, config, base)
@@ -226,7 +233,7 @@ class Revalidation:
             "re-validation %s of %s: %s (%s); %s", row.id, label(config), state, result.get("why"), action
         )
         return self.store.finish_validation(row.id, state, result=result, fingerprint=fp, action=action,
-                                            new_config_id=new_config_id)  # fmt: skip
+                                            new_config_id=new_config_id, only_from=RUNNING)  # fmt: skip
 
     def _baseline_row(self, ctx: StudyContext, study: Any) -> Candidate | None:
         if study.baseline_candidate_id:
@@ -303,8 +310,12 @@ class Revalidation:
                        "batch_size": point.batch_size, "sharding": point.sharding, "num_threads": point.num_threads,
                        "pipeline": point.pipeline}  # fmt: skip
             what = "the baseline (no changes)"
-        new = self.store.publish_config(cluster=config.cluster.name, workload=config.workload.name, nodes=config.nodes,
-                                        evidence=evidence, study_id=evidence["study_id"], **setting)  # fmt: skip
+        try:  # published only if `config` is still served, unpinned, when the publish takes its turn
+            new = self.store.publish_config(cluster=config.cluster.name, workload=config.workload.name,
+                                            nodes=config.nodes, evidence=evidence, study_id=evidence["study_id"],
+                                            replaces=config.id, **setting)  # fmt: skip
+        except NotServed as exc:  # published over, or pinned, since the check above: left as it is, flagged
+            return f"not replaced: {exc}", None
         return f"replaced: published v{new.version}, {what}", new.id
 
 
@@ -457,19 +468,39 @@ def schedule_due(
     views = store.validation_views(served)
     tried: dict[int, datetime] = {}
     for v in store.validations(config_ids=[c.id for c in served], limit=100_000):
-        tried[v.config_id] = max(tried.get(v.config_id, v.created_at), v.created_at)
+        if isinstance(v.created_at, datetime):  # a stored date that is no date reads as None: not known
+            tried[v.config_id] = max(tried.get(v.config_id, v.created_at), v.created_at)
     asked = []
     for config in served:
-        validated_at = views[config.id]["validated_at"]
-        last = max(validated_at, tried.get(config.id, validated_at))
-        if now - last < timedelta(seconds=every_s):
+        try:
+            row = _due(
+                store, config, views[config.id].get("validated_at"), tried.get(config.id), every_s, now, text
+            )
+        except Exception:  # one version that cannot be asked for: the others are
+            log.exception("the schedule could not ask for a re-validation of config %s", config.id)
             continue
-        reason = (f"last validated {show_duration((now - validated_at).total_seconds())} ago "
-                  f"(AUTOTUNER_REVALIDATE_EVERY={text or show_duration(every_s)})")  # fmt: skip
-        row, created = request(store, config, ValidationTrigger.SCHEDULE, reason)
-        if created:
+        if row is not None:
             asked.append(row)
     return asked
+
+
+def _due(
+    store: Store, config: Config, validated_at: datetime | None, tried: datetime | None, every_s: float,
+    now: datetime, text: str,
+) -> ConfigValidation | None:  # fmt: skip
+    """A re-validation of `config` asked for by the schedule, if due (None: not due, or one was queued
+    already). When it was validated, or last tried, is not known (no readable date): due."""
+    known = [at for at in (validated_at, tried) if isinstance(at, datetime)]
+    if known and now - max(known) < timedelta(seconds=every_s):
+        return None
+    ago = (
+        f"{show_duration((now - validated_at).total_seconds())} ago"
+        if isinstance(validated_at, datetime)
+        else "at a date not known"
+    )
+    reason = f"last validated {ago} (AUTOTUNER_REVALIDATE_EVERY={text or show_duration(every_s)})"
+    row, created = request(store, config, ValidationTrigger.SCHEDULE, reason)
+    return row if created else None
 
 
 # ---------------------------------------------------------------------------------- staleness
