@@ -12,6 +12,7 @@ from typing import IO, Annotated, Any
 import typer
 from rich.console import Console
 
+from autotuner.cli.terminal import labelled, shown
 from autotuner.store.db import shown_url
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -39,13 +40,13 @@ def serve(
     try:
         settings = Settings(**overrides)
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(labelled("error:", _one_line(exc)), highlight=False, soft_wrap=True)  # shown, not read
         raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = hold_data_dir(settings.data_dir)  # held until this process ends
     if isinstance(lock, str):
-        err.print(f"[red]error:[/red] {lock}", highlight=False, soft_wrap=True)  # a path: one line
+        err.print(labelled("error:", lock), highlight=False, soft_wrap=True)  # a path: one line
         raise typer.Exit(2)
     _export_for_workers(settings)
     _create_schemas(settings.url)
@@ -59,16 +60,28 @@ def serve(
         runner = SchedulerProcess(scheduler_env(settings), pid_file)
         runner.start()
         os.environ["AUTOTUNER_SCHEDULER_PID_FILE"] = str(pid_file)
-    err.print(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
-              f"({settings.workers} workers, store {shown_url(settings.url)})", highlight=False)  # fmt: skip
+    err.print(shown(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
+                    f"({settings.workers} workers, store {shown_url(settings.url)})"), highlight=False)  # fmt: skip
     for note in access_notes(settings):
-        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        err.print(labelled("note:", note, "yellow"), highlight=False)
     try:
         uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
     finally:
         if runner is not None:
             runner.stop()
+
+
+def _one_line(exc: ValueError) -> str:
+    """A refused setting as one line naming it (pydantic's own text spans four, with a web address)."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or not exc.errors():
+        return " ".join(str(exc).split())
+    first = exc.errors()[0]
+    msg = " ".join(first["msg"].removeprefix("Value error, ").split())
+    field = ".".join(map(str, first["loc"]))
+    return msg if not field or "AUTOTUNER_" in msg else f"AUTOTUNER_{field.upper()}: {msg}"
 
 
 def _create_schemas(url: str) -> None:
@@ -86,7 +99,7 @@ def _create_schemas(url: str) -> None:
         optuna_storage(url).engine.dispose()
     except (SchemaError, NoSuchModuleError, DBAPIError) as exc:
         why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        err.print(f"[red]error:[/red] cannot open the store {shown_url(url)}: {why}", highlight=False,
+        err.print(labelled("error:", f"cannot open the store {shown_url(url)}: {why}"), highlight=False,
                   soft_wrap=True)  # fmt: skip
         raise typer.Exit(1 if isinstance(exc, OperationalError) else 2) from exc
 
@@ -108,8 +121,8 @@ def hold_data_dir(data_dir: Path) -> IO[str] | str:
                 "data dir; give this one its own AUTOTUNER_DATA_DIR (replicas share a PostgreSQL store, "
                 "not a data dir)")  # fmt: skip
     except OSError as exc:  # a file system without locks (Lustre without -o flock, NFS without lockd)
-        err.print(f"[yellow]note:[/yellow] the data dir {data_dir} cannot be locked ({exc.strerror}): "
-                  "nothing stops a second service on it", highlight=False, soft_wrap=True)  # fmt: skip
+        err.print(labelled("note:", f"the data dir {data_dir} cannot be locked ({exc.strerror}): nothing stops "
+                           "a second service on it", "yellow"), highlight=False, soft_wrap=True)  # fmt: skip
         return lock
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")

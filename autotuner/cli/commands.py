@@ -23,6 +23,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from autotuner.cli.terminal import labelled, shown
 from autotuner.executors.results import finite
@@ -54,9 +55,10 @@ DbOption = Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE
 KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _store(db: str | None, *, create: bool = False) -> Any:
+def _store(db: str | None, *, create: bool = False, unavailable: int = 1) -> Any:
     """The store at `db` (else the default). Only `tune` creates one: a read of a SQLite file that is
-    not there is an error naming it, not a new empty store (and directories) at a mistyped path."""
+    not there is an error naming it, not a new empty store (and directories) at a mistyped path.
+    `unavailable`: the exit code for a server that does not answer (1: try again)."""
     import os
 
     from sqlalchemy.engine import make_url
@@ -65,6 +67,8 @@ def _store(db: str | None, *, create: bool = False) -> Any:
     from autotuner.store import Store
     from autotuner.store.db import SchemaError, foreign_sqlite_tables, missing_sqlite_file, shown_url
 
+    if db is not None and not db.strip():  # before: the default store, silently
+        raise _fail("--db is empty: give a SQLAlchemy URL, e.g. sqlite:////srv/autotuner/autotuner.db")
     url = db or default_database_url()
     try:
         parsed = make_url(url)
@@ -73,6 +77,9 @@ def _store(db: str | None, *, create: bool = False) -> Any:
             f"--db {url!r} is not a SQLAlchemy URL: use e.g. sqlite:////srv/autotuner/autotuner.db"
         ) from exc
     where = shown_url(url)
+    if _in_memory(parsed):  # before: a study tuned into it, then gone at exit
+        raise _fail(f"--db {where} is an in-memory SQLite store: what is written there is gone when the "
+                    "command exits; give a file, e.g. sqlite:////srv/autotuner/autotuner.db")  # fmt: skip
     missing = missing_sqlite_file(url)
     if not create and missing:
         raise _fail(f"no store at {missing}: give --db sqlite:////path/to/autotuner.db, or set "
@@ -97,12 +104,22 @@ def _store(db: str | None, *, create: bool = False) -> Any:
             # a read-only mount: SQLite reads a WAL store through `<file>-shm`, which it must create there
             raise _fail(f"cannot open the store {where}: {why} ({folder} is not writable, and SQLite reads this "
                         "store through a -shm file beside it: open a copy on a writable file system)") from exc  # fmt: skip
-        code = 1 if isinstance(exc, OperationalError) else 2  # 1: a server that does not answer (try again)
+        code = unavailable if isinstance(exc, OperationalError) else 2  # a server that does not answer
         raise _fail(f"cannot open the store {where}: {why}", code) from exc
 
 
+def _in_memory(parsed: Any) -> bool:
+    """A SQLite URL whose store lives in this process only (sqlite://, :memory:, mode=memory)."""
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    mode = parsed.query.get("mode")
+    return (database in ("", ":memory:") or database.startswith("file::memory:")
+            or "mode=memory" in database or mode == "memory" or (isinstance(mode, tuple) and "memory" in mode))  # fmt: skip
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(labelled("error:", message), highlight=False)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)  # one line, however long
     return typer.Exit(code)
 
 
@@ -154,6 +171,7 @@ TUNE_OPTIONS = [
     inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(rich_help_panel=PANEL_OF["executor_option"], help="KEY=VALUE for the executor, e.g. partition=gpu (a name as typed; lists, objects, numbers and true/false as JSON)")], default=None),
     inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["workdir"], help="launch directories (shared with the nodes)")], default=None),
     inspect.Parameter("db", KW, annotation=DbOption, default=None),
+    inspect.Parameter("ctx", KW, annotation=typer.Context),  # which options were given (a resume)
 ]  # fmt: skip
 
 
@@ -272,15 +290,22 @@ def tune(**options: Any) -> None:
     from autotuner.tuning import StoreUnavailable, StudyBusy
     from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
+    ctx = options.pop("ctx")
     store = _store(options["db"], create=True)
     row = store.study(options["study"]) if options["study"] else None
     if row is None:
         row = _new_study(store, options)
-        err.print(f"study [bold]{row.name}[/bold] (id {row.id}) created")
+        err.print(
+            Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) created"), highlight=False
+        )
         for line in inert_lines(row.inert, row.space.get("force_inert", [])):
             err.print(shown(line), highlight=False)
     else:
-        err.print(f"resuming study [bold]{row.name}[/bold] (id {row.id}, {row.state})")
+        _check_resume(row, options, [name for name in options if _given(ctx, name)])
+        ended = row.state in (StudyState.DONE, StudyState.FAILED, StudyState.CANCELLED)
+        err.print(Text.assemble("study " if ended else "resuming study ", shown(row.name, "bold"),
+                                f" (id {row.id}) already {row.state}: see `autotuner studies`" if ended
+                                else f" (id {row.id}, {row.state})"), highlight=False)  # fmt: skip
     budget = row.settings.get("trials") if isinstance(row.settings, dict) else None
     with _progress_bar((budget if isinstance(budget, int) else 0) + 1) as progress:
         try:
@@ -306,6 +331,54 @@ tune.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     sorted([*TUNE_OPTIONS, *_settings_options()], key=lambda p: _ORDER.get(p.name, -1))
 )
 app.command()(tune)
+
+
+def _check_resume(row: Any, options: dict[str, Any], given: list[str]) -> None:
+    """A study resumes with what it was created with: an option `given` on the command line that says
+    otherwise is refused, naming it (before: every one was dropped in silence, the study resumed as
+    stored)."""
+    differ = [
+        name for name in given if name not in ("study", "db") and not _same_as_stored(row, name, options)
+    ]
+    if differ:
+        flags = ", ".join("--" + name.replace("_", "-") if name not in RequestSettings.model_fields
+                          else flag_of(name) for name in differ)  # fmt: skip
+        raise _fail(f"study {row.name} exists, and a study resumes as it was created: {flags} "
+                    f"differ{'s' if len(differ) == 1 else ''} from it; drop them, or give a new --study name")  # fmt: skip
+
+
+def _same_as_stored(row: Any, name: str, options: dict[str, Any]) -> bool:
+    """Whether option `name` as given says what the stored study `row` holds."""
+    from autotuner.space import load_space
+
+    settings = row.settings if isinstance(row.settings, dict) else {}
+    executor_options = settings.get("executor_options") or {}
+    value = options[name]
+    if name == "cluster":
+        return bool(value == row.cluster.name)
+    if name == "workload":
+        try:
+            given = json.loads(read_bounded(value, MAX_JSON_FILE_BYTES, follow_links=True))
+        except (OSError, ValueError, RecursionError):  # a workload that does not load is not the stored one
+            return False
+        return bool(given == (row.workload_spec or row.workload.spec))
+    if name == "space":
+        try:
+            space = load_space(value).model_dump(mode="json")
+        except Exception:  # a space that does not load is not the stored one
+            return False
+        # a space that names no batch was given the workload's: the rest says whether it is the same
+        stored = row.space if isinstance(row.space, dict) else {}
+        return bool(space == stored or {**space, "batch_sizes": None} == {**stored, "batch_sizes": None})
+    if name == "landscape":
+        return str(value.absolute()) == executor_options.get("landscape")
+    if name == "workdir":
+        return str(value.absolute()) == settings.get("workdir")
+    if name == "executor_option":
+        given = _executor_options(value, None)
+        return all(executor_options.get(key) == item for key, item in given.items())
+    request = settings_from_options({k: options[k] for k in RequestSettings.model_fields})
+    return bool(request.model_dump(mode="json")[name] == settings.get(name))
 
 
 def _new_study(store: Any, options: dict[str, Any]) -> Any:
@@ -384,11 +457,12 @@ def _print_outcome(store: Any, study: Any) -> None:
     def line(name: str, show: Any) -> None:
         table.add_row(name, *(show(c) for c in rows.values()))
 
-    line("env", lambda c: "\n".join(f"{k}={v}" for k, v in sorted(c.env.items())) or "(no overrides)")
-    line("precision fwd/bwd", lambda c: f"{c.fwd_precision}/{c.bwd_precision}")
-    line("batch per rank", lambda c: str(c.batch_size))
-    line("sharding", lambda c: c.sharding)
-    line("pipeline", lambda c: c.pipeline or "-")
+    # stored text, shown as it is: a "[/]" in an env value crashed the print (MarkupError)
+    line("env", lambda c: shown(_env_text(c.env) or "(no overrides)"))
+    line("precision fwd/bwd", lambda c: shown(f"{c.fwd_precision}/{c.bwd_precision}"))
+    line("batch per rank", lambda c: shown(c.batch_size))
+    line("sharding", lambda c: shown(c.sharding))
+    line("pipeline", lambda c: shown(c.pipeline or "-"))
     line("samples/s", lambda c: f"{c.samples_per_s:,.0f}" if c.samples_per_s else "-")
     line("all-to-all ms/iter", lambda c: f"{c.a2a_ms:.2f}" if c.a2a_ms is not None else "-")
     line(
@@ -403,9 +477,17 @@ def _print_outcome(store: Any, study: Any) -> None:
         err.print(scaling_table(outcome.scaling))
     if confirmed := confirmed_line(outcome):
         err.print(confirmed)
-    err.print(outcome.decision or "")
+    err.print(shown(outcome.decision or ""), highlight=False)  # it may embed a stored error
     if outcome.published_version is not None:
-        err.print(f"published {study.cluster.name}/{study.workload.name} version {outcome.published_version}")
+        err.print(shown(f"published {study.cluster.name}/{study.workload.name} version {outcome.published_version}"),
+                  highlight=False)  # fmt: skip
+
+
+def _env_text(env: Any) -> str:
+    """A stored env as KEY=VALUE lines (a row written by hand may hold anything: shown, not read)."""
+    if not isinstance(env, dict):
+        return str(env)
+    return "\n".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])))
 
 
 # ---------------------------------------------------------------------------------------- studies
@@ -518,10 +600,10 @@ def configs(
     rows = [c for c in store.served_configs()
             if (cluster is None or c.cluster.name == cluster) and (workload is None or c.workload.name == workload)]  # fmt: skip
     if not rows:
-        err.print("no config published" + "".join(f" for {k} {v}" for k, v in
-                  (("cluster", cluster), ("workload", workload)) if v is not None), highlight=False)  # fmt: skip
+        err.print(shown("no config published" + "".join(f" for {k} {v}" for k, v in
+                  (("cluster", cluster), ("workload", workload)) if v is not None)), highlight=False)  # fmt: skip
         return
-    _config_table(rows, "served configs")
+    _config_table(store, rows, "served configs")
 
 
 def _speedup_cell(figures: dict[str, Any]) -> str:
@@ -542,8 +624,10 @@ def _narrow_table(title: str) -> Table:
                  padding=(0, 0))  # fmt: skip
 
 
-def _config_table(rows: list[Any], title: str) -> None:
-    """Numbers, versions and dates are never broken; names and the env fold when they must."""
+def _config_table(store: Any, rows: list[Any], title: str) -> None:
+    """Numbers, versions and dates are never broken; names and the env fold when they must. A version
+    whose last re-validation failed (kept: pinned, or no longer served) is marked "flagged", and why is
+    said on stderr, as REST's `flagged` says it."""
     table = _narrow_table(title)
     for col in ("cluster", "workload"):
         table.add_column(col, overflow="fold", min_width=len(col))
@@ -554,13 +638,19 @@ def _config_table(rows: list[Any], title: str) -> None:
     for col in ("batch", "speedup"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("published", no_wrap=True)
+    views = store.validation_views(rows)
     for c in rows:
+        flagged = (views.get(c.id) or {}).get("flagged")
         table.add_row(shown(c.cluster.name), shown(c.workload.name), str(c.nodes),
-                      f"v{c.version}" + ("\npinned" if c.pinned else ""),
-                      "\n".join(f"{k}={v}" for k, v in sorted(c.env.items())) or "-",
-                      f"{c.fwd_precision}/{c.bwd_precision}", str(c.batch_size), _speedup_cell(c.evidence or {}),
-                      _when(c.created_at))  # fmt: skip
+                      Text.assemble(f"v{c.version}", "\npinned" if c.pinned else "",
+                                    ("\nflagged", "bold yellow") if flagged else ""),
+                      shown(_env_text(c.env) or "-"), shown(f"{c.fwd_precision}/{c.bwd_precision}"),
+                      shown(c.batch_size), _speedup_cell(c.evidence or {}), _when(c.created_at))  # fmt: skip
     out.print(table)
+    for c in rows:
+        if flagged := (views.get(c.id) or {}).get("flagged"):
+            where = f"{c.cluster.name}/{c.workload.name} ({c.nodes}n) v{c.version} flagged:"
+            err.print(labelled(where, flagged, "yellow"), highlight=False, soft_wrap=True)
 
 
 def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dict[int, int]:
@@ -593,24 +683,50 @@ def configs_history(
     store = _store(_db_of(ctx, db))
     _versions(store, cluster, workload, nodes)
     rows = store.config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
-    _config_table(rows[:limit], f"history of {cluster}/{workload}")
+    _config_table(store, rows[:limit], f"history of {cluster}/{workload}")
     if len(rows) > limit:
         err.print(f"more: --offset {offset + limit}")
 
 
-def _serve_change(change: Any, what: str) -> None:
-    """Run a pin/unpin/rollback and say which version is served now."""
+def _serve_change(
+    ctx: typer.Context, db: str | None, key: tuple[str, str, int], target: Any, what: str
+) -> None:
+    """Make `target()` (a version; None: the latest) the served one and say which version is served
+    now. A version that could not be served is refused, nothing changed, as REST refuses it (409):
+    making it the served one would break serving for the key where it works now."""
     from autotuner.store import NotFound
 
+    store = _store(_db_of(ctx, db))
+    cluster, workload, nodes = key
     try:
-        row = change()
+        version = target(store)
+        if version is not None and (why := _why_unservable(store, key, version)):
+            raise _fail(f"{cluster}/{workload} version {version} cannot be served ({why}): not made the served "
+                        "version, nothing changed")  # fmt: skip
+        row = store.pin_config(cluster, workload, nodes, version)
     except NotFound as exc:
         raise _fail(f"{exc} (`autotuner configs history` lists the versions)") from exc
-    nodes = f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
-    err.print(
-        f"serving {row.cluster.name}/{row.workload.name} ({nodes}) version {row.version} ({what})",
-        highlight=False,
-    )
+    said = f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
+    err.print(shown(f"serving {row.cluster.name}/{row.workload.name} ({said}) version {row.version} ({what})"),
+              highlight=False)  # fmt: skip
+
+
+def _why_unservable(store: Any, key: tuple[str, str, int], version: int) -> str | None:
+    """Why a version could not be served (None: it can, or there is no such version): the check the
+    service applies before a pin or a rollback (api/cache.py ConfigCache.why_unservable)."""
+    from autotuner.job.exports import check_exports, config_to_dict
+    from autotuner.store import unreadable_columns
+
+    try:
+        row = store.config_row(*key, version)
+        if row is None:
+            return None  # pin_config says there is no such version
+        if bad := unreadable_columns(row):
+            return f"its stored {bad} cannot be read"
+        _, dropped = check_exports(config_to_dict(row)["exports"])
+    except Exception as exc:  # its stored data cannot even be read
+        return f"it cannot be read ({type(exc).__name__})"
+    return "; ".join(f"{name}: {why}" for name, why in dropped.items()) or None
 
 
 @configs_app.command("pin")
@@ -619,7 +735,7 @@ def configs_pin(
     nodes: ChangeNodesOption = 1, db: DbOption = None,
 ) -> None:  # fmt: skip
     """Serve VERSION regardless of newer publishes."""
-    _serve_change(lambda: _store(_db_of(ctx, db)).pin_config(cluster, workload, nodes, version), "pinned")
+    _serve_change(ctx, db, (cluster, workload, nodes), lambda store: version, "pinned")
 
 
 @configs_app.command("unpin")
@@ -631,7 +747,7 @@ def configs_unpin(
     db: DbOption = None,
 ) -> None:
     """Serve the latest version again."""
-    _serve_change(lambda: _store(_db_of(ctx, db)).pin_config(cluster, workload, nodes, None), "latest")
+    _serve_change(ctx, db, (cluster, workload, nodes), lambda store: None, "latest")
 
 
 @configs_app.command("rollback")
@@ -643,9 +759,8 @@ def configs_rollback(
     db: DbOption = None,
 ) -> None:
     """Pin the version before the one served now."""
-    _serve_change(
-        lambda: _store(_db_of(ctx, db)).rollback_config(cluster, workload, nodes), "rolled back, pinned"
-    )
+    _serve_change(ctx, db, (cluster, workload, nodes),
+                  lambda store: store.rollback_target(cluster, workload, nodes), "rolled back, pinned")  # fmt: skip
 
 
 @configs_app.command("show")
@@ -654,7 +769,11 @@ def configs_show(
     fmt: Annotated[str, typer.Option("--format", help="json | sh | env | slurm")] = "json",
     db: DbOption = None,
 ) -> None:  # fmt: skip
-    """Print the served config (json, or its export lines: sh, env, slurm); its claim goes to stderr."""
+    """Print the served config (json, or its export lines: sh, env, slurm); its claim goes to stderr.
+    As the service and the pre-job hook, it prints only what a job may be handed: a variable the check
+    drops is named on stderr, and it exits 2."""
+    from autotuner.job.exports import checked_config
+
     if fmt not in FORMATS:
         raise _fail(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     store = _store(_db_of(ctx, db))
@@ -669,7 +788,35 @@ def configs_show(
         err.print(
             labelled("its claim cannot be read:", " ".join(str(exc).split())[:300], "yellow"), highlight=False
         )
-    sys.stdout.write(render(store.public_config(row), fmt) + "\n")
+    config = store.public_config(row)
+    if config.get("flagged"):  # as REST's `flagged`: its last re-validation failed, and it is kept
+        err.print(
+            labelled(f"flagged: v{row.version}", config["flagged"], "yellow"), highlight=False, soft_wrap=True
+        )
+    checked, dropped = checked_config(config)
+    for name, why in dropped.items():
+        err.print(labelled(f"not printed: {name}", why), highlight=False, soft_wrap=True)
+    _write_stdout(render(checked if dropped else config, fmt) + "\n")
+    if dropped:
+        raise _fail(f"{len(dropped)} variable{'s' if len(dropped) != 1 else ''} of this config would not be "
+                    "served by the service nor taken by the pre-job hook (above): only the rest was printed")  # fmt: skip
+
+
+def _write_stdout(text: str) -> None:
+    """Machine output; a stdout that is closed (`>&-`) or gone (a pipe's reader quit) is said, exit 2."""
+    import os
+
+    try:
+        if sys.stdout is None:
+            raise BrokenPipeError
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError) as exc:  # ValueError: a closed file
+        try:  # what is left in its buffer goes nowhere at exit, not into a second traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass
+        raise _fail("stdout is closed or gone: the config could not be printed") from exc
 
 
 @configs_app.command("validations")
@@ -706,6 +853,8 @@ def configs_validations(
 REVALIDATE_HELP = (
     "Re-check the served config against its baseline: exit 0 held, 1 failed, 2 no such config or version, "
     "3 not measured.\n\n"
+    "1 failed: the config regressed. 3 not measured: it could not run, or the store did not answer (run it "
+    "again).\n\n"
     "Its setting runs against its study's baseline in interleaved launches (the study's rounds, executor "
     "and settings), recorded as an entry of that version. Failed: a new version is published (the last "
     "that still holds here, else the baseline) unless the version is pinned, which is flagged instead."
@@ -748,7 +897,7 @@ def revalidate(
         request,
     )
 
-    store = _store(db)
+    store = _store(db, unavailable=3)  # not measured, not failed: 1 says the config regressed
     try:
         config = config_to_revalidate(store, cluster, workload, nodes, version)
         row, created = request(store, config, ValidationTrigger.MANUAL, reason or "autotuner revalidate")
@@ -769,7 +918,7 @@ def revalidate(
     except StudyBusy as exc:
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
     except StoreUnavailable as exc:
-        raise _fail(f"{exc}: run it again when the store answers", 1) from exc
+        raise _fail(f"{exc}: not measured, run it again when the store answers", 3) from exc
     _print_validation(done)
     codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
     raise typer.Exit(codes.get(done.state, 3))

@@ -92,11 +92,19 @@ def test_configs_history_pin_rollback(tuned, db):
     assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout
 
 
-def test_tune_resumes_a_finished_study_without_redoing_it(tuned, tmp_path, db):
-    again = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", "x", "--space", "socket",
-                                "--study", "cpu-box.small.1", "--db", db])  # fmt: skip
+def test_tune_of_a_finished_study_redoes_nothing_and_refuses_other_options(tuned, tmp_path, db):
+    # the command that made it, run again: nothing is redone
+    same = ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space", str(tmp_path / "space.yaml"),
+            "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3", "--candidates-per-launch", "3",
+            "--confirm-rounds", "2", "--workdir", str(tmp_path / "runs"), "--study", "cpu-box.small.1", "--db", db]  # fmt: skip
+    again = runner.invoke(app, same)
     assert again.exit_code == 0, again.output
-    assert "resuming study cpu-box.small.1 (id 1, done)" in again.output
+    assert "study cpu-box.small.1 (id 1) already done" in again.output
+    # options the stored study does not have were ignored without a word: now refused, named
+    other = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", "x", "--space", "socket",
+                                "--study", "cpu-box.small.1", "--db", db])  # fmt: skip
+    assert other.exit_code == 2, other.output
+    assert "--space" in other.output
 
 
 def test_relative_paths_given_to_tune_still_hold_from_another_directory(tmp_path, db, monkeypatch):
