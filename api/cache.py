@@ -83,9 +83,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autotuner.job.exports import check_exports, config_to_dict, mismatch_note, render
+from autotuner.job.exports import mismatch_note, render
 from autotuner.job.fingerprint import compare, decode, encode, stack_changed
-from autotuner.store import Config, Store, pick_served, unreadable_columns
+from autotuner.store import Config, Store, pick_served, servable
 from autotuner.tuning.lease import store_unavailable
 
 log = logging.getLogger("autotuner.api.cache")
@@ -420,12 +420,7 @@ class ConfigCache:
         # `pinned` as of the generation read: the row itself was read a moment later
         try:
             key = (row.cluster.name, row.workload.name)
-            if bad := unreadable_columns(row):
-                raise ValueError(f"its stored {bad} cannot be read")
-            config = {**config_to_dict(row, (views or {}).get(row.id)), "pinned": pinned}
-            _, dropped = check_exports(config["exports"])
-            if dropped:
-                raise ValueError("; ".join(f"{name}: {why}" for name, why in dropped.items()))
+            config = {**servable(row, (views or {}).get(row.id)), "pinned": pinned}
             body = {"json": json.dumps(config).encode()[:-1] + UNKNOWN, "env": render(config, "sh").encode(),
                     "slurm": render(config, "slurm").encode()}  # fmt: skip
         except Exception as exc:

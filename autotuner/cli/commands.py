@@ -712,21 +712,20 @@ def _serve_change(
 
 
 def _why_unservable(store: Any, key: tuple[str, str, int], version: int) -> str | None:
-    """Why a version could not be served (None: it can, or there is no such version): the check the
-    service applies before a pin or a rollback (api/cache.py ConfigCache.why_unservable)."""
-    from autotuner.job.exports import check_exports, config_to_dict
-    from autotuner.store import unreadable_columns
+    """Why a version could not be served (None: it can, or there is no such version): the service's
+    check before a pin or a rollback (store.servable)."""
+    from autotuner.store import servable
 
     try:
         row = store.config_row(*key, version)
         if row is None:
             return None  # pin_config says there is no such version
-        if bad := unreadable_columns(row):
-            return f"its stored {bad} cannot be read"
-        _, dropped = check_exports(config_to_dict(row)["exports"])
+        servable(row)
+    except ValueError as exc:
+        return str(exc)
     except Exception as exc:  # its stored data cannot even be read
         return f"it cannot be read ({type(exc).__name__})"
-    return "; ".join(f"{name}: {why}" for name, why in dropped.items()) or None
+    return None
 
 
 @configs_app.command("pin")

@@ -33,6 +33,7 @@ from autotuner.store.states import (
     ValidationState,
     ValidationTrigger,
 )
+from autotuner.store.validations import servable
 
 __all__ = [
     "ACTIVE",
@@ -60,6 +61,7 @@ __all__ = [
     "Workload",
     "env_hash",
     "pick_served",
+    "servable",
     "unreadable_columns",
     "utcnow",
 ]

@@ -10,18 +10,26 @@ re-renders what it serves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from autotuner.job.exports import config_to_dict
+from autotuner.job.exports import check_exports, config_to_dict
 from autotuner.job.fingerprint import comparable, digest
 from autotuner.store.base import NotFound
 from autotuner.store.configs import ConfigRecords
-from autotuner.store.models import Cluster, Config, ConfigValidation, FingerprintReport, Workload, utcnow
+from autotuner.store.models import (
+    Cluster,
+    Config,
+    ConfigValidation,
+    FingerprintReport,
+    Workload,
+    unreadable_columns,
+    utcnow,
+)
 from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, ValidationState
 from autotuner.store.studies import _matched
 
@@ -364,3 +372,16 @@ def brief(row: ConfigValidation, *, store: str = "") -> dict[str, Any]:
 def _iso(at: datetime | None) -> str | None:
     """A stored date as ISO text; None where none is stored, or its stored text is no date."""
     return at.isoformat() if isinstance(at, datetime) else None
+
+
+def servable(row: Config, validation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A version's public config, or ValueError saying why it cannot be served (stored columns that
+    cannot be read, exports the job side's check drops): what the service renders, and what a pin or a
+    rollback, by REST or the CLI, refuses to make the served version."""
+    if bad := unreadable_columns(row):
+        raise ValueError(f"its stored {bad} cannot be read")
+    config = config_to_dict(row, validation)
+    _, dropped = check_exports(config["exports"])
+    if dropped:
+        raise ValueError("; ".join(f"{name}: {why}" for name, why in dropped.items()))
+    return config

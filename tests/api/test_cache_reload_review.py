@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.exc import OperationalError
 
 from api.app import create_app
 from api.cache import SharedGeneration
 from api.settings import Settings
 from autotuner.store import Store, ValidationState
+from tests.api.test_cache_store_away import unreachable
 
 FIELDS = dict(env={}, fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise")
 HOUR = 3600.0  # the poller never ticks: each test polls by hand (`refresh`), so every step is deterministic
@@ -27,18 +27,9 @@ def store(tmp_path):
 
 
 def blink(store: Store, names: tuple[str, ...]) -> dict[str, bool]:
-    """Make `names` of `store` raise as a server that closed the connection does, while `down["on"]`."""
-    down = {"on": True}
-    for name in names:
-        real = getattr(store, name)
-
-        def answer(*args, _real=real, **kwargs):
-            if down["on"]:
-                raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
-            return _real(*args, **kwargs)
-
-        setattr(store, name, answer)
-    return down
+    """Make `names` of `store` raise as a server that closed the connection does, while `down["on"]`
+    (words store_unavailable alone does not take for a store away)."""
+    return unreachable(store, names, "server closed the connection unexpectedly")
 
 
 def poll(client: TestClient) -> None:

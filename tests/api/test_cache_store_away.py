@@ -21,15 +21,18 @@ from autotuner.store import Store
 from tests.api.test_cache import FIELDS, workers, workload  # noqa: F401 (a fixture)
 
 
-def unreachable(store: Store, names: tuple[str, ...]) -> dict[str, bool]:
-    """Make `names` of `store` raise as a database that cannot be reached does, while `down["on"]`."""
+def unreachable(
+    store: Store, names: tuple[str, ...], why: str = "could not connect to server"
+) -> dict[str, bool]:
+    """Make `names` of `store` raise as a database that cannot be reached does (`why`: the driver's
+    words), while `down["on"]`."""
     down = {"on": True}
     for name in names:
         real = getattr(store, name)
 
         def answer(*args, _real=real, **kwargs):
             if down["on"]:
-                raise OperationalError("SELECT 1", {}, Exception("could not connect to server"))
+                raise OperationalError("SELECT 1", {}, Exception(why))
             return _real(*args, **kwargs)
 
         setattr(store, name, answer)

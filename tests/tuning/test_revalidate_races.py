@@ -14,16 +14,10 @@ from autotuner.store import Store, ValidationState, ValidationTrigger
 from autotuner.store.models import utcnow
 from autotuner.tuning.lease import StudyBusy
 from autotuner.tuning.revalidate import Revalidation, request, schedule_due
+from tests.store.test_store_review import FIELDS
 from tests.tuning.test_revalidate import NEW_STACK, landscape, published, revalidate
 
 __all__ = ["published"]  # the fixture, used by name
-FIELDS = {
-    "env": {},
-    "fwd_precision": "fp16",
-    "bwd_precision": "fp16",
-    "batch_size": 512,
-    "sharding": "table_wise",
-}
 WEEK_S = 7 * 86400
 
 
