@@ -144,9 +144,12 @@ def access_notes(settings: Any) -> list[str]:
 
 
 def _export_for_workers(settings: Any) -> None:
-    """Workers are separate processes that read their settings from the environment."""
+    """Workers are separate processes that read their settings from the environment (and the settings
+    file): what this command's options set is exported, so that a worker's settings are this one's
+    (before, `--port 8123` reached uvicorn but a worker's own settings still said AUTOTUNER_PORT's)."""
     os.environ.update({"AUTOTUNER_DATABASE_URL": settings.url, "AUTOTUNER_DATA_DIR": str(settings.data_dir),
-                       "AUTOTUNER_SCHEDULER": "1" if settings.scheduler else "0"})  # fmt: skip
+                       "AUTOTUNER_SCHEDULER": "1" if settings.scheduler else "0", "AUTOTUNER_HOST": settings.host,
+                       "AUTOTUNER_PORT": str(settings.port), "AUTOTUNER_WORKERS": str(settings.workers)})  # fmt: skip
     if settings.workers > 1:
         os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.

@@ -624,10 +624,11 @@ def _narrow_table(title: str) -> Table:
                  padding=(0, 0))  # fmt: skip
 
 
-def _config_table(store: Any, rows: list[Any], title: str) -> None:
+def _config_table(store: Any, rows: list[Any], title: str, served: set[int] | None = None) -> None:
     """Numbers, versions and dates are never broken; names and the env fold when they must. A version
     whose last re-validation failed (kept: pinned, or no longer served) is marked "flagged", and why is
-    said on stderr, as REST's `flagged` says it."""
+    said on stderr, as REST's `flagged` says it. A version served now (`served`: its ids; None: every
+    row) that REST's validations call stale is marked "stale", and why on stderr (`_stale`)."""
     table = _narrow_table(title)
     for col in ("cluster", "workload"):
         table.add_column(col, overflow="fold", min_width=len(col))
@@ -639,18 +640,73 @@ def _config_table(store: Any, rows: list[Any], title: str) -> None:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("published", no_wrap=True)
     views = store.validation_views(rows)
+    stale = _stale(store, [c for c in rows if served is None or c.id in served], views)
     for c in rows:
         flagged = (views.get(c.id) or {}).get("flagged")
         table.add_row(shown(c.cluster.name), shown(c.workload.name), str(c.nodes),
                       Text.assemble(f"v{c.version}", "\npinned" if c.pinned else "",
-                                    ("\nflagged", "bold yellow") if flagged else ""),
+                                    ("\nflagged", "bold yellow") if flagged else "",
+                                    ("\nstale", "bold yellow") if stale.get(c.id) else ""),
                       shown(_env_text(c.env) or "-"), shown(f"{c.fwd_precision}/{c.bwd_precision}"),
                       shown(c.batch_size), _speedup_cell(c.evidence or {}), _when(c.created_at))  # fmt: skip
     out.print(table)
     for c in rows:
+        where = f"{c.cluster.name}/{c.workload.name} ({c.nodes}n) v{c.version}"
         if flagged := (views.get(c.id) or {}).get("flagged"):
-            where = f"{c.cluster.name}/{c.workload.name} ({c.nodes}n) v{c.version} flagged:"
-            err.print(labelled(where, flagged, "yellow"), highlight=False, soft_wrap=True)
+            err.print(labelled(f"{where} flagged:", flagged, "yellow"), highlight=False, soft_wrap=True)
+        _say_stale(f"{where} stale:", stale.get(c.id))
+
+
+def _stale(store: Any, rows: list[Any], views: dict[int, dict[str, Any]]) -> dict[int, dict[str, str]]:
+    """{id: REST's `stale_reasons`} of served `rows`: what the validations endpoint, the dashboard's
+    stale notes and /metrics say (one function, `staleness`): jobs report another stack than the version
+    was validated on (`fingerprint`), its last re-validation failed and it is kept (`failed`), it is
+    older than AUTOTUNER_REVALIDATE_EVERY as this command's environment says it (`overdue`). A row whose
+    staleness cannot be read is left unmarked (said on stderr): the listing is still printed."""
+    from autotuner.job.exports import config_to_dict
+    from autotuner.tuning.revalidate import staleness
+
+    if not rows:
+        return {}
+    every = _revalidate_every()
+    reports = store.fingerprint_reports(c.id for c in rows)
+    found = {}
+    for c in rows:
+        try:
+            found[c.id] = staleness(config_to_dict(c, views.get(c.id)), reports[c.id], every)["reasons"]
+        except Exception as exc:  # a row written by hand: its date or a report's stack cannot be read
+            err.print(labelled(f"config {c.id} (v{c.version}): whether it is stale cannot be read:",
+                               f"{type(exc).__name__}: {exc}"[:300], "yellow"), highlight=False, soft_wrap=True)  # fmt: skip
+    return found
+
+
+def _revalidate_every() -> float | None:
+    """AUTOTUNER_REVALIDATE_EVERY as the service reads it (None: no schedule, or not a duration)."""
+    import os
+
+    from autotuner.tuning.revalidate import parse_every
+
+    try:
+        return parse_every(os.environ.get("AUTOTUNER_REVALIDATE_EVERY"))
+    except ValueError as exc:
+        err.print(labelled("note: AUTOTUNER_REVALIDATE_EVERY:", f"{exc}; whether a config is overdue is not said",
+                           "yellow"), highlight=False, soft_wrap=True)  # fmt: skip
+        return None
+
+
+def _say_stale(label: str, reasons: dict[str, str] | None, skip: tuple[str, ...] = ("failed",)) -> None:
+    """Why a version is stale, on stderr, a line a reason as the dashboard's notes, but for `skip`: a
+    failed re-validation is said by its "flagged" line where one is printed."""
+    for reason, why in (reasons or {}).items():
+        if reason not in skip:
+            err.print(labelled(label, why, "yellow"), highlight=False, soft_wrap=True)
+
+
+def _say_served_stale(store: Any, row: Any, skip: tuple[str, ...] = ("failed",)) -> None:
+    """Why the served `row` is stale, if it is ("stale: v3 ...")."""
+    _say_stale(
+        f"stale: v{row.version}", _stale(store, [row], store.validation_views([row])).get(row.id), skip
+    )
 
 
 def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dict[int, int]:
@@ -683,7 +739,10 @@ def configs_history(
     store = _store(_db_of(ctx, db))
     _versions(store, cluster, workload, nodes)
     rows = store.config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
-    _config_table(store, rows[:limit], f"history of {cluster}/{workload}")
+    served = {
+        c.id for c in store.served_configs() if (c.cluster.name, c.workload.name) == (cluster, workload)
+    }
+    _config_table(store, rows[:limit], f"history of {cluster}/{workload}", served)
     if len(rows) > limit:
         err.print(f"more: --offset {offset + limit}")
 
@@ -792,6 +851,7 @@ def configs_show(
         err.print(
             labelled(f"flagged: v{row.version}", config["flagged"], "yellow"), highlight=False, soft_wrap=True
         )
+    _say_served_stale(store, row)
     checked, dropped = checked_config(config)
     for name, why in dropped.items():
         err.print(labelled(f"not printed: {name}", why), highlight=False, soft_wrap=True)
@@ -826,7 +886,8 @@ def configs_validations(
     nodes: NodesFilter = None,
     db: DbOption = None,
 ) -> None:
-    """The re-validations of a (cluster, workload)'s versions, newest first."""
+    """The re-validations of a (cluster, workload)'s versions, newest first, and why the served one is
+    stale, if it is (on stderr)."""
     from autotuner.job.fingerprint import describe
 
     store = _store(_db_of(ctx, db))
@@ -839,6 +900,8 @@ def configs_validations(
         table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), _speedup_cell(v.result or {}),
                       shown(describe(v.fingerprint) if v.fingerprint else "-"), shown(v.action or v.reason or ""),
                       _when(v.finished_at or v.created_at))  # fmt: skip
+    if (served := store.served_config(cluster, workload, nodes)) is not None:  # as REST's validations
+        _say_served_stale(store, served, skip=())
     if not table.rows:
         err.print(f"{cluster}/{workload} has no re-validation yet (`autotuner revalidate {cluster} {workload}` runs one)",
                   highlight=False)  # fmt: skip

@@ -31,6 +31,7 @@ GOLDEN_FABRIC = """\
 cd /srv/autotuner/study-1/launch-0007
 # emulated fabric: loopback limited to 2gbit (tbf) in a network namespace
 for ns in $(ip netns list | cut -d' ' -f1 | grep '^at-ba8d7c-s1-l'); do ip netns del "$ns"; done
+(old=$(ip netns list 2>/dev/null | cut -d' ' -f1 | grep -E '^at-s[0-9]+(-l?[0-9]*)?(-br|-n[0-9]+)?$'); for g in $(printf '%s\\n' $old | sed -E 's/-(br|n[0-9]+)$//' | sort -u); do set --; for ns in $old; do [ "$(printf %s "$ns" | sed -E 's/-(br|n[0-9]+)$//')" = "$g" ] && set -- "$@" "$ns"; done; busy=; for ns in "$@"; do p=$(ip netns pids "$ns" 2>/dev/null) || busy=1; [ -n "$p" ] && busy=1; done; [ -n "$busy" ] || for ns in "$@"; do ip netns del "$ns"; done; done; true)
 ip netns add at-ba8d7c-s1-l7 || exit 97
 trap 'ip netns del at-ba8d7c-s1-l7' EXIT
 ip netns exec at-ba8d7c-s1-l7 ip link set lo up || exit 97

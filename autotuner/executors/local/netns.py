@@ -93,8 +93,34 @@ class NodeNetwork:
         return [["ip", "netns", "del", ns] for ns in self.namespaces()]
 
 
+# What versions before 2026-12-06 named a launch's namespaces: "at-" and the launch's name
+# (s<study>-l<seq>) cut to 12 characters ("at-s12-l34"), then "-br" / "-n<i>" for nodes=namespaces
+# (bare: a fabric's one namespace). No name of now matches: theirs start with six hex digits.
+OLD_STYLE = "^at-s[0-9]+(-l?[0-9]*)?(-br|-n[0-9]+)?$"
+_OLD_MEMBER = "-(br|n[0-9]+)$"  # stripped, a name leaves its launch's (the group swept together)
+
+
 def sweep_command(prefix: str) -> str:
-    """Shell: remove the namespaces whose name starts with `prefix` (what a killed launch left)."""
+    """Shell: remove the namespaces whose name starts with `prefix` (what a killed launch of this
+    study left), then `old_style_sweep()`."""
     if not _NAME.match(prefix):
         raise ValueError(f"bad namespace prefix {prefix!r}")
-    return f"for ns in $(ip netns list | cut -d' ' -f1 | grep '^{prefix}'); do ip netns del \"$ns\"; done"
+    ours = f"for ns in $(ip netns list | cut -d' ' -f1 | grep '^{prefix}'); do ip netns del \"$ns\"; done"
+    return f"{ours}\n{old_style_sweep()}"
+
+
+def old_style_sweep() -> str:
+    """Shell: remove the namespaces an older version named the old way (`OLD_STYLE`) whose launch is
+    gone. Their names say no study directory, so another store's launch, run by an older version on
+    this host, may still use them: a launch's namespaces (its bridge and nodes) go together, and only
+    when no process is in any of them (`ip netns pids` answers, and names none). Run in a subshell:
+    it leaves the script's arguments and its exit code alone."""
+    group = f"sed -E 's/{_OLD_MEMBER}//'"
+    return (
+        f"(old=$(ip netns list 2>/dev/null | cut -d' ' -f1 | grep -E '{OLD_STYLE}'); "
+        f"for g in $(printf '%s\\n' $old | {group} | sort -u); do "
+        f'set --; for ns in $old; do [ "$(printf %s "$ns" | {group})" = "$g" ] && set -- "$@" "$ns"; done; '
+        f'busy=; for ns in "$@"; do p=$(ip netns pids "$ns" 2>/dev/null) || busy=1; [ -n "$p" ] && busy=1; done; '
+        f'[ -n "$busy" ] || for ns in "$@"; do ip netns del "$ns"; done; '
+        "done; true)"
+    )

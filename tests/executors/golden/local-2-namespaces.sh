@@ -4,6 +4,7 @@ cd /srv/autotuner/study-1/launch-0007
 export NCCL_NSOCKS_PERTHREAD=4
 # emulated: 2 nodes as network namespaces, inter-node links 1gbit (tbf) through a bridge, intra-node loopback unshaped
 for ns in $(ip netns list | cut -d' ' -f1 | grep '^at-ba8d7c-s1-l'); do ip netns del "$ns"; done
+(old=$(ip netns list 2>/dev/null | cut -d' ' -f1 | grep -E '^at-s[0-9]+(-l?[0-9]*)?(-br|-n[0-9]+)?$'); for g in $(printf '%s\n' $old | sed -E 's/-(br|n[0-9]+)$//' | sort -u); do set --; for ns in $old; do [ "$(printf %s "$ns" | sed -E 's/-(br|n[0-9]+)$//')" = "$g" ] && set -- "$@" "$ns"; done; busy=; for ns in "$@"; do p=$(ip netns pids "$ns" 2>/dev/null) || busy=1; [ -n "$p" ] && busy=1; done; [ -n "$busy" ] || for ns in "$@"; do ip netns del "$ns"; done; done; true)
 trap 'ip netns del at-ba8d7c-s1-l7-br 2>/dev/null; ip netns del at-ba8d7c-s1-l7-n0 2>/dev/null; ip netns del at-ba8d7c-s1-l7-n1 2>/dev/null' EXIT
 trap 'exit 143' TERM INT HUP
 ip netns add at-ba8d7c-s1-l7-br || exit 97
