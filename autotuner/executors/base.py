@@ -109,6 +109,18 @@ class Outcome:
     request: str = ""
 
 
+class SubmitLater(RuntimeError):
+    """Raised by `schedule` when the backend refused the request for now and queued nothing, for a
+    reason that passes as other jobs end (a submit limit, such as Slurm's QOSMaxSubmitJobPerUserLimit).
+    The launch waits its turn, like a queued one: the caller submits it again after `retry_after_s`,
+    renewing what it holds meanwhile, within `queue_timeout_s` from the launch's start. Its env config is
+    not to blame."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+
+
 class Executor(ABC):
     name: ClassVar[str]
     # How long a cancelled launch gets between SIGTERM (or scancel) and giving up on it.
@@ -128,7 +140,8 @@ class Executor(ABC):
 
     @abstractmethod
     def schedule(self, dryrun: AppDryrun[Any]) -> str:
-        """Send the request; returns the backend's id for it (pid, Slurm job id, Job name)."""
+        """Send the request; returns the backend's id for it (pid, Slurm job id, Job name). SubmitLater:
+        refused for now, nothing sent (a submit limit): submitted again later."""
 
     @abstractmethod
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description: ...

@@ -1,14 +1,16 @@
-"""Running a planned launch: recorded before it starts, submitted, followed to its end with the lease
-renewed meanwhile, then ingested. A cancel seen while waiting stops the launch on the cluster."""
+"""Running a planned launch: recorded before it starts, submitted (when the cluster takes it: a launch
+refused for now waits its turn), followed to its end with the lease renewed meanwhile, then ingested. A
+cancel seen while waiting stops the launch on the cluster."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from autotuner.executors import Description, LaunchRequest, Outcome
-from autotuner.executors.base import LaunchState
+from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
+from autotuner.executors.base import LaunchState, SubmitLater
 from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, utcnow
 from autotuner.tuning.context import StudyContext
@@ -72,10 +74,16 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     stage = "it could not be submitted"
     backend_id: str | None = None
     try:
-        backend_id, dryrun = ctx.executor.submit(request)
+        submitted = submit_in_turn(ctx, request, launch, started)
+        if isinstance(submitted, Outcome):  # its turn did not come within queue_timeout_s
+            stage = RECORDING
+            return ingest(ctx, launch, submitted, plan, search)
+        backend_id, dryrun, waited = submitted
         record_backend_id(ctx, launch, request, backend_id, dryrun.rendered)
         stage = FOLLOWING
-        outcome = wait(ctx, backend_id, request, launch, started)
+        if waited:  # its row says what it waited on: the first poll says what it waits on now, or nothing
+            launch = ctx.store.launch(launch.id) or launch
+        outcome = wait(ctx, backend_id, request, launch, started, queued=waited)
         outcome.request = dryrun.rendered
         stage = RECORDING
         return ingest(ctx, launch, outcome, plan, search)
@@ -99,6 +107,81 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
 
 FOLLOWING = "it could not be followed"
 RECORDING = "its result could not be recorded"
+NOT_SUBMITTED = "not submitted yet"
+
+
+def submit_in_turn(
+    ctx: StudyContext, request: LaunchRequest, launch: Launch, started: float
+) -> tuple[str, AppDryrun[Any], bool] | Outcome:
+    """Submit the launch: (backend id, request, whether it waited its turn). A backend that refuses it
+    for now (SubmitLater: a submit limit that clears as other jobs end) is asked again after the wait it
+    names, the lease renewed and the row saying why meanwhile, until queue_timeout_s from `started` (the
+    bound of a queued launch too); then the launch ends cancelled, saying why and how long it waited:
+    no env config is to blame, none is quarantined. Before, the executor waited inside, where nothing
+    renewed the lease: a submit limit that took over 45 s to clear failed the study."""
+    limit = ctx.executor.queue_timeout_s
+    shown: list[str | None] = [None]
+    waited = False
+    while True:
+        try:
+            backend_id, dryrun = ctx.executor.submit(request)
+            return backend_id, dryrun, waited
+        except SubmitLater as exc:
+            refused = exc
+        waited = True
+        elapsed = time.monotonic() - started
+        if limit is not None and elapsed >= limit:
+            reason = f"not submitted after {elapsed:.0f} s (queue_timeout_s {limit:g} s): {refused}"
+            return Outcome(LaunchState.CANCELLED, None, None, reason)
+        pause = max(refused.retry_after_s, 0.0)
+        if limit is not None:
+            pause = min(pause, limit - elapsed)  # the last try at the deadline itself
+        log.info("study %s: launch %s: %s; asking again in %.0f s", ctx.study_id, launch.seq, refused, pause)
+        _wait_turn(
+            ctx, launch, Description(LaunchState.PENDING, None, f"{NOT_SUBMITTED}: {refused}"), shown, pause
+        )
+
+
+def _wait_turn(
+    ctx: StudyContext, launch: Launch, why: Description, shown: list[str | None], pause: float
+) -> None:
+    """`pause` seconds, the lease renewed and the row saying `why` meanwhile; a cancel raises, also one
+    seen at the end (a study cancelled meanwhile submits nothing more)."""
+    until = time.monotonic() + pause
+    while (left := until - time.monotonic()) > 0:
+        heartbeat(ctx, launch, lambda: say_waiting(ctx, launch, why, shown))
+        time.sleep(min(ctx.poll_s, left))
+    heartbeat(ctx, launch, lambda: say_waiting(ctx, launch, why, shown), force=True)
+
+
+def heartbeat(
+    ctx: StudyContext,
+    launch: Launch,
+    then: Callable[[], None],
+    on_cancel: Callable[[], None] = lambda: None,
+    *,
+    force: bool = False,
+) -> None:
+    """Renew the lease (and the launch's heartbeat) when due (or `force`), then `then`. A cancel seen:
+    `on_cancel`, the launch recorded cancelled, StudyCancelled raised. A store that does not answer
+    delays the beat, not the launch: tried again at the next call."""
+    try:
+        if force or ctx.lease.due():
+            ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
+        # first: a runner whose lease was taken writes nothing more
+        ctx.lease.beat(force=True) if force else ctx.lease.beat()
+        then()
+    except StudyCancelled:
+        on_cancel()
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
+        raise
+    except Exception as exc:
+        if not store_unavailable(exc):
+            raise
+        # A store busy or away for a while (SQLite locked past its busy timeout, a database restart)
+        # delays the heartbeat, not the launch: followed on, the beat tried again at the next poll.
+        log.warning("study %s: the store did not answer a heartbeat (%s); still following launch %s",
+                    ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:
@@ -141,22 +224,12 @@ def wait(
     shown: list[str | None] = [launch.waiting_on if launch.state == LaunchState.PENDING else None]
 
     def on_poll(desc: Description) -> None:
-        try:
-            if ctx.lease.due():
-                ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
-            ctx.lease.beat()  # first: a runner whose lease was taken writes nothing more
-            say_waiting(ctx, launch, desc, shown)
-        except StudyCancelled:
-            ctx.executor.cancel(backend_id, request)
-            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
-            raise
-        except Exception as exc:
-            if not store_unavailable(exc):
-                raise
-            # A store busy or away for a while (SQLite locked past its busy timeout, a database restart)
-            # delays the heartbeat, not the launch: followed on, the beat tried again at the next poll.
-            log.warning("study %s: the store did not answer a heartbeat (%s); still following launch %s",
-                        ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
+        heartbeat(
+            ctx,
+            launch,
+            lambda: say_waiting(ctx, launch, desc, shown),
+            lambda: ctx.executor.cancel(backend_id, request),
+        )
 
     return ctx.executor.wait(
         backend_id, request, started=started, queued=queued, poll_s=ctx.poll_s, on_poll=on_poll

@@ -1,11 +1,15 @@
 """Submitting a Slurm launch: sbatch failures that pass are tried again (one socket timeout failed the
-whole study, for good; a failed study cannot be resumed), others raise at once in sbatch's words; and
-what sbatch hands the job from the tuner's environment (golden)."""
+whole study, for good; a failed study cannot be resumed), a submit limit says "submit later" (the engine
+waits its turn, its lease renewed: tests/tuning/test_submit_later.py), others raise at once in sbatch's
+words; and what sbatch hands the job from the tuner's environment (golden)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from autotuner.executors.base import SubmitLater
 from autotuner.executors.slurm.executor import SlurmError, SlurmExecutor, _submit_env
 from tests.executors.test_slurm import FakeSlurm, request
 
@@ -16,15 +20,19 @@ TRANSIENT = [
     "sbatch: error: slurm_receive_msg: Socket timed out on send/recv operation",
     "sbatch: error: slurm_receive_msg: Zero Bytes were transmitted or received",
     REFUSED + "Resource temporarily unavailable",
-    "sbatch: error: QOSMaxSubmitJobPerUserLimit\n" + REFUSED + "Job violates accounting/QOS policy (job submit "
-    "limit, user's size and/or time limits)",
-    "sbatch: error: AssocMaxSubmitJobLimit\n" + REFUSED + "Job violates accounting/QOS policy (job submit "
-    "limit, user's size and/or time limits)",
-]  # fmt: skip
+]
+# What sbatch prints at a submit limit (Slurm 22.05): the limit's name, then the policy message.
+POLICY = REFUSED + "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+LIMITS = ["QOSMaxSubmitJobPerUserLimit", "QOSMaxSubmitJobPerAccountLimit", "QOSGrpSubmitJobsLimit",
+          "AssocMaxSubmitJobLimit", "AssocGrpSubmitJobsLimit"]  # fmt: skip
 LASTING = [
     REFUSED + "invalid partition specified: nope",
     REFUSED + "Invalid account or account/partition combination specified",
     REFUSED + "Requested node configuration is not available",
+    # the policy message alone (or with a size or time limit's name) also says a job too big or too long
+    # for the QOS (DenyOnLimit): that never clears
+    POLICY,
+    "sbatch: error: QOSMaxWallDurationPerJobLimit\n" + POLICY,
 ]
 
 
@@ -96,9 +104,37 @@ def test_no_second_sbatch_until_squeue_can_say_the_first_queued_nothing(slurm, t
 @pytest.mark.parametrize("message", LASTING)
 def test_other_sbatch_refusals_raise_at_once_in_sbatchs_words(slurm, tmp_path, message):
     slurm.sbatch = (1, "", message + "\n")
-    with pytest.raises(SlurmError, match=message.split(": ", 2)[-1]):
+    with pytest.raises(SlurmError, match=re.escape(message.splitlines()[-1].split(": ", 2)[-1])):
         executor().submit(request(tmp_path))
     assert [argv[0] for argv, _ in slurm.calls] == ["sbatch"]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+def test_a_submit_limit_says_submit_later_at_once_naming_the_limit(slurm, tmp_path, limit):
+    """A submit limit clears as this user's jobs end, which may take far longer than the executor may
+    wait on its own (nothing renews the study's lease in there): the engine waits the launch's turn.
+    sbatch is not tried again here, and squeue not asked: the controller refused the job, so nothing
+    was queued."""
+    slurm.sbatch_next = [(1, "", f"sbatch: error: {limit}\n{POLICY}\n")]
+    ex = executor()
+    ex.submit_limit_retry_s = 12.5
+    with pytest.raises(
+        SubmitLater, match=f"launch s1-l7 .*submit limit.*{limit}.*job submit limit"
+    ) as refused:
+        ex.submit(request(tmp_path))
+    assert refused.value.retry_after_s == 12.5
+    assert [argv[0] for argv, _ in slurm.calls] == ["sbatch"]
+    assert not (tmp_path / "job_id").exists()
+    # once the limit clears, the same launch submits as any other
+    assert ex.submit(request(tmp_path))[0] == "4242"
+    assert (tmp_path / "job_id").read_text() == "4242\n"
+
+
+def test_a_submit_limit_after_a_lost_reply_says_submit_later_once_squeue_saw_nothing_queued(slurm, tmp_path):
+    slurm.sbatch_next = [(1, "", TRANSIENT[0]), (1, "", f"sbatch: error: {LIMITS[0]}\n{POLICY}")]
+    with pytest.raises(SubmitLater, match=LIMITS[0]):
+        executor().submit(request(tmp_path))
+    assert [argv[0] for argv, _ in slurm.calls] == ["sbatch", "squeue", "sbatch"]
 
 
 def test_retries_are_bounded_and_the_last_refusal_is_raised(slurm, tmp_path):

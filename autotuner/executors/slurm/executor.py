@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState
+from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState, SubmitLater
 from autotuner.executors.files import write_new
 from autotuner.executors.script import ScriptRequest, describe_exit, read_exit_code, without_comm_env
 from autotuner.executors.slurm.options import SlurmOptions
@@ -84,16 +84,24 @@ class _NotInstalled(_Unreachable):
 
 class _Transient(_Unreachable):
     """sbatch refused the job for now, in Slurm's words for what passes (a controller busy, down or slow
-    to answer; a submit limit, which clears as jobs end): worth another try."""
+    to answer): worth another try."""
 
 
 # sbatch's messages for failures that pass. A lost reply ("Socket timed out", "slurm_receive_msg", "Zero
 # Bytes") may come after the controller queued the job: squeue is asked before another try.
 _TRANSIENT_SBATCH = re.compile(
     r"socket timed out|unable to contact slurm controller|slurm_receive_msg|zero bytes were transmitted"
-    r"|resource temporarily unavailable|(qos|assoc)(max|grp)\w*submit\w*limit",
+    r"|resource temporarily unavailable",
     re.IGNORECASE,
 )
+# A submit limit (QOSMaxSubmitJobPerUserLimit, QOSMaxSubmitJobPerAccountLimit, QOSGrpSubmitJobsLimit,
+# AssocMaxSubmitJobLimit, AssocGrpSubmitJobsLimit): this user's (account's) jobs fill it, and it clears
+# as they end, which may take hours. The controller refused the job, so nothing was queued: schedule()
+# raises SubmitLater and the launch waits its turn like a queued job (queue_timeout_s), its lease renewed
+# by the engine. Named by the reason line sbatch prints above "Job violates accounting/QOS policy (job
+# submit limit, user's size and/or time limits)": that line alone also says a job too big or too long for
+# the QOS (DenyOnLimit), which never clears, and is raised at once.
+_SUBMIT_LIMIT = re.compile(r"(qos|assoc)(max|grp)\w*submit\w*limit", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,9 @@ class SlurmExecutor(Executor):
     # (AUTOTUNER_LEASE_S, default 60 s) meanwhile: all tries stay within submit_retry_s.
     submit_retry_delays_s: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
     submit_retry_s: float = 45.0
+    # How long a launch refused by a submit limit waits (outside the executor, its lease renewed) before
+    # sbatch is tried again (SubmitLater.retry_after_s); it waits up to queue_timeout_s in all.
+    submit_limit_retry_s: float = 30.0
 
     def __init__(self, parsed: SlurmOptions | None = None, /, **options: Any) -> None:
         """From the options model, or from operator JSON (`SlurmExecutor(partition="gpu")`)."""
@@ -166,6 +177,7 @@ class SlurmExecutor(Executor):
     # ------------------------------------------------------------------ sending and following
 
     def schedule(self, dryrun: AppDryrun[ScriptRequest]) -> str:
+        """The job id; SubmitLater when a submit limit refused the job (nothing was queued)."""
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
         job_id = self._submit(req, launch)
@@ -174,7 +186,8 @@ class SlurmExecutor(Executor):
 
     def _submit(self, req: ScriptRequest, launch: LaunchRequest) -> str:
         """sbatch, tried again after a failure that passes (one socket timeout failed the whole study,
-        for good), within submit_retry_s; any other refusal raises at once, in sbatch's words."""
+        for good), within submit_retry_s; a submit limit raises SubmitLater, any other refusal SlurmError
+        at once, in sbatch's words."""
         deadline = time.monotonic() + self.submit_retry_s
         delays = iter(self.submit_retry_delays_s)
         tries = 0
@@ -207,8 +220,12 @@ class SlurmExecutor(Executor):
                 break
 
     def _sbatch(self, req: ScriptRequest, launch: LaunchRequest) -> str:
-        """One try: the job id; _Unreachable (or _Transient) for a failure worth another try."""
+        """One try: the job id; _Unreachable (or _Transient) for a failure worth another try; SubmitLater
+        for a submit limit."""
         proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
+        if proc.returncode != 0 and _SUBMIT_LIMIT.search(_text(proc)):
+            raise SubmitLater(f"sbatch refused launch {launch.name} for now, at a submit limit (exit "
+                              f"{proc.returncode}): {_text(proc)}", self.submit_limit_retry_s)  # fmt: skip
         if proc.returncode != 0:
             error = _Transient if _TRANSIENT_SBATCH.search(_text(proc)) else SlurmError
             raise error(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
