@@ -433,7 +433,17 @@ class Lost:
     error: int | BaseException
 
 
-Fault = int | BaseException | Lost
+@dataclass
+class Busy:
+    """A fault answered with `status` and these response `headers` (a Retry-After) and Status `details`
+    (retryAfterSeconds), as the API server's flow control answers."""
+
+    status: int
+    headers: dict[str, str]
+    details: dict[str, Any] | None = None
+
+
+Fault = int | BaseException | Lost | Busy
 
 
 _PATH = re.compile(
@@ -478,6 +488,12 @@ class FakeCluster(ApiClient):
             fault = fault.error
         if isinstance(fault, BaseException):
             raise fault
+        if isinstance(fault, Busy):
+            status = {"kind": "Status", "code": fault.status, "message": "injected", "reason": "TooManyRequests",
+                      **({"details": fault.details} if fault.details else {})}  # fmt: skip
+            response = FakeResponse(fault.status, status)
+            response.headers.update(fault.headers)
+            return response
         return FakeResponse(fault, {"kind": "Status", "code": fault, "message": "injected"})
 
     def answer(self, method: str, url: str, headers: dict[str, str], body: Any) -> FakeResponse:
@@ -629,6 +645,23 @@ def short_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(KubernetesExecutor, "result_read_pauses_s", (0.0, 0.0, 0.0), raising=False)
 
 
+CREATE_ID_KEY = "nccl-autotuner/create-id"
+CREATE_ID = "5ca1ab1e0ddba11c0ffee0ddf00d4b1d"
+
+
+@pytest.fixture(autouse=True)
+def fixed_create_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `schedule` stamps what it creates with an id of its own (random): the tests know it."""
+    monkeypatch.setattr(kexec, "create_id", lambda: CREATE_ID, raising=False)
+
+
+def with_id(body: dict[str, Any], create_id: str = CREATE_ID) -> dict[str, Any]:
+    """A dryrun's resource as `schedule` sends it: with its create id."""
+    body = copy.deepcopy(body)
+    body["metadata"]["annotations"][CREATE_ID_KEY] = create_id
+    return body
+
+
 def scheduled(cluster: FakeCluster, nnodes: int = 2) -> tuple[KubernetesExecutor, str, LaunchRequest]:
     ex = executor(nnodes, api_client=cluster)
     request = launch(nnodes)
@@ -642,9 +675,9 @@ def test_schedule_sends_the_dryrun_bodies_whole(cluster):
     assert job == dryrun.request.name == "autotuner-s1-l7"
     creates = [(s.path, s.body) for s in cluster.sent if s.method == "POST"]
     assert creates == [
-        (f"/api/v1/namespaces/{NS}/configmaps", dryrun.request.config_map),
-        (f"/api/v1/namespaces/{NS}/services", dryrun.request.service),
-        (f"/apis/batch/v1/namespaces/{NS}/jobs", dryrun.request.job),
+        (f"/api/v1/namespaces/{NS}/configmaps", with_id(dryrun.request.config_map)),
+        (f"/api/v1/namespaces/{NS}/services", with_id(dryrun.request.service)),
+        (f"/apis/batch/v1/namespaces/{NS}/jobs", with_id(dryrun.request.job)),
     ]
     assert all(s.query == {} for s in cluster.sent if s.method == "POST")
     assert list(yaml.safe_load_all(dryrun.rendered)) == dryrun.request.resources  # sending changed nothing
@@ -1337,7 +1370,10 @@ def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_sa
 
 
 def test_required_permissions_are_exactly_what_the_executor_uses(cluster):
-    """deploy/k8s's Role is checked against REQUIRED_PERMISSIONS: keep that list honest."""
+    """deploy/k8s's Role is checked against REQUIRED_PERMISSIONS: keep that list honest. (Creates whose
+    answers are lost: each is read back.)"""
+    for resource in ("configmaps", "services", "jobs"):
+        cluster.faults[("POST", resource)] = [Lost(504)]
     ex, job, request = scheduled(cluster)
     cluster.add_pod(job, 0, log=POD0_LOG, terminated={"exitCode": 1, "startedAt": T, "finishedAt": T})
     cluster.set_status(job, STATUSES["failed"][0])

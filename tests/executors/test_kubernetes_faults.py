@@ -22,18 +22,23 @@ from autotuner.executors import LaunchState
 from autotuner.executors.kubernetes.executor import KubernetesExecutor
 from tests.executors.test_kubernetes import (
     BACKOFF,
+    CREATE_ID,
     ENV,
     NOISE_LINE,
     NS,
     POD0_LOG,
     RESULT,
     STATUSES,
+    Busy,
     FakeCluster,
     Lost,
     T,
+    conditions,
     executor,
+    fixed_create_id,  # noqa: F401 - autouse: the create id the tests know
     launch,
     scheduled,
+    with_id,
 )
 
 FAILED_JOB = f"BackoffLimitExceeded: {BACKOFF}"
@@ -186,6 +191,37 @@ def test_result_read_tries_are_bounded_in_time(cluster, monkeypatch):
     assert (clock.slept, clock.now - 1000) == ([1.0], 5.0)
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_result_read_waits_as_long_as_the_server_asks(cluster, monkeypatch, status):
+    """The log read answered 429 or 503 with Retry-After: 2: the next read comes 2 s later, not 0.5 s
+    (the real pauses), and reads the result. Before: read again after 0.5 s."""
+    clock = _SleepClock()
+    monkeypatch.setattr(kexec, "time", clock)
+    ex, job, request = scheduled(cluster)
+    ex.result_read_pauses_s = kexec.RESULT_READ_PAUSES_S
+    cluster.add_pod(job, 0, log=POD0_LOG)
+    cluster.faults[("GET", "pods/log")] = [Busy(status, {"Retry-After": "2"})]
+    assert ex.fetch_result(job, request) == RESULT
+    assert clock.slept == [2.0]
+    assert log_reads(cluster) == 2
+
+
+def test_a_result_read_the_server_puts_off_past_its_window_is_unreadable_at_once(cluster, monkeypatch):
+    """Retry-After: 60, past the 5 s the reads may take: no pause, no other try, and the log is said
+    unreadable (the launch cancelled, not failed), saying why. Before: read again after 0.5 s."""
+    clock = _SleepClock()
+    monkeypatch.setattr(kexec, "time", clock)
+    ex, job, request = scheduled(cluster)
+    ex.result_read_pauses_s = kexec.RESULT_READ_PAUSES_S
+    pod0 = cluster.add_pod(job, 0, log=POD0_LOG)
+    cluster.faults[("GET", "pods/log")] = [Busy(429, {"Retry-After": "60"})]
+    with pytest.raises(kexec.ResultUnreadable) as raised:
+        ex.fetch_result(job, request)
+    assert str(raised.value) == ("1 tries in 0.0 s; the API server asked to wait 60 s, more than the 5 s left to "
+                                 f"try; the last: could not read the log of pod {pod0}: HTTP 429 Error: injected")  # fmt: skip
+    assert (clock.slept, log_reads(cluster)) == ([], 1)
+
+
 def test_the_real_result_read_pauses_are_short():
     assert sum(kexec.RESULT_READ_PAUSES_S) <= kexec.RESULT_READ_WINDOW_S <= 10
 
@@ -284,6 +320,47 @@ def test_a_job_failed_by_its_trial_still_fails(cluster, status):
     assert outcome.reason == f"{FAILED_JOB}; pod {pod0}: exit code 2"
 
 
+@pytest.mark.parametrize("nnodes", [1, 2, 8])
+def test_a_pod_the_cluster_takes_away_fails_the_job_by_a_rule_that_outlives_the_pod(nnodes):
+    """The Job's podFailurePolicy: a pod of it with DisruptionTarget fails the Job at once, its condition
+    saying so (reason PodFailurePolicy) when the pod is gone. FailJob, not Ignore: a replacement pod would
+    join ranks that failed without their peer. The rule needs restartPolicy Never."""
+    spec = executor(nnodes).dryrun(launch(nnodes)).request.job["spec"]
+    assert spec["podFailurePolicy"] == {
+        "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert spec["backoffLimit"] == 0
+
+
+@pytest.mark.parametrize(
+    "types", [("FailureTarget", "Failed"), ("FailureTarget",)], ids=["failed", "failing"]
+)
+@pytest.mark.parametrize("pods_left", ["index-0", "none"])
+def test_a_job_failed_by_its_pod_failure_policy_is_cancelled_with_the_pod_gone(cluster, types, pods_left):
+    """Preempted, drained or evicted, the pod was deleted before any poll saw it; the Job's own condition,
+    written by its podFailurePolicy, says so (k8s >= 1.31 writes FailureTarget first, while the other pods
+    terminate). Cancelled, not failed: the cluster's failure, measured again. Before: failed
+    ("PodFailurePolicy: ..."), its env config quarantined."""
+    ex, job, request = scheduled(cluster)
+    message = f"Pod {NS}/{job}-1-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    status = {
+        "failed": 1,
+        "startTime": T,
+        "conditions": conditions(*types, reason="PodFailurePolicy", message=message),
+    }
+    cluster.set_status(job, status)
+    detail = ""
+    if pods_left == "index-0":  # rank 0 died with its peer: its exit says nothing of the config
+        pod0 = cluster.add_pod(job, 0, log="rank 0: peer 8 went away\n", terminated=KILLED)
+        detail = f"; pod {pod0}: exit code 137"
+    outcome = finish(ex, job, request)
+    assert outcome.state == LaunchState.CANCELLED
+    assert outcome.reason == ("a pod was disrupted, as the Job's podFailurePolicy says: the cluster's failure, "
+                              f"not the config's; PodFailurePolicy: {message}{detail}")  # fmt: skip
+    assert outcome.result is None
+
+
 # ------------------------------------------------------------------ 4. creating the Job
 
 
@@ -315,7 +392,7 @@ def test_a_job_create_that_fails_for_a_moment_is_tried_again(cluster, fault):
     ex = executor(2, api_client=cluster)
     dryrun = ex.dryrun(launch(2))
     assert ex.schedule(dryrun) == dryrun.request.name
-    assert job_posts(cluster) == [dryrun.request.job] * 3
+    assert job_posts(cluster) == [with_id(dryrun.request.job)] * 3
     assert owned_by_the_job(cluster, dryrun.request.name)
     assert deletes(cluster) == []
 
@@ -348,7 +425,9 @@ def test_a_job_create_answered_409_for_our_own_job_is_submitted(cluster):
 def others_job(cluster: FakeCluster, how: str) -> dict[str, Any]:
     """A Job of this launch's name that is not this launch's, stored as the server would."""
     env = {**ENV, "NCCL_NSOCKS_PERTHREAD": "8"} if how == "another-env" else ENV
-    job = executor(2).dryrun(launch(2, env=env)).request.job
+    # This schedule's create id (but for "another-schedule"): each other difference must tell alone.
+    create_id = "another-schedules-create-id" if how == "another-schedule" else CREATE_ID
+    job = with_id(executor(2).dryrun(launch(2, env=env)).request.job, create_id)
     if how == "another-launch":
         job["metadata"]["annotations"]["nccl-autotuner/launch-name"] = "S1-L7"
     job["metadata"].update(uid="uid-other", creationTimestamp="2025-06-01T10:00:00Z")
@@ -359,11 +438,14 @@ def others_job(cluster: FakeCluster, how: str) -> dict[str, Any]:
     return job
 
 
-@pytest.mark.parametrize("how", ["another-env", "another-launch", "older", "being-deleted"])
+@pytest.mark.parametrize(
+    "how", ["another-env", "another-launch", "older", "being-deleted", "another-schedule"]
+)
 @pytest.mark.parametrize("first", [409, 503])
 def test_a_job_of_the_name_that_is_not_ours_is_a_conflict(cluster, how, first):
     """Read back, the Job of the launch's name is another's (another env, another launch name, made before
-    this launch's ConfigMap, or on its way out): a conflict, explained, and that Job left alone."""
+    this launch's ConfigMap, on its way out, or made by another schedule: another tuner's launch of this
+    name, env and spec): a conflict, explained, and that Job left alone."""
     ex = executor(2, api_client=cluster)
     dryrun = ex.dryrun(launch(2))
     name = dryrun.request.name

@@ -1,10 +1,13 @@
 """Calls to the API server that may fail on the way: an error in words, whether another try may fare
-better, and the creation of a launch's Job, tried again through a busy or restarting API server.
+better, and the creation of a launch's ConfigMap, Service and Job, each tried again through a busy or
+restarting API server.
 
 A create whose answer is lost (a timeout, a reset, a 504 from a proxy) may have been made all the same:
-the Job's name is the launch's, so before another try, and when the server says the name is taken (409),
-the Job is read back, and one that is this launch's counts as made. `kubernetes` is imported only when
-a client is made (`clients`): dryruns need no client installed.
+the object's name is the launch's, so before another try, and when the server says the name is taken
+(409), it is read back, and one that is this launch's (its create-id annotation, unique to the
+`schedule`, and what it holds) counts as made: never made twice, nor another's taken for ours. A 429 or
+5xx's Retry-After is honoured within the create's window. `kubernetes` is imported only when a client is
+made (`clients`): dryruns need no client installed.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from autotuner.executors.kubernetes.manifests import CONTAINER, KubernetesRequest
@@ -29,13 +34,27 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Pauses before the tries after the first, when a create failed for now: 4 tries within some 7 s (and
 # each try's REQUEST_TIMEOUT_S). A server down for longer fails the study, as before, with the reason.
 CREATE_PAUSES_S = (1.0, 2.0, 4.0)
+# The most a create pauses in all: a server's Retry-After lengthens a pause, never past this (a huge one
+# ends the tries at once, saying so), so the study is held no longer than without it.
+CREATE_WINDOW_S = sum(CREATE_PAUSES_S)
 # How much earlier than the launch's ConfigMap its Job may read as created (API server replicas' clocks):
 # a Job older than that is another launch's, left behind.
 CLOCK_SKEW_S = 2.0
+_SNAKE = {"ConfigMap": "config_map", "Service": "service", "Job": "job"}  # in the client's method names
 
 
-class JobConflict(RuntimeError):
-    """A Job of the launch's name exists, and it is not this launch's."""
+class Conflict(RuntimeError):
+    """An object of the launch's name exists, and it is not this launch's."""
+
+
+class GaveUp(Exception):
+    """A create that failed for now on every try: `error` the last try's; `tried` says how many tries,
+    and why they ended early where a Retry-After did."""
+
+    def __init__(self, error: Exception, tries: int, why: str = "") -> None:
+        self.error, self.tries = error, tries
+        self.tried = f"{tries} tr{'y' if tries == 1 else 'ies'}{why}"
+        super().__init__(f"{self.tried}: {api_error(error)}")
 
 
 def api_error(exc: BaseException) -> str:
@@ -103,61 +122,115 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, HTTPError))
 
 
-def create_job(
-    batch: Any, req: KubernetesRequest, pauses: Sequence[float], made_after: datetime | None
-) -> Any:
-    """Create the launch's Job; returns it as the server stored it (a V1Job). A transient error is tried
-    again, once after each of `pauses`. After each failed try the Job is read back: this launch's
-    (`is_ours`; `made_after`: when its ConfigMap was made) counts as made, another's raises JobConflict.
-    Any other error, or a transient one after the last try, is raised as it came."""
-    left = iter(pauses)
-    while True:
+def retry_after(exc: BaseException | None) -> float | None:
+    """The seconds a transient answer (TRANSIENT_STATUSES) asks to wait before another try: its Retry-After
+    header, in seconds or as an HTTP date, else its Status's details.retryAfterSeconds (what the API
+    server's flow control writes); None where it asks nothing, or nothing readable."""
+    if getattr(exc, "status", None) not in TRANSIENT_STATUSES:
+        return None
+    headers = getattr(exc, "headers", None) or {}
+    value = next((str(v).strip() for k, v in headers.items() if str(k).lower() == "retry-after"), "")
+    if value.isdigit():
+        return float(value)
+    if value:
         try:
-            return batch.create_namespaced_job(
-                req.namespace, copy.deepcopy(req.job), _request_timeout=REQUEST_TIMEOUT_S
-            )
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            when = None
+        if when is not None:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    try:
+        seconds = json.loads(getattr(exc, "body", None) or "{}")["details"]["retryAfterSeconds"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return float(seconds) if type(seconds) is int and seconds >= 0 else None  # not a bool
+
+
+def next_pause(own: float | None, error: BaseException | None, left_s: float) -> tuple[float | None, str]:
+    """The pause before the next try (None: no more tries) and, where a Retry-After ends the tries, why:
+    `own` (None: none left) lengthened to what the server asked (`error`'s Retry-After), if that fits in
+    the `left_s` that the tries may still pause."""
+    if own is None:
+        return None, ""
+    asked = retry_after(error)
+    pause = own if asked is None else max(own, asked)
+    if pause <= left_s + 1e-9:
+        return pause, ""
+    if asked is not None and asked > own:
+        return (
+            None,
+            f"; the API server asked to wait {math.ceil(asked)} s, more than the {round(left_s, 1):g} s left to try",
+        )
+    return None, ""
+
+
+def create(
+    api: Any,
+    kind: str,
+    req: KubernetesRequest,
+    pauses: Sequence[float],
+    window_s: float,
+    made_after: datetime | None,
+) -> Any:
+    """Create the launch's resource of this kind ("ConfigMap", "Service": `api` a CoreV1Api; "Job": a
+    BatchV1Api); returns it as the server stored it. A transient error is tried again, once after each
+    of `pauses`, each lengthened to the server's Retry-After while all stay within `window_s`. After
+    each failed try the object is read back: this launch's (`is_ours`; `made_after`: when its ConfigMap
+    was made) counts as made, another's raises Conflict. Any other error is raised as it came; a
+    transient one (or a 409 for an object gone since) after the last try, as GaveUp."""
+    body = req.body(kind)
+    call = getattr(api, f"create_namespaced_{_SNAKE[kind]}")
+    left, waited, tries = iter(pauses), 0.0, 0
+    while True:
+        tries += 1
+        try:
+            return call(req.namespace, copy.deepcopy(body), _request_timeout=REQUEST_TIMEOUT_S)
         except Exception as exc:
             conflict = getattr(exc, "status", None) == 409
             if not conflict and not transient(exc):
                 raise
             error: Exception = exc
-        pause = next(left, None)
+        pause, why = next_pause(next(left, None), error, window_s - waited)
         if pause is not None and not conflict:
             time.sleep(pause)  # before the read too: the server that just failed may need it
-        found = _read_back(batch, req)
+            waited += pause
+        found = _read_back(api, kind, req)
         if found is not None:
-            if not is_ours(batch, found, req, made_after):
-                raise JobConflict(
-                    f"Job {req.namespace}/{req.name} already exists and is not this launch's"
+            if not is_ours(api, found, kind, body, made_after):
+                raise Conflict(
+                    f"{kind} {req.namespace}/{req.name} already exists and is not this launch's"
                 ) from error
-            log.info(
-                "Job %s/%s was made although its create answered %s",
-                req.namespace,
-                req.name,
-                api_error(error),
-            )
+            log.info("%s %s/%s was made although its create answered %s", kind, req.namespace, req.name,
+                     api_error(error))  # fmt: skip
             return found
         if pause is None:
-            raise error
+            raise GaveUp(error, tries, why) from error
         if conflict:  # taken, yet not there now (deleted meanwhile, or the read failed): once more, later
             time.sleep(pause)
+            waited += pause
 
 
-def _read_back(batch: Any, req: KubernetesRequest) -> Any:
-    """The Job of the launch's name as stored; None where there is none, or it could not be read."""
+def _read_back(api: Any, kind: str, req: KubernetesRequest) -> Any:
+    """The object of this kind and the launch's name as stored; None where there is none, or it could not
+    be read."""
     try:
-        return batch.read_namespaced_job(req.name, req.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+        read = getattr(api, f"read_namespaced_{_SNAKE[kind]}")
+        return read(req.name, req.namespace, _request_timeout=REQUEST_TIMEOUT_S)
     except Exception as exc:
         if getattr(exc, "status", None) != 404:
-            log.debug("could not read Job %s/%s back: %s", req.namespace, req.name, api_error(exc))
+            log.debug("could not read %s %s/%s back: %s", kind, req.namespace, req.name, api_error(exc))
         return None
 
 
-def is_ours(batch: Any, found: Any, req: KubernetesRequest, made_after: datetime | None) -> bool:
-    """Whether the Job `found` is the one `req` creates: not being deleted, not made before the launch's
-    ConfigMap (less CLOCK_SKEW_S), and with the launch's labels, annotations and trial container (image,
-    command, args and env; the server only adds to what was sent, e.g. a fieldRef's apiVersion)."""
-    stored = batch.api_client.sanitize_for_serialization(found)
+def is_ours(api: Any, found: Any, kind: str, body: dict[str, Any], made_after: datetime | None) -> bool:
+    """Whether the object `found` is the one `body` creates: not being deleted, not made before the
+    launch's ConfigMap (less CLOCK_SKEW_S), with the launch's labels and annotations (its create id among
+    them), and what it holds: a ConfigMap's data, a Service's spec, a Job's trial container (image,
+    command, args and env). The server only adds to what was sent (a fieldRef's apiVersion, a Service's
+    clusterIPs and targetPort)."""
+    stored = api.api_client.sanitize_for_serialization(found)
     meta = stored.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return False
@@ -165,10 +238,13 @@ def is_ours(batch: Any, found: Any, req: KubernetesRequest, made_after: datetime
     if isinstance(created, datetime) and made_after is not None:
         if created < made_after - timedelta(seconds=CLOCK_SKEW_S):
             return False
-    want = req.job["metadata"]
-    if not _subset({k: want[k] for k in ("labels", "annotations")}, meta):
+    if not _subset({k: body["metadata"][k] for k in ("labels", "annotations")}, meta):
         return False
-    (mine,) = req.job["spec"]["template"]["spec"]["containers"]
+    if kind == "ConfigMap":
+        return _subset(body["data"], stored.get("data"))
+    if kind == "Service":
+        return _subset(body["spec"], stored.get("spec"))
+    (mine,) = body["spec"]["template"]["spec"]["containers"]
     pod = ((stored.get("spec") or {}).get("template") or {}).get("spec") or {}
     theirs = [c for c in pod.get("containers") or [] if c.get("name") == CONTAINER]
     return len(theirs) == 1 and _subset({k: mine[k] for k in ("image", "command", "args", "env")}, theirs[0])

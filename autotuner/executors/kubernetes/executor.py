@@ -26,11 +26,11 @@ AUTOTUNER_MAX_RESULT_BYTES past its marker.
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 from autotuner.executors import results
@@ -38,23 +38,28 @@ from autotuner.executors.base import AppDryrun, Description, Executor, LaunchReq
 from autotuner.executors.files import LOG_TAIL_BYTES
 from autotuner.executors.kubernetes.apicalls import (
     CREATE_PAUSES_S,
+    CREATE_WINDOW_S,
     REQUEST_TIMEOUT_S,
-    JobConflict,
+    Conflict,
+    GaveUp,
     api_error,
     clients,
-    create_job,
+    create,
     delete,
-    transient,
+    next_pause,
 )
 from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
     INDEX_KEY,
     LAUNCH_LABEL,
     MAX_NAME,
+    POD_FAILURE_POLICY_REASON,
     KubernetesRequest,
+    create_id,
     manifests,
     render,
     resource_name,
+    stamped,
 )
 from autotuner.executors.kubernetes.options import KubernetesOptions
 from autotuner.executors.kubernetes.pods import disruption, index0, index0_exit, unscheduled, waiting_on
@@ -91,9 +96,11 @@ RESULT_READ_WINDOW_S = 5.0
 T = TypeVar("T")
 
 # Every (API group, resource, verb) the executor uses; deploy/k8s's Role grants these (tested).
+# (get on configmaps and services: a create whose answer was lost is read back.)
 REQUIRED_PERMISSIONS = frozenset({
-    ("", "configmaps", "create"), ("", "configmaps", "patch"), ("", "configmaps", "delete"),
-    ("", "services", "create"), ("", "services", "patch"), ("", "services", "delete"),
+    ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
+    ("", "configmaps", "delete"),
+    ("", "services", "create"), ("", "services", "get"), ("", "services", "patch"), ("", "services", "delete"),
     ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "delete"),
     ("", "pods", "list"), ("", "pods/log", "get"),
 })  # fmt: skip
@@ -124,8 +131,10 @@ class KubernetesExecutor(Executor):
     """
 
     name = "kubernetes"
-    # Pauses before the tries after the first: of a Job create that failed for now, of a result read.
+    # Pauses before the tries after the first: of a create that failed for now (at most create_window_s
+    # in all, Retry-After included), of a result read.
     create_pauses_s: tuple[float, ...] = CREATE_PAUSES_S
+    create_window_s: float = CREATE_WINDOW_S
     result_read_pauses_s: tuple[float, ...] = RESULT_READ_PAUSES_S
     result_read_window_s: float = RESULT_READ_WINDOW_S
 
@@ -163,30 +172,26 @@ class KubernetesExecutor(Executor):
         return self._core, self._batch
 
     def schedule(self, dryrun: AppDryrun[KubernetesRequest]) -> str:
-        """Create ConfigMap, Service and Job (bodies exactly as in the dryrun), then make the Job their
-        owner so that its ttlSecondsAfterFinished garbage-collects them too."""
-        req = dryrun.request
+        """Create ConfigMap, Service and Job (bodies as in the dryrun, with this schedule's create id),
+        then make the Job their owner so that its ttlSecondsAfterFinished garbage-collects them too."""
+        req = stamped(dryrun.request, create_id())
         core, batch = self._apis()
-        from kubernetes.client.exceptions import ApiException
-
-        ns, t = req.namespace, REQUEST_TIMEOUT_S
-        created: list[str] = []
+        ns, created = req.namespace, list[str]()
+        made_after: datetime | None = None  # when the ConfigMap was made: no Job of ours is older
         try:
-            config_map = core.create_namespaced_config_map(
-                ns, copy.deepcopy(req.config_map), _request_timeout=t
-            )
-            created.append("configmap")
-            core.create_namespaced_service(ns, copy.deepcopy(req.service), _request_timeout=t)
-            created.append("service")
-            # Tried again while the API server fails for now (apicalls.create_job): a study must not end
-            # for good on one 503 or one reset connection.
-            job = create_job(batch, req, self.create_pauses_s, config_map.metadata.creation_timestamp)
+            # Each tried again while the API server fails for now (apicalls.create): one 503 ends no study.
+            for kind, api in (("ConfigMap", core), ("Service", core), ("Job", batch)):
+                made = create(api, kind, req, self.create_pauses_s, self.create_window_s, made_after)
+                created.append(kind.lower())
+                if kind == "ConfigMap":
+                    made_after = made.metadata.creation_timestamp
         except BaseException as exc:  # Ctrl-C too: a Job made while nobody records it runs unfollowed
             kind = ("ConfigMap", "Service", "Job")[len(created)]
-            conflict = isinstance(exc, JobConflict) or (isinstance(exc, ApiException) and exc.status == 409)
-            # Undo what we made. A Job create that failed on the wire may have happened all the same;
-            # one that conflicted is someone else's.
-            self._delete(req.name, ns, created + (["job"] if kind == "Job" and not conflict else []))
+            cause = exc.error if isinstance(exc, GaveUp) else exc
+            conflict = isinstance(exc, Conflict) or getattr(cause, "status", None) == 409
+            # Undo what we made. A create that failed on the wire may have happened all the same; one that
+            # conflicted is someone else's.
+            self._delete(req.name, ns, created + ([] if conflict else [kind.lower()]))
             if not isinstance(exc, Exception):
                 raise
             if conflict:
@@ -194,17 +199,17 @@ class KubernetesExecutor(Executor):
                     f"{kind} {ns}/{req.name} already exists: a launch of this name ran before (another tuner "
                     "on this namespace? give it its own executor_options.name_prefix)"
                 ) from exc
-            tries = f" ({len(self.create_pauses_s) + 1} tries)" if kind == "Job" and transient(exc) else ""
-            raise RuntimeError(f"could not create {kind} {ns}/{req.name}{tries}: {api_error(exc)}") from exc
+            what = f"{kind} {ns}/{req.name}" + (f" ({exc.tried})" if isinstance(exc, GaveUp) else "")
+            raise RuntimeError(f"could not create {what}: {api_error(cause)}") from cause
         owner = [{
-            "apiVersion": "batch/v1", "kind": "Job", "name": req.name, "uid": job.metadata.uid,
+            "apiVersion": "batch/v1", "kind": "Job", "name": req.name, "uid": made.metadata.uid,  # the Job: made last
             "blockOwnerDeletion": False,  # True would need update on jobs/finalizers
         }]  # fmt: skip
         patch = [{"op": "add", "path": "/metadata/ownerReferences", "value": owner}]
         for kind, adopt in (("ConfigMap", core.patch_namespaced_config_map),
                             ("Service", core.patch_namespaced_service)):  # fmt: skip
             try:
-                adopt(req.name, ns, patch, _request_timeout=t)
+                adopt(req.name, ns, patch, _request_timeout=REQUEST_TIMEOUT_S)
             except Exception as exc:  # the launch runs all the same; only the clean-up is left to do
                 log.warning("could not make Job %s/%s own its %s: %s", ns, req.name, kind, api_error(exc))
         return req.name
@@ -238,7 +243,7 @@ class KubernetesExecutor(Executor):
                 desc = Description(LaunchState.CANCELLED, None, f"never ran: still queued when its Job "
                                    f"reached activeDeadlineSeconds ({desc.reason}): {queued}")  # fmt: skip
         if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
-            desc = self._ended(backend_id, desc)
+            desc = self._ended(backend_id, desc, failed_by_policy(job.status))
         if desc.state.is_terminal():
             self._waiting.pop(backend_id, None)
             self._disrupted.pop(backend_id, None)
@@ -351,16 +356,18 @@ class KubernetesExecutor(Executor):
     def _waiting_on(self, job_name: str, pods: list[Any], nnodes: int) -> str:
         return waiting_on(pods, nnodes, f"kubectl -n {self.options.namespace} describe job {job_name}")
 
-    def _ended(self, job_name: str, desc: Description) -> Description:
+    def _ended(self, job_name: str, desc: Description, by_policy: bool = False) -> Description:
         """A failed or timed-out Job's description, with how its index-0 pod exited. A failed Job a pod of
-        which the cluster took away (preempted, evicted, its node lost: `pods.disruption`) is CANCELLED, as
-        Slurm's NODE_FAIL and PREEMPTED are: the cluster's failure, not the env config's."""
+        which the cluster took away (`pods.disruption`, or `by_policy`: its podFailurePolicy) is CANCELLED,
+        as Slurm's NODE_FAIL and PREEMPTED are: the cluster's failure, not the env config's."""
         pods = self._pods_quietly(job_name) or []
         exit_code, detail = index0_exit(pods)
         reason = "; ".join(filter(None, (desc.reason, detail)))
         disrupted = disruption(pods)
         if not disrupted and job_name in self._disrupted:  # the pod gone since: the Job controller's doing
             disrupted = f"{self._disrupted[job_name]} (at an earlier poll)"
+        if not disrupted and by_policy:  # gone before any poll saw it: the Job's condition says it (reason)
+            disrupted = "a pod was disrupted, as the Job's podFailurePolicy says"
         if desc.state == LaunchState.FAILED and disrupted:
             why = f"{disrupted}: the cluster's failure, not the config's"
             return Description(LaunchState.CANCELLED, exit_code, f"{why}; {reason}" if reason else why)
@@ -368,17 +375,18 @@ class KubernetesExecutor(Executor):
 
     def _read_result(self, job_name: str, cap: int) -> bytes | None:
         """The text of the index-0 pod's last result line (None: it has none). A read that fails on the
-        way is tried again after each of `result_read_pauses_s`, while within `result_read_window_s` of
-        the first try's start; ResultUnreadable when no try read it."""
+        way is tried again after each of `result_read_pauses_s` (or the server's Retry-After), while within
+        `result_read_window_s` of the first try's start; ResultUnreadable when no try read it."""
         started, pauses, tries = time.monotonic(), iter(self.result_read_pauses_s), 0
         while True:
             tries += 1
             try:
                 return self._index0_log(job_name, None, lambda chunks: last_result_text(chunks, cap))
             except ResultUnreadable as exc:
-                pause, spent = next(pauses, None), time.monotonic() - started
-                if pause is None or spent + pause > self.result_read_window_s:
-                    raise ResultUnreadable(f"{tries} tries in {spent:.1f} s; the last: {exc}") from exc
+                spent = time.monotonic() - started
+                pause, why = next_pause(next(pauses, None), exc.__cause__, self.result_read_window_s - spent)
+                if pause is None:
+                    raise ResultUnreadable(f"{tries} tries in {spent:.1f} s{why}; the last: {exc}") from exc
                 time.sleep(pause)
 
     def _index0_log(
@@ -453,6 +461,15 @@ def job_description(status: Any) -> Description:
         key = "Created"
     state = _STATES.get(key, LaunchState.UNKNOWN)
     return Description(state, None, f"Job condition {key}" if state == LaunchState.UNKNOWN else "")
+
+
+def failed_by_policy(status: Any) -> bool:
+    """Whether the Job (V1JobStatus) failed, or is failing, by its podFailurePolicy: its one rule is a pod
+    the cluster took away (DisruptionTarget; manifests._job_spec), and this condition outlives the pod."""
+    return any(
+        c.type in ("Failed", "FailureTarget") and c.status == "True" and c.reason == POD_FAILURE_POLICY_REASON
+        for c in (status and status.conditions) or []
+    )
 
 
 def parse_result(log_text: str | bytes, spec: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -9,10 +9,12 @@ node rank `i` of torchrun with static rendezvous on the index-0 pod (see `kubern
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,11 @@ from autotuner.executors.kubernetes.options import KubernetesOptions
 APP = "nccl-autotuner"
 LAUNCH_LABEL = "nccl-autotuner/launch"
 LAUNCH_NAME_ANNOTATION = "nccl-autotuner/launch-name"
+# One value per `schedule`, on the three resources it creates: a create whose answer was lost, read back,
+# is ours only if it carries it (the same launch name, spec and env may come from another tuner).
+CREATE_ID_ANNOTATION = "nccl-autotuner/create-id"
+# What the Job controller writes as the reason of a Job failed by its podFailurePolicy (`_job_spec`).
+POD_FAILURE_POLICY_REASON = "PodFailurePolicy"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # pod label (k8s >= 1.28) and annotation (>= 1.21)
 CONTAINER = "trial"
 SPEC_DIR = "/spec"
@@ -53,6 +60,26 @@ class KubernetesRequest:
     @property
     def resources(self) -> list[dict[str, Any]]:
         return [self.config_map, self.service, self.job]
+
+    def body(self, kind: str) -> dict[str, Any]:
+        """The resource of this kind ("ConfigMap", "Service", "Job")."""
+        return {"ConfigMap": self.config_map, "Service": self.service, "Job": self.job}[kind]
+
+
+def create_id() -> str:
+    """A value of CREATE_ID_ANNOTATION: unique to one `schedule`."""
+    return uuid.uuid4().hex
+
+
+def stamped(req: KubernetesRequest, token: str) -> KubernetesRequest:
+    """`req` with `token` as the CREATE_ID_ANNOTATION of its three resources (not of the pods: only the
+    objects created are read back)."""
+    bodies: dict[str, Any] = {}
+    for field, body in (("config_map", req.config_map), ("service", req.service), ("job", req.job)):
+        body = copy.deepcopy(body)
+        body["metadata"]["annotations"][CREATE_ID_ANNOTATION] = token
+        bodies[field] = body
+    return dataclasses.replace(req, **bodies)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -161,6 +188,17 @@ def _job_spec(name: str, launch: LaunchRequest, o: KubernetesOptions, pod: dict[
         "completions": launch.nnodes,
         "parallelism": launch.nnodes,
         "backoffLimit": 0,  # a failed rank fails the launch: no reruns with a changed world
+        # A pod the cluster takes away (preempted, evicted, its node drained or lost: the pod's
+        # DisruptionTarget condition) fails the Job at once, and the Job's own condition (reason
+        # PodFailurePolicy) still says so once the pod is gone: the executor reads it as cancelled, not as
+        # the config's failure. FailJob, not Ignore: a replacement pod would join ranks that already failed
+        # without their peer. The executor reads any PodFailurePolicy failure as a disruption: keep this
+        # the only rule. Needs the pods' restartPolicy Never (`_pod_spec`).
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+            ]
+        },
         "activeDeadlineSeconds": active_deadline_s(launch, o),
         "ttlSecondsAfterFinished": o.ttl_seconds_after_finished,
         "template": {"metadata": {"labels": _labels(name)}, "spec": pod},
@@ -175,7 +213,7 @@ def active_deadline_s(launch: LaunchRequest, o: KubernetesOptions) -> int:
 
 def _pod_spec(name: str, container: dict[str, Any], o: KubernetesOptions) -> dict[str, Any]:
     return {
-        "restartPolicy": "Never",
+        "restartPolicy": "Never",  # a rank is never rerun; and the Job's podFailurePolicy requires it
         "subdomain": name,  # with the Job's per-index hostnames: <job>-<i>.<service> resolves
         "automountServiceAccountToken": False,  # trials never talk to the API server
         # No <SERVICE>_PORT / _SERVICE_HOST variables of the namespace's Services (the tuner's own among
