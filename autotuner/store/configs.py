@@ -3,18 +3,30 @@ and the generation number every change to what is served bumps."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, insert, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
 from autotuner.store.base import NotFound
-from autotuner.store.models import Cluster, Config, ConfigGeneration, ConfigValidation, Workload
-from autotuner.store.studies import StudyRecords
+from autotuner.store.models import (
+    Cluster,
+    Config,
+    ConfigGeneration,
+    ConfigValidation,
+    ConfigVersionMark,
+    Workload,
+)
+from autotuner.store.studies import StudyRecords, _matched
+
+log = logging.getLogger("autotuner.store")
 
 MAX_VERSION = 2**31 - 1  # versions are an INTEGER column (32 bits on PostgreSQL)
 
@@ -46,9 +58,9 @@ class ConfigRecords(StudyRecords):
             self._bump_generation(s)  # first: writers of configs take turns, so the max read next is the last
             if replaces is not None:
                 _still_served(s, key, replaces)
-            latest = s.scalar(select(func.max(Config.version)).where(*key))
+            version = _next_version(s, key, (cluster_row.name, workload_row.name, nodes))
             config = Config(cluster_id=cluster_row.id, workload_id=workload_row.id, nodes=nodes,
-                            version=(latest or 0) + 1, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
+                            version=version, fingerprint=cluster_row.fingerprint, **fields)  # fmt: skip
             s.add(config)
             s.flush()
             return s.scalars(select(Config).where(Config.id == config.id)).one()
@@ -113,9 +125,18 @@ class ConfigRecords(StudyRecords):
         also orders concurrent changes: generations are never reused or skipped by a commit). Done
         first, it makes the change's writers take turns: PostgreSQL holds the row, SQLite its one write
         lock, until the commit (a read first takes no lock: two publishes read one max version, two
-        pins each kept their own version pinned)."""
-        s.execute(update(ConfigGeneration).where(ConfigGeneration.id == 1)
-                  .values(generation=ConfigGeneration.generation + 1, stamp=secrets.token_hex(8)))  # fmt: skip
+        pins each kept their own version pinned). A row a hand deleted is made again first, in the same
+        transaction (atomically: two writers finding it gone make one), then counted: it holds a stamp
+        no service loaded, so every cache takes the bump for a change whatever its number."""
+        bump = (
+            update(ConfigGeneration)
+            .where(ConfigGeneration.id == 1)
+            .values(generation=ConfigGeneration.generation + 1, stamp=secrets.token_hex(8))
+        )
+        if _matched(s.execute(bump)):
+            return
+        _make_generation_row(s)
+        s.execute(bump)
 
     def config_generation(self) -> int:
         """How many changes to what is served were committed: a primary-key read, cheap to poll."""
@@ -127,7 +148,28 @@ class ConfigRecords(StudyRecords):
         query = select(ConfigGeneration.generation, ConfigGeneration.stamp).where(ConfigGeneration.id == 1)
         with self.session() as s:
             row = s.execute(query).first()
+        if row is None and self._repair_generation():
+            with self.session() as s:
+                row = s.execute(query).first()
         return (int(row[0] or 0), row[1]) if row else (0, None)
+
+    def _repair_generation(self) -> bool:
+        """Make the generation's row again if a hand deleted it (at 0, with a stamp no service loaded),
+        in a transaction of its own; False if it cannot be written (a read-only store: then it is read
+        as generation 0 until a change makes it)."""
+        try:
+            with self.session() as s:
+                _make_generation_row(s)
+        except SQLAlchemyError as exc:
+            said = getattr(self, "_said_unrepaired", False)  # once, not at every poll of a cache
+            self._said_unrepaired = True
+            (log.debug if said else log.warning)(
+                "the config generation's row is gone and could not be made again (%s): read as 0 until a "
+                "change makes it", type(exc).__name__, exc_info=not said,
+            )  # fmt: skip
+            return False
+        log.warning("the config generation's row was gone (deleted by hand?): made again")
+        return True
 
     def served_heads(self) -> ServedHeads:
         """The generation, its stamp, and (id, pinned, last finished re-validation id or 0, stamp) of
@@ -135,29 +177,39 @@ class ConfigRecords(StudyRecords):
         A head's stamp (when the row was made, and when its last re-validation finished) tells a row
         from another that a restored store handed the same id to, however far its generation climbed
         since. One statement, so one snapshot on SQLite and PostgreSQL alike (two statements could
-        straddle a commit and label a state with the wrong generation)."""
-        finished = ConfigValidation.finished_at.is_not(None)
-        checked, checked_at = (
-            select(func.max(column)).where(ConfigValidation.config_id == Config.id, finished)
-            .correlate(Config).scalar_subquery()
-            for column in (ConfigValidation.id, ConfigValidation.finished_at)
-        )  # fmt: skip
-        query = (
-            select(ConfigGeneration.generation, ConfigGeneration.stamp, Config.id, Config.pinned, checked,
-                   Config.created_at, checked_at)
-            .select_from(ConfigGeneration)
-            .outerjoin(Config, Config.id.in_(self._head_ids()))
-            .where(ConfigGeneration.id == 1)
-        )  # fmt: skip
+        straddle a commit and label a state with the wrong generation). The heads do not hang on the
+        generation's row: one a hand deleted is made again and read again (else read as 0)."""
+        query = self._heads_query()
         with self.session() as s:
             rows = s.execute(query).all()
-        generation, stamp = (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+        if rows[0][0] is None and self._repair_generation():
+            with self.session() as s:
+                rows = s.execute(query).all()
+        generation, stamp = (int(rows[0][0] or 0), rows[0][1])
         heads = [
             (i, bool(p), int(v or 0), f"{_instant(made)}|{_instant(at)}")
             for _, _, i, p, v, made, at in rows
             if i is not None
         ]
         return ServedHeads(generation, stamp, heads)
+
+    def _heads_query(self) -> Any:
+        """`served_heads`' statement: one row at least (a constant row, joined to the generation's row
+        and to every served config), whether or not the generation's row is there."""
+        finished = ConfigValidation.finished_at.is_not(None)
+        checked, checked_at = (
+            select(func.max(column)).where(ConfigValidation.config_id == Config.id, finished)
+            .correlate(Config).scalar_subquery()
+            for column in (ConfigValidation.id, ConfigValidation.finished_at)
+        )  # fmt: skip
+        one = select(literal(1).label("one")).subquery()
+        return (
+            select(ConfigGeneration.generation, ConfigGeneration.stamp, Config.id, Config.pinned, checked,
+                   Config.created_at, checked_at)
+            .select_from(one)
+            .outerjoin(ConfigGeneration, ConfigGeneration.id == 1)
+            .outerjoin(Config, Config.id.in_(self._head_ids()))
+        )  # fmt: skip
 
     def config_labels(self, ids: Sequence[int]) -> list[tuple[int, str, str, int, int, Any]]:
         """(id, cluster, workload, nodes, version, created_at) of configs, without reading their
@@ -232,6 +284,39 @@ class ConfigRecords(StudyRecords):
         if older is None:
             raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
         return int(older)
+
+
+def _next_version(s: Session, key: tuple[Any, ...], names: tuple[str, str, int]) -> int:
+    """The next version of `key` (`names`: its cluster, workload and node count), its mark raised to
+    it: above every version the key ever had (`ConfigVersionMark`: one deleted, by hand or with its
+    cluster's row, is never handed out again), and above every row it has (one an older version of
+    this code or a hand wrote, which raised no mark). Called after the generation bump: writers of
+    configs take turns, so the mark and the rows read are the last."""
+    mark = s.get(ConfigVersionMark, names)
+    latest = s.scalar(select(func.max(Config.version)).where(*key)) or 0
+    version = max(int(latest), mark.version if mark is not None else 0) + 1
+    if mark is None:
+        cluster, workload, nodes = names
+        s.add(ConfigVersionMark(cluster=cluster, workload=workload, nodes=nodes, version=version))
+    else:
+        mark.version = version
+    s.flush()  # before the row: its trigger (0014) raises the mark too, for writers other than this
+    return version
+
+
+def _make_generation_row(s: Session) -> None:
+    """The generation's row at 0, with a stamp of its own, unless it is there: one statement that
+    two sessions may run at once (PostgreSQL makes the second wait for the first's commit, then do
+    nothing; SQLite lets one writer at a time)."""
+    values = {"id": 1, "generation": 0, "stamp": secrets.token_hex(8)}
+    dialect = s.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        s.execute(make(ConfigGeneration).values(values).on_conflict_do_nothing(index_elements=["id"]))
+        return
+    gone = ~select(ConfigGeneration.id).where(ConfigGeneration.id == 1).exists()
+    s.execute(insert(ConfigGeneration).from_select(
+        list(values), select(*(literal(v) for v in values.values())).where(gone)))  # fmt: skip
 
 
 class NotServed(LookupError):

@@ -242,7 +242,11 @@ class Config(Base):
     """A published, versioned config for (cluster, workload, nodes)."""
 
     __tablename__ = "at_configs"
-    __table_args__ = (UniqueConstraint("cluster_id", "workload_id", "nodes", "version"),)
+    # AUTOINCREMENT: SQLite would hand a deleted row's id out again (PostgreSQL's sequence never does).
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "workload_id", "nodes", "version"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("at_clusters.id"), index=True)
@@ -330,6 +334,20 @@ class ConfigGeneration(Base):
     # Drawn anew at every bump: tells two states of one generation apart (a store restored from an
     # older dump that took as many changes as it lost).
     stamp: Mapped[str | None] = mapped_column(String(32))
+
+
+class ConfigVersionMark(Base):
+    """The highest version a (cluster, workload, nodes) ever had, by name, raised in the publishing
+    transaction: a version is a name (jobs, pins, rollbacks, reports say it), so one deleted is never
+    handed out again, to another config. By name, not by row id: a cluster or workload row deleted and
+    made again under its name still names the same versions."""
+
+    __tablename__ = "at_config_versions"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    workload: Mapped[str] = mapped_column(String(128), primary_key=True)
+    nodes: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    version: Mapped[int]
 
 
 class StoreIdentity(Base):

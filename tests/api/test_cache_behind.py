@@ -19,13 +19,23 @@ from tests.api.test_cache import FIELDS, workers, workload  # noqa: F401 (a fixt
 
 def rewind(store: Store, last_id: int, generation: int) -> None:
     """What a restore of a dump taken at `generation` (when `last_id` was the newest config) leaves: the
-    later configs gone, the counter back where it was, and the ids after the dump's handed out again."""
+    later configs gone, the counter back where it was, and the ids and versions after the dump's handed
+    out again (the dump holds the id sequence and the versions' marks as they were)."""
     with store.engine.begin() as conn:
         conn.execute(text("DELETE FROM at_configs WHERE id > :id"), {"id": last_id})
         conn.execute(text("UPDATE at_config_generation SET generation = :g WHERE id = 1"), {"g": generation})
-        if conn.dialect.name == "postgresql":  # SQLite hands out max(id) + 1 itself
+        conn.execute(text("DELETE FROM at_config_versions"))  # then made from the rows the dump had
+        conn.execute(text("INSERT INTO at_config_versions (cluster, workload, nodes, version) "
+                          "SELECT c.name, w.name, k.nodes, MAX(k.version) FROM at_configs k JOIN at_clusters c "
+                          "ON c.id = k.cluster_id JOIN at_workloads w ON w.id = k.workload_id "
+                          "GROUP BY c.name, w.name, k.nodes"))  # fmt: skip
+        if conn.dialect.name == "postgresql":
             conn.execute(
                 text("SELECT setval(pg_get_serial_sequence('at_configs', 'id'), MAX(id)) FROM at_configs")
+            )
+        else:
+            conn.execute(
+                text("UPDATE sqlite_sequence SET seq = :id WHERE name = 'at_configs'"), {"id": last_id}
             )
 
 
