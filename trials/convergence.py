@@ -16,6 +16,7 @@ exactly `samples` samples (checked on every rank: a rank with fewer would hang i
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from trials.codecs import ROW_DIM, DamagedCodec
 from trials.model import ShardedWorkload
 from trials.pipelines import make_pipeline, release
-from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec, quality_problem
+from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec, quality_problem, world_problem
 
 TEACHER_DIM = 4
 TEACHER_SEED = 1234
@@ -87,10 +88,17 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
     pooled = torch.stack([table[i].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1)
     sparse, dense_part = (pooled * w_sparse).sum(dim=(1, 2)), dense @ w_dense
     # Mostly the embeddings: what the comms carry is what a candidate can get wrong.
-    logit = SPARSE_SHARE * sparse / sparse.std() + (1 - SPARSE_SHARE) * dense_part / dense_part.std()
-    logit = LOGIT_STD * logit / logit.std()
+    logit = SPARSE_SHARE * _unit(sparse) + (1 - SPARSE_SHARE) * _unit(dense_part)
+    logit = LOGIT_STD * _unit(logit)
     labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
     return Samples(ids, dense, labels)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """`x` over its standard deviation; as it is where that has no value (one sample: std() of one value
+    is NaN, and Bernoulli(sigmoid(NaN)) fails) or is 0."""
+    std = x.std() if x.numel() > 1 else None
+    return x / std if std is not None and bool(std > 0) else x
 
 
 def rank_samples(
@@ -203,6 +211,9 @@ def train_and_score(
         curve.append([steps * batch * world, now[0]])
         if mark == scored_at:
             logloss, score, samples = now
+            if not math.isfinite(score):  # a score of nothing, not one to rank candidates by
+                raise ValueError(f"AUC has no value: the {samples:,} held-out samples are all of one class "
+                                 "(more quality.eval_samples)")  # fmt: skip
         if target is not None and mark >= scored_at and now[0] <= target:
             break  # past the common budget and at the target's log loss: the rest would show nothing
     ctx.scored[cand] = logloss
@@ -279,6 +290,7 @@ class QualityContext:
     @classmethod
     def make(cls, spec: TrialSpec, device: torch.device, pg: Any, local_size: int) -> QualityContext:
         assert spec.quality is not None
+        world_problem(spec, dist.get_world_size())  # trials.run checked WORLD_SIZE's; a group may differ
         most = max(c.train_samples or spec.quality.train_samples for c in spec.candidates)
         if problem := quality_problem(spec.workload, most, spec.quality.eval_samples, dist.get_world_size()):
             raise ValueError(problem)  # before building them: past it, the kernel kills the rank, no result

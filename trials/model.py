@@ -13,8 +13,11 @@ launch can change precision between candidates without re-sharding.
 
 from __future__ import annotations
 
+import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -227,9 +230,13 @@ class ShardedWorkload:
         module, path = _train_module(workload, ebc, device)
         self.plan = ShardingPlan({path: module_plan})
         self.dim_sum_per_rank = _dim_sum_per_rank(module_plan, world_size)
-        self.model = DistributedModelParallel(
-            module, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=[sharder]
-        )
+        # The tables are allocated here, rank by rank, and one rank can fail where its peers do not (out
+        # of memory on the rank holding the big table). The ranks agree before DDP's collectives and
+        # after them: a rank that raised alone would meet its peers in another collective than theirs.
+        self.model = agreed(pg, "building the sharded tables", lambda: DistributedModelParallel(
+            module, env=ShardingEnv.from_process_group(pg), device=device, plan=self.plan, sharders=[sharder],
+            init_data_parallel=False))  # fmt: skip
+        agreed(pg, "wrapping the dense part in DDP", self.model.init_data_parallel)
         self.kernels = _kernels_in_use(self.model)
         self.ddp = _ddp_of(self.model)
         if self.ddp is not None:
@@ -290,6 +297,33 @@ class ShardedWorkload:
                     f"{ROW_DIM} values: batch {batch_size} x rank {rank}'s embedding dims "
                     f"{dim_sum} = {batch_size * dim_sum} is not a multiple of {ROW_DIM}"
                 )
+
+
+class PeerBuildError(RuntimeError):
+    """A step of building the sharded model failed on some rank: raised on every rank alike."""
+
+
+_T = TypeVar("_T")
+
+
+def agreed(pg: dist.ProcessGroup, step: str, build: Callable[[], _T]) -> _T:
+    """`build()` on every rank, then one collective in which the ranks say whether it worked: when any
+    rank failed, every rank raises PeerBuildError with the first failed rank's error (and lets go of
+    what it built), so that all of them go on to the same next collective."""
+    made: list[_T] = []
+    problem = None
+    try:
+        made.append(build())
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        problem = f"rank {dist.get_rank(pg)}: {type(exc).__name__}: {exc}"
+    problems: list[str | None] = [None] * dist.get_world_size(pg)
+    dist.all_gather_object(problems, problem, group=pg)
+    failed = next((p for p in problems if p), None)
+    if failed is not None:
+        made.clear()
+        raise PeerBuildError(f"{failed} ({step})")
+    return made[0]
 
 
 def _kernels_in_use(model: torch.nn.Module) -> list[str]:

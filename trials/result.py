@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -54,13 +55,30 @@ def nvidia_driver_version(proc: str = "/proc/driver/nvidia/version") -> str | No
     return m.group(1) if m else None
 
 
+def finite_json(data: Any) -> Any:
+    """`data` with every NaN or infinity made null: JSON has no such number (Python writes `NaN`, which
+    strict parsers refuse), and a figure that is not a number is not one to rank candidates by."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite_json(v) for v in data]
+    return data
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON so a reader never sees half a file (the executor may poll for it)."""
+    """Write JSON so a reader never sees half a file (the executor may poll for it); strict JSON, a
+    NaN or infinity written as null (finite_json)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(finite_json(data), indent=2, default=str, allow_nan=False) + "\n"
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -242,15 +242,15 @@ class TrialRunner:
             result["fidelity"] = fidelity
         return result
 
-    def stalled_result(self, message: str) -> dict[str, Any] | None:
-        """The result a stall leaves (stalled_result below). Called from the watchdog's thread while a
-        collective hangs: local work only."""
+    def stalled_result(self, message: str, how: str = "stalled") -> dict[str, Any] | None:
+        """The result a stall or a failed launch leaves (stalled_result below). Called from the
+        watchdog's thread while a collective hangs, or from a signal's: local work only."""
         try:
             nccl_effective = self._nccl_effective()
         except Exception:  # a log half written: the measured candidates matter more
             nccl_effective = {}
         return stalled_result(self.spec, self.header, self.results, self.current, message,
-                              {"nccl_effective": nccl_effective, "wall_s": time.perf_counter() - self.started})  # fmt: skip
+                              {"nccl_effective": nccl_effective, "wall_s": time.perf_counter() - self.started}, how)  # fmt: skip
 
     def _time(self, fidelity: list[dict[str, Any]]) -> list[Any]:
         """Every candidate timed, in the spec's order: paired rounds put A B B A in one launch so that a
@@ -410,24 +410,27 @@ def launch_facts(
 
 def stalled_result(
     spec: TrialSpec, header: dict[str, Any] | None, results: list[dict[str, Any] | None], current: int | None,
-    message: str, rest: dict[str, Any],
+    message: str, rest: dict[str, Any], how: str = "stalled",
 ) -> dict[str, Any] | None:  # fmt: skip
-    """The result a stall leaves when some candidates were measured before it: those as they are, the
-    one it stalled in (`current`) and the rest failed, naming it; `rest`: the result's other facts.
-    None when nothing was measured yet: the launch failed as a whole."""
+    """The result a stall (`how` "stalled") or a launch that failed mid-way ("failed": a peer died, the
+    launcher stopped it) leaves when some candidates were measured before: those as they are, the one
+    it stopped in (`current`) and the rest failed, naming why; `rest`: the result's other facts. The
+    why is under "stalled" or "launch_error". None when nothing was measured yet: the launch failed as
+    a whole."""
     if header is None or all(r is None for r in results):
         return None
     at = current if current is not None and results[current] is None else None
     out = []
     for i, (measured, cand) in enumerate(zip(results, spec.candidates, strict=True)):
         why = (
-            f"the launch stalled during it: {message}"
+            f"the launch {how} during it: {message}"
             if i == at
-            else f"not measured: the launch stalled ({message})"
+            else f"not measured: the launch {how} ({message})"
         )
         out.append(measured if measured is not None else failed_candidate(i, cand, spec, why))
     ok = any(r["status"] == "ok" for r in out)
-    return {**header, **rest, "candidates": out, "status": "partial" if ok else "failed", "stalled": message}
+    key = "stalled" if how == "stalled" else "launch_error"
+    return {**header, **rest, "candidates": out, "status": "partial" if ok else "failed", key: message}
 
 
 def failed_candidate(index: int, cand: CandidateSpec, spec: TrialSpec, error: str) -> dict[str, Any]:

@@ -54,9 +54,13 @@ MAX_TABLE_BYTES = 8 * 1024**3
 MAX_WORKLOAD_TABLE_BYTES = 64 * 1024**3  # every table of a workload, fp32, across the world
 MAX_DENSE_PARAMETERS = 1 << 28  # the dense model's: bottom MLP, DCN cross net, top MLP (1 GiB of fp32)
 MAX_TABLES = 4096  # tables of one workload (the engine's default AUTOTUNER_MAX_TABLES)
-MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size: ids (int64) and dense (fp32)
+MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size (WorkloadSpec.input_sample_bytes)
 MAX_SAMPLE_BYTES = 8 * 1024**3  # one rank's samples of a convergence check, for training and held out
 MAX_BATCH = 1 << 20
+MAX_SEED = 2**32 - 1  # torch's generators take 64 bits: room for seed x 1000 + rank and the like
+# Held-out samples each rank scores in a convergence check: fewer, and a log loss or AUC of a handful
+# of samples (of one class, AUC has no value at all) says nothing.
+MIN_EVAL_SAMPLES_PER_RANK = 64
 MAX_ACTIVATION_BYTES = 32 * 1024**3  # what one rank's step keeps for backward (fp32), at its largest batch
 GIB = 1024**3
 # DLRM_DCN's cross net as trials.model builds it (tests/trials/test_dense_size.py holds the two equal).
@@ -151,7 +155,22 @@ class _Number:
 Text = Annotated[str, StringConstraints(strict=True, min_length=1, pattern=r"\S")]
 Layers = Annotated[tuple[Annotated[int, _Int(high=65536)], ...], Field(min_length=1)]
 BatchSize = Annotated[int, _Int(high=MAX_BATCH)]
-Seed = Annotated[int, _Int(low=0)]
+Seed = Annotated[int, _Int(low=0, high=MAX_SEED)]
+# A table's name is a module's name in TorchRec's EmbeddingBagCollection (a key of a torch ModuleDict):
+# no ".", and not one of the ModuleDict's own attributes, which torch refuses ("attribute 'keys' already
+# exists"); the private ones are kept out by the leading letter. tests/trials/test_spec.py holds this
+# list to the installed torch's.
+TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,127}")
+MODULE_DICT_ATTRIBUTES = frozenset(
+    "T_destination add_module apply bfloat16 buffers call_super_init children clear compile cpu cuda double "
+    "dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter get_submodule half "
+    "ipu items keys load_state_dict modules mtia named_buffers named_children named_modules named_parameters "
+    "parameters pop register_backward_hook register_buffer register_forward_hook register_forward_pre_hook "
+    "register_full_backward_hook register_full_backward_pre_hook register_load_state_dict_post_hook "
+    "register_load_state_dict_pre_hook register_module register_parameter register_state_dict_post_hook "
+    "register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule share_memory state_dict to "
+    "to_empty train training type update values xpu zero_grad".split()
+)
 
 
 class _Spec(BaseModel):
@@ -183,6 +202,17 @@ class TableSpec(_Spec):
     ]
     embedding_dim: Annotated[int, _Int(high=65536)]
     pooling_factor: Annotated[int, _Int(high=100_000)]
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _a_module_name(cls, name: Any) -> Any:
+        if isinstance(name, str) and not TABLE_NAME.fullmatch(name):
+            raise _Problem(f"must be a non-empty name of letters, digits, _ or -, a letter first, at most 128 "
+                           f"(a torch module's name, which takes no '.'), got {_shown(name)}")  # fmt: skip
+        if isinstance(name, str) and name in MODULE_DICT_ATTRIBUTES:
+            raise _Problem(f"{_shown(name)} is taken: torch's ModuleDict, which holds the tables, has an "
+                           "attribute of that name")  # fmt: skip
+        return name
 
     @model_validator(mode="after")
     def _fits(self) -> TableSpec:
@@ -336,9 +366,18 @@ class WorkloadSpec(_Spec):
 
     @property
     def sample_bytes(self) -> int:
-        """What one sample holds in memory: its ids (int64) and dense features (fp32)."""
+        """What one sample of a convergence check holds in memory: its ids (int64) and dense features
+        (fp32)."""
         dense = self.dense.in_features * 4 if self.dense is not None else 0
         return sum(t.pooling_factor for t in self.tables) * 8 + dense
+
+    @property
+    def input_sample_bytes(self) -> int:
+        """What one sample of a timing's input batches holds (trials.model.make_batches): ids (int64)
+        and a length (int32) per table, a label (int64) and dense features (fp32), which without a
+        dense part are the weights of the sparse loss, one per pooled embedding column (dim_sum)."""
+        width = self.dense.in_features if self.dense is not None else self.dim_sum
+        return sum(t.pooling_factor * 8 + 4 for t in self.tables) + 8 + width * 4
 
 
 def quality_problem(workload: WorkloadSpec, train_samples: int, eval_samples: int, world: int) -> str | None:
@@ -439,7 +478,7 @@ class TrialSpec(_Spec):
         if (size := self.input_bytes(batch)) > MAX_INPUT_BYTES:
             raise _Problem(f"{self.input_batches} input batches of {batch} samples x {self.input_bytes(1) // self.input_batches:,} "
                            f"bytes are {size / GIB:,.1f} GiB per rank, above {MAX_INPUT_BYTES // GIB} GiB "
-                           "(fewer, smaller batches or less pooling)", "candidates")  # fmt: skip
+                           "(fewer or smaller batches, less pooling or fewer embedding columns)", "candidates")  # fmt: skip
         if (dense := self.workload.dense) is not None and (
             size := batch * dense.activations(len(self.workload.tables)) * 4
         ) > MAX_ACTIVATION_BYTES:
@@ -451,8 +490,8 @@ class TrialSpec(_Spec):
         return self
 
     def input_bytes(self, batch_size: int) -> int:
-        """What one rank's input batches of `batch_size` hold: ids (int64) and dense features (fp32)."""
-        return batch_size * self.workload.sample_bytes * self.input_batches
+        """What one rank's input batches of `batch_size` hold (WorkloadSpec.input_sample_bytes)."""
+        return batch_size * self.workload.input_sample_bytes * self.input_batches
 
     def sharding_of(self, candidate: CandidateSpec) -> str:
         return candidate.sharding or self.workload.sharding
@@ -531,6 +570,15 @@ def parse_workload(obj: Any, at: str = "workload") -> WorkloadSpec:
 
 def parse_candidate(obj: Any, at: str) -> CandidateSpec:
     return _parse(CandidateSpec, obj, at)
+
+
+def world_problem(spec: TrialSpec, world: int) -> None:
+    """SpecError when the spec cannot run on `world` ranks (known from the launcher's WORLD_SIZE before
+    torch is imported): a convergence check's held-out samples split too thin to score."""
+    if spec.quality is not None and (share := spec.quality.eval_samples // world) < MIN_EVAL_SAMPLES_PER_RANK:
+        raise SpecError("quality.eval_samples", f"{spec.quality.eval_samples:,} held-out samples over {world} "
+                        f"rank(s) are {share:,} per rank, below the {MIN_EVAL_SAMPLES_PER_RANK} a rank "
+                        f"scores: at least {MIN_EVAL_SAMPLES_PER_RANK * world:,}")  # fmt: skip
 
 
 def parse_spec(obj: Any) -> TrialSpec:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 import torch
 
-from tests.trials.test_launch import run_trial
+from tests.trials.test_launch import SCHEMA, run_trial
 from trials.convergence import auc, checkpoint_steps, teacher_samples
 from trials.spec import MAX_SAMPLE_BYTES, parse_workload, quality_problem
 
@@ -71,6 +72,13 @@ def test_int8_passes_and_a_damaged_codec_is_refused(checked):
     assert damaged["logloss"] - base["logloss"] > LIMIT, (damaged, base)
     assert base["auc"] > 0.6  # the model learned the teacher's task
     assert seed["logloss"] != base["logloss"]  # another initialization, another model
+
+
+@pytest.mark.slow
+def test_a_quality_result_matches_the_schema(checked):
+    """A quality launch's candidates carry their figures under `quality`, not a timing's."""
+    jsonschema.validate(checked, SCHEMA)
+    assert all(c["status"] == "ok" for c in checked["candidates"])
 
 
 @pytest.fixture(scope="module")
