@@ -205,7 +205,8 @@ def _scores(
         or len(done[-1].spec["candidates"]) != len(slots)
     ):
         batch_change = any(v.batch_change for v in variants)
-        quality = {"train_samples": budget, "eval_samples": eval_samples(budget), "data_seed": ctx.settings.seed,
+        ranks = ctx.settings.nnodes * ctx.settings.nproc_per_node
+        quality = {"train_samples": budget, "eval_samples": eval_samples(budget, ranks), "data_seed": ctx.settings.seed,
                    **({"checkpoints": CHECKPOINTS} if batch_change else {}),
                    **({"data": ctx.space.quality_data} if ctx.space.quality_data else {})}  # fmt: skip
         extras = [_extra(v, seed, baseline_batch, budget, gain, seeds.index(seed)) for v, seed in slots]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autotuner.paths import default_data_dir
+from trials.spec import MIN_EVAL_SAMPLES_PER_RANK
 
 EXECUTORS = ("local", "replay", "slurm", "kubernetes")
 FABRIC_PATTERN = r"^[1-9][0-9]{0,5}(kbit|mbit|gbit)$"  # 12 digits of gbit: tc refused it
@@ -46,16 +47,17 @@ def default_workdir(database_url: str, data_dir: Path | None = None) -> Path:
 MAX_EXTENSION = 1.5  # how far past the common budget a bigger batch may train in the convergence check
 
 
-def eval_samples(budget: int) -> int:
-    """Held-out samples of a check whose models train on `budget`: enough for a log loss to the third
-    decimal, an eighth of the budget for a large one."""
-    return max(8192, budget // 8)
+def eval_samples(budget: int, ranks: int) -> int:
+    """Held-out samples of a check whose models train on `budget` over `ranks`: enough for a log loss
+    to the third decimal, an eighth of the budget for a large one, and at least what the trial asks of
+    each rank (8,192 split over 256 ranks is 32 a rank: the trial refuses it)."""
+    return max(8192, budget // 8, MIN_EVAL_SAMPLES_PER_RANK * ranks)
 
 
-def most_samples(budget: int) -> tuple[int, int]:
-    """The most training samples a quality launch of `budget` gives one model (a bigger batch trains
-    past the budget, see extension), and its held-out samples: what its ranks build."""
-    return int(budget * MAX_EXTENSION), eval_samples(budget)
+def most_samples(budget: int, ranks: int) -> tuple[int, int]:
+    """The most training samples a quality launch of `budget` over `ranks` gives one model (a bigger
+    batch trains past the budget, see extension), and its held-out samples: what its ranks build."""
+    return int(budget * MAX_EXTENSION), eval_samples(budget, ranks)
 
 
 def _cli(name: str) -> dict[str, Any]:

@@ -196,7 +196,7 @@ def check_quality_samples(settings: StudySettings, workload: WorkloadSpec, large
                          f"of {largest_batch:,} per rank: the convergence check could not train; give at least "
                          f"{ranks * largest_batch:,} (far more for a telling check), or 0 to skip it (then no precision, batch "
                          "or pipeline change is published)", "settings")  # fmt: skip
-    if problem := quality_problem(workload, *most_samples(settings.quality_samples), ranks):
+    if problem := quality_problem(workload, *most_samples(settings.quality_samples, ranks), ranks):
         raise StudyError(problem, "settings")
 
 
