@@ -10,6 +10,7 @@ import ast
 import json
 import math
 import re
+import reprlib
 import sys
 from typing import Any
 
@@ -108,9 +109,10 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
 
 async def _request(request: Request, exc: Exception) -> JSONResponse:
     """FastAPI's own 422, made JSON-safe: a NaN or an infinity in the request (Python's JSON reads
-    them) was echoed back as `input`, which no JSON can carry, and the answer became a 500."""
+    them) was echoed back as `input`, which no JSON can carry, and the answer became a 500; so was a
+    value nested hundreds deep (the encoders recurse), which is echoed as a short repr."""
     assert isinstance(exc, RequestValidationError)
-    return _unprocessable(_finite(jsonable_encoder([_in_spec_words(e) for e in exc.errors()])))
+    return _unprocessable([{k: _echo(v) for k, v in _in_spec_words(e).items()} for e in exc.errors()])
 
 
 def _in_spec_words(error: dict[str, Any]) -> dict[str, Any]:
@@ -151,13 +153,44 @@ def _unparsed(cause: BaseException | None) -> str | None:
     return None
 
 
-def _finite(value: Any) -> Any:
+ECHO_DEPTH = 16  # a 422 echoes a value as given to this depth; deeper, as a short repr
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+
+
+def _echo(value: Any) -> Any:
+    """`value` as a 422 may echo it: JSON-safe (NaN as "nan"), or, where it nests deeper than
+    ECHO_DEPTH, a short repr (reprlib's depth is bounded): jsonable_encoder and _finite recurse, and
+    a value ~900 deep (a body under 2 KB) was a 500 and a traceback of 150 KB in the log."""
+    if _nests_deeper(value, ECHO_DEPTH):
+        return _SHORT.repr(value)[:200]
+    return _finite(jsonable_encoder(value), ECHO_DEPTH + 1)
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists, tuples or dicts in `value` nest more than `limit` deep; iterative."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else ()
+        )
+        if children and depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _finite(value: Any, depth: int) -> Any:
+    """`value` with NaN and the infinities as text; `depth` more levels at most, then a short repr."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # "nan", "inf", "-inf"
+    if isinstance(value, (dict, list)) and depth <= 0:
+        return _SHORT.repr(value)[:200]
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite(v, depth - 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [_finite(v, depth - 1) for v in value]
     return value
 
 

@@ -83,10 +83,13 @@ class ConfigFastPath:
                 return None
         authorization: bytes | None = None
         fingerprint: bytes | None = None
-        for header, raw in scope["headers"]:  # one pass over the headers
-            if header == b"authorization":
+        # One pass over the headers, the first of each kept: the route reads them with Starlette's
+        # Headers.get, which gives the first, so a repeated header gets the same answer from both (the
+        # last was used here: a bad token then a good one was served here and refused by the route).
+        for header, raw in scope["headers"]:
+            if header == b"authorization" and authorization is None:
                 authorization = raw
-            elif header == FINGERPRINT:
+            elif header == FINGERPRINT and fingerprint is None:
                 fingerprint = raw
         if not state.settings.public_read and not _may_read(authorization, state.settings.token_scopes):
             return None

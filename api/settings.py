@@ -32,7 +32,9 @@ def _seconds(duration: str, *, unit_required: bool = False) -> float | None:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+    # hide_input_in_errors: a validation error would print the whole AUTOTUNER_TOKENS or a database URL
+    # with its password (a traceback of `uvicorn --factory api.app:app_from_env` reaches the journal).
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore", hide_input_in_errors=True)
 
     def __init__(self, **values: Any) -> None:
         # Read at each construction (not once at import), and checked: a misspelt path or key must not
@@ -78,12 +80,18 @@ class Settings(BaseSettings):
     @field_validator("tokens")
     @classmethod
     def _tokens(cls, value: str) -> str:
-        for pair in filter(None, (p.strip() for p in value.split(","))):
-            secret, _, scope = pair.rpartition(":")
-            if not secret or scope not in SCOPES:
-                raise ValueError(
-                    f"AUTOTUNER_TOKENS entry {pair[:4]}...: use secret:scope, scope one of {SCOPES}"
+        # An entry is named by its place, never by its text: that is a secret (or a part of one).
+        for place, pair in enumerate((p.strip() for p in value.split(",")), start=1):
+            secret, colon, scope = pair.rpartition(":")
+            if pair and (not secret or scope not in SCOPES):
+                # its scope shown only if it reads as one (a typo: 'reed'); else it may be the token's end
+                shown = (
+                    repr(scope)
+                    if colon and difflib.get_close_matches(scope.lower(), SCOPES, 1, 0.6)
+                    else "not shown"
                 )
+                raise ValueError(f"AUTOTUNER_TOKENS entry {place} (scope {shown}): use secret:scope, "
+                                 f"scope one of {SCOPES}")  # fmt: skip
         return value
 
     @field_validator("revalidate_every", "prune_runs_after")

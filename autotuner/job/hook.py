@@ -3,7 +3,9 @@
 It runs at the start of every training job, so it must never be the reason a job does not start:
 fail-open. If the service is down, slow or answers with an error, it falls back to the last config it
 cached for this (server, cluster, workload, nodes), or to nothing; it warns on stderr, exits 0, and
-gives up within a hard time bound. Machine output (the export lines) goes alone to stdout.
+gives up within a hard time bound. Machine output (the export lines) goes alone to stdout. The cache
+(in the user's home, maybe a hung NFS mount) is read within what is left of that bound and written
+only once the job has its answer, within CACHE_S: it never holds a job either.
 
 It trusts no answer: every one (from the service, the cache file or the store) goes through the gate
 the service publishes with (autotuner.job.exports.check_exports): an answer that is not a config object,
@@ -56,6 +58,10 @@ NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malforme
 
 
 MAX_CACHE_BYTES = 64 << 10  # a config is a few hundred bytes
+# The cache is a local file, read or written in milliseconds, but it lives in the user's home, which can
+# be a hung NFS mount: a read gets at least this (else what is left of the fetch's deadline), a write
+# (after the job's answer) at most this. Then the job goes on without it.
+CACHE_S = 0.25
 
 
 def cache_dir() -> Path | None:
@@ -317,7 +323,11 @@ def _bounded_detect(nodes: int | None) -> tuple[dict[str, str], float]:
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     """The config for this job, checked, fail-open, and what was dropped from it. Never raises for
     service trouble; a malformed answer counts as trouble (the cache, else nothing). Leaves the
-    job's fingerprint in `args.job_fingerprint`."""
+    job's fingerprint in `args.job_fingerprint`, and what the cache is to learn (what, a call) in
+    `args.cache_update`: `settle_cache(args)` does it once the job has its config (output printed,
+    just before the command runs), within CACHE_S."""
+    args.deadline = time.monotonic() + args.timeout  # the fetch's; a cache read gets what is left
+    args.cache_update = None
     args.job_fingerprint, spent = _bounded_detect(args.nodes)
     if not args.server:
         if not args.db:  # never a store by default: it could be anywhere, and nothing bounds its time
@@ -342,7 +352,10 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
             f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
         )
         if cache is not None:
-            cache.unlink(missing_ok=True)
+            args.cache_update = (
+                "remove the withdrawn config from the cache",
+                lambda: cache.unlink(missing_ok=True),
+            )
         return None, {}
     config, dropped = checked_config(answer)
     if config is None:  # a 200 that is not a config: as if the service had failed
@@ -353,12 +366,26 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         reason = f"the config service answered with {other} (refused)"
         return _from_cache(cache, reason, args), {"": reason}
     _warn_dropped(dropped, "the service's answer")
-    try:
-        if cache is not None:
-            _write_cache(cache, config)
-    except (OSError, ValueError, RecursionError) as exc:
-        _warn(printable(f"could not cache the config ({type(exc).__name__}: {exc})"))
+    if cache is not None:
+        args.cache_update = ("cache the config", lambda: _write_cache(cache, config))
     return config, dropped
+
+
+def settle_cache(args: argparse.Namespace) -> None:
+    """What resolve() left for the cache (the config to keep, a withdrawn one to forget), done once the
+    job has its answer and best effort: within CACHE_S, in a thread the job does not wait for after
+    that (a hung NFS home must not hold the job: its answer is printed, or its command run, anyway)."""
+    pending = getattr(args, "cache_update", None)
+    args.cache_update = None
+    if pending is None:
+        return
+    what, update = pending
+    try:
+        _within(CACHE_S, update)
+    except TimeoutError:
+        _warn(f"could not {what} (the cache directory did not answer within {CACHE_S:g} s)")
+    except (OSError, ValueError, RecursionError) as exc:
+        _warn(printable(f"could not {what} ({type(exc).__name__}: {exc})"))
 
 
 def _checked(answer: Any, source: str, args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
@@ -396,7 +423,12 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
     try:
         if cache is None:
             raise FileNotFoundError("no cache directory")
-        cached = _read_cache(cache)
+        wait = _cache_wait(args)
+        cached = _within(wait, lambda: _read_cache(cache))
+    except TimeoutError:  # a hung NFS home: the job starts without it
+        _warn(f"{trouble} and the cache directory did not answer within {round(wait, 2):g} s: starting the "
+              "job with its own environment")  # fmt: skip
+        return None
     except FileNotFoundError:
         _warn(f"{trouble} and no cached config: starting the job with its own environment")
         return None
@@ -416,6 +448,12 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
         return None
     _warn(f"{trouble}: using the cached config {config['exports'].get('AUTOTUNER_CONFIG', '')}")
     return config
+
+
+def _cache_wait(args: argparse.Namespace) -> float:
+    """How long a cache read may take: what is left of the fetch's deadline (a service that refused at
+    once leaves most of it), and at least CACHE_S (one that timed out leaves nothing)."""
+    return max(CACHE_S, getattr(args, "deadline", 0.0) - time.monotonic())
 
 
 def _warn_dropped(dropped: Dropped, source: str) -> None:
@@ -544,6 +582,7 @@ def env_main(argv: list[str]) -> int:
         _stdout((text if config is not None else "null") + "\n")
     else:
         _stdout(text + _comments(dropped) + (f"# nccl-autotuner: {note}\n" if note else ""))
+    settle_cache(args)  # after the answer: the job has it whatever the cache does
     return 0
 
 
@@ -564,6 +603,7 @@ def exec_main(argv: list[str]) -> int:
         return 2
     p = parser("autotuner exec")
     env = dict(os.environ)
+    args = argparse.Namespace()
     try:
         args = p.parse_args(own)
         _check(p, args)
@@ -579,6 +619,7 @@ def exec_main(argv: list[str]) -> int:
         _warn("no tuned config (--help given), running the command with its own environment")
     except Exception as exc:
         _warn(printable(f"could not read the config: {type(exc).__name__}: {exc}"))
+    settle_cache(args)  # the last thing before the command (nothing runs after exec), within CACHE_S
     try:
         os.execvpe(command[0], command, env)
     except (OSError, ValueError) as exc:  # ValueError: an empty command name ("$CMD" unset)

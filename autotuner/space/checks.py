@@ -143,13 +143,42 @@ def _check_inproc(key: str, values: Any, problems: list[Problem]) -> None:
 
 
 def _hashable(value: Any) -> Any:
-    """A key equal where the values are (a precision pair arrives as a list; anything odd by its JSON)."""
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
+    """A key equal where the values are (a precision pair arrives as a list; anything odd by its JSON).
+    A list's is flat, its brackets as markers, made and compared without recursion: a list nested 900
+    deep (a request body under 2 KB) overflowed the recursion, a 500."""
+    if not isinstance(value, list):
+        return _hashable_leaf(value)
+    key: list[Any] = []
+    inside: set[int] = set()  # the lists being read: one found inside itself (YAML can say so) is a mark
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, closing = stack.pop()
+        if closing:
+            inside.discard(id(item))
+            key.append(_CLOSE)
+        elif isinstance(item, list) and id(item) in inside:
+            key.append(_CYCLE)
+        elif isinstance(item, list):
+            inside.add(id(item))
+            key.append(_OPEN)
+            stack.append((item, True))
+            stack.extend((v, False) for v in reversed(item))
+        else:
+            key.append(_hashable_leaf(item))
+    return tuple(key)
+
+
+_OPEN, _CLOSE, _CYCLE = ("[",), ("]",), ("...",)  # no JSON value is a tuple: never equal to one
+
+
+def _hashable_leaf(value: Any) -> Any:
     try:
         hash(value)
     except TypeError:
-        return ("unhashable", json.dumps(value, sort_keys=True, default=repr))
+        try:
+            return ("unhashable", json.dumps(value, sort_keys=True, default=repr))
+        except (ValueError, RecursionError):  # a dict nested too deep, or inside itself: never equal
+            return ("unhashable", id(value))
     return value
 
 

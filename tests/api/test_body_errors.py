@@ -92,3 +92,82 @@ def test_a_field_problem_stays_at_the_field(module_server, space, loc):
     response = module_server.client("write").post("/v1/studies", json=body)
     assert response.status_code == 422, response.text
     assert [e["loc"] for e in response.json()["detail"]] == [loc]
+
+
+def nested(depth: int) -> str:
+    """A list `depth` levels deep, as JSON text."""
+    return "[" * depth + "]" * depth
+
+
+def deep_bodies(depth: int) -> list[tuple[str, str]]:
+    """(path, body) of /v1/lint and POST /v1/studies with a value `depth` levels deep inside (the
+    body's own object, and the space's and its env's, add to it)."""
+    study = json.dumps(replay_study_body(None))
+    return [
+        ("/v1/lint", '{"env": {}, "allow_risky": ' + nested(depth) + "}"),
+        ("/v1/studies", study.replace('"space": {', '"space": {"env": {"NCCL_NSOCKS_PERTHREAD": ' + nested(depth) + "}, ", 1)),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("depth", [500, 900])
+def test_a_body_nested_hundreds_deep_is_refused_naming_the_limit(module_server, depth):
+    """Under 2 KB nested 480 to 990 deep: the parser read it, then echoing it in a 422 (jsonable_encoder,
+    _finite) or the space's duplicate check recursed past Python's limit: a 500, and 150 KB of
+    traceback in the log."""
+    for path, body in deep_bodies(depth):
+        assert path != "/v1/studies" or body.count("[") > depth  # the env value went in
+        response = module_server.client("write").post(
+            path, content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, (path, response.status_code, response.text[:200])
+        assert response.json()["detail"] == ("the body cannot be read as JSON: arrays or objects are nested too "
+                                             "deep (over 64 levels)")  # fmt: skip
+    assert "Traceback" not in module_server.log.read_text()
+
+
+def chunks(text: str, size: int):
+    data = text.encode()
+    for at in range(0, len(data), size):
+        yield data[at : at + size]
+
+
+def test_a_streamed_body_is_measured_as_it_arrives_and_brackets_in_strings_do_not_count(module_server):
+    """Sent chunked (no Content-Length), in 7-byte pieces: 64 levels pass (a 422 for what is in them,
+    the deep value echoed as a short repr), 65 do not; a string's brackets (and escaped quotes) are
+    text, not nesting."""
+    client = module_server.client("write")
+    headers = {"content-type": "application/json"}
+    noise = json.dumps('"]]]]\\' * 100)  # were it counted, the levels after it would be hidden
+    at_the_limit = '{"env": {"NCCL_ALGO": ' + noise + '}, "allow_risky": ' + nested(63) + "}"  # 1 + 63
+    response = client.post("/v1/lint", content=chunks(at_the_limit, 7), headers=headers)
+    assert response.status_code == 422, response.text[:300]
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "allow_risky", 0]
+    assert error["input"] == "[[[[...]]]]"  # 61 levels: reprlib's first few
+    over = at_the_limit.replace(nested(63), nested(64))
+    response = client.post("/v1/lint", content=chunks(over, 7), headers=headers)
+    assert response.status_code == 400, response.text[:300]
+    assert "over 64 levels" in response.json()["detail"]
+    quoted = json.dumps("[" * 500)  # 500 brackets in a string: no nesting at all
+    response = client.post("/v1/lint", content=chunks('{"env": {"NCCL_ALGO": ' + quoted + "}, "
+                           '"allow_risky": ' + nested(64) + "}", 7), headers=headers)  # fmt: skip
+    assert response.status_code == 400, response.text[:300]
+
+
+def test_a_422_echoes_a_value_nested_past_python_s_limit_as_a_short_repr():
+    """Behind the edge's limit too (a handler's own defence): jsonable_encoder and _finite recursed."""
+    import asyncio
+
+    from fastapi.exceptions import RequestValidationError
+
+    from api.errors import _request
+
+    deep = json.loads(nested(900))
+    exc = RequestValidationError([{"type": "string_type", "loc": ("body", "allow_risky", 0), "msg": "Input should be a valid string",
+                                   "input": deep, "ctx": {"limit": float("nan")}}])  # fmt: skip
+    response = asyncio.run(_request(None, exc))  # type: ignore[arg-type]
+    assert response.status_code == 422
+    (error,) = json.loads(response.body)["detail"]
+    assert error["loc"] == ["body", "allow_risky", 0]
+    assert error["input"] == "[[[[...]]]]"
+    assert error["ctx"] == {"limit": "nan"}

@@ -221,3 +221,43 @@ def test_plain_queries_are_split_as_parse_qsl_splits_them():
     for _ in range(2000):
         raw = _random_query(rng).encode()
         assert _query(raw) == parse_qsl(raw.decode("latin-1"), keep_blank_values=True), raw
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([("authorization", "Bearer wrong"), ("authorization", "Bearer jobs")], 401),
+        (
+            [
+                ("authorization", "Bearer jobs"),
+                ("x-autotuner-fingerprint", "driver=550.54.15&nccl=2.21.5&nodes=8"),
+                ("x-autotuner-fingerprint", "driver=570.86.15&nodes=8"),
+            ],
+            200,
+        ),
+        (
+            [
+                ("authorization", "Bearer jobs"),
+                ("x-autotuner-fingerprint", "driver=570.86.15&nodes=8"),
+                ("x-autotuner-fingerprint", "driver=550.54.15&nccl=2.21.5&nodes=8"),
+            ],
+            200,
+        ),
+    ],
+    ids=[
+        "bad-then-good-token",
+        "matching-then-other-stack",
+        "other-stack-then-matching",
+    ],
+)
+def test_a_repeated_header_gets_the_routes_answer(apps, headers, status):
+    """The fast path kept the last Authorization (and fingerprint) header, the route (Starlette's
+    Headers.get) the first: a bad token then a good one was served by one and refused by the other,
+    and a job's two fingerprints got two verdicts, by which of the two answered."""
+    fast, routed, _ = apps
+    ours, theirs = (
+        fast.get("/v1/configs/c/w", headers=headers),
+        routed.get("/v1/configs/c/w", headers=headers),
+    )
+    assert ours.status_code == theirs.status_code == status, ours.text
+    assert (ours.headers, ours.content) == (theirs.headers, theirs.content)

@@ -133,3 +133,36 @@ def test_readers_see_the_names_of_the_operators_executor_options_not_their_value
             study = body["data"][0] if "data" in body else body
             assert study["settings"]["executor_options"] == {"landscape": HIDDEN, "delay_s": HIDDEN}
             assert str(LANDSCAPE) not in json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "says"),
+    [
+        ("jobs:read,s3cr3tXq9Zpw", "AUTOTUNER_TOKENS entry 2 (scope not shown)"),  # no scope
+        ("jobs:read,,s3cr3tXq9Zpw:reed", "AUTOTUNER_TOKENS entry 3 (scope 'reed')"),  # a typo is shown
+        ("s3cr3t:Xq9Zpw", "AUTOTUNER_TOKENS entry 1 (scope not shown)"),  # after its colon: the token's end
+    ],
+)
+def test_a_malformed_token_entry_is_named_by_its_place_never_by_its_secret(tmp_path, tokens, says):
+    """The entry was named by its first four characters: those of a secret token, in the log."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+    proc = subprocess.run([sys.executable, "-m", "autotuner", "serve", "--no-scheduler"], cwd=REPO,
+                          env={**clean, "AUTOTUNER_DATA_DIR": str(tmp_path), "AUTOTUNER_TOKENS": tokens},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr
+    assert "s3cr" not in proc.stderr
+    assert "Xq9Z" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("AUTOTUNER_TOKENS", "jobs:read,s3cr3tXq9Zpw:wirte"), ("AUTOTUNER_PORT", "s3cr3tXq9Zpw")],
+)
+def test_a_settings_error_never_holds_the_value_it_refused(monkeypatch, name, value):
+    """pydantic's own message quotes the input (`input_value='...'`): every token, or a password, in a
+    traceback of `uvicorn --factory api.app:app_from_env`."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name.removeprefix("AUTOTUNER_").lower()) as refused:
+        Settings()
+    assert "Xq9Z" not in str(refused.value)

@@ -366,6 +366,7 @@ def test_the_cache_is_written_under_a_name_no_one_can_plant_a_link_at(tmp_path, 
     cache.parent.mkdir(parents=True)
     cache.with_suffix(".tmp4242").symlink_to(victim)
     config, _ = hook_module.resolve(args)
+    hook_module.settle_cache(args)  # the cache is written once the job has its answer
     assert config["exports"]["NCCL_NSOCKS_PERTHREAD"] == "4"
     assert victim.read_text() == "important\n"
     assert json.loads(cache.read_text())["exports"] == GOOD

@@ -595,3 +595,22 @@ def test_json_schema_is_available_for_the_rest_api():
     schema = SearchSpace.model_json_schema()
     assert set(schema["properties"]) == set(BASE)
     assert schema["additionalProperties"] is False
+
+
+def test_a_value_nested_past_pythons_recursion_limit_is_checked_without_recursing():
+    """The duplicate check's key recursed through lists: 900 levels (a request body under 2 KB) was a
+    RecursionError, the service's 500. Its key is flat now, made and compared without recursion."""
+    from autotuner.space.checks import _hashable, check_declaration
+
+    def deep(depth: int, leaf: object = None) -> list:
+        value: list = [leaf]
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    problems, _ = check_declaration({"batch_sizes": [deep(900), deep(900), deep(900, 1)]})
+    assert [(p.variable, p.rule) for p in problems if p.rule == "duplicate"] == [("batch_sizes", "duplicate")]
+    assert _hashable([["fp16", "bf16"]]) == _hashable([["fp16", "bf16"]]) != _hashable([["fp16"], "bf16"])
+    looped: list = [1]
+    looped.append(looped)  # YAML's anchors can say so
+    assert _hashable(looped) != _hashable([1, [1]])
