@@ -196,7 +196,8 @@ class _Spec(BaseModel):
 
 
 class TableSpec(_Spec):
-    name: Text
+    # The pattern is in the schema too: a client (and the API's fuzzing) is told the rule up front.
+    name: Annotated[str, StringConstraints(strict=True, pattern=rf"^{TABLE_NAME.pattern}$")]
     num_embeddings: Annotated[
         int, _Int(), Field(description="rows: at most 8 GiB of fp32 with embedding_dim")
     ]
