@@ -1,4 +1,9 @@
-"""Clusters, workloads and studies, and the lease a study's runner holds."""
+"""Clusters, workloads and studies, and the lease a study's runner holds.
+
+A lease is written and judged by one clock, the database's: PostgreSQL's `statement_timestamp()`, SQLite's
+`'now'` (every process on an SQLite file shares its host's clock). Judged by each replica's own clock, a
+replica ahead by more than the lease took a live study (two runners on one study), and one ahead that
+died left its study waiting for as long as it was ahead."""
 
 from __future__ import annotations
 
@@ -6,14 +11,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Result, func, or_, select, update
+from sqlalchemy import CursorResult, DateTime, Result, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from autotuner.names import check_name
 from autotuner.store.base import NameTaken, StoreBase
 from autotuner.store.models import Cluster, Launch, Study, Workload, utcnow
 from autotuner.store.states import ACTIVE, TERMINAL, StudyState
+
+# SQLite's 'now' as SQLAlchemy writes a date there (UTC, microseconds): text that compares in order with
+# the dates already stored. SQLite's clock has milliseconds.
+SQLITE_NOW = "%Y-%m-%d %H:%M:%f000"
 
 
 class StudyRecords(StoreBase):
@@ -130,40 +140,54 @@ class StudyRecords(StoreBase):
                               .values(state=state, **fields))  # fmt: skip
             return s.get(Study, study_id) if _matched(moved) == 1 else None
 
+    def _db_now(self, plus_s: float = 0.0) -> ColumnElement[Any]:
+        """The database's clock, `plus_s` seconds on, as an SQL expression evaluated by the statement
+        that uses it: how every replica writes and judges a lease, whatever its own clock says. A
+        backend with no rule here (neither SQLite nor PostgreSQL) gets this process's clock."""
+        dialect = self.engine.dialect.name
+        if dialect == "sqlite":
+            return func.strftime(SQLITE_NOW, "now", f"{plus_s:+.6f} seconds")
+        if dialect == "postgresql":
+            return func.statement_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=plus_s)
+        return literal(utcnow() + timedelta(seconds=plus_s), Study.lease_expires_at.type)
+
+    def _lapsed(self, now: datetime | None = None) -> ColumnElement[bool]:
+        """A lease nobody holds, or one that expired by the database's clock (or by `now`, if given)."""
+        return or_(Study.owner.is_(None), Study.lease_expires_at < (self._db_now() if now is None else now))
+
+    def _lease(self, lease_s: float) -> dict[str, Any]:
+        """The columns a lease of `lease_s` seconds from now sets (by the database's clock)."""
+        return {"lease_expires_at": self._db_now(lease_s), "heartbeat_at": self._db_now()}
+
     def acquire_study(self, study_id: int, owner: str, lease_s: float) -> bool:
         """Take (or renew) the lease on a study. Atomic: of two contenders exactly one wins, and a
-        holder that stopped renewing (killed) loses it once the lease expires."""
-        now = utcnow()
+        holder that stopped renewing (killed) loses it once the lease expires by the database's clock."""
         with self.session() as s:
             result = s.execute(
                 update(Study)
                 .where(Study.id == study_id)
-                .where(or_(Study.owner.is_(None), Study.owner == owner, Study.lease_expires_at < now))
-                .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+                .where(or_(self._lapsed(), Study.owner == owner))
+                .values(owner=owner, **self._lease(lease_s))
             )
             return _matched(result) == 1
 
     def renew_study(self, study_id: int, owner: str, lease_s: float) -> bool:
         """Renew a lease this owner holds (atomic). Unlike acquire_study, never takes a lease that is
-        free or expired: a runner paused past its lease, whose successor finished the study and let it
-        go, renewed it and carried on with a study that was done."""
-        now = utcnow()
+        free or taken by another: a runner paused past its lease, whose successor finished the study and
+        let it go, renewed it and carried on with a study that was done."""
         with self.session() as s:
             result = s.execute(
-                update(Study)
-                .where(Study.id == study_id, Study.owner == owner)
-                .values(lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+                update(Study).where(Study.id == study_id, Study.owner == owner).values(**self._lease(lease_s))
             )
             return _matched(result) == 1
 
     def take_over_study(self, study_id: int, dead_owner: str, owner: str, lease_s: float) -> bool:
         """Take a lease from a holder known to be dead (atomic: only if it still holds it)."""
-        now = utcnow()
         with self.session() as s:
             result = s.execute(
                 update(Study)
                 .where(Study.id == study_id, Study.owner == dead_owner)
-                .values(owner=owner, lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now)
+                .values(owner=owner, **self._lease(lease_s))
             )
             return _matched(result) == 1
 
@@ -176,30 +200,24 @@ class StudyRecords(StoreBase):
             )
 
     def claimable_studies(self, now: datetime | None = None) -> list[Study]:
-        """Active studies whose lease is free or expired (what a scheduler may pick up)."""
-        now = now or utcnow()
+        """Active studies whose lease is free or expired, by the database's clock unless `now` is given
+        (what a scheduler may pick up)."""
         with self.session() as s:
-            query = (
-                select(Study)
-                .where(Study.state.in_(ACTIVE))
-                .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
-                .order_by(Study.id)
-            )
+            query = select(Study).where(Study.state.in_(ACTIVE), self._lapsed(now)).order_by(Study.id)
             return list(s.scalars(query))
 
     def cancelled_with_live_launches(self, now: datetime | None = None) -> list[Study]:
         """Cancelled studies that still have a launch pending or running, whose lease is free or
-        expired: what a cancel made while no runner followed the study left (a queued Kubernetes Job
-        could start hours later and hold GPUs). The queue stops those launches. (A re-validation's
-        launches, of a done or a cancelled study, are its own to follow again.)"""
-        now = now or utcnow()
+        expired (by the database's clock unless `now` is given): what a cancel made while no runner
+        followed the study left (a queued Kubernetes Job could start hours later and hold GPUs). The
+        queue stops those launches. (A re-validation's launches, of a done or a cancelled study, are its
+        own to follow again.)"""
         live = select(Launch.id).where(Launch.study_id == Study.id, Launch.state.in_(("pending", "running")),
                                        Launch.kind != "revalidate")  # fmt: skip
         with self.session() as s:
             query = (
                 select(Study)
-                .where(Study.state == StudyState.CANCELLED, live.exists())
-                .where(or_(Study.owner.is_(None), Study.lease_expires_at < now))
+                .where(Study.state == StudyState.CANCELLED, live.exists(), self._lapsed(now))
                 .order_by(Study.id)
             )
             return list(s.scalars(query))

@@ -2,7 +2,9 @@
 
 A runner renews every HEARTBEAT_EVERY_S; one that stops (killed, partitioned) loses the study to
 another process once LEASE_S passes without a renewal, or at once when it is known dead (a holder
-on this host whose process is gone).
+on this host whose process is gone). The lease's time is the database's clock (the store writes and
+compares it in SQL): replicas whose clocks disagree still agree on who holds a study. This process's
+clocks only pace the renewals (monotonic).
 """
 
 from __future__ import annotations
