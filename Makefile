@@ -21,7 +21,7 @@ STAMP := $(VENV)/.installed-$(FLAVOR)
 VENV_MIN ?= .venv-min
 FAST := not slow and not soak and not slurm and not postgres and not browser
 
-.PHONY: setup setup-min demo test test-fast test-min lint bench gpu-check landscape clean
+.PHONY: setup setup-service setup-min demo test test-fast test-min lint bench gpu-check landscape clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,16 @@ endif
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"
 	touch $@
+
+# A service host (API, dashboard, scheduler: the systemd unit in docs/operations.md) runs no trial: no
+# torch, no GPU, no CUDA. The engine and PostgreSQL's driver, as deploy/container/Containerfile installs
+# them; SERVICE_EXTRAS=postgres,kubernetes for the Kubernetes executor. Trials run on the compute nodes,
+# set up with `make setup FLAVOR=cuda` there.
+SERVICE_EXTRAS ?= postgres
+setup-service:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet ".[$(SERVICE_EXTRAS)]"
+	$(BIN)/autotuner --help > /dev/null
 
 setup-min: $(VENV_MIN)/.installed-floors
 
@@ -101,9 +111,12 @@ bench: setup
 
 # On a GPU node (after `make setup FLAVOR=cuda`), < 6 min on one GPU: (a) world size 1, every precision
 # and pipeline; (b) 2 emulated nodes (nodes=hostids): NCCL's socket knobs swept, the trial with defaults
-# and the best; (c) a short study over the socket knobs. Writes bench/out/gpu-check.json; exits 2 where
-# there is no GPU. GPU_CHECK_ARGS: e.g. --phases a,b
+# and the best; (c) a short study over the socket knobs. Writes bench/out/gpu-check.json. GPU_CHECK_ARGS:
+# e.g. --phases a,b. Exit codes: `python -m bench.gpu_check` exits 0 (every check passed), 1 (some failed)
+# or 2 (no GPU here: nothing measured); deploy/gpu/run-on-lent-gpu.sh calls it directly for that. Through
+# make, every failure is make's exit 2: read the message, not the code.
 gpu-check:
+	@test -x $(BIN)/python || { echo "make gpu-check: no $(BIN)/python here: run \`make setup FLAVOR=cuda\` first on a GPU node (\`make setup\` elsewhere, with GPU_CHECK_ARGS=--device cpu)" >&2; exit 2; }
 	$(BIN)/python -m bench.gpu_check $(GPU_CHECK_ARGS)
 
 # Re-record the grid the search benchmark replays (real launches, ~5 min; the result is committed).

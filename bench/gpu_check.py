@@ -24,6 +24,7 @@ cannot act there, and the checks that need NCCL fail as they should. It writes g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -37,7 +38,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.trials import DEMO_WORKLOAD, SPARSE_WORKLOAD, torchrun
+from autotuner.executors.local.executor import LAUNCH_TAG
+from bench.trials import DEMO_WORKLOAD, SPARSE_WORKLOAD, new_tag, reap, torchrun
 from trials.choices import PRECISIONS, Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +52,9 @@ SOCKET_SETTINGS: list[tuple[str, tuple[int, int] | None]] = [
 SWEEP_BYTES = [2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20]
 AGREE = 0.20  # a candidate's wire time within 20% of its calls timed alone
 PHASE_LIMITS = {"a": 150, "sweep": 45, "trial": 150, "c": 300}
+# Phase c past its limit: how long `autotuner tune` gets to cancel its launch (the executor gives a
+# cancelled launch 10 s between SIGTERM and SIGKILL) before it is killed and its launches reaped.
+STOP_GRACE_S = 15
 # The all-to-all-bound job: the demo's embedding tables alone at a batch whose all-to-all carries 16 MiB
 # per rank and step, where the sweep showed NCCL's socket defaults slow (at the demo's batch of 512 the
 # messages are ~1 MiB and the defaults are as fast as any setting). Phase c tunes it; phase b checks the
@@ -196,23 +201,28 @@ def run_nodes(
     agents = hostid_agents(
         name, nnodes, 1, sys.executable, f"{name}-{os.getpid()}", argv, free_port(), visible_gpus()
     )
+    tag = new_tag(name)  # every agent's process and worker carries it: all are reaped below
     procs = []
     for i, command in enumerate(agents):
         log = open(work / f"{name}.node{i}.log", "wb")  # closed below, after the wait
-        procs.append((subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=log,
+        procs.append((subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env, LAUNCH_TAG: tag}, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True), log))  # fmt: skip
     deadline = time.monotonic() + limit_s
     rc = 0
-    for proc, log in procs:
-        try:
-            rc = max(rc, proc.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            rc = 124
-        log.close()
-    for proc, _ in procs:  # torchrun's workers run in sessions of their own: the whole group goes
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        for proc, _ in procs:
+            try:
+                rc = max(rc, proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                rc = 124
+    finally:  # torchrun's workers run in sessions of their own: killing an agent's group leaves them
+        reap(tag)
+        for proc, log in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            log.close()
     return rc
 
 
@@ -399,17 +409,44 @@ def phase_c(
             "--trials", str(trials), "--warmup", "3", "--iterations", str(iterations), "--confirm-rounds", str(confirm_rounds),
             "--ladder-rounds", "2", "--quality-samples", "0", "--launch-timeout", "120"]  # fmt: skip
     log = study / "tune.log"
-    try:
-        with open(log, "wb") as f:
-            rc = subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(work)},
-                                timeout=clock.limit(PHASE_LIMITS["c"]) or 1).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        rc = 124
+    rc = run_study(argv, {"TMPDIR": str(work)}, log, clock.limit(PHASE_LIMITS["c"]) or 1)
     report: dict[str, Any] = {"command": " ".join(argv[1:]), "rc": rc, "wall_s": time.perf_counter() - started,
                               "log_tail": log.read_text(errors="replace")[-3000:] if log.exists() else ""}  # fmt: skip
     report.update(study_report(db))
     report["checks"] = phase_c_checks(device, report)
     return report
+
+
+def run_study(argv: list[str], env: dict[str, str], log: Path, limit_s: float) -> int:
+    """`autotuner tune` in a session of its own, its output in `log`. Past `limit_s` it is interrupted
+    (SIGINT: the CLI's Ctrl-C, which has the executor cancel the running launch; it has no SIGTERM
+    handler), given STOP_GRACE_S to go, then its group is killed. Either way, every process of its
+    launches (launch.sh, the agents, their workers: sessions of their own) is reaped by tag. 124: timed out."""
+    tag = new_tag("study")
+    launches = Path(argv[argv.index("--workdir") + 1])
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **env, LAUNCH_TAG: tag}, preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        return proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        return 124
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for launch_tag in [tag, *(t.read_text().strip() for t in launches.glob("*/*/tag"))]:
+            reap(launch_tag)
+
+
+def _default_sigint() -> None:  # in the child: Ctrl-C's default, even where this run ignores SIGINT
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def study_report(db: str) -> dict[str, Any]:

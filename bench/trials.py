@@ -9,21 +9,50 @@ import copy
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from autotuner.executors.local.executor import Fabric
+from autotuner.executors.local.executor import LAUNCH_TAG, Fabric, signal_all, tagged
 
 ROOT = Path(__file__).resolve().parent.parent
 TEN = json.loads((ROOT / "trials" / "examples" / "ten-candidates.json").read_text())
 DEMO_WORKLOAD = json.loads((ROOT / "deploy" / "examples" / "workload-demo.json").read_text())
 # The all-to-all fidelity compares comm calls with a plain loop of the same calls: the sparse part alone.
 SPARSE_WORKLOAD = {k: v for k, v in DEMO_WORKLOAD.items() if k != "dense"}
+
+
+def new_tag(name: str) -> str:
+    """A launch's tag: set as AUTOTUNER_LAUNCH in its environment, which every process it starts
+    inherits (torchrun's workers too, in sessions of their own), so `reap` finds them all."""
+    return f"bench-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def reap(tag: str, grace_s: float = 5.0) -> int:
+    """End every process tagged `tag` (the local executor's reaper finds them): SIGTERM, up to
+    `grace_s` for them to go, then SIGKILL until none is left (torchrun may fork meanwhile).
+    Returns how many there were."""
+    found = tagged(tag)
+    if not found:
+        return 0
+    signal_all(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and tagged(tag):
+        time.sleep(0.05)
+    for _ in range(50):
+        left = tagged(tag)
+        if not left:
+            break
+        found |= left
+        signal_all(left, signal.SIGKILL)
+        time.sleep(0.05)
+    return len(found)
 
 
 def torchrun(
@@ -36,7 +65,8 @@ def torchrun(
 ) -> subprocess.CompletedProcess:
     """`torchrun --standalone` of `args` (a module's or a script's) on this machine; with `netns_rate`,
     inside a fresh network namespace whose loopback is limited to that rate (an emulated fabric);
-    `env`: added to this process's environment."""
+    `env`: added to this process's environment. Past `timeout` (subprocess.TimeoutExpired) or on any
+    other way out, no process of the launch is left: its workers too (sessions of their own)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
     ns = None
     if netns_rate:
@@ -44,11 +74,14 @@ def torchrun(
         for step in Fabric(netns_rate).setup(ns):
             subprocess.run(step, check=True, capture_output=True)
         cmd = ["ip", "netns", "exec", ns, *cmd]
+    tag = new_tag("torchrun")
     try:
         return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-        )
+            cmd, capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, **(env or {}), LAUNCH_TAG: tag},
+        )  # fmt: skip
     finally:
+        reap(tag)
         if ns:
             subprocess.run(["ip", "netns", "del", ns], check=False)
 

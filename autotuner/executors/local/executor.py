@@ -474,7 +474,7 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _tagged(tag: str) -> set[int]:
+def tagged(tag: str) -> set[int]:
     """Every process whose environment carries this launch's tag (workers in their own sessions)."""
     needle = f"{LAUNCH_TAG}={tag}".encode()
     found = set()
@@ -488,9 +488,12 @@ def _tagged(tag: str) -> set[int]:
     return found
 
 
-def _signal_all(pids: set[int], sig: signal.Signals) -> None:
+def signal_all(pids: set[int], sig: signal.Signals) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+_tagged, _signal_all = tagged, signal_all  # the old names (tests import them)
