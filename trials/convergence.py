@@ -30,13 +30,22 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from trials.codecs import ROW_DIM, DamagedCodec
 from trials.model import ShardedWorkload
 from trials.pipelines import make_pipeline, release
-from trials.spec import CandidateSpec, QualitySpec, TrialSpec, WorkloadSpec, quality_problem, world_problem
+from trials.spec import (
+    TEACHER_CHUNK_LOOKUPS,
+    TEACHER_DIM,
+    CandidateSpec,
+    QualitySpec,
+    TrialSpec,
+    WorkloadSpec,
+    quality_problem,
+    world_problem,
+)
 
-TEACHER_DIM = 4
 TEACHER_SEED = 1234
 ID_SKEW = 3.0  # id = rows x u**3: a tenth of the rows draws almost half the lookups
 LOGIT_STD = 2.0
 SPARSE_SHARE = 0.8  # a task neither trivial nor hopeless (AUC about 0.8 for the teacher itself)
+TEACHER_CHUNK = TEACHER_CHUNK_LOOKUPS  # lookups teacher_samples draws or gathers at a time (tests shrink it)
 ORDER_SEED = 7919  # the samples' order of model seed s: a permutation drawn from ORDER_SEED + s
 
 
@@ -72,7 +81,9 @@ class Samples:
 
 
 def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
-    """`n` samples labelled by the hidden teacher (the same teacher on every rank and launch)."""
+    """`n` samples labelled by the hidden teacher (the same teacher on every rank and launch). Built
+    TEACHER_CHUNK lookups at a time, so what it holds past the samples themselves is bounded
+    (trials.spec.quality_problem counts it): the same numbers as built in one go, draw for draw."""
     assert workload.dense is not None
     teacher = torch.Generator().manual_seed(TEACHER_SEED)
     tables = [torch.randn(t.num_embeddings, TEACHER_DIM, generator=teacher) for t in workload.tables]
@@ -80,25 +91,45 @@ def teacher_samples(workload: WorkloadSpec, n: int, seed: int) -> Samples:
     w_dense = torch.randn(workload.dense.in_features, generator=teacher)
     gen = torch.Generator().manual_seed(seed)
     # Skewed ids, as in recommendation data: the frequent ones are learnable, the tail is not.
-    ids = [
-        (t.num_embeddings * torch.rand(n, t.pooling_factor, generator=gen) ** ID_SKEW).long()
-        for t in workload.tables
-    ]
+    ids = [_skewed_ids(t.num_embeddings, n, t.pooling_factor, gen) for t in workload.tables]
     dense = torch.randn(n, workload.dense.in_features, generator=gen)
-    pooled = torch.stack([table[i].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1)
-    sparse, dense_part = (pooled * w_sparse).sum(dim=(1, 2)), dense @ w_dense
-    # Mostly the embeddings: what the comms carry is what a candidate can get wrong.
-    logit = SPARSE_SHARE * _unit(sparse) + (1 - SPARSE_SHARE) * _unit(dense_part)
-    logit = LOGIT_STD * _unit(logit)
-    labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
+    sparse = torch.empty(n)
+    for rows in _chunks(n, sum(t.pooling_factor for t in workload.tables)):
+        pooled = torch.stack(
+            [table[i[rows]].mean(dim=1) for table, i in zip(tables, ids, strict=True)], dim=1
+        )
+        sparse[rows] = (pooled * w_sparse).sum(dim=(1, 2))
+    del tables
+    # Mostly the embeddings: what the comms carry is what a candidate can get wrong. In place: the
+    # same arithmetic as SPARSE_SHARE * _unit(sparse) + (1 - SPARSE_SHARE) * _unit(dense @ w_dense).
+    logit = _unit_(sparse).mul_(SPARSE_SHARE)
+    logit.add_(_unit_(dense @ w_dense).mul_(1 - SPARSE_SHARE))
+    logit = _unit_(logit).mul_(LOGIT_STD).sigmoid_()
+    labels = torch.bernoulli(logit, generator=gen)
     return Samples(ids, dense, labels)
 
 
-def _unit(x: torch.Tensor) -> torch.Tensor:
-    """`x` over its standard deviation; as it is where that has no value (one sample: std() of one value
-    is NaN, and Bernoulli(sigmoid(NaN)) fails) or is 0."""
+def _skewed_ids(rows: int, n: int, pooling: int, gen: torch.Generator) -> torch.Tensor:
+    """`n` x `pooling` ids, rows x u**ID_SKEW: drawn a chunk at a time, in the order one draw of all
+    of them takes (CPU uniforms are drawn one after another), so the same ids as in one go."""
+    ids = torch.empty(n, pooling, dtype=torch.long)
+    for chunk in _chunks(n, pooling):
+        ids[chunk] = (rows * torch.rand(chunk.stop - chunk.start, pooling, generator=gen) ** ID_SKEW).long()
+    return ids
+
+
+def _chunks(n: int, width: int) -> Iterator[slice]:
+    """Slices of `n` rows of `width` values each, about TEACHER_CHUNK values a slice (one row at least)."""
+    step = max(1, TEACHER_CHUNK // max(1, width))
+    for start in range(0, n, step):
+        yield slice(start, min(n, start + step))
+
+
+def _unit_(x: torch.Tensor) -> torch.Tensor:
+    """`x` over its standard deviation, in place; as it is where that has no value (one sample: std() of
+    one value is NaN, and Bernoulli(sigmoid(NaN)) fails) or is 0."""
     std = x.std() if x.numel() > 1 else None
-    return x / std if std is not None and bool(std > 0) else x
+    return x.div_(std) if std is not None and bool(std > 0) else x
 
 
 def rank_samples(

@@ -56,6 +56,10 @@ MAX_DENSE_PARAMETERS = 1 << 28  # the dense model's: bottom MLP, DCN cross net, 
 MAX_TABLES = 4096  # tables of one workload (the engine's default AUTOTUNER_MAX_TABLES)
 MAX_INPUT_BYTES = 8 * 1024**3  # one rank's input batches of one batch size (WorkloadSpec.input_sample_bytes)
 MAX_SAMPLE_BYTES = 8 * 1024**3  # one rank's samples of a convergence check, for training and held out
+SAMPLE_WORK_BYTES = 12  # a sample's label (fp32), and its logit's two parts (fp32) while it is labelled
+TEACHER_DIM = 4  # the convergence check's hidden teacher: its embeddings' width (fp32)
+TEACHER_CHUNK_LOOKUPS = 1 << 18  # what teacher_samples draws or gathers at a time (lookups)
+TEACHER_CHUNK_BYTES = 64 * TEACHER_CHUNK_LOOKUPS  # one chunk's uniforms, ids and gathered rows, and more
 MAX_BATCH = 1 << 20
 MAX_SEED = 2**32 - 1  # torch's generators take 64 bits: room for seed x 1000 + rank and the like
 # Held-out samples each rank scores in a convergence check: fewer, and a log loss or AUC of a handful
@@ -157,19 +161,28 @@ Layers = Annotated[tuple[Annotated[int, _Int(high=65536)], ...], Field(min_lengt
 BatchSize = Annotated[int, _Int(high=MAX_BATCH)]
 Seed = Annotated[int, _Int(low=0, high=MAX_SEED)]
 # A table's name is a module's name in TorchRec's EmbeddingBagCollection (a key of a torch ModuleDict):
-# no ".", and not one of the ModuleDict's own attributes, which torch refuses ("attribute 'keys' already
-# exists"); the private ones are kept out by the leading letter. tests/trials/test_spec.py holds this
-# list to the installed torch's.
-TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,127}")
+# torch refuses one with a "." and one that is already an attribute of the ModuleDict ("attribute 'keys'
+# already exists"); any other name builds ("1_user", "_ids", "user id", "café": a stored workload named so
+# must still resume and re-validate). tests/trials/test_run_contract.py holds the list to the installed
+# torch's; dunder names are refused as a class.
+TABLE_NAME = re.compile(r"[^.]*[^.\s][^.]*")
 MODULE_DICT_ATTRIBUTES = frozenset(
-    "T_destination add_module apply bfloat16 buffers call_super_init children clear compile cpu cuda double "
-    "dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter get_submodule half "
-    "ipu items keys load_state_dict modules mtia named_buffers named_children named_modules named_parameters "
-    "parameters pop register_backward_hook register_buffer register_forward_hook register_forward_pre_hook "
-    "register_full_backward_hook register_full_backward_pre_hook register_load_state_dict_post_hook "
-    "register_load_state_dict_pre_hook register_module register_parameter register_state_dict_post_hook "
-    "register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule share_memory state_dict to "
-    "to_empty train training type update values xpu zero_grad".split()
+    "T_destination _apply _backward_hooks _backward_pre_hooks _buffers _call_impl _compiled_call_impl "
+    "_forward_hooks _forward_hooks_always_called _forward_hooks_with_kwargs _forward_pre_hooks "
+    "_forward_pre_hooks_with_kwargs _get_backward_hooks _get_backward_pre_hooks _get_name "
+    "_is_full_backward_hook _load_from_state_dict _load_state_dict_post_hooks _load_state_dict_pre_hooks "
+    "_maybe_warn_non_full_backward_hook _modules _named_members _non_persistent_buffers_set _parameters "
+    "_register_load_state_dict_pre_hook _register_state_dict_hook _replicate_for_data_parallel "
+    "_save_to_state_dict _slow_forward _state_dict_hooks _state_dict_pre_hooks _version "
+    "_wrapped_call_impl add_module apply bfloat16 buffers call_super_init children clear compile cpu cuda "
+    "double dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter "
+    "get_submodule half ipu items keys load_state_dict modules mtia named_buffers named_children "
+    "named_modules named_parameters parameters pop register_backward_hook register_buffer "
+    "register_forward_hook register_forward_pre_hook register_full_backward_hook "
+    "register_full_backward_pre_hook register_load_state_dict_post_hook register_load_state_dict_pre_hook "
+    "register_module register_parameter register_state_dict_post_hook register_state_dict_pre_hook "
+    "requires_grad_ set_extra_state set_submodule share_memory state_dict to to_empty train training type "
+    "update values xpu zero_grad".split()
 )
 
 
@@ -208,9 +221,9 @@ class TableSpec(_Spec):
     @classmethod
     def _a_module_name(cls, name: Any) -> Any:
         if isinstance(name, str) and not TABLE_NAME.fullmatch(name):
-            raise _Problem(f"must be a non-empty name of letters, digits, _ or -, a letter first, at most 128 "
-                           f"(a torch module's name, which takes no '.'), got {_shown(name)}")  # fmt: skip
-        if isinstance(name, str) and name in MODULE_DICT_ATTRIBUTES:
+            raise _Problem(f"must be a name with something other than spaces and no '.' (a torch module's "
+                           f"name), got {_shown(name)}")  # fmt: skip
+        if isinstance(name, str) and (name in MODULE_DICT_ATTRIBUTES or name[:2] == name[-2:] == "__"):
             raise _Problem(f"{_shown(name)} is taken: torch's ModuleDict, which holds the tables, has an "
                            "attribute of that name")  # fmt: skip
         return name
@@ -381,15 +394,28 @@ class WorkloadSpec(_Spec):
         return sum(t.pooling_factor * 8 + 4 for t in self.tables) + 8 + width * 4
 
 
+def quality_bytes(workload: WorkloadSpec, train_samples: int, eval_samples: int, world: int) -> int:
+    """What one rank of a convergence check of these samples (over all ranks) holds at its most while
+    it builds them (trials.convergence.teacher_samples; both splits, one after the other): each
+    sample's ids, dense features and label and, while they are built, its logit's two parts
+    (SAMPLE_WORK_BYTES), the teacher's tables, and one chunk's draws and lookups (TEACHER_CHUNK_BYTES)."""
+    samples = train_samples // world + -(-eval_samples // world)  # the first ranks hold one more held out
+    teacher = sum(t.num_embeddings for t in workload.tables) * TEACHER_DIM * 4
+    return samples * (workload.sample_bytes + SAMPLE_WORK_BYTES) + teacher + TEACHER_CHUNK_BYTES
+
+
 def quality_problem(workload: WorkloadSpec, train_samples: int, eval_samples: int, world: int) -> str | None:
     """Why a convergence check of these samples (over all ranks) cannot be made (None: it can): each
-    rank builds its share of both splits before the first step."""
-    size = (train_samples // world + eval_samples // world) * workload.sample_bytes
+    rank builds its share of both splits before the first step (what it holds: quality_bytes)."""
+    size = quality_bytes(workload, train_samples, eval_samples, world)
     if size <= MAX_SAMPLE_BYTES:
         return None
+    teacher = sum(t.num_embeddings for t in workload.tables) * TEACHER_DIM * 4
     return (f"a convergence check of {train_samples:,} training and {eval_samples:,} held-out samples over "
             f"{world} rank(s) holds {size / GIB:,.1f} GiB of samples per rank ({workload.sample_bytes:,} bytes "
-            f"each), above {MAX_SAMPLE_BYTES // GIB} GiB: fewer quality_samples, or more ranks")  # fmt: skip
+            f"each), above {MAX_SAMPLE_BYTES // GIB} GiB: fewer quality_samples, or more ranks (counted as they "
+            f"are built: each sample's ids and dense features, and {SAMPLE_WORK_BYTES} bytes for its label and "
+            f"logit; {teacher / GIB:,.1f} GiB of teacher tables; {TEACHER_CHUNK_BYTES // 2**20} MiB a chunk)")  # fmt: skip
 
 
 class CandidateSpec(_Spec):

@@ -8,7 +8,15 @@ import torch
 
 from tests.trials.test_launch import SCHEMA, run_trial
 from trials.convergence import auc, checkpoint_steps, teacher_samples
-from trials.spec import MAX_SAMPLE_BYTES, parse_workload, quality_problem
+from trials.spec import (
+    MAX_SAMPLE_BYTES,
+    SAMPLE_WORK_BYTES,
+    TEACHER_CHUNK_BYTES,
+    TEACHER_DIM,
+    parse_workload,
+    quality_bytes,
+    quality_problem,
+)
 
 TABLES = [
     {"name": f"t{i}", "num_embeddings": 5000, "embedding_dim": 32, "pooling_factor": 8} for i in range(4)
@@ -147,7 +155,7 @@ def test_stop_at_names_an_earlier_candidate():
 
 
 def test_a_check_whose_samples_a_rank_cannot_hold_fails_with_why_before_building_them(tmp_path):
-    """2^30 training samples over 2 ranks would be 154 GiB of samples per rank: the kernel would kill a
+    """2^30 training samples over 2 ranks would be 160 GiB of samples per rank: the kernel would kill a
     rank mid-build and no result would say why."""
     spec = {"workload": WORKLOAD, "quality": {"train_samples": 1 << 30, "eval_samples": 8192},
             "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}]}  # fmt: skip
@@ -157,14 +165,19 @@ def test_a_check_whose_samples_a_rank_cannot_hold_fails_with_why_before_building
     assert result["status"] == "error"
     assert result["error"].startswith(
         "ValueError: a convergence check of 1,073,741,824 training and 8,192 held-out samples over 2 rank(s) "
-        "holds 154.0 GiB of samples per rank (308 bytes each), above 8 GiB"
+        "holds 160.0 GiB of samples per rank (308 bytes each), above 8 GiB"
     ), result["error"]
 
 
 def test_what_a_rank_holds_is_its_share_of_both_splits():
     workload = parse_workload(WORKLOAD)
     assert workload.sample_bytes == 4 * 8 * 8 + 13 * 4  # ids (int64) per lookup, dense (fp32)
-    per_rank = MAX_SAMPLE_BYTES // workload.sample_bytes
+    each = workload.sample_bytes + SAMPLE_WORK_BYTES  # and its label and logit while it is built
+    fixed = 4 * 5000 * TEACHER_DIM * 4 + TEACHER_CHUNK_BYTES  # the teacher's tables, one chunk
+    per_rank = (MAX_SAMPLE_BYTES - fixed) // each
+    assert quality_bytes(workload, per_rank * 4, 0, 4) == MAX_SAMPLE_BYTES - (MAX_SAMPLE_BYTES - fixed) % each
     assert quality_problem(workload, per_rank * 4, 0, 4) is None  # at the limit: accepted
     assert "above 8 GiB" in quality_problem(workload, (per_rank + 1) * 4, 0, 4)
     assert quality_problem(workload, (per_rank + 1) * 4, 0, 8) is None  # more ranks: each holds less
+    # Held out, the first ranks hold one more: it is theirs that is counted.
+    assert quality_problem(workload, per_rank * 4, 3, 4) is not None

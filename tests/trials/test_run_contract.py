@@ -59,14 +59,14 @@ def spec_value(spec: dict, where: str) -> int:
     return spec["candidates"][0]["model_seed"]
 
 
-@pytest.mark.parametrize("name", ["a.b", "t 0", "0t", "_t", "t/0", "é", "t" * 129])
+@pytest.mark.parametrize("name", ["a.b", ".", "t.0.", " ", "\t"])
 def test_a_table_name_torch_refuses_as_a_module_name_is_refused(name):
     tables = [{**TABLES[0], "name": name}]
     message = refusal(spec_with(workload={"name": "w", "tables": tables}))
-    assert message.startswith("workload.tables[0].name: must be a non-empty name of letters"), message
+    assert message.startswith("workload.tables[0].name: must be a name with something other than"), message
 
 
-@pytest.mark.parametrize("name", ["keys", "training", "forward", "update"])
+@pytest.mark.parametrize("name", ["keys", "training", "forward", "update", "_modules", "__init__", "__x__"])
 def test_a_table_name_that_is_an_attribute_of_torchs_module_dict_is_refused(name):
     tables = [{**TABLES[0], "name": name}]
     message = refusal(spec_with(workload={"name": "w", "tables": tables}))
@@ -78,9 +78,10 @@ def test_the_names_refused_are_the_module_dicts_attributes_and_those_allowed_bui
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    taken = {n for n in dir(torch.nn.ModuleDict()) if trials.spec.TABLE_NAME.fullmatch(n)}
+    taken = {n for n in dir(torch.nn.ModuleDict()) if n[:2] != "__" or n[-2:] != "__"}
     assert taken == trials.spec.MODULE_DICT_ATTRIBUTES
-    names = ["user_id", "t-0", "T9", "x" * 128]
+    # what older versions stored and torch builds: a study of such a workload still resumes
+    names = ["user_id", "t-0", "T9", "x" * 200, "1_user", "_ids", "user id", "ids:v2", "café"]
     parse_workload({"name": "w", "tables": [{**TABLES[0], "name": n} for n in names]})
     EmbeddingBagCollection(
         tables=[EmbeddingBagConfig(name=n, embedding_dim=4, num_embeddings=10, feature_names=[f"f_{n}"]) for n in names],
