@@ -542,6 +542,12 @@ class FakeCluster(ApiClient):
                 target[leaf] = op["value"]
             return FakeResponse(200, obj)
         if method == "DELETE":
+            uid = ((body or {}).get("preconditions") or {}).get("uid")
+            if uid is not None and uid != obj["metadata"].get("uid"):
+                message = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {obj['metadata'].get('uid')}"
+                return FakeResponse(
+                    409, {"kind": "Status", "code": 409, "reason": "Conflict", "message": message}
+                )
             del self.objects[(ns, resource, name)]
             if resource == "services":
                 return FakeResponse(200, obj)
@@ -715,13 +721,20 @@ def test_schedule_conflict_is_explained_and_rolled_back(cluster):
     assert not any(s.path.endswith("/jobs") for s in cluster.sent)
 
 
+def undone(cluster: FakeCluster) -> list[tuple[str, str, str | None]]:
+    """The reads and deletes sent: (method, resource, the delete's uid precondition)."""
+    return [(s.method, s.path.rsplit("/", 2)[-2], ((s.body or {}).get("preconditions") or {}).get("uid"))
+            for s in cluster.sent if s.method in ("GET", "DELETE")]  # fmt: skip
+
+
 def test_schedule_api_error_is_explained_and_rolled_back(cluster):
     cluster.errors[("POST", "jobs")] = 403
     with pytest.raises(RuntimeError, match="could not create Job .*HTTP 403.*injected"):
         scheduled(cluster)
     assert not cluster.objects
-    deletes = [s.path.rsplit("/", 2)[-2] for s in cluster.sent if s.method == "DELETE"]
-    assert deletes == ["configmaps", "services", "jobs"]  # the Job too: it may exist after all
+    # What was made, each by its uid; the Job read back (it may exist after all): not there, not deleted.
+    assert undone(cluster) == [("GET", "jobs", None), ("DELETE", "configmaps", "uid-1"),
+                               ("DELETE", "services", "uid-2")]  # fmt: skip
 
 
 def test_schedule_transport_error_is_explained_and_rolled_back(cluster):
@@ -737,8 +750,70 @@ def test_schedule_interrupted_by_ctrl_c_rolls_back_what_it_made(cluster):
     with pytest.raises(KeyboardInterrupt):
         scheduled(cluster)
     assert not cluster.objects
-    deletes = [s.path.rsplit("/", 2)[-2] for s in cluster.sent if s.method == "DELETE"]
-    assert deletes == ["configmaps", "services", "jobs"]
+    assert undone(cluster) == [("GET", "jobs", None), ("DELETE", "configmaps", "uid-1"),
+                               ("DELETE", "services", "uid-2")]  # fmt: skip
+
+
+def test_a_job_made_as_ctrl_c_came_is_read_back_and_deleted_by_its_uid(cluster):
+    """The Job was made and its answer lost to Ctrl-C: read back, it has this schedule's create id."""
+    cluster.faults[("POST", "jobs")] = [Lost(KeyboardInterrupt())]
+    with pytest.raises(KeyboardInterrupt):
+        scheduled(cluster)
+    assert not cluster.objects
+    assert undone(cluster) == [("GET", "jobs", None), ("DELETE", "configmaps", "uid-1"),
+                               ("DELETE", "services", "uid-2"), ("DELETE", "jobs", "uid-3")]  # fmt: skip
+
+
+def test_a_failed_schedule_leaves_another_tuners_job_of_the_name_alone(cluster):
+    """The Job's create refused (403), and a Job of the launch's name there: another tuner's, made
+    meanwhile (another create id). Before: the undo deleted it by name, and that tuner's launch with it."""
+    ex = executor(2, api_client=cluster)
+    dryrun = ex.dryrun(launch(2))
+    name = dryrun.request.name
+    theirs = with_id(dryrun.request.job, "another-tuners-create-id")
+    theirs["metadata"].update(uid="uid-theirs", creationTimestamp="2025-06-01T10:00:00Z")
+    real_answer = cluster.answer
+
+    def answer(method: str, url: str, headers: dict[str, str], body: Any) -> Any:
+        if method == "POST" and url.endswith("/jobs"):
+            cluster.objects[(NS, "jobs", name)] = theirs  # just before ours is refused
+            return FakeResponse(403, {"kind": "Status", "code": 403, "message": "injected"})
+        return real_answer(method, url, headers, body)
+
+    cluster.answer = answer  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="could not create Job .*HTTP 403"):
+        ex.schedule(dryrun)
+    assert cluster.objects == {(NS, "jobs", name): theirs}
+    assert undone(cluster) == [("GET", "jobs", None), ("DELETE", "configmaps", "uid-1"),
+                               ("DELETE", "services", "uid-2")]  # fmt: skip
+
+
+def test_a_failed_schedule_leaves_an_object_of_the_name_made_since_alone(cluster, caplog):
+    """This schedule's ConfigMap deleted while it went on (by hand, or another tuner's clean-up) and one
+    of the name made again by another tuner; then the Service's create refused. The undo deletes by uid:
+    theirs is not the ConfigMap this schedule made. Before: deleted by name."""
+    ex = executor(2, api_client=cluster)
+    dryrun = ex.dryrun(launch(2))
+    name = dryrun.request.name
+    theirs = with_id(dryrun.request.config_map, "another-tuners-create-id")
+    theirs["metadata"].update(uid="uid-theirs", creationTimestamp="2025-06-01T10:00:00Z")
+    real_answer = cluster.answer
+
+    def answer(method: str, url: str, headers: dict[str, str], body: Any) -> Any:
+        if method == "POST" and url.endswith("/services"):
+            cluster.objects[(NS, "configmaps", name)] = theirs
+            return FakeResponse(422, {"kind": "Status", "code": 422, "message": "injected"})
+        return real_answer(method, url, headers, body)
+
+    cluster.answer = answer  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="could not create Service .*HTTP 422"):
+        ex.schedule(dryrun)
+    assert cluster.objects == {(NS, "configmaps", name): theirs}
+    assert undone(cluster) == [("GET", "services", None), ("DELETE", "configmaps", "uid-1")]
+    assert (
+        "configmap nccl-autotuner/autotuner-s1-l7 not deleted: it is no longer the one this launch made"
+        in (caplog.text)
+    )
 
 
 # Job statuses as the API server reports them (kubectl get job -o json), k8s 1.31.

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from autotuner.executors.kubernetes.manifests import CONTAINER, KubernetesRequest
+from autotuner.executors.kubernetes.manifests import CONTAINER, CREATE_ID_ANNOTATION, KubernetesRequest
 from autotuner.executors.kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("autotuner.executors.kubernetes.executor")  # the executor's: one logger to follow
@@ -92,21 +92,65 @@ def clients(api_client: Any, options: KubernetesOptions) -> tuple[Any, Any]:
     return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
 
 
-def delete(core: Any, batch: Any, name: str, ns: str, kinds: list[str]) -> None:
+def delete(
+    core: Any, batch: Any, name: str, ns: str, kinds: list[str], uids: dict[str, str] | None = None
+) -> None:
     """Delete the launch's resources of these kinds ("job", "service", "configmap"), in that order; an
-    error is logged and the next one deleted all the same (one already gone is no error)."""
-    calls = {
-        "job": lambda: batch.delete_namespaced_job(name, ns, propagation_policy="Foreground",
-                                                   _request_timeout=REQUEST_TIMEOUT_S),
-        "service": lambda: core.delete_namespaced_service(name, ns, _request_timeout=REQUEST_TIMEOUT_S),
-        "configmap": lambda: core.delete_namespaced_config_map(name, ns, _request_timeout=REQUEST_TIMEOUT_S),
-    }  # fmt: skip
+    error is logged and the next one deleted all the same (one already gone is no error). A kind in
+    `uids` is deleted only if it is still the object of that uid (a precondition the server checks: one
+    of the name made since by another is left alone, its delete answered 409)."""
+    uids = uids or {}
     for kind in kinds:
+        options: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT_S}
+        if kind in uids:
+            from kubernetes.client import V1DeleteOptions, V1Preconditions  # a client is made: it is there
+
+            options["body"] = V1DeleteOptions(preconditions=V1Preconditions(uid=uids[kind]))
+        if kind == "job":
+            options["propagation_policy"] = "Foreground"
+        call = {"job": batch.delete_namespaced_job, "service": core.delete_namespaced_service,
+                "configmap": core.delete_namespaced_config_map}[kind]  # fmt: skip
         try:
-            calls[kind]()
+            call(name, ns, **options)
         except Exception as exc:
-            if getattr(exc, "status", None) != 404:
+            status = getattr(exc, "status", None)
+            if status == 409 and kind in uids:
+                log.warning("%s %s/%s not deleted: it is no longer the one this launch made", kind, ns, name)
+            elif status != 404:
                 log.warning("could not delete %s %s/%s: %s", kind, ns, name, api_error(exc))
+
+
+def roll_back(
+    core: Any, batch: Any, req: KubernetesRequest, made: dict[str, str], failed: str | None
+) -> None:
+    """Undo a `schedule` that failed part-way: delete the objects it made (kind -> uid, as "ConfigMap"),
+    each only while it is that object, and the one of kind `failed` whose create failed on the wire (it
+    may have been made all the same) only if it is ours: read back, it carries this schedule's create
+    id. Nothing is deleted by name alone: an object of the launch's name may be another tuner's."""
+    uids = {kind.lower(): uid for kind, uid in made.items()}
+    if failed is not None and (uid := _our_uid(batch if failed == "Job" else core, failed, req)):
+        uids[failed.lower()] = uid
+    delete(
+        core, batch, req.name, req.namespace, [k for k in ("configmap", "service", "job") if k in uids], uids
+    )
+
+
+def _our_uid(api: Any, kind: str, req: KubernetesRequest) -> str | None:
+    """The uid of the launch's object of this kind if it is there and this schedule's (its create id);
+    else None, said in the log where it could not be read (one made then would be left)."""
+    ns, name = req.namespace, req.name
+    try:
+        found = getattr(api, f"read_namespaced_{_SNAKE[kind]}")(name, ns, _request_timeout=REQUEST_TIMEOUT_S)
+    except Exception as exc:
+        if getattr(exc, "status", None) != 404:
+            log.warning("could not read %s %s/%s back to undo its create, left as it is: %s", kind, ns, name,
+                        api_error(exc))  # fmt: skip
+        return None
+    token = req.body(kind)["metadata"]["annotations"][CREATE_ID_ANNOTATION]
+    if (found.metadata.annotations or {}).get(CREATE_ID_ANNOTATION) != token:
+        log.info("%s %s/%s left alone: it is not this launch's", kind, ns, name)
+        return None
+    return str(found.metadata.uid)
 
 
 def transient(exc: BaseException) -> bool:

@@ -47,6 +47,7 @@ from autotuner.executors.kubernetes.apicalls import (
     create,
     delete,
     next_pause,
+    roll_back,
 )
 from autotuner.executors.kubernetes.manifests import (
     CONTAINER,
@@ -96,7 +97,9 @@ RESULT_READ_WINDOW_S = 5.0
 T = TypeVar("T")
 
 # Every (API group, resource, verb) the executor uses; deploy/k8s's Role grants these (tested).
-# (get on configmaps and services: a create whose answer was lost is read back.)
+# (get on configmaps, services and jobs: a create whose answer was lost is read back, and so is the one
+# that failed when a schedule is undone, deleted only if it carries the schedule's create id; every delete
+# of an undo is by uid, a precondition, and a precondition needs no verb beyond delete.)
 REQUIRED_PERMISSIONS = frozenset({
     ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
     ("", "configmaps", "delete"),
@@ -176,22 +179,22 @@ class KubernetesExecutor(Executor):
         then make the Job their owner so that its ttlSecondsAfterFinished garbage-collects them too."""
         req = stamped(dryrun.request, create_id())
         core, batch = self._apis()
-        ns, created = req.namespace, list[str]()
+        ns, made = req.namespace, dict[str, str]()  # kind -> uid, of what this schedule made
         made_after: datetime | None = None  # when the ConfigMap was made: no Job of ours is older
         try:
             # Each tried again while the API server fails for now (apicalls.create): one 503 ends no study.
             for kind, api in (("ConfigMap", core), ("Service", core), ("Job", batch)):
-                made = create(api, kind, req, self.create_pauses_s, self.create_window_s, made_after)
-                created.append(kind.lower())
+                obj = create(api, kind, req, self.create_pauses_s, self.create_window_s, made_after)
+                made[kind] = obj.metadata.uid
                 if kind == "ConfigMap":
-                    made_after = made.metadata.creation_timestamp
+                    made_after = obj.metadata.creation_timestamp
         except BaseException as exc:  # Ctrl-C too: a Job made while nobody records it runs unfollowed
-            kind = ("ConfigMap", "Service", "Job")[len(created)]
+            kind = ("ConfigMap", "Service", "Job")[len(made)]
             cause = exc.error if isinstance(exc, GaveUp) else exc
             conflict = isinstance(exc, Conflict) or getattr(cause, "status", None) == 409
-            # Undo what we made. A create that failed on the wire may have happened all the same; one that
-            # conflicted is someone else's.
-            self._delete(req.name, ns, created + ([] if conflict else [kind.lower()]))
+            # Undo what we made, each by its uid. A create that failed on the wire may have happened all the
+            # same (read back: ours if it has our create id); one that conflicted is someone else's.
+            roll_back(core, batch, req, made, None if conflict else kind)
             if not isinstance(exc, Exception):
                 raise
             if conflict:
@@ -202,7 +205,7 @@ class KubernetesExecutor(Executor):
             what = f"{kind} {ns}/{req.name}" + (f" ({exc.tried})" if isinstance(exc, GaveUp) else "")
             raise RuntimeError(f"could not create {what}: {api_error(cause)}") from cause
         owner = [{
-            "apiVersion": "batch/v1", "kind": "Job", "name": req.name, "uid": made.metadata.uid,  # the Job: made last
+            "apiVersion": "batch/v1", "kind": "Job", "name": req.name, "uid": made["Job"],  # the Job: made last
             "blockOwnerDeletion": False,  # True would need update on jobs/finalizers
         }]  # fmt: skip
         patch = [{"op": "add", "path": "/metadata/ownerReferences", "value": owner}]
