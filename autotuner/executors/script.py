@@ -70,7 +70,8 @@ def read_exit_code(workdir: Path) -> int | None:
 EXIT_NO_NETNS = 97  # the local executor could not create the emulated fabric's network namespace
 _EXIT_REASONS = {
     EXIT_BAD_INPUT: "bad trial spec (exit code 2)",
-    EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): process group or sharding could not start",
+    EXIT_LAUNCH_FAILED: "trial launch failed (exit code 3): at start-up, a stalled collective, a dead peer, a "
+    "SIGTERM, or a result it could not write (its log says which)",
     EXIT_NO_NETNS: "could not create or shape the network namespace for the emulated fabric (needs root, "
     "iproute2 and tc's tbf)",
 }

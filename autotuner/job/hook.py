@@ -31,6 +31,7 @@ and run on every job start.
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import http.client
 import json
@@ -62,6 +63,7 @@ MAX_CACHE_BYTES = 64 << 10  # a config is a few hundred bytes
 # be a hung NFS mount: a read gets at least this (else what is left of the fetch's deadline), a write
 # (after the job's answer) at most this. Then the job goes on without it.
 CACHE_S = 0.25
+TMP_STALE_S = 60.0  # a temporary cache file older than this is a write that was cut short
 
 
 def cache_dir() -> Path | None:
@@ -111,6 +113,7 @@ def _write_cache(cache: Path, config: dict[str, Any]) -> None:
     text = json.dumps({k: v for k, v in config.items() if k not in PER_JOB}).encode()
     cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     _private_dir(cache.parent)
+    _sweep_tmp(cache)
     tmp = cache.with_name(f".{cache.stem}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -120,6 +123,19 @@ def _write_cache(cache: Path, config: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _sweep_tmp(cache: Path) -> None:
+    """Remove this key's temporary files left by writes cut short: a write still going when its job's
+    command was exec'd (the write is bounded, see settle_cache) left one on every job on a slow home."""
+    now = time.time()
+    for tmp in cache.parent.glob(f".{glob.escape(cache.stem)}.*.tmp"):
+        try:
+            st = os.lstat(tmp)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and now - st.st_mtime > TMP_STALE_S:
+                tmp.unlink()
+        except OSError:
+            continue  # another job's write took it first, or it is not ours to remove
 
 
 def _warn(message: str) -> None:

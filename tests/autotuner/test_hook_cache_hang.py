@@ -135,3 +135,21 @@ def test_a_cache_on_a_file_system_that_never_answers_does_not_hold_the_job(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "CMD-RAN" in proc.stdout
     assert "the cache directory did not answer" in proc.stderr
+
+
+def test_a_write_cut_short_leaves_no_temporary_file_for_good(tmp_path):
+    """A write still going when the job's command was exec'd (bounded by CACHE_S) left its temporary
+    file behind, one a job on a slow home: the next write of that key removes the stale ones (its own
+    user's, older than TMP_STALE_S), never a fresh one another job is writing, nor another key's."""
+    cache = tmp_path / "c_w_1.json"
+    tmp_path.chmod(0o700)
+    stale, fresh, other = (tmp_path / name for name in
+                           (".c_w_1.aaaa.tmp", ".c_w_1.bbbb.tmp", ".c_w_2.cccc.tmp"))  # fmt: skip
+    for path in (stale, fresh, other):
+        path.write_text("{")
+    old = time.time() - hook.TMP_STALE_S - 5
+    for path in (stale, other):
+        os.utime(path, (old, old))
+    hook._write_cache(cache, {"env": {}})
+    assert not stale.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".c_w_1.bbbb.tmp", ".c_w_2.cccc.tmp", "c_w_1.json"]

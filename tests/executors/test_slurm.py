@@ -311,7 +311,7 @@ def test_describe_reads_recorded_squeue_json_for_running_and_pending(slurm, tmp_
     [
         ("4", LaunchState.SUCCEEDED, 0, ""),
         ("5", LaunchState.SUCCEEDED, 1, ""),  # exit 1: some candidate failed, the launch itself ran
-        ("6", LaunchState.FAILED, 3, "process group or sharding could not start"),
+        ("6", LaunchState.FAILED, 3, "at start-up, a stalled collective, a dead peer"),
         ("7", LaunchState.FAILED, 0, "signal 9"),
         ("8", LaunchState.TIMEOUT, None, "time limit"),
         ("2", LaunchState.CANCELLED, None, "scancel"),
