@@ -117,7 +117,9 @@ def unwritable(out: str) -> str | None:
         return f"{out} is a directory, not a file to write the result to"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        probe = target.with_name(f".{target.name}.probe{os.getpid()}")
+        # a random part too: every rank of every node probes one shared folder, and pids repeat across
+        # nodes (and in containers with their own pid namespace)
+        probe = target.with_name(f".{target.name}.probe{os.getpid()}-{os.urandom(6).hex()}")
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
