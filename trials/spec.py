@@ -221,8 +221,8 @@ class TableSpec(_Spec):
     @classmethod
     def _a_module_name(cls, name: Any) -> Any:
         if isinstance(name, str) and not TABLE_NAME.fullmatch(name):
-            raise _Problem(f"must be a name with something other than spaces and no '.' (a torch module's "
-                           f"name), got {_shown(name)}")  # fmt: skip
+            raise _Problem(f"must be a non-empty name, not only spaces, with no '.' (a torch module's name), "
+                           f"got {_shown(name)}")  # fmt: skip
         if isinstance(name, str) and (name in MODULE_DICT_ATTRIBUTES or name[:2] == name[-2:] == "__"):
             raise _Problem(f"{_shown(name)} is taken: torch's ModuleDict, which holds the tables, has an "
                            "attribute of that name")  # fmt: skip

@@ -78,6 +78,16 @@ def namespaces(prefix: str) -> list[str]:
     return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
 
 
+def namespaces_once_exited(prefix: str, deadline_s: float = 30.0) -> list[str]:
+    """The namespaces of `prefix` left once the launch scripts have exited: the script writes exit_code,
+    which ends the launch for the executor, then exits, and its EXIT trap removes its namespaces. Waited
+    for (a loaded machine ran the check between the two), up to a deadline."""
+    deadline = time.monotonic() + deadline_s
+    while (left := namespaces(prefix)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 @pytest.mark.slow
 @pytest.mark.netns
 def test_a_two_node_launch_runs_one_agent_per_namespace_and_cleans_up(netns_capable, tmp_path):
@@ -87,7 +97,7 @@ def test_a_two_node_launch_runs_one_agent_per_namespace_and_cleans_up(netns_capa
     result = outcome.result
     assert (result["world_size"], result["nnodes"], result["local_world_size"]) == (2, 2, 1)
     assert result["candidates"][0]["status"] == "ok"
-    assert namespaces(_study_prefix(named(launch))) == []
+    assert namespaces_once_exited(_study_prefix(named(launch))) == []
 
 
 def start_hung(executor: LocalExecutor, workdir: Path, name: str) -> tuple[str, LaunchRequest]:
@@ -116,7 +126,7 @@ def test_namespaces_a_killed_launcher_left_are_swept_by_the_next_launch(netns_ca
     second = request(tmp_path / "b", name="t2-l2", python=sys.executable)
     assert executor.run(second).state == LaunchState.SUCCEEDED
     assert (
-        namespaces(_study_prefix(named(first))) == []
+        namespaces_once_exited(_study_prefix(named(first))) == []
     )  # the next launch of the study swept them, then removed its own
 
 

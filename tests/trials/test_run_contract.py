@@ -63,7 +63,7 @@ def spec_value(spec: dict, where: str) -> int:
 def test_a_table_name_torch_refuses_as_a_module_name_is_refused(name):
     tables = [{**TABLES[0], "name": name}]
     message = refusal(spec_with(workload={"name": "w", "tables": tables}))
-    assert message.startswith("workload.tables[0].name: must be a name with something other than"), message
+    assert message.startswith("workload.tables[0].name: must be a non-empty name, not only spaces"), message
 
 
 @pytest.mark.parametrize("name", ["keys", "training", "forward", "update", "_modules", "__init__", "__x__"])

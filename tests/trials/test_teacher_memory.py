@@ -19,17 +19,22 @@ from trials.spec import TEACHER_CHUNK_LOOKUPS, TEACHER_DIM, WorkloadSpec, parse_
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The peak is VmHWM, this process's own: getrusage's ru_maxrss carries the parent's across exec on Linux
+# (a pytest that grew to 2 GiB read as no growth at all).
 PROBE = """
-import json, resource, sys
+import json, re, sys
 from trials.spec import parse_workload, quality_bytes
 from trials.convergence import teacher_samples
+def hwm():
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1)) * 1024
 pf, n = int(sys.argv[1]), int(sys.argv[2])
 w = parse_workload({"name": "w", "tables": [{"name": "t0", "num_embeddings": 1000, "embedding_dim": 16,
                     "pooling_factor": pf}], "dense": {"in_features": 3, "arch": [16], "over_arch": [1]}})
 teacher_samples(w, 1000, seed=0)  # torch's own first-use allocations, not the samples'
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+base = hwm()
 samples = teacher_samples(w, n, seed=0)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = hwm()
 print(json.dumps({"grew": peak - base, "counted": quality_bytes(w, n, 0, 1)}))
 """
 
