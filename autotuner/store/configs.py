@@ -310,9 +310,16 @@ def _make_generation_row(s: Session) -> None:
     nothing; SQLite lets one writer at a time)."""
     values = {"id": 1, "generation": 0, "stamp": secrets.token_hex(8)}
     dialect = s.get_bind().dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        make = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        s.execute(make(ConfigGeneration).values(values).on_conflict_do_nothing(index_elements=["id"]))
+    # each dialect's insert spelled out: their union has no on_conflict_do_nothing to the type checker
+    if dialect == "postgresql":
+        s.execute(
+            postgresql.insert(ConfigGeneration).values(values).on_conflict_do_nothing(index_elements=["id"])
+        )
+        return
+    if dialect == "sqlite":
+        s.execute(
+            sqlite.insert(ConfigGeneration).values(values).on_conflict_do_nothing(index_elements=["id"])
+        )
         return
     gone = ~select(ConfigGeneration.id).where(ConfigGeneration.id == 1).exists()
     s.execute(insert(ConfigGeneration).from_select(
