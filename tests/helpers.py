@@ -125,3 +125,20 @@ class WaitClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+def kill_carrying(name: str, value: str, deadline_s: float = 5.0) -> None:
+    """SIGKILL every process whose environment holds `name=value` (what a test's run left), until none
+    is left or the deadline passes."""
+    import signal
+
+    from autotuner.executors.local.executor import carrying
+
+    deadline = time.monotonic() + deadline_s
+    while (left := carrying(name, value)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)

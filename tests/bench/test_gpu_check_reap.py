@@ -4,7 +4,6 @@ its workers in sessions of their own, so killing torchrun (phase a), an agent's 
 or `autotuner tune` (phase c) left them running; each launch is now tagged and reaped by its tag."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,22 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from autotuner.executors.local.executor import carrying
+from tests.helpers import REPO, kill_carrying
 
 MARK = "GPU_CHECK_TEST_MARK"  # inherited by every process the run starts (launches keep it too)
-
-
-def marked(mark: str) -> set[int]:
-    needle = f"{MARK}={mark}".encode()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.add(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def described(pids: set[int]) -> list[str]:
@@ -39,19 +26,6 @@ def described(pids: set[int]) -> list[str]:
         except OSError:
             continue
     return out
-
-
-def kill_marked(mark: str) -> None:
-    for _ in range(20):
-        left = marked(mark)
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -71,10 +45,10 @@ def test_a_phase_past_its_budget_leaves_no_process_behind(tmp_path, phase, extra
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert time.monotonic() - started < 120  # the phase was cut at its budget, not run out
         deadline = time.monotonic() + 10  # what was killed may take a moment to leave /proc
-        left = marked(mark)
+        left = carrying(MARK, mark)
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = marked(mark)
+            left = carrying(MARK, mark)
         assert not left, described(left)
     finally:
-        kill_marked(mark)
+        kill_carrying(MARK, mark)

@@ -5,7 +5,6 @@ payload counted as the device tool counts it (the tree it copies and .gpu togeth
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from autotuner.executors.local.executor import carrying
+from tests.helpers import REPO, kill_carrying
 
 GPU = REPO / "deploy" / "gpu"
 MARK = "GPU_RUN_TEST_MARK"
@@ -27,32 +27,6 @@ if __name__ == "__main__":
     print("stub: started", flush=True)
     time.sleep(300)
 """
-
-
-def marked(mark: str) -> set[int]:
-    needle = f"{MARK}={mark}".encode()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.add(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def kill_marked(mark: str) -> None:
-    for _ in range(20):
-        left = marked(mark)
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
 
 
 def fake_root(tmp_path: Path) -> Path:
@@ -91,13 +65,13 @@ def test_the_run_is_cut_at_its_hard_limit_and_nothing_of_it_is_left_running(tmp_
                               text=True, timeout=150, env=env)  # fmt: skip
         assert proc.returncode == 124, proc.stderr[-2000:]  # timeout's: the run was cut
         assert time.monotonic() - started < 120
-        assert not marked(mark), "a process of the run outlived it"
+        assert not carrying(MARK, mark), "a process of the run outlived it"
         assert "sleep 300" in (out / "reaped.txt").read_text()
         assert (out / "logs.tar.gz").exists()
         assert (out / "preflight.txt").read_text().startswith("missing: ")
         assert "stub: started" in (out / "gpu-check.txt").read_text()
     finally:
-        kill_marked(mark)
+        kill_carrying(MARK, mark)
 
 
 def test_the_time_limits_leave_room_for_a_rerun():

@@ -476,7 +476,12 @@ def _descendants(pid: int) -> list[int]:
 
 def tagged(tag: str) -> set[int]:
     """Every process whose environment carries this launch's tag (workers in their own sessions)."""
-    needle = f"{LAUNCH_TAG}={tag}".encode()
+    return carrying(LAUNCH_TAG, tag)
+
+
+def carrying(name: str, value: str) -> set[int]:
+    """Every process whose environment holds `name=value` (one it inherited from whatever started it)."""
+    needle = f"{name}={value}".encode()
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
