@@ -361,6 +361,11 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     try:
         answer = fetch_from_server(args.server, args.token, args.cluster, args.workload, args.nodes,
                                    max(0.05, args.timeout - spent), args.ca_file, encode(args.job_fingerprint))  # fmt: skip
+    except TimeoutError:  # the fetch had what detection left of --timeout: the job waited all of it
+        trouble = _trouble(
+            TimeoutError(f"no answer within {round(args.timeout, 2):g} s"), time.monotonic() - started
+        )
+        return _from_cache(cache, trouble, args), {}
     except Exception as exc:  # down, slow, 5xx, a refused token, garbage: the job starts anyway
         return _from_cache(cache, _trouble(exc, time.monotonic() - started), args), {}
     if answer is NOT_PUBLISHED:

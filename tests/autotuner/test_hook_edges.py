@@ -169,6 +169,31 @@ def test_a_fetch_that_timed_out_says_its_bound_as_a_person_would():
     release.set()
 
 
+def test_a_fetch_that_timed_out_names_the_jobs_whole_wait_not_what_detection_left(tmp_path, monkeypatch, capsys):
+    # The fetch gets what reading the node's stack left of --timeout; on a loaded node that is 1.37 s
+    # of 1.5 s, and the job, which waited the whole 1.5 s, was told "no answer within 1.37 s".
+    import time
+
+    from autotuner.job import hook
+
+    def slow(**_kwargs):
+        time.sleep(0.2)
+        return {}, 0.2
+
+    monkeypatch.setattr(hook, "timed_detect", slow)
+    monkeypatch.setenv("AUTOTUNER_CACHE_DIR", str(tmp_path / "cache"))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepted by the kernel, never answered
+    try:
+        assert hook.main(["env", "--server", f"http://127.0.0.1:{silent.getsockname()[1]}",
+                          "--cluster", "c", "--workload", "w", "--timeout", "0.6"]) == 0  # fmt: skip
+    finally:
+        silent.close()
+    err = capsys.readouterr().err
+    assert "no answer within 0.6 s" in err, err
+
+
 @pytest.mark.parametrize("timeout", ["1e9", "inf", "nan", "-1", "0"])
 def test_a_timeout_out_of_bounds_waits_the_default_and_the_command_runs(tmp_path, timeout):
     # Against a service that accepts and never answers: --timeout 1e9 held the job for good, inf was an
