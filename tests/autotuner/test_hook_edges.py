@@ -169,7 +169,9 @@ def test_a_fetch_that_timed_out_says_its_bound_as_a_person_would():
     release.set()
 
 
-def test_a_fetch_that_timed_out_names_the_jobs_whole_wait_not_what_detection_left(tmp_path, monkeypatch, capsys):
+def test_a_fetch_that_timed_out_names_the_jobs_whole_wait_not_what_detection_left(
+    tmp_path, monkeypatch, capsys
+):
     # The fetch gets what reading the node's stack left of --timeout; on a loaded node that is 1.37 s
     # of 1.5 s, and the job, which waited the whole 1.5 s, was told "no answer within 1.37 s".
     import time
