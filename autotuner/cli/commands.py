@@ -739,9 +739,7 @@ def configs_history(
     store = _store(_db_of(ctx, db))
     _versions(store, cluster, workload, nodes)
     rows = store.config_history(cluster, workload, nodes, limit=limit + 1, offset=offset)
-    served = {
-        c.id for c in store.served_configs() if (c.cluster.name, c.workload.name) == (cluster, workload)
-    }
+    served = {c.id for c in store.served_configs(cluster, workload)}
     _config_table(store, rows[:limit], f"history of {cluster}/{workload}", served)
     if len(rows) > limit:
         err.print(f"more: --offset {offset + limit}")

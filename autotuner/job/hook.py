@@ -444,7 +444,8 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
     try:
         if cache is None:
             raise FileNotFoundError("no cache directory")
-        wait = _cache_wait(args)
+        # what the fetch left of its deadline (a refusal, most of it), at least CACHE_S (a timeout, none)
+        wait = max(CACHE_S, args.deadline - time.monotonic())
         cached = _within(wait, lambda: _read_cache(cache))
     except TimeoutError:  # a hung NFS home: the job starts without it
         _warn(f"{trouble} and the cache directory did not answer within {round(wait, 2):g} s: starting the "
@@ -469,12 +470,6 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
         return None
     _warn(f"{trouble}: using the cached config {config['exports'].get('AUTOTUNER_CONFIG', '')}")
     return config
-
-
-def _cache_wait(args: argparse.Namespace) -> float:
-    """How long a cache read may take: what is left of the fetch's deadline (a service that refused at
-    once leaves most of it), and at least CACHE_S (one that timed out leaves nothing)."""
-    return max(CACHE_S, getattr(args, "deadline", 0.0) - time.monotonic())
 
 
 def _warn_dropped(dropped: Dropped, source: str) -> None:
