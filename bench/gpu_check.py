@@ -218,10 +218,7 @@ def run_nodes(
     finally:  # torchrun's workers run in sessions of their own: killing an agent's group leaves them
         reap(tag)
         for proc, log in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_group(proc)
             log.close()
     return rc
 
@@ -437,12 +434,18 @@ def run_study(argv: list[str], env: dict[str, str], log: Path, limit_s: float) -
             pass
         return 124
     finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
         for launch_tag in [tag, *(t.read_text().strip() for t in launches.glob("*/*/tag"))]:
             reap(launch_tag)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the process group `proc` leads (started in a session of its own) if it still runs;
+    then waits for it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _default_sigint() -> None:  # in the child: Ctrl-C's default, even where this run ignores SIGINT

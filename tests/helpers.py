@@ -132,13 +132,9 @@ def kill_carrying(name: str, value: str, deadline_s: float = 5.0) -> None:
     is left or the deadline passes."""
     import signal
 
-    from autotuner.executors.local.executor import carrying
+    from autotuner.executors.local.executor import carrying, signal_all
 
     deadline = time.monotonic() + deadline_s
     while (left := carrying(name, value)) and time.monotonic() < deadline:
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_all(left, signal.SIGKILL)
         time.sleep(0.1)

@@ -67,12 +67,16 @@ def finite_json(data: Any) -> Any:
     return data
 
 
+def strict_json(data: Any, **layout: Any) -> str:
+    """`data` as strict JSON, a NaN or infinity written as null (finite_json); `layout`: json.dumps's."""
+    return json.dumps(finite_json(data), default=str, allow_nan=False, **layout)
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON so a reader never sees half a file (the executor may poll for it); strict JSON, a
-    NaN or infinity written as null (finite_json)."""
+    """Write JSON so a reader never sees half a file (the executor may poll for it); strict JSON."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(finite_json(data), indent=2, default=str, allow_nan=False) + "\n"
+    text = strict_json(data, indent=2) + "\n"
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     try:
         tmp.write_text(text)

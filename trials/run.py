@@ -15,7 +15,6 @@ import time
 _STARTED = time.perf_counter()  # before the heavy imports: they are part of start-up cost
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -31,7 +30,7 @@ from trials.result import (  # noqa: E402
     RESULT_MARKER,
     SCHEMA_VERSION,
     collect_env,
-    finite_json,
+    strict_json,
     write_json_atomic,
 )
 from trials.spec import SpecError, load_spec, world_problem  # noqa: E402
@@ -172,8 +171,7 @@ class Reporter:
                 return True
             self._written = True
             if self.args.print_result:
-                line = json.dumps(finite_json(result), separators=(",", ":"), default=str, allow_nan=False)
-                print(f"{RESULT_MARKER} {line}", flush=True)
+                print(f"{RESULT_MARKER} {strict_json(result, separators=(',', ':'))}", flush=True)
             try:
                 write_json_atomic(self.args.out, result)
             except (OSError, ValueError) as exc:

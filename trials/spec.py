@@ -400,8 +400,13 @@ def quality_bytes(workload: WorkloadSpec, train_samples: int, eval_samples: int,
     sample's ids, dense features and label and, while they are built, its logit's two parts
     (SAMPLE_WORK_BYTES), the teacher's tables, and one chunk's draws and lookups (TEACHER_CHUNK_BYTES)."""
     samples = train_samples // world + -(-eval_samples // world)  # the first ranks hold one more held out
-    teacher = sum(t.num_embeddings for t in workload.tables) * TEACHER_DIM * 4
+    teacher = _teacher_bytes(workload)
     return samples * (workload.sample_bytes + SAMPLE_WORK_BYTES) + teacher + TEACHER_CHUNK_BYTES
+
+
+def _teacher_bytes(workload: WorkloadSpec) -> int:
+    """The hidden teacher's tables (fp32), every rank holding them all while it builds its samples."""
+    return sum(t.num_embeddings for t in workload.tables) * TEACHER_DIM * 4
 
 
 def quality_problem(workload: WorkloadSpec, train_samples: int, eval_samples: int, world: int) -> str | None:
@@ -410,7 +415,7 @@ def quality_problem(workload: WorkloadSpec, train_samples: int, eval_samples: in
     size = quality_bytes(workload, train_samples, eval_samples, world)
     if size <= MAX_SAMPLE_BYTES:
         return None
-    teacher = sum(t.num_embeddings for t in workload.tables) * TEACHER_DIM * 4
+    teacher = _teacher_bytes(workload)
     return (f"a convergence check of {train_samples:,} training and {eval_samples:,} held-out samples over "
             f"{world} rank(s) holds {size / GIB:,.1f} GiB of samples per rank ({workload.sample_bytes:,} bytes "
             f"each), above {MAX_SAMPLE_BYTES // GIB} GiB: fewer quality_samples, or more ranks (counted as they "
