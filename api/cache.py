@@ -22,11 +22,12 @@ What a client may rely on, and how it holds:
 - Across replicas (several services on one PostgreSQL): each replica is monotonic on its own and
   serves every change within `refresh_s`; a client switching replicas can see an older state for
   up to `refresh_s`, never a 404 for what was published (the miss path asks the store).
-- The store went back (restored from an older dump, a failover to a replica that lost commits): its
-  generation is then below what this service loaded. A read that starts after the shared counter
-  says g and returns less than g can only mean that (the counter is only raised to generations read
-  from the store), so the state read is labelled with a new epoch, above every label before it: the
-  counter holds (epoch, generation) in one word, compared as a number. The worker that read it
+- The store went back (restored from an older dump, a failover to a replica that lost commits, the
+  generation's row deleted by hand and made again at 0): its generation is then below what this
+  service loaded. A read that starts after the shared counter says g and returns less than g can
+  only mean that (the counter is only raised to generations read from the store), so the state read
+  is labelled with a new epoch, above every label before it: the counter holds (epoch, generation)
+  in one word, compared as a number. The worker that read it
   serves it at once and every other one at its next answer (the counter tells it), so the service
   follows the store within `refresh_s`, a pin through the API is served by every worker when the
   call returns, and the log says once per service that the generation went back from X to Y. Reads
@@ -355,8 +356,9 @@ class ConfigCache:
             if generation == seen & GENERATION_MASK:
                 went = f"is at {generation} again, in another state (its stamp)"
             log.warning(
-                "config cache: the store's generation %s (restored from an older dump, or a failover to a "
-                "replica that lost commits): serving the store as it is now", went,
+                "config cache: the store's generation %s (restored from an older dump, a failover to a replica "
+                "that lost commits, or its row deleted by hand and made again at 0): serving the store as it "
+                "is now", went,
             )  # fmt: skip
 
     def _label(self, seen: int, generation: int, stamp: str | None) -> int:

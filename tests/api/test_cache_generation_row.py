@@ -27,7 +27,7 @@ def versions(*caches: ConfigCache) -> list[int | None]:
 
 
 @pytest.mark.usefixtures("workload")
-def test_every_worker_serves_on_and_sees_the_next_change(store, tmp_path):
+def test_every_worker_serves_on_and_sees_the_next_change(store, tmp_path, caplog):
     a, b = workers(store, tmp_path)
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)  # generation 1
     a.refresh()
@@ -36,6 +36,8 @@ def test_every_worker_serves_on_and_sees_the_next_change(store, tmp_path):
     store.publish_config(cluster="c", workload="w", nodes=1, **FIELDS)  # the row made again: generation 1
     a.refresh()  # a's poll: the same number, another stamp
     assert versions(a, b) == [2, 2]  # b never polled: the shared counter told it
+    said = [r.getMessage() for r in caplog.records if "in another state" in r.getMessage()]
+    assert len(said) == 1 and "row deleted by hand" in said[0], said  # the log names this cause too
 
     by_hand(store, GONE)  # no change to what is served
     for worker in (a, b):
