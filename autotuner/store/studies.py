@@ -8,7 +8,7 @@ died left its study waiting for as long as it was ahead."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, DateTime, Result, func, literal, or_, select, update
@@ -151,9 +151,9 @@ class StudyRecords(StoreBase):
             return func.statement_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=plus_s)
         return literal(utcnow() + timedelta(seconds=plus_s), Study.lease_expires_at.type)
 
-    def _lapsed(self, now: datetime | None = None) -> ColumnElement[bool]:
-        """A lease nobody holds, or one that expired by the database's clock (or by `now`, if given)."""
-        return or_(Study.owner.is_(None), Study.lease_expires_at < (self._db_now() if now is None else now))
+    def _lapsed(self) -> ColumnElement[bool]:
+        """A lease nobody holds, or one that expired by the database's clock."""
+        return or_(Study.owner.is_(None), Study.lease_expires_at < self._db_now())
 
     def _lease(self, lease_s: float) -> dict[str, Any]:
         """The columns a lease of `lease_s` seconds from now sets (by the database's clock)."""
@@ -199,25 +199,24 @@ class StudyRecords(StoreBase):
                 .values(owner=None, lease_expires_at=None)
             )
 
-    def claimable_studies(self, now: datetime | None = None) -> list[Study]:
-        """Active studies whose lease is free or expired, by the database's clock unless `now` is given
-        (what a scheduler may pick up)."""
+    def claimable_studies(self) -> list[Study]:
+        """Active studies whose lease is free or expired, by the database's clock (what a scheduler may
+        pick up)."""
         with self.session() as s:
-            query = select(Study).where(Study.state.in_(ACTIVE), self._lapsed(now)).order_by(Study.id)
+            query = select(Study).where(Study.state.in_(ACTIVE), self._lapsed()).order_by(Study.id)
             return list(s.scalars(query))
 
-    def cancelled_with_live_launches(self, now: datetime | None = None) -> list[Study]:
+    def cancelled_with_live_launches(self) -> list[Study]:
         """Cancelled studies that still have a launch pending or running, whose lease is free or
-        expired (by the database's clock unless `now` is given): what a cancel made while no runner
-        followed the study left (a queued Kubernetes Job could start hours later and hold GPUs). The
-        queue stops those launches. (A re-validation's launches, of a done or a cancelled study, are its
-        own to follow again.)"""
+        expired (by the database's clock): what a cancel made while no runner followed the study left
+        (a queued Kubernetes Job could start hours later and hold GPUs). The queue stops those launches.
+        (A re-validation's launches, of a done or a cancelled study, are its own to follow again.)"""
         live = select(Launch.id).where(Launch.study_id == Study.id, Launch.state.in_(("pending", "running")),
                                        Launch.kind != "revalidate")  # fmt: skip
         with self.session() as s:
             query = (
                 select(Study)
-                .where(Study.state == StudyState.CANCELLED, live.exists(), self._lapsed(now))
+                .where(Study.state == StudyState.CANCELLED, live.exists(), self._lapsed())
                 .order_by(Study.id)
             )
             return list(s.scalars(query))

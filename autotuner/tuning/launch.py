@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
@@ -147,11 +148,11 @@ def _wait_turn(
 ) -> None:
     """`pause` seconds, the lease renewed and the row saying `why` meanwhile; a cancel raises, also one
     seen at the end (a study cancelled meanwhile submits nothing more)."""
-    until = time.monotonic() + pause
+    until, say = time.monotonic() + pause, partial(say_waiting, ctx, launch, why, shown)
     while (left := until - time.monotonic()) > 0:
-        heartbeat(ctx, launch, lambda: say_waiting(ctx, launch, why, shown))
+        heartbeat(ctx, launch, say)
         time.sleep(min(ctx.poll_s, left))
-    heartbeat(ctx, launch, lambda: say_waiting(ctx, launch, why, shown), force=True)
+    heartbeat(ctx, launch, say, force=True)
 
 
 def heartbeat(
@@ -169,7 +170,7 @@ def heartbeat(
         if force or ctx.lease.due():
             ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
         # first: a runner whose lease was taken writes nothing more
-        ctx.lease.beat(force=True) if force else ctx.lease.beat()
+        ctx.lease.beat(force=force)
         then()
     except StudyCancelled:
         on_cancel()

@@ -37,7 +37,8 @@ def test_every_worker_serves_on_and_sees_the_next_change(store, tmp_path, caplog
     a.refresh()  # a's poll: the same number, another stamp
     assert versions(a, b) == [2, 2]  # b never polled: the shared counter told it
     said = [r.getMessage() for r in caplog.records if "in another state" in r.getMessage()]
-    assert len(said) == 1 and "row deleted by hand" in said[0], said  # the log names this cause too
+    assert len(said) == 1, said
+    assert "row deleted by hand" in said[0]  # the log names this cause too
 
     by_hand(store, GONE)  # no change to what is served
     for worker in (a, b):

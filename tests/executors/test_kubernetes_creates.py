@@ -69,8 +69,7 @@ def reads(cluster: FakeCluster, resource: str) -> int:
 
 def sent(kind: str) -> dict[str, Any]:
     """The resource of this kind as `schedule` sends it."""
-    request = executor(2).dryrun(launch(2)).request
-    return with_id({"ConfigMap": request.config_map, "Service": request.service, "Job": request.job}[kind])
+    return with_id(executor(2).dryrun(launch(2)).request.body(kind))
 
 
 # ------------------------------------------------------------------ 1. ConfigMap and Service creates

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local.executor import _tagged
+from autotuner.executors.local.executor import tagged
 from autotuner.executors.local.memory import RANK_BASE_BYTES, available_bytes, launch_bytes
 from tests.helpers import TINY_SPEC as SPEC
 from trials.spec import parse_spec
@@ -106,7 +106,7 @@ def test_hung_trial_is_killed_and_marked_within_timeout(tmp_path):
     assert f"process tree {outcome.backend_id}" in outcome.reason
     assert elapsed < launch.timeout_s + 10
     tag = (tmp_path / "tag").read_text()
-    assert _tagged(tag) == set()  # every rank is gone, not just torchrun
+    assert tagged(tag) == set()  # every rank is gone, not just torchrun
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.executors import Fabric, LaunchRequest, LaunchState, LocalExecutor
-from autotuner.executors.local.executor import _study_prefix, _tagged, node_network
+from autotuner.executors.local.executor import _study_prefix, node_network, tagged
 from autotuner.executors.local.netns import NodeNetwork, sweep_command
 from tests.helpers import TINY_SPEC, skip_or_fail
 
@@ -120,7 +120,7 @@ def test_namespaces_a_killed_launcher_left_are_swept_by_the_next_launch(netns_ca
     executor = LocalExecutor(nodes="namespaces")
     backend_id, first = start_hung(executor, tmp_path / "a", "t2-l1")
     # SIGKILL for the launcher and every process of the launch: no trap runs, nothing cleans up
-    for pid in {int(backend_id), *_tagged((first.workdir / "tag").read_text().strip())}:
+    for pid in {int(backend_id), *tagged((first.workdir / "tag").read_text().strip())}:
         os.kill(pid, signal.SIGKILL)
     assert len(namespaces(named(first) + "-")) == 3
     second = request(tmp_path / "b", name="t2-l2", python=sys.executable)

@@ -77,7 +77,7 @@ def test_a_launch_followed_again_after_a_restart_is_not_left_queued(store: Store
             on_poll(Description(LaunchState.RUNNING))
             return "followed"
 
-    lease = SimpleNamespace(due=lambda: False, beat=lambda: None)
+    lease = SimpleNamespace(due=lambda: False, beat=lambda force=False: None)
     ctx = SimpleNamespace(
         store=store, progress=Progress(), executor=Running(), lease=lease, poll_s=0.01, study_id=study.id
     )
@@ -134,7 +134,7 @@ def test_a_poll_that_cannot_read_a_queued_launch_changes_nothing(store: Store, t
             return "followed"
 
     said: list[str] = []
-    lease = SimpleNamespace(due=lambda: False, beat=lambda: None)
+    lease = SimpleNamespace(due=lambda: False, beat=lambda force=False: None)
     ctx = SimpleNamespace(store=store, progress=Progress(on_launch_waiting=lambda launch, why: said.append(why)),
                           executor=Flaky(), lease=lease, poll_s=0.01, study_id=study.id)  # fmt: skip
     wait(ctx, "123", None, store.launch(launch.id), 0.0)  # type: ignore[arg-type]

@@ -138,17 +138,12 @@ def roll_back(
 def _our_uid(api: Any, kind: str, req: KubernetesRequest) -> str | None:
     """The uid of the launch's object of this kind if it is there and this schedule's (its create id);
     else None, said in the log where it could not be read (one made then would be left)."""
-    ns, name = req.namespace, req.name
-    try:
-        found = getattr(api, f"read_namespaced_{_SNAKE[kind]}")(name, ns, _request_timeout=REQUEST_TIMEOUT_S)
-    except Exception as exc:
-        if getattr(exc, "status", None) != 404:
-            log.warning("could not read %s %s/%s back to undo its create, left as it is: %s", kind, ns, name,
-                        api_error(exc))  # fmt: skip
+    found = _read_back(api, kind, req, " to undo its create, left as it is", logging.WARNING)
+    if found is None:
         return None
     token = req.body(kind)["metadata"]["annotations"][CREATE_ID_ANNOTATION]
     if (found.metadata.annotations or {}).get(CREATE_ID_ANNOTATION) != token:
-        log.info("%s %s/%s left alone: it is not this launch's", kind, ns, name)
+        log.info("%s %s/%s left alone: it is not this launch's", kind, req.namespace, req.name)
         return None
     return str(found.metadata.uid)
 
@@ -256,15 +251,16 @@ def create(
             waited += pause
 
 
-def _read_back(api: Any, kind: str, req: KubernetesRequest) -> Any:
+def _read_back(api: Any, kind: str, req: KubernetesRequest, why: str = "", level: int = logging.DEBUG) -> Any:
     """The object of this kind and the launch's name as stored; None where there is none, or it could not
-    be read."""
+    be read (logged at `level`, `why` after "back")."""
     try:
         read = getattr(api, f"read_namespaced_{_SNAKE[kind]}")
         return read(req.name, req.namespace, _request_timeout=REQUEST_TIMEOUT_S)
     except Exception as exc:
         if getattr(exc, "status", None) != 404:
-            log.debug("could not read %s %s/%s back: %s", kind, req.namespace, req.name, api_error(exc))
+            log.log(level, "could not read %s %s/%s back%s: %s", kind, req.namespace, req.name, why,
+                    api_error(exc))  # fmt: skip
         return None
 
 

@@ -261,8 +261,8 @@ class LocalExecutor(Executor):
         ours = (child is not None and child.returncode is None) or _alive(pid, launch.workdir / "launch.sh")
         pids = (set(_descendants(pid)) | {pid}) if ours else set()
         if tag:
-            pids |= _tagged(tag)
-        _signal_all(pids, signal.SIGTERM)
+            pids |= tagged(tag)
+        signal_all(pids, signal.SIGTERM)
         deadline = time.monotonic() + self.cancel_grace_s
         while time.monotonic() < deadline and any(_exists(p) for p in pids):
             self._reap()
@@ -271,12 +271,12 @@ class LocalExecutor(Executor):
         # left or a few rounds passed: a cancel that returned has stopped the tree, not only signalled it.
         for _ in range(20):
             if tag:
-                pids |= _tagged(tag)
+                pids |= tagged(tag)
             pids |= {child for p in list(pids) if _exists(p) for child in _descendants(p)}
             left = {p for p in pids if _exists(p)}
             if not left:
                 break
-            _signal_all(left, signal.SIGKILL)
+            signal_all(left, signal.SIGKILL)
             self._reap()
             time.sleep(0.05)
         self._reap()
@@ -499,6 +499,3 @@ def signal_all(pids: set[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
-
-
-_tagged, _signal_all = tagged, signal_all  # the old names (tests import them)

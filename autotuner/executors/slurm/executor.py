@@ -223,12 +223,13 @@ class SlurmExecutor(Executor):
         """One try: the job id; _Unreachable (or _Transient) for a failure worth another try; SubmitLater
         for a submit limit."""
         proc = self._run(["sbatch", "--parsable", str(req.script_path)], env=_submit_env(os.environ))
-        if proc.returncode != 0 and _SUBMIT_LIMIT.search(_text(proc)):
-            raise SubmitLater(f"sbatch refused launch {launch.name} for now, at a submit limit (exit "
-                              f"{proc.returncode}): {_text(proc)}", self.submit_limit_retry_s)  # fmt: skip
         if proc.returncode != 0:
-            error = _Transient if _TRANSIENT_SBATCH.search(_text(proc)) else SlurmError
-            raise error(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {_text(proc)}")
+            text = _text(proc)
+            if _SUBMIT_LIMIT.search(text):
+                raise SubmitLater(f"sbatch refused launch {launch.name} for now, at a submit limit (exit "
+                                  f"{proc.returncode}): {text}", self.submit_limit_retry_s)  # fmt: skip
+            error = _Transient if _TRANSIENT_SBATCH.search(text) else SlurmError
+            raise error(f"sbatch refused launch {launch.name} (exit {proc.returncode}): {text}")
         answer = proc.stdout.strip().splitlines()[-1].strip() if proc.stdout.strip() else ""
         try:
             job_id = _checked_id(answer)
