@@ -110,8 +110,9 @@ class Outcome:
 
 
 class SubmitLater(RuntimeError):
-    """Raised by `schedule` when the backend refused the request for now and queued nothing, for a
-    reason that passes as other jobs end (a submit limit, such as Slurm's QOSMaxSubmitJobPerUserLimit).
+    """Raised by `schedule` when the backend refused the request for now, for a reason that passes (a
+    submit limit, such as Slurm's QOSMaxSubmitJobPerUserLimit, that clears as other jobs end; a
+    controller that does not answer: what it may have queued is the executor's to find, or `abandon`).
     The launch waits its turn, like a queued one: the caller submits it again after `retry_after_s`,
     renewing what it holds meanwhile, within `queue_timeout_s` from the launch's start. Its env config is
     not to blame."""
@@ -141,13 +142,18 @@ class Executor(ABC):
     @abstractmethod
     def schedule(self, dryrun: AppDryrun[Any]) -> str:
         """Send the request; returns the backend's id for it (pid, Slurm job id, Job name). SubmitLater:
-        refused for now, nothing sent (a submit limit): submitted again later."""
+        refused for now (a submit limit, a controller that does not answer): submitted again later."""
 
     @abstractmethod
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description: ...
 
     @abstractmethod
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None: ...
+
+    def abandon(self, launch: LaunchRequest) -> None:
+        """A launch refused for now (SubmitLater) will not be submitted again (its turn did not come, or
+        its study was cancelled): undo what a refused submit may have left running. Nothing by default."""
+        return None
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         return log_tail(launch.log_path, tail_lines)

@@ -123,24 +123,31 @@ def submit_in_turn(
     limit = ctx.executor.queue_timeout_s
     shown: list[str | None] = [None]
     waited = False
-    while True:
-        try:
-            backend_id, dryrun = ctx.executor.submit(request)
-            return backend_id, dryrun, waited
-        except SubmitLater as exc:
-            refused = exc
-        waited = True
-        elapsed = time.monotonic() - started
-        if limit is not None and elapsed >= limit:
-            reason = f"not submitted after {elapsed:.0f} s (queue_timeout_s {limit:g} s): {refused}"
-            return Outcome(LaunchState.CANCELLED, None, None, reason)
-        pause = max(refused.retry_after_s, 0.0)
-        if limit is not None:
-            pause = min(pause, limit - elapsed)  # the last try at the deadline itself
-        log.info("study %s: launch %s: %s; asking again in %.0f s", ctx.study_id, launch.seq, refused, pause)
-        _wait_turn(
-            ctx, launch, Description(LaunchState.PENDING, None, f"{NOT_SUBMITTED}: {refused}"), shown, pause
-        )
+    try:
+        while True:
+            try:
+                backend_id, dryrun = ctx.executor.submit(request)
+                return backend_id, dryrun, waited
+            except SubmitLater as exc:
+                refused = exc
+            waited = True
+            elapsed = time.monotonic() - started
+            if limit is not None and elapsed >= limit:
+                abandon_quietly(ctx, request)
+                reason = f"not submitted after {elapsed:.0f} s (queue_timeout_s {limit:g} s): {refused}"
+                return Outcome(LaunchState.CANCELLED, None, None, reason)
+            pause = max(refused.retry_after_s, 0.0)
+            if limit is not None:
+                pause = min(pause, limit - elapsed)  # the last try at the deadline itself
+            log.info(
+                "study %s: launch %s: %s; asking again in %.0f s", ctx.study_id, launch.seq, refused, pause
+            )
+            why = Description(LaunchState.PENDING, None, f"{NOT_SUBMITTED}: {refused}")
+            _wait_turn(ctx, launch, why, shown, pause)
+    except BaseException:  # cancelled, interrupted or lost while it waited: never submitted again
+        if waited:
+            abandon_quietly(ctx, request)
+        raise
 
 
 def _wait_turn(
@@ -183,6 +190,14 @@ def heartbeat(
         # delays the heartbeat, not the launch: followed on, the beat tried again at the next poll.
         log.warning("study %s: the store did not answer a heartbeat (%s); still following launch %s",
                     ctx.study_id, type(exc).__name__, launch.seq)  # fmt: skip
+
+
+def abandon_quietly(ctx: StudyContext, request: LaunchRequest) -> None:
+    """`executor.abandon`, a failure logged (the launch ends as it was going to)."""
+    try:
+        ctx.executor.abandon(request)
+    except Exception:
+        log.warning("study %s: could not abandon launch %s", ctx.study_id, request.name, exc_info=True)
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:

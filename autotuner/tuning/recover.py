@@ -11,7 +11,7 @@ from autotuner.executors.base import LaunchState
 from autotuner.store import Launch, LaunchKind, utcnow
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.launch import execute, request_of, wait
+from autotuner.tuning.launch import abandon_quietly, execute, request_of, wait
 from autotuner.tuning.plan import PlannedLaunch
 
 log = logging.getLogger("autotuner.tuning")
@@ -33,6 +33,8 @@ def recover(ctx: StudyContext) -> None:
             continue
         if launch.backend_id and _reattach(ctx, launch):
             continue
+        if not launch.backend_id:  # it may have been waiting its turn: what a refused submit left goes
+            abandon_quietly(ctx, request_of(ctx, launch))
         # Cancelled, not failed: nothing says the env config broke it, and a failed search launch would
         # quarantine that config on the cluster for good (a service restart banned a setting).
         ingest(ctx, launch, Outcome(LaunchState.CANCELLED, launch.backend_id, None, INTERRUPTED), None, None)
@@ -74,6 +76,8 @@ def stop_leftovers(ctx: StudyContext) -> int:
     for launch in left:
         if launch.backend_id:
             ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
+        else:
+            abandon_quietly(ctx, request_of(ctx, launch))
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
                                 error="its study ended while no runner followed it: cancelled")  # fmt: skip
     return len(left)

@@ -137,17 +137,74 @@ def test_a_submit_limit_after_a_lost_reply_says_submit_later_once_squeue_saw_not
     assert [argv[0] for argv, _ in slurm.calls] == ["sbatch", "squeue", "sbatch"]
 
 
-def test_retries_are_bounded_and_the_last_refusal_is_raised(slurm, tmp_path):
+def test_retries_are_bounded_and_then_say_submit_later(slurm, tmp_path):
+    """A controller restarting or failing over can take minutes, longer than the executor may wait on its
+    own (nothing renews the study's lease in there): past submit_retry_s the engine waits the launch's
+    turn. Before, the study failed (SlurmError), for good."""
     slurm.sbatch = (1, "", TRANSIENT[4])
-    with pytest.raises(SlurmError, match=r"Resource temporarily unavailable \(sbatch tried 4 time\(s\)\)"):
+    with pytest.raises(
+        SubmitLater, match=r"Resource temporarily unavailable \(sbatch tried 4 time\(s\) in 45 s\)"
+    ):
         executor().submit(request(tmp_path))
     assert len(slurm.commands("sbatch")) == 4
     ex = executor()
     ex.submit_retry_s = 0.0  # no time left for another try
     slurm.calls.clear()
-    with pytest.raises(SlurmError, match=r"tried 1 time"):
+    with pytest.raises(SubmitLater, match=r"tried 1 time"):
         ex.submit(request(tmp_path))
-    assert len(slurm.commands("sbatch")) == 1
+    assert [argv[0] for argv, _ in slurm.calls] == ["squeue", "sbatch"]  # the first launch's note read
+
+
+def unanswered(slurm, tmp_path) -> SlurmExecutor:
+    """An executor whose sbatch of `request(tmp_path)` went unanswered past submit_retry_s."""
+    ex = executor()
+    ex.submit_retry_s = 0.0
+    slurm.sbatch_next = [(1, "", TRANSIENT[0])]
+    with pytest.raises(SubmitLater, match="Socket timed out"):
+        ex.submit(request(tmp_path))
+    slurm.calls.clear()
+    return ex
+
+
+def test_after_an_unanswered_sbatch_the_next_submit_follows_the_job_it_queued_not_a_second(slurm, tmp_path):
+    ex = unanswered(slurm, tmp_path)
+    slurm.queued = f"4243|{tmp_path}\n"
+    assert ex.submit(request(tmp_path))[0] == "4243"
+    assert [argv[0] for argv, _ in slurm.calls] == ["squeue"]  # no second sbatch
+    assert (tmp_path / "job_id").read_text() == "4243\n"
+    assert not (tmp_path / "sbatch-unanswered").exists()
+
+
+def test_after_an_unanswered_sbatch_that_queued_nothing_the_next_submit_sends_it(slurm, tmp_path):
+    ex = unanswered(slurm, tmp_path)
+    assert ex.submit(request(tmp_path))[0] == "4242"
+    assert [argv[0] for argv, _ in slurm.calls] == ["squeue", "sbatch"]
+    assert not (tmp_path / "sbatch-unanswered").exists()
+    slurm.calls.clear()
+    ex.abandon(request(tmp_path))  # nothing left to look for
+    assert slurm.calls == []
+
+
+def test_after_an_unanswered_sbatch_no_sbatch_until_squeue_can_say(slurm, tmp_path):
+    ex = unanswered(slurm, tmp_path)
+    slurm.down_q = 1
+    with pytest.raises(
+        SubmitLater, match="squeue cannot say whether an earlier sbatch of launch s1-l7 queued it"
+    ):
+        ex.submit(request(tmp_path))
+    assert [argv[0] for argv, _ in slurm.calls] == ["squeue"]
+    assert (tmp_path / "sbatch-unanswered").exists()
+
+
+def test_a_launch_given_up_after_an_unanswered_sbatch_cancels_the_job_it_queued(slurm, tmp_path):
+    """Else it runs later with no one to follow, collect or cancel it (the engine abandons a launch whose
+    turn never came: tests/tuning/test_submit_later.py)."""
+    ex = unanswered(slurm, tmp_path)
+    ex.cancel_grace_s = 0.0
+    slurm.queued = f"4100|/elsewhere/launch-0007\n4243|{tmp_path}\n"
+    ex.abandon(request(tmp_path))
+    assert slurm.commands("scancel") == [["scancel", "4243"]]
+    assert not (tmp_path / "sbatch-unanswered").exists()
 
 
 def test_all_tries_fit_well_inside_the_study_lease():

@@ -155,3 +155,42 @@ def test_a_submit_limit_that_never_clears_ends_at_queue_timeout_s_naming_it(
     ).stdout
     assert launch.workdir not in queued.split()
     store.dispose()
+
+
+def test_an_sbatch_whose_reply_is_lost_past_the_retry_window_is_followed_not_queued_twice(
+    slurm_cluster, tmp_path, monkeypatch
+):
+    """A controller that queues the job and loses the reply ("Socket timed out"), for longer than the
+    executor may try on its own (submit_retry_s): the engine waits the launch's turn, and the next try
+    finds the job in squeue and follows it. Before, the study failed; sbatch again would run it twice."""
+    real = shutil.which("sbatch")
+    calls = tmp_path / "calls"
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"""#!/bin/sh
+echo x >> {calls}
+{real} "$@" > /dev/null || exit $?
+echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2
+exit 1
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    study_id = study(store, tmp_path)
+    executor = SlurmExecutor()
+    executor.submit_retry_s = 0.0  # no second try inside: the engine's turn
+    executor.submit_limit_retry_s = 0.3
+    final = StudyDriver(store, study_id, executor, poll_s=0.2).run()
+    assert final.state == StudyState.DONE, final.error
+    assert len(calls.read_text().split()) == 1  # sbatch once
+    [launch] = store.launches(study_id)
+    assert launch.state == "succeeded", (launch.error, launch.log_tail)
+    assert slurm_state(launch.backend_id) == "COMPLETED"
+    queued = run(
+        "squeue", "--noheader", "--states=all", f"--name={job_name(f's{study_id}-l1')}", "--format=%i|%Z"
+    ).stdout.split()
+    assert [line for line in queued if line.endswith(f"|{launch.workdir}")] == [
+        f"{launch.backend_id}|{launch.workdir}"
+    ]
+    assert not (Path(launch.workdir) / "sbatch-unanswered").exists()
+    store.dispose()

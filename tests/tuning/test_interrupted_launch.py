@@ -51,16 +51,19 @@ def test_ctrl_c_cancels_the_running_launch_and_leaves_the_study_resumable(store:
 
 
 class Recording:
-    """A replay executor that records what it was asked to cancel."""
+    """A replay executor that records what it was asked to cancel, and to abandon."""
 
     def __init__(self) -> None:
-        self.inner, self.cancelled = replay(), []
+        self.inner, self.cancelled, self.abandoned = replay(), [], []
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
         self.cancelled.append((backend_id, launch.name))
+
+    def abandon(self, launch: LaunchRequest) -> None:
+        self.abandoned.append(launch.name)
 
 
 def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(store: Store, tmp_path):
@@ -125,3 +128,33 @@ def test_ctrl_c_after_a_launch_ended_leaves_its_row_as_it_ended(store: Store, tm
     [launch] = store.launches(study.id)
     assert launch.state == "succeeded"
     assert executor.cancelled == []
+
+
+def never_submitted(store: Store, study_id: int):
+    """A launch row a runner left while it waited its turn (SubmitLater): running, no backend id (its
+    last attempt: not run again)."""
+    candidate = {"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}
+    launch = store.add_launch(study_id=study_id, kind="search", env={}, spec={"candidates": [candidate]},
+                              executor="replay", attempt=99)  # fmt: skip
+    store.update_launch(launch.id, state="running")
+    return launch
+
+
+def test_a_launch_left_waiting_its_turn_is_abandoned_when_its_study_ends_or_resumes(store: Store, tmp_path):
+    """What its refused submits may have queued (an sbatch whose reply was lost) is the executor's to
+    undo: nothing else knows of it."""
+    cancelled = study_with(store, tmp_path, name="cancelled")
+    left = never_submitted(store, cancelled.id)
+    store.move_study(cancelled.id, StudyState.CANCELLED)
+    executor = Recording()
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    assert (executor.cancelled, executor.abandoned) == ([], [f"s{cancelled.id}-l{left.seq}"])
+    assert store.launch(left.id).state == "cancelled"
+
+    resumed = study_with(store, tmp_path, name="resumed", trials=1, confirm_rounds=0, ladder_rounds=0)
+    left = never_submitted(store, resumed.id)
+    executor = Recording()
+    final = StudyDriver(store, resumed.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    assert final.state == "done", final.error
+    assert executor.abandoned == [f"s{resumed.id}-l{left.seq}"]
+    assert store.launch(left.id).state == "cancelled"

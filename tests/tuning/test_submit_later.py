@@ -46,6 +46,10 @@ class Limited(ReplayExecutor):
         self.rows: list[tuple[str, str | None]] = []
         self.taken_over = False
         self.on_refusal = lambda: None
+        self.abandoned: list[str] = []
+
+    def abandon(self, launch) -> None:  # what a refused submit may have queued is the executor's to undo
+        self.abandoned.append(launch.name)
 
     def schedule(self, dryrun: AppDryrun) -> str:
         name = dryrun.launch.name
@@ -86,6 +90,7 @@ def test_a_submit_limit_that_outlasts_the_lease_is_waited_out_and_the_launch_mea
     launches = store.launches(study.id)
     assert [(x.state, x.waiting_on, x.error) for x in launches] == [("succeeded", None, None)] * len(launches)
     assert launches[0].backend_id == f"replay:s{study.id}-l1"
+    assert executor.abandoned == []  # submitted in the end: nothing to undo
     assert store.quarantined(launches[0].study_id) == {}
 
 
@@ -103,6 +108,7 @@ def test_a_submit_limit_that_never_clears_ends_the_launch_at_queue_timeout_s_nam
     baseline, *searched = store.launches(study.id)
     assert baseline.state == "succeeded"
     assert [x.kind for x in searched] == ["search", "search"]
+    assert executor.abandoned == [f"s{study.id}-l{launch.seq}" for launch in searched]
     for launch in searched:
         assert (launch.state, launch.backend_id, launch.waiting_on) == ("cancelled", None, None)
         assert launch.error == (f"not submitted after 1 s (queue_timeout_s 1 s): sbatch refused launch "
@@ -136,5 +142,6 @@ def test_a_study_cancelled_while_its_launch_waits_its_turn_stops_waiting(store: 
     assert time.monotonic() - started < 10
     assert final.state == StudyState.CANCELLED
     assert len(executor.refusals) == 3  # not asked again once the cancel was seen
+    assert executor.abandoned == [f"s{study.id}-l1"]
     [launch] = store.launches(study.id)
     assert (launch.state, launch.backend_id) == ("cancelled", None)

@@ -101,6 +101,8 @@ _TRANSIENT_SBATCH = re.compile(
 # by the engine. Named by the reason line sbatch prints above "Job violates accounting/QOS policy (job
 # submit limit, user's size and/or time limits)": that line alone also says a job too big or too long for
 # the QOS (DenyOnLimit), which never clears, and is raised at once.
+# Left in the launch's directory when sbatch went unanswered (SubmitLater): the job may have been queued.
+UNANSWERED = "sbatch-unanswered"
 _SUBMIT_LIMIT = re.compile(r"(qos|assoc)(max|grp)\w*submit\w*limit", re.IGNORECASE)
 
 
@@ -177,17 +179,55 @@ class SlurmExecutor(Executor):
     # ------------------------------------------------------------------ sending and following
 
     def schedule(self, dryrun: AppDryrun[ScriptRequest]) -> str:
-        """The job id; SubmitLater when a submit limit refused the job (nothing was queued)."""
+        """The job id; SubmitLater when a submit limit refused the job (nothing was queued) or Slurm did
+        not answer within submit_retry_s (the next schedule first asks squeue whether it queued one)."""
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
-        job_id = self._submit(req, launch)
+        job_id = self._queued_unanswered(launch) or self._submit(req, launch)
         write_new(launch.workdir / "job_id", job_id + "\n")
         return job_id
 
+    def _queued_unanswered(self, launch: LaunchRequest) -> str | None:
+        """The job an earlier schedule's unanswered sbatch queued all the same, if one did (else None,
+        and sbatch may be tried); SubmitLater while squeue cannot say."""
+        unanswered = launch.workdir / UNANSWERED
+        if not unanswered.exists():
+            return None
+        try:
+            found = self._submitted(launch)
+        except _Unreachable as exc:
+            raise SubmitLater(f"squeue cannot say whether an earlier sbatch of launch {launch.name} queued it: "
+                              f"{exc}", self.submit_limit_retry_s) from exc  # fmt: skip
+        unanswered.unlink()
+        if found is not None:
+            log.warning("launch %s: an earlier sbatch that went unanswered queued job %s: following it",
+                        launch.name, found)  # fmt: skip
+        return found
+
+    def abandon(self, launch: LaunchRequest) -> None:
+        """Cancel the job an unanswered sbatch may have queued all the same: else it runs later, with no
+        one to follow, collect or cancel it."""
+        unanswered = launch.workdir / UNANSWERED
+        if not unanswered.exists():
+            return
+        try:
+            found = self._submitted(launch)
+        except SlurmError as exc:
+            log.warning("launch %s given up: squeue cannot say whether an unanswered sbatch queued it (%s): "
+                        "cancel a job named %s in %s by hand if Slurm shows one", launch.name, exc,
+                        job_name(launch.name), launch.workdir)  # fmt: skip
+            return
+        unanswered.unlink(missing_ok=True)
+        if found is not None:
+            log.warning("launch %s given up: cancelling job %s, queued by an sbatch that went unanswered",
+                        launch.name, found)  # fmt: skip
+            self.cancel(found, launch)
+
     def _submit(self, req: ScriptRequest, launch: LaunchRequest) -> str:
         """sbatch, tried again after a failure that passes (one socket timeout failed the whole study,
-        for good), within submit_retry_s; a submit limit raises SubmitLater, any other refusal SlurmError
-        at once, in sbatch's words."""
+        for good), within submit_retry_s, then SubmitLater (a controller restarting or failing over can
+        take minutes: the engine waits the launch's turn, its lease renewed); a submit limit raises
+        SubmitLater, any other refusal SlurmError at once, in sbatch's words."""
         deadline = time.monotonic() + self.submit_retry_s
         delays = iter(self.submit_retry_delays_s)
         tries = 0
@@ -204,7 +244,10 @@ class SlurmExecutor(Executor):
             while True:
                 delay = next(delays, None)
                 if delay is None or time.monotonic() + delay > deadline:
-                    raise SlurmError(f"{trouble} (sbatch tried {tries} time(s))") from trouble
+                    # the last try may have queued the job: the next schedule asks squeue before sbatch
+                    write_new(launch.workdir / UNANSWERED, f"{trouble}\n")
+                    raise SubmitLater(f"{trouble} (sbatch tried {tries} time(s) in {self.submit_retry_s:g} s)",
+                                      self.submit_limit_retry_s) from trouble  # fmt: skip
                 log.warning("launch %s: %s; asking again in %.0f s", launch.name, trouble, delay)
                 time.sleep(delay)
                 try:
