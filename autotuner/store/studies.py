@@ -8,17 +8,17 @@ died left its study waiting for as long as it was ahead."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, DateTime, Result, func, literal, or_, select, update
+from sqlalchemy import CursorResult, DateTime, Result, func, literal, or_, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from autotuner.names import check_name
 from autotuner.store.base import NameTaken, StoreBase
-from autotuner.store.models import Cluster, Launch, Study, Workload, utcnow
+from autotuner.store.models import Cluster, Launch, Study, UTCDateTime, Workload, utcnow
 from autotuner.store.states import ACTIVE, TERMINAL, StudyState
 
 # SQLite's 'now' as SQLAlchemy writes a date there (UTC, microseconds): text that compares in order with
@@ -150,6 +150,15 @@ class StudyRecords(StoreBase):
         if dialect == "postgresql":
             return func.statement_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=plus_s)
         return literal(utcnow() + timedelta(seconds=plus_s), Study.lease_expires_at.type)
+
+    def now(self) -> datetime:
+        """The database's clock, now (aware UTC): what a study's and a launch's time is written and judged
+        by, as leases are. A replica whose clock is off by minutes would otherwise end a resumed study's
+        search early (its time budget) or time a re-attached launch out."""
+        with self.session() as s:
+            now = s.scalar(select(type_coerce(self._db_now(), UTCDateTime())))
+        assert now is not None  # the database's clock reads as a date
+        return now
 
     def _lapsed(self) -> ColumnElement[bool]:
         """A lease nobody holds, or one that expired by the database's clock."""

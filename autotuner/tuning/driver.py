@@ -110,7 +110,7 @@ class StudyDriver:
             if bad:  # stored by an older version, which let a trailing newline through
                 return self._fail(f"{bad}: this study cannot run (its config could not be served)")
             if study.state == StudyState.QUEUED:
-                self._move(StudyState.RUNNING, started_at=utcnow())
+                self._move(StudyState.RUNNING, started_at=self.store.now())  # the budget's clock
             recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
                 return self._fail("the baseline (the job's own settings) did not run: see its launch log")
@@ -253,7 +253,7 @@ class StudyDriver:
         if settings.time_budget_s is not None:
             study = self.store.study(self.study_id)
             assert study is not None and study.started_at is not None
-            if (utcnow() - study.started_at).total_seconds() >= settings.time_budget_s:
+            if (self.store.now() - study.started_at).total_seconds() >= settings.time_budget_s:
                 return False
         return True
 

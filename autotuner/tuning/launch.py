@@ -67,7 +67,7 @@ def run_launch(
 
 def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Search | None) -> list[Candidate]:
     request = request_of(ctx, launch)
-    ctx.store.update_launch(launch.id, state=LaunchState.RUNNING, started_at=utcnow(), heartbeat_at=utcnow(),
+    ctx.store.update_launch(launch.id, state=LaunchState.RUNNING, started_at=ctx.store.now(), heartbeat_at=utcnow(),
                             workdir=str(request.workdir), log_path=str(request.log_path),
                             result_path=str(request.result_path))  # fmt: skip
     ctx.progress.on_launch_start(launch)

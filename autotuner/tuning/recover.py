@@ -53,7 +53,8 @@ def _reattach(ctx: StudyContext, launch: Launch) -> bool:
     if desc.state not in FOLLOWED and not desc.state.is_terminal():
         return False
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
-    started = time.monotonic() - (utcnow() - (launch.started_at or utcnow())).total_seconds()
+    now = ctx.store.now()  # the clock its start was written by, whichever replica wrote it
+    started = time.monotonic() - (now - (launch.started_at or now)).total_seconds()
     # Its run clock starts again at the first running answer: a row that said running may have been
     # queued all along (written before the first poll), and queue time is not run time.
     outcome = wait(ctx, launch.backend_id, request, launch, started, queued=True)  # type: ignore[arg-type]

@@ -195,7 +195,7 @@ class Revalidation:
                     raise
 
     def _run(self, row: ConfigValidation, config: Config, lease: Lease) -> ConfigValidation:
-        started_at = row.started_at or utcnow()
+        started_at = row.started_at or self.store.now()
         if not self.store.start_validation(row.id, started_at):  # another runner finished it meanwhile
             return self.store.validation(row.id) or row
         ctx = StudyContext.load(self.store, config.study_id, self.executor, lease,  # type: ignore[arg-type]
@@ -219,7 +219,7 @@ class Revalidation:
             speedup, _ = compare_settings(ctx, mine, base, rounds, LaunchKind.REVALIDATE, tag)
             state, result = verdict(speedup, *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag))
         result["rounds_asked"] = 1 if mine == base else rounds
-        result["wall_s"] = (utcnow() - started_at).total_seconds()
+        result["wall_s"] = (self.store.now() - started_at).total_seconds()
         result["measured_on"] = self.executor.name
         recorded = self._recorded_fingerprint(ctx, tag)
         fp = comparable(recorded, config.nodes)
