@@ -138,3 +138,12 @@ def kill_carrying(name: str, value: str, deadline_s: float = 5.0) -> None:
     while (left := carrying(name, value)) and time.monotonic() < deadline:
         signal_all(left, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def by_hand(store: Any, *statements: str) -> None:
+    """`statements` run on the store's database in one transaction, as a hand at its console would."""
+    from sqlalchemy import text
+
+    with store.engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))

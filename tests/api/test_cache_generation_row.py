@@ -7,19 +7,12 @@ sharing one generation file, as tests/api/test_cache.py sets them up."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
 
 from api.cache import ConfigCache
-from autotuner.store import Store
 from tests.api.test_cache import FIELDS, workers, workload  # noqa: F401 (a fixture)
+from tests.helpers import by_hand
 
 GONE = "DELETE FROM at_config_generation"
-
-
-def by_hand(store: Store, *statements: str) -> None:
-    with store.engine.begin() as conn:
-        for statement in statements:
-            conn.execute(text(statement))
 
 
 def versions(*caches: ConfigCache) -> list[int | None]:

@@ -9,8 +9,9 @@ import multiprocessing
 from sqlalchemy.exc import OperationalError
 
 from autotuner.store import Store
+from tests.helpers import by_hand
 from tests.store.test_config_races import PUBLISHES, _publish
-from tests.store.test_names_never_reused import by_hand, publish
+from tests.store.test_names_never_reused import publish
 
 GONE = "DELETE FROM at_config_generation"
 

@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from autotuner.store import Store
 from autotuner.store.db import alembic_config, make_engine
+from tests.helpers import by_hand
 from tests.store.test_config_races import FIELDS
 
 AT = "'2026-12-01 00:00:00+00'"
@@ -18,12 +19,6 @@ AT = "'2026-12-01 00:00:00+00'"
 
 def publish(store: Store, nodes: int = 1):
     return store.publish_config(cluster="c", workload="w", nodes=nodes, **FIELDS)
-
-
-def by_hand(store: Store, *statements: str) -> None:
-    with store.engine.begin() as conn:
-        for statement in statements:
-            conn.execute(text(statement))
 
 
 def test_a_deleted_version_and_its_id_are_never_handed_out_again(store):
