@@ -100,8 +100,9 @@ class StudyContext:
 
     @cached_property
     def baseline_point(self) -> InProcPoint:
-        """What the job runs today: fp32 both ways, its batch, its sharding, its pipeline."""
-        return InProcPoint("fp32", "fp32", baseline_batch(self.workload, self.space), self.workload.sharding,
+        """What the job runs today: its comm precision, its batch, its sharding, its pipeline."""
+        fwd, bwd = self.workload.comm_precision
+        return InProcPoint(fwd, bwd, baseline_batch(self.workload, self.space), self.workload.sharding,
                            None, self.workload.default_pipeline)  # fmt: skip
 
     @cached_property
