@@ -25,12 +25,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotuner.cli.terminal import labelled, shown
+from autotuner.cli.terminal import labelled, shown, stdout_console
 from autotuner.executors.results import finite
 from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
+from autotuner.text import displayed
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.settings import RequestSettings, StudySettings, default_workdir
 from autotuner.tuning.study import create_study, study_settings
@@ -45,7 +46,7 @@ app = typer.Typer(
 configs_app = typer.Typer(help="Published configs: list, history, pin, rollback.", no_args_is_help=False)
 app.add_typer(configs_app, name="configs")
 err = Console(stderr=True)
-out = Console()
+out = stdout_console()
 
 DB_HELP = (
     "SQLAlchemy URL of the store, e.g. sqlite:////srv/autotuner/autotuner.db (default: autotuner.db in "
@@ -404,7 +405,7 @@ def _progress_bar(total: int) -> Iterator[Any]:
 
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"), console=err, transient=False,
+        TextColumn("{task.fields[status]}", markup=False), console=err, transient=False,
     ) as bar:  # fmt: skip
         task = bar.add_task("baseline", total=total, status="")
 
@@ -423,7 +424,9 @@ def _progress_bar(total: int) -> Iterator[Any]:
             bar.update(task, status=status)
 
         def waiting(launch: Any, why: str) -> None:
-            said = f"queued: {why}" if why else "running"
+            said = (
+                f"queued: {displayed(why)}" if why else "running"
+            )  # the scheduler's words: shown, not obeyed
             bar.update(task, status=f"launch {launch.seq} {launch.kind} {said}")
 
         yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting,
@@ -447,9 +450,8 @@ def _print_outcome(store: Any, study: Any) -> None:
         err.print(labelled(f"study {study.name}: its stored outcome cannot be read:", " ".join(str(exc).split())[:300]),
                   highlight=False)  # fmt: skip
         raise typer.Exit(1) from exc
-    rows = {label: store.candidate(cid) for label, cid in
-            (("baseline", study.baseline_candidate_id), ("best", study.best_candidate_id)) if cid}  # fmt: skip
-    table = Table(title=f"study {study.name}: best vs baseline", title_justify="left")
+    rows = _outcome_columns(store, study, outcome)
+    table = Table(title=f"study {study.name}: what was published vs the baseline", title_justify="left")
     table.add_column("")
     for label in rows:
         table.add_column(label, overflow="fold")
@@ -481,6 +483,29 @@ def _print_outcome(store: Any, study: Any) -> None:
     if outcome.published_version is not None:
         err.print(shown(f"published {study.cluster.name}/{study.workload.name} version {outcome.published_version}"),
                   highlight=False)  # fmt: skip
+
+
+def _outcome_columns(store: Any, study: Any, outcome: Outcome) -> dict[str, Any]:
+    """The baseline, the setting published (`chosen_candidate`: the ladder or the convergence check may
+    have dropped knobs of the fastest row), and the fastest row measured when it is neither, labelled
+    so: a "best" column beside "published" read as shipped what the ladder dropped."""
+
+    def setting(c: Any) -> tuple[Any, ...]:
+        return (c.env, c.fwd_precision, c.bwd_precision, c.batch_size, c.sharding, c.pipeline)
+
+    baseline = store.candidate(study.baseline_candidate_id) if study.baseline_candidate_id else None
+    chosen = store.candidate(outcome.chosen_candidate) if outcome.chosen_candidate is not None else None
+    best = store.candidate(study.best_candidate_id) if study.best_candidate_id else None
+    published = outcome.published_version is not None
+    columns: dict[str, Any] = {}
+    if baseline is not None:
+        same = published and chosen is not None and setting(chosen) == setting(baseline)
+        columns["baseline (published)" if same else "baseline"] = baseline
+    if chosen is not None and (baseline is None or setting(chosen) != setting(baseline)):
+        columns["published" if published else "chosen (not published)"] = chosen
+    if best is not None and all(setting(best) != setting(c) for c in columns.values()):
+        columns["fastest measured (not published)"] = best
+    return columns
 
 
 def _env_text(env: Any) -> str:
@@ -1081,7 +1106,7 @@ def prune(
     )
     failed = [f for p in pruned for f in p.failed]
     for why in failed:
-        err.print(f"could not remove {shown(why)}", highlight=False, soft_wrap=True)  # a path: one line
+        err.print(Text.assemble("could not remove ", shown(why)), highlight=False, soft_wrap=True)  # one line
     if failed:
         raise _fail(
             f"{len(failed)} launch director{'y' if len(failed) == 1 else 'ies'} could not be removed (above)",
