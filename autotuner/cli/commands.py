@@ -43,7 +43,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-configs_app = typer.Typer(help="Published configs: list, history, pin, rollback.", no_args_is_help=False)
+configs_app = typer.Typer(
+    help="Published configs: list (no command), show, history, pin, unpin, rollback, validations.",
+    no_args_is_help=False,
+)
 app.add_typer(configs_app, name="configs")
 err = Console(stderr=True)
 out = stdout_console()

@@ -68,3 +68,12 @@ def test_a_pipe_gets_every_studys_name_on_one_line(tmp_path):
     assert listed.returncode == 0, listed.stderr
     [row] = [line for line in listed.stdout.splitlines() if "p4d-efa-us-east-1a.dlrm-v2-criteo-1tb.2" in line]
     assert "p4d-efa-us-east-1a " in row  # the cluster too, whole, on the same line
+
+
+def test_the_configs_group_help_names_every_command_it_has():
+    said = CliRunner().invoke(commands.app, ["configs", "--help"]).output
+    summary = commands.configs_app.info.help
+    names = [c.name for c in commands.configs_app.registered_commands if c.name]
+    assert names, "the configs group has commands"
+    assert [n for n in names if n not in summary] == []  # was: show, unpin and validations left out
+    assert summary.split(":")[0] in said
