@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +194,7 @@ class SlurmExecutor(Executor):
         if not unanswered.exists():
             return None
         try:
-            found = self._submitted(launch)
+            found = _queued_job(self._run, launch)
         except _Unreachable as exc:
             raise SubmitLater(f"squeue cannot say whether an earlier sbatch of launch {launch.name} queued it: "
                               f"{exc}", self.submit_limit_retry_s) from exc  # fmt: skip
@@ -211,7 +211,7 @@ class SlurmExecutor(Executor):
         if not unanswered.exists():
             return
         try:
-            found = self._submitted(launch)
+            found = _queued_job(self._run, launch)
         except SlurmError as exc:
             log.warning("launch %s given up: squeue cannot say whether an unanswered sbatch queued it (%s): "
                         "cancel a job named %s in %s by hand if Slurm shows one", launch.name, exc,
@@ -251,7 +251,7 @@ class SlurmExecutor(Executor):
                 log.warning("launch %s: %s; asking again in %.0f s", launch.name, trouble, delay)
                 time.sleep(delay)
                 try:
-                    found = self._submitted(launch)
+                    found = _queued_job(self._run, launch)
                 except _Unreachable as exc:
                     log.warning("launch %s: squeue cannot say whether sbatch queued it: %s", launch.name, exc)
                     continue
@@ -278,49 +278,11 @@ class SlurmExecutor(Executor):
             job_id = _checked_id(answer)
         except OtherClusterError as exc:
             # queued there: cancel it there, or it runs with no one to follow, collect or cancel it
-            self._cancel_elsewhere(exc)
+            _cancel_elsewhere(self._run, exc)
             raise SlurmError(f"sbatch queued launch {launch.name} as {exc}") from None
         except ValueError:
             raise SlurmError(f"sbatch answered {proc.stdout.strip()!r}, not a job id") from None
         return job_id
-
-    def _cancel_elsewhere(self, job: OtherClusterError) -> None:
-        argv = ["scancel", f"--clusters={job.cluster}", job.job_id]
-        try:
-            proc = self._run(argv)
-        except SlurmError as exc:
-            log.warning("%s: %s", " ".join(argv), exc)
-            return
-        if proc.returncode != 0:
-            log.warning("%s: exit %s: %s", " ".join(argv), proc.returncode, _text(proc))
-
-    def _submitted(self, launch: LaunchRequest) -> str | None:
-        """The job a failed sbatch may have queued for `launch` all the same: this user's job of the
-        launch's name in the launch's directory (so another tuner's job of the same name is never
-        taken); None: there is none. _Unreachable if squeue cannot say. Left unfollowed, such a job
-        would run later with no one to collect or cancel it."""
-        argv = [
-            "squeue",
-            "--noheader",
-            f"--user={os.getuid()}",
-            f"--name={job_name(launch.name)}",
-            # Ended ones too (the controller keeps them MinJobAge): a short job can be done by the time
-            # it is asked for, and a second sbatch would run the launch again.
-            "--states=all",
-            "--format=%i|%Z",
-        ]
-        proc = self._run(argv)
-        if proc.returncode != 0:
-            raise _Unreachable(f"squeue exit {proc.returncode}: {_text(proc)}")
-        ids = []
-        for line in proc.stdout.splitlines():
-            job_id, _, workdir = line.strip().partition("|")
-            if workdir == str(launch.workdir) and job_id.isdigit():
-                ids.append(job_id)
-        if len(ids) > 1:
-            raise SlurmError(f"squeue shows {len(ids)} jobs named {job_name(launch.name)} in {launch.workdir}: "
-                             "not one to follow")  # fmt: skip
-        return ids[0] if ids else None
 
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         job_id = _checked_id(backend_id)
@@ -443,6 +405,50 @@ class SlurmExecutor(Executor):
 
 
 # ---------------------------------------------------------------------- reading Slurm's answers
+
+
+Run = Callable[[list[str]], subprocess.CompletedProcess[str]]  # SlurmExecutor._run
+
+
+def _cancel_elsewhere(run: Run, job: OtherClusterError) -> None:
+    """scancel a job sbatch queued on another cluster than the one asked for."""
+    argv = ["scancel", f"--clusters={job.cluster}", job.job_id]
+    try:
+        proc = run(argv)
+    except SlurmError as exc:
+        log.warning("%s: %s", " ".join(argv), exc)
+        return
+    if proc.returncode != 0:
+        log.warning("%s: exit %s: %s", " ".join(argv), proc.returncode, _text(proc))
+
+
+def _queued_job(run: Run, launch: LaunchRequest) -> str | None:
+    """The job a failed sbatch may have queued for `launch` all the same: this user's job of the
+    launch's name in the launch's directory (so another tuner's job of the same name is never
+    taken); None: there is none. _Unreachable if squeue cannot say. Left unfollowed, such a job
+    would run later with no one to collect or cancel it."""
+    argv = [
+        "squeue",
+        "--noheader",
+        f"--user={os.getuid()}",
+        f"--name={job_name(launch.name)}",
+        # Ended ones too (the controller keeps them MinJobAge): a short job can be done by the time
+        # it is asked for, and a second sbatch would run the launch again.
+        "--states=all",
+        "--format=%i|%Z",
+    ]
+    proc = run(argv)
+    if proc.returncode != 0:
+        raise _Unreachable(f"squeue exit {proc.returncode}: {_text(proc)}")
+    ids = []
+    for line in proc.stdout.splitlines():
+        job_id, _, workdir = line.strip().partition("|")
+        if workdir == str(launch.workdir) and job_id.isdigit():
+            ids.append(job_id)
+    if len(ids) > 1:
+        raise SlurmError(f"squeue shows {len(ids)} jobs named {job_name(launch.name)} in {launch.workdir}: "
+                         "not one to follow")  # fmt: skip
+    return ids[0] if ids else None
 
 
 def parse_squeue_json(data: Mapping[str, Any], job_id: str) -> JobInfo | None:
