@@ -56,11 +56,14 @@ def to_quality_text(ttq: TimeToQuality) -> str:
 
 def ladder_table(ladder: Sequence[LadderStep]) -> Table:
     """One row per step from the baseline: what changed, its gain with the 95% CI, kept or not (a
-    step whose CI includes 1 shows no measurable gain, and its knob is dropped)."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
+    step whose CI includes 1 shows no measurable gain, and its knob is dropped). The change and the
+    verdict ("inert here: not credited", "cannot run: ...") wrap: at 80 columns one was cut."""
+    # pad_edge left on: without it rich sizes the table a cell wider than it draws it, and the
+    # verdict's last characters were cut off ("cannot run: int" for "int8 ...")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
                   title="speedup ladder (each step against the one before, interleaved)", title_justify="left")  # fmt: skip
     for col in ("step", "change", "samples/s", "gain", "95% CI", "total", ""):
-        table.add_column(col, no_wrap=col != "change", overflow="fold", min_width=22 if col == "change" else None,
+        table.add_column(col, no_wrap=col not in ("change", ""), overflow="fold", min_width=16 if col == "change" else None,
                          justify="right" if col in ("samples/s", "gain", "95% CI", "total") else "left")  # fmt: skip
     for step in ladder:
         measured = step.measured
@@ -265,7 +268,9 @@ def print_claim(console: Console, ladder: Sequence[LadderStep], text: ClaimText)
 
 def scaling_table(curve: Sequence[ScalingPoint]) -> Table:
     """Throughput, scaling factor and efficiency at each node count, baseline and tuned."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
+    # pad_edge left on: without it rich sizes the table a cell wider than it draws it, and the
+    # verdict's last characters were cut off ("cannot run: int" for "int8 ...")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
                   title="scaling (throughput at N nodes / at the fewest; efficiency: / the ideal)", title_justify="left")  # fmt: skip
     for col in ("nodes", "baseline samples/s", "factor", "eff.", "tuned samples/s", "factor", "eff."):
         table.add_column(col, justify="right", no_wrap=True)

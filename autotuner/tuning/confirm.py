@@ -4,13 +4,15 @@ handed an unproven change)."""
 
 from __future__ import annotations
 
-from autotuner.store import Candidate, LaunchKind
+from autotuner.store import Candidate, CandidateState, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import FIGURES, Confirmation, Finalist, Outcome
 from autotuner.tuning.pairs import Setting, compare
 
 ADOPTED = "tuned config is faster with 95% confidence: published"
 NOT_SIGNIFICANT = "no significant gain over the baseline: published the baseline (no changes)"
+FINALIST_OVER_LIMIT = ("the finalist, confirmed, is over the quantization-error limit ({}): published the baseline "
+                       "(no changes)")  # fmt: skip
 # Why nothing was confirmed, one sentence per cause (a decision names what happened, not a list of guesses).
 UNCONFIRMED = "not confirmed (confirm_rounds=0): published the search's best as measured"
 BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)"
@@ -30,15 +32,21 @@ def decide(
     """`searched`: some search candidate was measured (False: the baseline is best by default, not
     shown; None: no search was asked for, and the baseline is what the study records)."""
     rounds = ctx.settings.confirm_rounds
-    speedup = None
+    speedup, row = None, None
     if rounds and best.id != baseline.id:
-        speedup, _ = compare(
+        speedup, row = compare(
             ctx, Setting.of(best), Setting.of(baseline), rounds, LaunchKind.CONFIRM, "confirm"
         )
     if speedup is not None:
-        adopt = speedup.significant
+        # Over the limit in a confirmation round, with no ladder after it to drop the knob that is (its
+        # steps judge each knob's error): no setting to publish, whatever it gains (the search's rows may
+        # have been under it; the confirmation's error is the one quoted).
+        over = row is not None and row.state == CandidateState.INFEASIBLE and not ctx.settings.ladder_rounds
+        adopt = speedup.significant and not over
         figures = Confirmation.of(speedup).figures()
         decision = ADOPTED if adopt else NOT_SIGNIFICANT
+        if over and row is not None:
+            decision = FINALIST_OVER_LIMIT.format(row.error)
     else:
         adopt = best.id != baseline.id and rounds == 0
         figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}

@@ -5,6 +5,12 @@ precision, batch, pipeline, env, then sharding and threads; the env a variable a
 measured against the step before it in interleaved rounds (in ABBA order: pairs.py) with a paired
 95% CI. A step whose interval includes 1 shows no measurable gain: its knob is left out, and the
 ladder goes on from where it stood. What is left at the top is all a config may claim.
+
+A variable that cannot act where the study measures (inert: the study's `inert`, searched only when the
+space forces it in) is no step: it is recorded as such and never credited, whatever its rows read (a
+config never exports it, so its "gain" would be drift claimed for a config that is the baseline). A
+step that could not be measured (its launches failed: an outage) ends the ladder: nothing is shown
+either way, and the study publishes nothing (claim.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from autotuner.tuning.outcome import LadderStep
 from autotuner.tuning.pairs import Setting, compare, tag_of
 
 KEPT, NO_GAIN = "kept", "no measurable gain"
+NOT_MEASURED = "not measured (see the launch logs)"
+INERT = "inert here: not credited"
 
 
 def _env(s: Setting) -> dict[str, str]:
@@ -47,7 +55,8 @@ def climb(
     read_together), in the space's order, so that no variable is published on another's gain.
     A group whose step cannot run where the ladder stands (int8 comms onto the baseline's row_wise
     sharding when the finalist's is table_wise: InProcPoint.problem) is taken after the later groups;
-    if it still cannot run there, its step is recorded as such and never launched."""
+    if it still cannot run there, its step is recorded as such and never launched. Inert variables are
+    recorded as such and never launched; a step that could not be measured ends the climb."""
     current, row, cumulative = baseline, None, 1.0
     order, walked = list(ctx.space.ladder), 0
     deferred: set[str] = set()
@@ -70,9 +79,10 @@ def climb(
             recorded = steps[walked] if walked < len(steps) else None
             if recorded is not None and recorded.step == group and set(recorded.changed) == set(changed):
                 step = recorded  # done before the study was interrupted
-            elif problem:  # never launched: it cannot run where the ladder stands
-                step = LadderStep(step=group, changed=changed, kept=False, verdict=f"cannot run: {problem}",
-                                  candidate=None, cumulative=cumulative)  # fmt: skip
+            elif problem or (names is not None and set(names) <= set(ctx.inert)):  # never launched
+                why = f"cannot run: {problem}" if problem else INERT
+                step = LadderStep(step=group, changed=changed, kept=False, verdict=why, candidate=None,
+                                  cumulative=cumulative)  # fmt: skip
                 steps.append(step)
             else:
                 # A step from the baseline straight to the finalist is the confirmation itself: its
@@ -86,6 +96,8 @@ def climb(
                 step = _step(ctx, tag, group, current, nxt, changed, cumulative, same_as_confirmed)
                 steps.append(step)
             walked += 1
+            if step.verdict == NOT_MEASURED:  # nothing after it could be published: no more launches
+                return current, row
             if step.kept:
                 current, cumulative = nxt, step.cumulative or cumulative
                 row = (ctx.store.candidate(step.candidate) if step.candidate is not None else None) or row
@@ -97,10 +109,12 @@ def _units(
 ) -> list[list[str] | None]:
     """A group's steps: one (None: the whole group), or for the env one per variable that differs,
     in the space's order, those NCCL reads as one setting together (or that act only together from
-    where the ladder stands: acting_with)."""
+    where the ladder stands: acting_with); then each inert variable alone (never launched: climb)."""
     if group != "env":
         return [None]
     differ = set(_changed(group, current.env, target.env))
+    inert = sorted(differ & set(ctx.inert))
+    differ -= set(inert)
     ordered = [name for name in ctx.space.env if name in differ] + sorted(differ - set(ctx.space.env))
     units: list[list[str] | None] = list(read_together(ordered, also=acting_with(target.env, current.env)))
     whole = f"ladder-{i}-{group}"
@@ -108,8 +122,8 @@ def _units(
         tag_of(launch.spec, launch.kind) == whole for launch in ctx.store.launches(ctx.study_id)
     ):
         # A study interrupted inside an env step measured whole, before the env was split: its rounds stand.
-        return [ordered]
-    return units
+        units = [ordered]
+    return units + [[name] for name in inert]
 
 
 def _with_env(current: Setting, target: Setting, names: list[str]) -> Setting:
@@ -129,7 +143,7 @@ def _step(ctx: StudyContext, tag: str, group: str, current: Setting, nxt: Settin
     speedup, row = compare(ctx, nxt, current, rounds, kind, tag)
     candidate = row.id if row is not None else None
     if speedup is None:
-        return LadderStep(step=group, changed=changed, kept=False, verdict="not measured (see the launch logs)",
+        return LadderStep(step=group, changed=changed, kept=False, verdict=NOT_MEASURED,
                           candidate=candidate, cumulative=cumulative)  # fmt: skip
     # A setting over the quantization-error limit is no setting to publish, whatever it gains.
     over = row is not None and row.state == CandidateState.INFEASIBLE

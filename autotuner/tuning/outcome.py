@@ -152,6 +152,11 @@ class Quality(PairedDelta):
     verdict (at equal samples), and each training knob's; or why it was skipped."""
 
     skipped: str | None = Field(default=None, description="why the check did not run")
+    failed: bool | None = Field(
+        default=None,
+        description="the quality launch, or a model of it, failed (not by diverging): what it was to judge "
+        "was not measured, so the study published nothing",
+    )
     k: int | None = Field(default=None, description="paired model seeds")
     seeds: list[int | None] | None = None
     baseline_logloss: float | None = None

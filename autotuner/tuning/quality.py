@@ -12,9 +12,10 @@ spread seen. Only what passed is published, and only as it was trained: with thr
 the models are the baseline, the three together and each alone, so when one is refused or not
 resolved the other two were never trained as a pair, and only the one of them with the largest
 ladder gain goes out (the other is "not resolved": never trained with it). A check that cannot train
-(why_no_training: no dense part, quality_samples 0) or whose models failed publishes none of the
-training knobs (a replay of recorded timings, which trains nothing, is a rehearsal: its knobs go
-through, "not checked"); a model whose log loss was not finite (it diverged) refuses its knob.
+(why_no_training: no dense part, quality_samples 0) publishes none of the training knobs (a replay of
+recorded timings, which trains nothing, is a rehearsal: its knobs go through, "not checked"); one
+whose launch or models failed measured nothing, and the study publishes nothing (claim.py: the config
+served before stays); a model whose log loss was not finite (it diverged) refuses its knob.
 
 A bigger batch is judged by time to quality, not by quality at equal samples: its model trains on
 past the common budget, scored along the way, and the samples it needs to reach the baseline's final
@@ -133,10 +134,12 @@ def unjudged(launch: Launch, failed: list[tuple[str, int, str]], knobs: list[str
     """A check that did not give every model a score judges nothing: each training knob is not
     resolved, with what failed in words, except that a model whose log loss was not finite (it
     diverged) refuses the knob it trained alone with (the tuned mix with one knob: that one; a mix of
-    several: none of them alone is to blame, all not resolved; the baseline: none)."""
+    several: none of them alone is to blame, all not resolved; the baseline: none). `failed` says that
+    something was not measured (the launch, or a model that failed otherwise than by diverging): the
+    study then publishes nothing (claim.py)."""
     if not failed:
         return Quality(skipped=f"the convergence check did not run: {launch.error or launch.state}",
-                       unresolved=list(knobs))  # fmt: skip
+                       unresolved=list(knobs), failed=True)  # fmt: skip
     diverged = {name.split("@")[0] for name, _, error in failed if NON_FINITE_LOSS.search(error)}
     alone = {k: "tuned" if len(knobs) == 1 else f"only_{k}" for k in knobs}  # the model of the knob alone
     refused = [k for k in knobs if alone[k] in diverged]
@@ -145,7 +148,10 @@ def unjudged(launch: Launch, failed: list[tuple[str, int, str]], knobs: list[str
     why = f"{len(failed)} of {models} models of the quality launch failed ({shown}{more})"
     if refused:
         why += "; a log loss that is not finite means its model diverged: its knobs are refused"
-    return Quality(skipped=why, refused=refused, unresolved=[k for k in knobs if k not in refused])
+    # A model that failed otherwise (an outage, a crash) measured nothing: that is no verdict on its knobs.
+    lost = any(not NON_FINITE_LOSS.search(error) for _, _, error in failed)
+    return Quality(skipped=why, refused=refused, unresolved=[k for k in knobs if k not in refused],
+                   failed=lost or None)  # fmt: skip
 
 
 def _variants(ctx: StudyContext, baseline: Setting, tuned: Setting, knobs: list[str]) -> list[Variant]:

@@ -8,10 +8,11 @@ version (`at_config_validations`):
 
 - held: still faster with 95% confidence (a version that is the baseline itself holds by definition:
   one launch says it still runs, and on what) -> the same version, validated now on this stack;
-- failed: no longer faster with 95% confidence, or slower, or it no longer runs -> if it is the
-  served version and nobody pinned it, a new version is published with the reason: the last older
-  version whose own re-validation held on this same stack, else the baseline (no changes). A pinned
-  version is flagged, never replaced: the operator decided what jobs get;
+- failed: no longer faster with 95% confidence, or slower, or over the quantization-error limit in a
+  round, or it no longer runs -> if it is the served version and nobody pinned it, a new version is
+  published with the reason: the last older version whose own re-validation held on this same stack,
+  else the baseline (no changes). A pinned version is flagged, never replaced: the operator decided
+  what jobs get;
 - error: not even the baseline could be measured: nothing concluded, nothing changed.
 
 What asks for one: `autotuner revalidate`, `POST /v1/configs/{cluster}/{workload}/revalidate`, the
@@ -32,6 +33,7 @@ from autotuner.job.fingerprint import comparable, compare, describe, describe_di
 from autotuner.space import InProcPoint
 from autotuner.store import (
     Candidate,
+    CandidateState,
     Config,
     ConfigValidation,
     LaunchKind,
@@ -216,8 +218,15 @@ class Revalidation:
         if mine == base:
             state, result = self._baseline_runs(ctx, base, tag)
         else:
-            speedup, _ = compare_settings(ctx, mine, base, rounds, LaunchKind.REVALIDATE, tag)
-            state, result = verdict(speedup, *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag))
+            speedup, measured_mine = compare_settings(ctx, mine, base, rounds, LaunchKind.REVALIDATE, tag)
+            over = (  # a round over the quantization-error limit (compare returns such a row first)
+                measured_mine.error
+                if measured_mine is not None and measured_mine.state == CandidateState.INFEASIBLE
+                else None
+            )
+            state, result = verdict(
+                speedup, *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag), over=over
+            )
         result["rounds_asked"] = 1 if mine == base else rounds
         result["wall_s"] = (self.store.now() - started_at).total_seconds()
         result["measured_on"] = self.executor.name
@@ -349,15 +358,21 @@ def published_setting(ctx: StudyContext, config: Config, base: Setting) -> Setti
 
 
 def verdict(
-    speedup: Speedup | None, mine: list[Candidate], base: list[Candidate]
+    speedup: Speedup | None, mine: list[Candidate], base: list[Candidate], *, over: str | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """held / failed / error, and why, from the interleaved rounds."""
+    """held / failed / error, and why, from the interleaved rounds (`over`: the error of a round of the
+    published config measured over the quantization-error limit)."""
     if speedup is None:
         if len(base) >= 2 and len(mine) < 2:
             return ValidationState.FAILED, {"why": "the published config no longer runs (the baseline does): see the launch log"}  # fmt: skip
         return ValidationState.ERROR, {"why": "not enough rounds could be measured: see the launch logs"}
     figures = speedup.as_dict()
     shown = f"{speedup.ratio:.2f}x [{speedup.ci_low:.2f}-{speedup.ci_high:.2f}] over {speedup.rounds} rounds"
+    if over is not None:  # whatever it gains: no config to hand a job
+        return ValidationState.FAILED, {
+            **figures,
+            "why": f"over the quantization-error limit now: {over} ({shown})",
+        }
     if speedup.significant:
         return ValidationState.HELD, {**figures, "why": f"still faster with 95% confidence: {shown}"}
     if speedup.ci_high < 1.0:

@@ -77,3 +77,23 @@ def test_the_configs_group_help_names_every_command_it_has():
     assert names, "the configs group has commands"
     assert [n for n in names if n not in summary] == []  # was: show, unpin and validations left out
     assert summary.split(":")[0] in said
+
+
+def test_the_ladder_table_at_80_columns_cuts_no_verdict():
+    from autotuner.cli.claim_report import ladder_table
+    from autotuner.tuning.outcome import LadderStep
+
+    why = "cannot run: int8 comms on a reduce-scatter (row_wise) are refused"
+    steps = [
+        LadderStep(step="env", changed={"NCCL_NSOCKS_PERTHREAD": [None, "4"]}, kept=False,
+                   verdict="inert here: not credited", candidate=None, cumulative=1.0),
+        LadderStep(step="precision", changed={"fwd_precision": ["fp32", "int8"]}, kept=False, verdict=why,
+                   candidate=None, cumulative=1.0),
+    ]  # fmt: skip
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(ladder_table(steps))
+    drawn = console.export_text()
+    assert max(len(line) for line in drawn.splitlines()) <= 80
+    words = drawn.split()
+    for said in ("inert here: not credited", why):  # was: "inert here: n", "cannot run: int" (cut)
+        assert all(word in words for word in said.split()), (said, drawn)

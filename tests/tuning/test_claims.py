@@ -42,14 +42,15 @@ def test_nccl_variables_are_not_searched_or_exported_on_gloo_and_the_study_says_
 
 
 def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
-    # Forced in on gloo (and always set), the socket variable can only show no gain: its step is dropped.
+    # Forced in on gloo (and always set), the socket variable cannot act: its step is never measured or
+    # credited (whatever its rows would read), and dropped.
     space = {**SPACE, "env": {"NCCL_NSOCKS_PERTHREAD": [4]}, "force_inert": ["NCCL_NSOCKS_PERTHREAD"]}
-    _, final = run(store, tmp_path, space)
+    study, final = run(store, tmp_path, space)
     ladder = final.outcome["ladder"]
     steps = [s["step"] for s in ladder]
     assert steps[-2:] == ["batch", "env"]
     assert set(steps) <= {"precision", "batch", "env"}
-    for step in ladder:
+    for step in ladder[:-1]:
         assert step["ci_low"] <= step["speedup_vs_previous"] <= step["ci_high"]
         assert step["rounds"] == 5
         assert step["kept"] == (step["ci_low"] > 1)  # the drop rule: an interval that includes 1
@@ -57,7 +58,11 @@ def test_the_ladder_keeps_only_steps_shown_to_help(store, tmp_path):
     assert batch["kept"]
     assert batch["changed"] == {"batch": [64, 256]}
     assert not env["kept"]
-    assert env["verdict"] == "no measurable gain"
+    assert env["verdict"] == "inert here: not credited"
+    assert "ci_low" not in env
+    assert not [
+        la for la in store.launches(study.id) if la.kind == "ladder" and "env" in la.spec["extra"]["tag"]
+    ]
     assert env["cumulative"] == batch["cumulative"]  # a dropped step adds nothing to the total
     config = store.served_config("cpu-box", "small")
     assert config.batch_size == 256
@@ -155,7 +160,9 @@ def test_a_published_baseline_says_why_nothing_was_kept(monkeypatch, climbed_to,
     monkeypatch.setattr(claim, "climb", lambda ctx, base, target, steps: (base if climbed_to == "baseline" else target, None))  # fmt: skip
     unresolved = ["batch"] if climbed_to == "unresolved" else []
     monkeypatch.setattr(claim, "check", lambda ctx, base, top, steps: (Quality(refused=refused, unresolved=unresolved), base))  # fmt: skip
-    outcome = claim.honest_claim(type("Ctx", (), {"settings": settings})(), baseline, best, Outcome())
+    outcome = claim.honest_claim(
+        type("Ctx", (), {"settings": settings, "inert": {}})(), baseline, best, Outcome()
+    )
     assert outcome.chosen_candidate == baseline.id
     assert says in (outcome.decision or "")
 
