@@ -1,6 +1,7 @@
-"""A finalist measured over the quantization-error limit in its confirmation is not adopted, whatever
-it gains, as a ladder step or a re-confirmation over the limit is not (found by a review: with
-ladder_rounds 0 such a finalist was published, its evidence quoting the search's error, under it)."""
+"""A finalist measured over the quantization-error limit in its confirmation, with no ladder after it,
+is not adopted, whatever it gains, as a ladder step or a re-confirmation over the limit is not (found
+by a review: with ladder_rounds 0 such a finalist was published, its evidence quoting the search's
+error, under it). With the ladder, the knob over the limit is dropped there and the rest confirmed."""
 
 from __future__ import annotations
 
@@ -41,3 +42,39 @@ def test_a_finalist_over_the_limit_in_its_confirmation_is_not_published(store, t
     config = store.served_config("cpu-box", "small")
     assert (config.fwd_precision, config.bwd_precision) == ("fp32", "fp32")
     assert config.evidence["decision"] == outcome["decision"]
+
+
+class OverAfterSearch(ReplayExecutor):
+    """fp8's error, 0.04 in the search, measured 0.08 in every launch after it (confirmation, ladder,
+    re-confirmation)."""
+
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
+        planned = super().dryrun(launch)
+        if tag(launch):  # a search launch has none
+            for c in planned.request.result["candidates"]:
+                if c["fwd_precision"] == "fp8":
+                    c["quant_error"] = {"fwd_rel_l2": 0.08, "bwd_rel_l2": 0.0}
+        return planned
+
+
+def test_with_the_ladder_the_knob_over_the_limit_is_dropped_and_the_rest_published(store, tmp_path):
+    """The ladder judges each knob's error: the precision step over the limit is dropped, the batch
+    step's gain confirmed again and published (not the baseline for the whole finalist)."""
+    space = {**SPACE, "batch_sizes": [64, 256], "allow_batch_change": True}
+
+    def rate(env, c):
+        return (
+            10000.0 * (1.3 if c["fwd_precision"] == "fp8" else 1.0) * (2.0 if c["batch_size"] == 256 else 1.0)
+        )
+
+    landscape = synth(
+        tmp_path / "land.json", rate, quant=lambda c: 0.04 if c["fwd_precision"] == "fp8" else 0.0
+    )
+    s = study(store, tmp_path, space, landscape, trials=2, candidates_per_launch=4, ladder_rounds=2)
+    final = run(store, s.id, OverAfterSearch(Landscape.load(landscape), seed=7))
+    outcome = final.outcome
+    verdicts = {step["step"]: step["verdict"] for step in outcome["ladder"]}
+    assert verdicts["precision"].startswith("over the limit"), outcome["ladder"]
+    assert verdicts["batch"] == "kept"
+    config = store.served_config("cpu-box", "small")
+    assert (config.fwd_precision, config.batch_size) == ("fp32", 256), outcome["decision"]
