@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from api.auth import ReadAccess, WriteAccess
 from api.deps import SettingsDep, StoreDep
@@ -21,6 +23,7 @@ from api.schemas import (
     study_public,
     trial_public,
 )
+from autotuner.executors.base import LaunchState
 from autotuner.limits import limits, over
 from autotuner.space import load_space
 from autotuner.store import CANDIDATE_SORT_KEYS, CandidateState, Store, Study, StudyState
@@ -145,11 +148,68 @@ def trials(
     return TrialsPublic(data=[trial_public(r) for r in rows], count=sum(counts.values()))
 
 
-@router.get("/{study_id}/launches", response_model=list[LaunchPublic])
-def launches(study_id: StudyId, store: StoreDep, _: ReadAccess) -> list[LaunchPublic]:
-    """Every launch with its state, and the log tail of those that failed."""
+LaunchId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+LAUNCH_TOTAL = "X-Total-Count"
+# A listed launch's id is what its own route takes (an OpenAPI link, as api/links.py writes the others).
+LAUNCH_LINK = {
+    "operationRef": "#/paths/~1v1~1studies~1{study_id}~1launches~1{launch_id}/get",
+    "parameters": {"path.study_id": "$request.path.study_id", "path.launch_id": "$response.body#/0/id"},
+}
+
+
+class LaunchListed(LaunchPublic):
+    """A launch as the listing shows it: its log tail (up to 16 KB each) is read one launch at a time."""
+
+    log_tail: SkipJsonSchema[str | None] = Field(None, exclude=True)
+    log_tail_chars: int = Field(
+        0, description="length of its log tail (0: none); GET .../launches/{launch_id} returns it"
+    )
+
+
+@router.get(
+    "/{study_id}/launches",
+    response_model=list[LaunchListed],
+    responses={200: {"headers": {LAUNCH_TOTAL: {"description": "launches that match the filters, all pages",
+                                                "schema": {"type": "integer"}}},
+                     "links": {"GetStudyLaunch": LAUNCH_LINK}}},
+)  # fmt: skip
+def launches(
+    study_id: StudyId,
+    store: StoreDep,
+    response: Response,
+    _: ReadAccess,
+    state: Annotated[
+        list[LaunchState] | None, Query(max_length=len(LaunchState), description="repeatable: any of them")
+    ] = None,
+    launch_id: Annotated[
+        list[LaunchId] | None,
+        Query(alias="id", max_length=1000, description="repeatable: these launches only"),
+    ] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> list[LaunchListed]:
+    """Launches in seq order (`order=desc`: newest first), a page at a time, without their log tails
+    (`GET .../launches/{launch_id}` has it). `state` and `id` may repeat (any of them); the header
+    X-Total-Count counts what matches, all pages."""
     get_study(store, study_id)
-    return [launch_public(row) for row in store.launches(study_id)]
+    found, total = store.launch_page(study_id, states=[str(s) for s in state or ()], ids=launch_id or (),
+                                     newest_first=order == "desc", limit=limit, offset=offset)  # fmt: skip
+    response.headers[LAUNCH_TOTAL] = str(total)
+    return [
+        LaunchListed.model_validate({**launch_public(row).model_dump(), "log_tail_chars": n})
+        for row, n in found
+    ]
+
+
+@router.get("/{study_id}/launches/{launch_id}", response_model=LaunchPublic)
+def launch(study_id: StudyId, launch_id: LaunchId, store: StoreDep, _: ReadAccess) -> LaunchPublic:
+    """One launch of the study with its state, reason and whole log tail."""
+    get_study(store, study_id)
+    row = store.launch(launch_id)
+    if row is None or row.study_id != study_id:  # another study's launch is not found here either
+        raise HTTPException(404, f"launch {launch_id} of study {study_id} not found")
+    return launch_public(row)
 
 
 @router.get("/{study_id}/insights")

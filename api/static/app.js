@@ -9,6 +9,9 @@
 (() => {
   const TOKEN_KEY = "autotuner.token";
   const ACTIVE = new Set(["queued", "running", "confirming"]);
+  const FAILED_STATES = ["failed", "timeout", "unknown"]; // launches the failed list shows
+  const FAILED_PAGE = 20; // failed launches shown at first, and added by "Show more"
+  const RECENT_LAUNCHES = 5; // the newest launches each poll reads (the one queued is among them)
   const FONT = getComputedStyle(document.body).fontFamily;
   const COLORS = {
     accent: "#2f62d6", accentStrong: "#1f4bb0", text: "#1b2330", muted: "#627083", faint: "#8a95a5",
@@ -117,7 +120,8 @@
     }
   }
 
-  async function api(path, { text = false } = {}) {
+  /** GET a /v1 path: its JSON (text: its text; total: {data, total} with the X-Total-Count of a listing). */
+  async function api(path, { text = false, total = false } = {}) {
     const headers = { Accept: text ? "text/plain" : "application/json" };
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (token && tokenProblem(token)) {
@@ -142,6 +146,7 @@
       throw new HttpError(response.status, detail);
     }
     authOk(Boolean(token));
+    if (total) return { data: await response.json(), total: Number(response.headers.get("X-Total-Count")) || 0 };
     return text ? response.text() : response.json();
   }
 
@@ -394,7 +399,12 @@
     const view = {
       sort: "id", order: "asc", state: "", offset: 0, limit: 50,
       launchSeq: {}, insightsKey: null, study: null, trialsKey: null,
+      failedLimit: FAILED_PAGE, failed: null, launchCount: 0,
     };
+    $("failed-show-more").addEventListener("click", () => {
+      view.failedLimit += FAILED_PAGE;
+      loadFailed().catch((error) => { if (!(error instanceof AuthNeeded)) showPageError(error); });
+    });
 
     for (const th of $("trials").tHead.querySelectorAll("th[data-sort]")) {
       th.addEventListener("click", () => {
@@ -423,7 +433,29 @@
       const query = new URLSearchParams({ sort: view.sort, order: view.order, limit: view.limit, offset: view.offset });
       if (view.state) query.set("state", view.state);
       const page = await api(`/v1/studies/${id}/trials?${query}`);
+      await loadLaunchSeqs(page.data.map((t) => t.launch_id));
       renderTrials(page, view);
+    }
+
+    /** The seq ("#3") of the launches a page of trials names: asked once per launch, never changes. */
+    async function loadLaunchSeqs(launchIds) {
+      const missing = [...new Set(launchIds)].filter((l) => !(l in view.launchSeq));
+      if (!missing.length) return;
+      const query = new URLSearchParams({ limit: 1000 });
+      for (const l of missing) query.append("id", l);
+      const found = await api(`/v1/studies/${id}/launches?${query}`);
+      for (const l of missing) view.launchSeq[l] = null; // not found (not asked again): its id shows
+      rememberSeqs(found);
+    }
+    const rememberSeqs = (launches) => { for (const l of launches) view.launchSeq[l.id] = l.seq; };
+
+    /** The latest failed launches (a page), without their log tails: each is fetched when opened. */
+    async function loadFailed() {
+      const query = new URLSearchParams({ order: "desc", limit: view.failedLimit });
+      for (const state of FAILED_STATES) query.append("state", state);
+      view.failed = await api(`/v1/studies/${id}/launches?${query}`, { total: true });
+      rememberSeqs(view.failed.data);
+      renderFailed(view, id);
     }
 
     every(async () => {
@@ -442,12 +474,15 @@
         throw error;
       }
       view.study = study;
-      const launches = await api(`/v1/studies/${id}/launches`);
-      view.launchSeq = Object.fromEntries(launches.map((l) => [l.id, l.seq]));
-      renderHead(study, launches);
+      // The newest few (a queued one says what it waits on) and how many in all: not every launch.
+      const recent = await api(`/v1/studies/${id}/launches?order=desc&limit=${RECENT_LAUNCHES}`, { total: true });
+      rememberSeqs(recent.data);
+      view.launchCount = recent.total;
+      renderHead(study, recent);
       renderOutcome(study);
       await loadTrials();
-      renderFailed(launches);
+      await loadFailed();
+      // The charts' data (MBs in a long study) is fetched again only when a launch ended or the state moved.
       const key = JSON.stringify([study.state, study.trial_counts, study.launches_done]);
       if (key !== view.insightsKey) {
         renderCharts(await api(`/v1/studies/${id}/insights`), study);
@@ -459,7 +494,7 @@
     });
   }
 
-  function renderHead(study, launches) {
+  function renderHead(study, recent) {
     document.title = `${study.name} · nccl-autotuner`;
     setText("crumb", study.name);
     setText("study-name", study.name);
@@ -482,10 +517,10 @@
     const total = Object.values(counts).reduce((a, b) => a + b, 0);
     const phase = { queued: "queued", running: "searching", confirming: "confirming best vs baseline" }[study.state];
     // A launch in the scheduler's queue says what it waits on (Slurm's reason), not "running".
-    const waiting = launches.find((l) => l.state === "pending" && l.waiting_on);
+    const waiting = recent.data.find((l) => l.state === "pending" && l.waiting_on);
     setText("study-progress-text", [
       s.trials ? `${study.launches_done} / ${s.trials} search launches` : `${study.launches_done} search launches`,
-      `${launches.length} launches in all`,
+      `${num0(recent.total)} launches in all`,
       `${num0(total)} trials (${num0(counts.ok || 0)} ok, ${num0(counts.infeasible || 0)} infeasible, ${num0(counts.failed || 0)} failed)`,
       phase,
       waiting && ACTIVE.has(study.state) ? `launch #${waiting.seq} queued: ${shownText(waiting.waiting_on)}` : null,
@@ -616,7 +651,9 @@
         el("span", {}, el("span", { class: "badge version" }, `v${outcome.published_version}`), " for ",
           el("a", { href: "/configs" }, `${study.cluster} / ${study.workload}`))));
     } else if (study.state === "done") {
-      lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Published"), el("span", { class: "faint" }, "nothing (publish off)")));
+      // publish off, or a phase that could not be measured (an outage): then the served config stays
+      const why = (study.settings || {}).publish === false ? "nothing (publish off)" : "nothing: the config served before, if any, stays";
+      lines.push(el("div", { class: "line" }, el("span", { class: "k" }, "Published"), el("span", { class: "faint" }, why)));
     }
     fill(decision, ...lines);
   }
@@ -761,24 +798,67 @@
     return "No trials.";
   }
 
-  function renderFailed(launches) {
-    const failed = launches.filter((l) => ["failed", "timeout", "unknown"].includes(l.state));
-    setText("failed-count", failed.length ? num0(failed.length) : "");
+  /** The failed list, changed only where it changed: a poll that finds the same launches leaves the
+   * page as it is (an open log tail, a selection in it, stay). */
+  function renderFailed(view, studyId) {
+    const { data: failed, total } = view.failed;
+    setText("failed-count", total ? num0(total) : "");
+    const rest = total - failed.length;
+    $("failed-more").hidden = rest <= 0;
+    setText("failed-rest", `Showing the latest ${num0(failed.length)} of ${num0(total)}.`);
+    $("failed-show-more").textContent = `Show ${num0(Math.min(FAILED_PAGE, rest))} more`;
     const list = $("failed-list");
     if (!failed.length) {
       // A study that ended before its first launch has none that ran to the end either.
-      fill(list, el("p", { class: "empty" }, launches.length ? "None: every launch ran to the end." : "No launches."));
+      const text = view.launchCount ? "None: every launch ran to the end." : "No launches.";
+      if (list.textContent !== text) fill(list, el("p", { class: "empty" }, text));
       return;
     }
-    fill(list, ...failed.map((l) => el("article", { class: "failed-launch", dataset: { launch: l.id } },
+    const shown = new Map([...list.children].map((node) => [FAILED_KEYS.get(node), node]));
+    const wanted = failed.map((l) => {
+      const key = JSON.stringify(l); // a launch whose row changed (a state read late) is drawn anew
+      return shown.get(key) || failedLaunch(l, key, studyId);
+    });
+    for (const node of [...list.children]) if (!wanted.includes(node)) node.remove();
+    // Only a node out of place is moved: a newer failure goes on top, the others stay put.
+    wanted.forEach((node, i) => { if (list.children[i] !== node) list.insertBefore(node, list.children[i] || null); });
+  }
+
+  const FAILED_KEYS = new WeakMap(); // an article of the failed list -> the row it shows (JSON)
+
+  function failedLaunch(l, key, studyId) {
+    const article = el("article", { class: "failed-launch", dataset: { launch: l.id } },
       el("header", {}, badge(l.state), el("b", {}, `Launch #${l.seq}`),
         el("span", { class: "tag" }, l.kind), l.attempt > 1 ? el("span", { class: "tag" }, `attempt ${l.attempt}`) : null,
         el("span", { class: "muted mono" }, envText(l.env) || "default env"),
         el("span", { class: "faint" }, [l.executor, l.backend_id, (l.finished_at || l.started_at) && when(l.finished_at || l.started_at)]
           .filter(Boolean).join(" · "))),
       el("div", { class: "reason" }, l.error || "no reason recorded"),
-      l.log_tail ? el("pre", { class: "log" }, l.log_tail) : el("p", { class: "empty", style: "padding: 0 12px" }, "No log output."),
-    )));
+      l.log_tail_chars ? logTail(l, studyId) : el("p", { class: "empty", style: "padding: 0 12px" }, "No log output."),
+    );
+    FAILED_KEYS.set(article, key);
+    return article;
+  }
+
+  /** A launch's log tail, folded: fetched (up to 16 KB) the first time it is opened. */
+  function logTail(l, studyId) {
+    const pre = el("pre", { class: "log" }, "Loading…");
+    const details = el("details", { class: "log-tail" },
+      el("summary", {}, `Log tail (${num0(l.log_tail_chars)} characters)`), pre);
+    let asked = false;
+    details.addEventListener("toggle", async () => {
+      if (!details.open || asked) return;
+      asked = true;
+      try {
+        const full = await api(`/v1/studies/${studyId}/launches/${l.id}`);
+        pre.textContent = shownText(full.log_tail || "No log output.");
+      } catch (error) {
+        asked = false; // asked again when opened again
+        pre.textContent = error instanceof AuthNeeded ? "A token is needed to read it."
+          : shownText(`Could not load it (${error.message || error}); close and open it to try again.`);
+      }
+    });
+    return details;
   }
 
   function renderCharts(insights, study) {

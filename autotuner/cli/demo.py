@@ -156,10 +156,12 @@ def _follow(client: httpx.Client, study: dict) -> dict:
 
 def _quality_progress(client: httpx.Client, study_id: int) -> str | None:
     """The convergence check while it trains, and its cost once done (None before it starts)."""
-    launches = [x for x in client.get(f"/v1/studies/{study_id}/launches").json() if x["kind"] == "quality"]
+    # newest first: the listing is paged, and the check comes late (after the search and the ladder)
+    page = client.get(f"/v1/studies/{study_id}/launches", params={"order": "desc"}).json()
+    launches = [x for x in page if x["kind"] == "quality"]
     if not launches:
         return None
-    last = launches[-1]
+    last = launches[0]
     if last["wall_s"] is not None:
         return f"convergence check: {last['candidates']} models trained in {last['wall_s']:.0f} s"
     return f"convergence check: training {last['candidates']} models"

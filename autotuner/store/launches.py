@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, delete, func, select, update
+from sqlalchemy.orm import defer
+from sqlalchemy.orm.attributes import set_committed_value
 
 from autotuner.store.base import NotFound, StoreBase, env_hash
 from autotuner.store.models import Candidate, Launch, Quarantine, Study
@@ -105,6 +107,28 @@ class LaunchRecords(StoreBase):
             if states:
                 query = query.where(Launch.state.in_(states))
             return list(s.scalars(query))
+
+    def launch_page(
+        self, study_id: int, *, states: Sequence[str] = (), ids: Sequence[int] = (), newest_first: bool = False,
+        limit: int = 100, offset: int = 0,
+    ) -> tuple[list[tuple[Launch, int]], int]:  # fmt: skip
+        """A page of the study's launches in seq order (of `states`, of `ids`, when given), each with the
+        length of its log tail, which is not loaded (16 KB a failed launch: read one at a time); and how
+        many match, all pages."""
+        where = [Launch.study_id == study_id]
+        if states:
+            where.append(Launch.state.in_(states))
+        if ids:
+            where.append(Launch.id.in_(ids))
+        chars = func.coalesce(func.length(Launch.log_tail), 0)
+        with self.session() as s:
+            total = s.scalar(select(func.count()).select_from(Launch).where(*where)) or 0
+            rows = s.execute(select(Launch, chars).options(defer(Launch.log_tail)).where(*where)
+                             .order_by(Launch.seq.desc() if newest_first else Launch.seq)
+                             .limit(limit).offset(offset)).all()  # fmt: skip
+            for row, _ in rows:  # deferred, and never to be loaded from a closed session
+                set_committed_value(row, "log_tail", None)
+            return [(row, n) for row, n in rows], total
 
     def ended_launch_dirs(
         self, before: datetime, *, launch_states: Sequence[str], study_states: Sequence[str]

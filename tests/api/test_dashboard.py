@@ -373,7 +373,9 @@ def check_configs_page(page, srv) -> None:
 def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     srv, study, hostile, _ = finished
     page, errors = study_page(browser, srv, hostile)
-    page.wait_for_selector("#failed-list .failed-launch pre.log", timeout=10_000)
+    page.wait_for_selector("#failed-list .failed-launch details", timeout=10_000)
+    page.click("#failed-list .failed-launch summary")  # the tail is fetched when it is opened
+    wait_for_text(page, "failed-list", "not bold")
     assert HOSTILE in page.inner_text("#failed-list .reason")
     assert HOSTILE in page.inner_text("#failed-list pre.log")
     assert "<b>not bold</b>" in page.inner_text("#failed-list pre.log")
@@ -397,9 +399,80 @@ def test_markup_in_errors_env_and_logs_is_shown_as_text(browser, finished):
     page.goto(f"{srv.url}/studies/{study['id']}")
     wait_for_text(page, "chart-importance", "too few trials to rank knobs")
     assert page.locator("#failed-list .failed-launch").count() == 0
+    check_many_failed_launches(page, srv, plant_failed_launches(srv.data_dir / "autotuner.db", 45))
     page.goto(f"{srv.url}/studies/999999")
     page.wait_for_function("document.getElementById('study-name').textContent.includes('not found')")
     assert errors == []
+
+
+def plant_failed_launches(db: Path, failed: int) -> int:
+    """A failed study of `failed` failed launches, each with its own 16 KB log tail, and 5 that ran."""
+    store = Store(f"sqlite:///{db}")
+    try:
+        study = store.create_study(
+            name="many-failed", cluster="cpu-box", workload_name="small",
+            workload_spec=json.loads(LANDSCAPE.read_text())["workload"], space={"env": {}},
+            settings={"executor": "replay", "trials": 100, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe",
+                      "seed": 0},
+            state="failed",
+        )  # fmt: skip
+        for i in range(failed + 5):
+            launch = store.add_launch(study_id=study.id, kind="search", env={"NCCL_NSOCKS_PERTHREAD": "4"},
+                                      spec={"candidates": []}, executor="replay")  # fmt: skip
+            if i < failed:
+                lines = f"launch {launch.seq}: NCCL WARN connect refused\n" * 500
+                tail = lines[-16384:] + f"end of #{launch.seq}"
+                store.update_launch(launch.id, state="failed", error=f"exit 1 (#{launch.seq})", log_tail=tail)
+            else:
+                store.update_launch(launch.id, state="succeeded")
+        return study.id
+    finally:
+        store.dispose()
+
+
+def check_many_failed_launches(page, srv, study_id: int) -> None:
+    """The latest 20 failed launches without their tails; a tail fetched once, when opened; a poll or
+    "Show more" that finds the same launches leaves them (an open tail, a selection in it) as they are."""
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/launches" in r.url else None)
+    page.goto(f"{srv.url}/studies/{study_id}")
+    page.wait_for_selector("#failed-list .failed-launch", timeout=10_000)
+    articles = page.locator("#failed-list .failed-launch")
+    assert articles.count() == 20
+    assert page.inner_text("#failed-count") == "45"
+    assert page.inner_text("#failed-rest") == "Showing the latest 20 of 45."
+    assert "Launch #45" in articles.first.inner_text()  # the newest first
+    assert "end of #" not in page.text_content("#failed-list")  # no tail read yet
+    assert all("limit=" in url for url in asked)
+    assert not [url for url in asked if re.search(r"/launches/\d+", url)]
+
+    page.evaluate("window.__first = document.querySelector('#failed-list .failed-launch')")
+    page.click("#failed-list .failed-launch summary")
+    wait_for_text(page, "failed-list", "end of #45")
+    assert len(page.text_content("#failed-list .failed-launch pre.log")) == 16384 + len("end of #45")
+    # A selection in the open tail, then 20 more: the list grows below it, nothing above is redrawn.
+    selected = page.evaluate("""() => { const range = document.createRange();
+        range.selectNodeContents(document.querySelector('#failed-list pre.log'));
+        getSelection().removeAllRanges(); getSelection().addRange(range); return getSelection().toString(); }""")
+    assert selected.endswith("end of #45")
+    page.evaluate("document.getElementById('failed-show-more').click()")  # a click would move the selection
+    page.wait_for_function("document.querySelectorAll('#failed-list .failed-launch').length === 40")
+    assert page.evaluate("document.querySelector('#failed-list .failed-launch') === window.__first")
+    assert page.evaluate("document.querySelector('#failed-list details').open") is True
+    assert page.evaluate("getSelection().toString()") == selected
+    assert page.inner_text("#failed-show-more") == "Show 5 more"
+    # the next poll (15 s: the study has ended) reads the same 40: it leaves them as they are
+    page.wait_for_event("response", lambda r: "state=failed" in r.url, timeout=PROGRESS_MS)
+    page.wait_for_timeout(500)
+    assert page.evaluate("document.querySelector('#failed-list .failed-launch') === window.__first")
+    assert page.evaluate("getSelection().toString()") == selected
+    page.click("#failed-list .failed-launch summary")  # closed and opened again: not fetched again
+    page.click("#failed-list .failed-launch summary")
+    page.wait_for_timeout(500)
+    assert len([url for url in asked if re.search(r"/launches/\d+", url)]) == 1
+    page.click("#failed-show-more")
+    page.wait_for_function("document.querySelectorAll('#failed-list .failed-launch').length === 45")
+    assert page.is_hidden("#failed-more")
 
 
 def wait_for_text(page, element_id: str, text: str) -> None:
@@ -433,3 +506,37 @@ def test_the_step_breakdown_is_drawn_as_stacked_bars(browser, finished):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-breakdown.png"), full_page=True)
     assert errors == []
+
+
+def plant_unpublished_study(db: Path, name: str, publish: bool) -> int:
+    """A done study that published nothing: its ladder could not be measured (an outage), or publish
+    was off."""
+    store = Store(f"sqlite:///{db}")
+    try:
+        study = store.create_study(
+            name=name, cluster="cpu-box", workload_name="small",
+            workload_spec=json.loads(LANDSCAPE.read_text())["workload"],
+            space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
+            settings={"executor": "replay", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe",
+                      "seed": 0, "publish": publish},
+            state="done",
+        )  # fmt: skip
+        decision = ("not credited: the ladder's batch step could not be measured (see the launch logs): nothing "
+                    "published (the config served before, if any, stays)")  # fmt: skip
+        store.update_study(study.id, outcome={"decision": decision, "speedup": 1.0})
+        return study.id
+    finally:
+        store.dispose()
+
+
+@pytest.mark.browser
+def test_a_study_that_published_nothing_says_why_not_publish_off(browser, finished):
+    """An outage keeps the config served before: the page said "nothing (publish off)" for it."""
+    srv = finished[0]
+    for name, publish, said in (("outage", True, "nothing: the config served before, if any, stays"),
+                                ("publish-off", False, "nothing (publish off)")):  # fmt: skip
+        study_id = plant_unpublished_study(srv.data_dir / "autotuner.db", name, publish)
+        page, errors = study_page(browser, srv, study_id)
+        wait_for_text(page, "decision", said)
+        assert errors == []
+        page.close()

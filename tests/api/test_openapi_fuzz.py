@@ -56,6 +56,11 @@ def publish_versions(store: Store) -> None:
     spec = {"name": workload, "tables": []}
     study = store.create_study(name="fuzz-study", cluster=cluster, workload_name=workload, workload_spec=spec,
                                space={}, settings={}, state=StudyState.DONE)  # fmt: skip
+    # a failed launch with its log tail: what GET .../launches/{launch_id} answers (followed from the listing)
+    launch = store.add_launch(
+        study_id=study.id, kind="search", env={}, spec={"candidates": []}, executor="replay"
+    )
+    store.update_launch(launch.id, state="failed", error="NCCL error", log_tail="NCCL WARN connect refused")
     for threads in ("1", "2", "4", "8", "16"):
         store.publish_config(cluster=cluster, workload=workload, nodes=1, env={"NCCL_NSOCKS_PERTHREAD": threads},
                              fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise",
@@ -107,7 +112,7 @@ def test_schemathesis_reaches_every_operation_and_finds_no_server_error(fuzz_ser
     (har,) = report.glob("har-*.json")
     counts = answers_per_operation(openapi, json.loads(har.read_text()))
     print(json.dumps({op: dict(sorted(c.items())) for op, c in sorted(counts.items())}, indent=1))
-    assert len(counts) == 18
+    assert len(counts) == 19
     assert sum(sum(c.values()) for c in counts.values()) > 1000
     assert {op: n for op, c in counts.items() if (n := sum(v for s, v in c.items() if s >= 500))} == {}
     assert sorted(op for op, c in counts.items() if set(c) <= {404}) == []  # reached, not only "no such id"

@@ -6,9 +6,13 @@ from autotuner.cli.demo import _quality_progress
 
 
 def client(launches):
+    """A service whose study 3 has `launches` (in seq order), listed newest first as asked (a page of
+    the oldest would miss a late quality launch)."""
+
     def answer(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/studies/3/launches"
-        return httpx.Response(200, json=launches)
+        assert request.url.params["order"] == "desc"
+        return httpx.Response(200, json=launches[::-1])
 
     return httpx.Client(base_url="http://demo", transport=httpx.MockTransport(answer))
 
