@@ -41,7 +41,7 @@ from typing import Any
 
 from autotuner.executors.base import LaunchState
 from autotuner.executors.results import clip
-from autotuner.store import Launch, LaunchKind
+from autotuner.store import Candidate, Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import GROUPS
 from autotuner.tuning.launch import run_launch
@@ -223,14 +223,25 @@ def _scores(
     if launch.state != LaunchState.SUCCEEDED.value:
         return launch, None, []
     rows = {r.index: r for r in ctx.store.candidates(ctx.study_id, launch_id=launch.id)}
-    failed = [(v.name, seed, "no result" if r is None else r.error or r.state) for i, (v, seed) in enumerate(slots)
-              if (r := rows.get(i)) is None or r.state != "ok"]  # fmt: skip
+    failed = [
+        (v.name, seed, _no_score(r)) for i, (v, seed) in enumerate(slots) if _no_score(r := rows.get(i))
+    ]
     if failed:
         return launch, None, failed
     scores: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
     for i, (variant, _) in enumerate(slots):
         scores[variant.name].append(rows[i].metrics["quality"])
     return launch, scores, []
+
+
+def _no_score(row: Candidate | None) -> str:
+    """Why a quality launch's row gives no score ("": it does). A row "ok" without one (a result that
+    timed, not trained) is a model not measured: its metrics were read as a score and failed the study."""
+    if row is None:
+        return "no result"
+    if row.state != "ok":
+        return row.error or row.state
+    return "" if isinstance((row.metrics or {}).get("quality"), dict) else "no quality scores in its result"
 
 
 def _extra(

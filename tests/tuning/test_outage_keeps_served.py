@@ -125,3 +125,20 @@ def test_a_model_that_failed_is_not_measured_one_that_diverged_is():
     crashed = unjudged(launch, [("only_batch", 0, nan), ("only_precision", 1, "no result")], ["precision", "batch"], 9)  # type: ignore[arg-type]  # fmt: skip
     assert crashed.failed is True  # precision was never measured: the study publishes nothing
     assert crashed.refused == ["batch"]
+
+
+def test_a_quality_launch_whose_rows_carry_no_scores_publishes_nothing(store, tmp_path):
+    """Rows "ok" without a quality score (a result that timed the step and trained nothing: here the
+    replay's): each model was not measured. Before, the first was read as a score: KeyError, the study
+    failed."""
+    landscape = synth(tmp_path / "land.json", rate, pipeline="sparse_dist")
+    workload = {**RECORDED["workload"], "dense": {"in_features": 13, "arch": [64], "over_arch": [16, 1]}}
+    space = {"precisions": [["fp32", "fp32"], ["fp16", "fp16"]], "batch_sizes": [64]}
+    local = {"executor": "local", "executor_options": {}, "quality_samples": 16384, "workload": workload}
+    later = study(store, tmp_path, space, landscape, name="b", **local)
+    final = run(store, later.id, replay(landscape))  # run() asserts it ended done
+    outcome = final.outcome
+    assert outcome["quality"]["failed"] is True
+    assert "no quality scores in its result" in outcome["quality"]["skipped"]
+    assert outcome["decision"].endswith(KEPT_SERVED)
+    assert "published_version" not in outcome
