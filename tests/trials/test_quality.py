@@ -155,7 +155,7 @@ def test_stop_at_names_an_earlier_candidate():
 
 
 def test_a_check_whose_samples_a_rank_cannot_hold_fails_with_why_before_building_them(tmp_path):
-    """2^30 training samples over 2 ranks would be 160 GiB of samples per rank: the kernel would kill a
+    """2^30 training samples over 2 ranks would be 162 GiB of samples per rank: the kernel would kill a
     rank mid-build and no result would say why."""
     spec = {"workload": WORKLOAD, "quality": {"train_samples": 1 << 30, "eval_samples": 8192},
             "candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 256}]}  # fmt: skip
@@ -165,7 +165,7 @@ def test_a_check_whose_samples_a_rank_cannot_hold_fails_with_why_before_building
     assert result["status"] == "error"
     assert result["error"].startswith(
         "ValueError: a convergence check of 1,073,741,824 training and 8,192 held-out samples over 2 rank(s) "
-        "holds 160.0 GiB of samples per rank (308 bytes each), above 8 GiB"
+        "holds 162.0 GiB of samples per rank (308 bytes each), above 8 GiB"
     ), result["error"]
 
 
