@@ -120,6 +120,11 @@ def test_pages_are_served_without_a_token_and_carry_no_data(finished):
         assert "cpu-box" not in page.text  # the data comes from /v1
         # Offline clusters: every script and stylesheet is ours.
         assert not re.search(r'(src|href)="(https?:)?//', page.text), path
+        # and the browser runs nothing else (the browser tests below run every page under this policy)
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self';" in policy, path
+        assert "frame-ancestors 'none'" in policy
+        assert page.headers["x-content-type-options"] == "nosniff"
     assert '<script src="/static/plotly.min.js?v=' in httpx.get(f"{srv.url}/studies/{study['id']}").text
 
 
@@ -248,9 +253,11 @@ def browser():
         chromium.close()
 
 
-def open_page(browser, errors: list[str]):
+def open_page(browser, errors: list[str], *, csp: bool = False):
+    """A page whose errors go to `errors`. The pages' Content-Security-Policy forbids eval, which
+    Playwright's wait_for_function needs: bypassed, but by test_the_pages_run_under_their_policy."""
     context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1,
-                                  permissions=["clipboard-read", "clipboard-write"])  # fmt: skip
+                                  permissions=["clipboard-read", "clipboard-write"], bypass_csp=not csp)  # fmt: skip
     page = context.new_page()
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # 401 (before the token) and 404 (a missing study) are expected answers; other console errors are bugs.
@@ -540,3 +547,21 @@ def test_a_study_that_published_nothing_says_why_not_publish_off(browser, finish
         wait_for_text(page, "decision", said)
         assert errors == []
         page.close()
+
+
+@pytest.mark.browser
+def test_the_pages_run_under_their_policy(browser, finished):
+    """Each page under its Content-Security-Policy (script-src 'self'): app.js and plotly draw the
+    study (its trials, its charts) with no violation, which Chromium reports as a console error."""
+    srv, study, _, _ = finished
+    errors: list[str] = []
+    page = open_page(browser, errors, csp=True)
+    page.goto(f"{srv.url}/studies/{study['id']}")
+    enter_token(page, TOKENS["read"])
+    page.wait_for_selector("#trials tbody tr[data-trial]", timeout=15_000)
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=15_000)  # plotly drew under the policy
+    for path in ("/", "/configs"):
+        page.goto(srv.url + path)
+        page.wait_for_selector("main", timeout=15_000)
+    assert errors == []
+    page.close()

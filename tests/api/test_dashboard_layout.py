@@ -53,7 +53,7 @@ def kept(finished):  # noqa: F811
 
 def opened(browser, srv, path: str, viewport: dict, errors: list[str]):  # noqa: F811
     """A page at this width, opened with a read token; its console errors go to `errors`."""
-    context = browser.new_context(viewport=viewport, device_scale_factor=1)
+    context = browser.new_context(viewport=viewport, device_scale_factor=1, bypass_csp=True)
     page = context.new_page()
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # 401 (before the token) and 404 (a missing study) are expected answers; other console errors are bugs.
@@ -227,7 +227,7 @@ def test_a_missing_study_shows_no_empty_panels(browser, finished, study):  # noq
 def test_one_study_is_counted_in_the_singular(browser, finished):  # noqa: F811
     srv, study, _, _ = finished
     errors: list[str] = []
-    context = browser.new_context(viewport=DESKTOP, device_scale_factor=1)
+    context = browser.new_context(viewport=DESKTOP, device_scale_factor=1, bypass_csp=True)
     page = context.new_page()
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     one = srv.client("read").get("/v1/studies", params={"limit": 200}).json()
