@@ -515,40 +515,6 @@ def test_the_step_breakdown_is_drawn_as_stacked_bars(browser, finished):
     assert errors == []
 
 
-def plant_unpublished_study(db: Path, name: str, publish: bool) -> int:
-    """A done study that published nothing: its ladder could not be measured (an outage), or publish
-    was off."""
-    store = Store(f"sqlite:///{db}")
-    try:
-        study = store.create_study(
-            name=name, cluster="cpu-box", workload_name="small",
-            workload_spec=json.loads(LANDSCAPE.read_text())["workload"],
-            space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
-            settings={"executor": "replay", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe",
-                      "seed": 0, "publish": publish},
-            state="done",
-        )  # fmt: skip
-        decision = ("not credited: the ladder's batch step could not be measured (see the launch logs): nothing "
-                    "published (the config served before, if any, stays)")  # fmt: skip
-        store.update_study(study.id, outcome={"decision": decision, "speedup": 1.0})
-        return study.id
-    finally:
-        store.dispose()
-
-
-@pytest.mark.browser
-def test_a_study_that_published_nothing_says_why_not_publish_off(browser, finished):
-    """An outage keeps the config served before: the page said "nothing (publish off)" for it."""
-    srv = finished[0]
-    for name, publish, said in (("outage", True, "nothing: the config served before, if any, stays"),
-                                ("publish-off", False, "nothing (publish off)")):  # fmt: skip
-        study_id = plant_unpublished_study(srv.data_dir / "autotuner.db", name, publish)
-        page, errors = study_page(browser, srv, study_id)
-        wait_for_text(page, "decision", said)
-        assert errors == []
-        page.close()
-
-
 @pytest.mark.browser
 def test_the_pages_run_under_their_policy(browser, finished):
     """Each page under its Content-Security-Policy (script-src 'self'): app.js and plotly draw the

@@ -38,15 +38,17 @@ def evidence_and_ladder() -> tuple[Quality, list[LadderStep]]:
     return evidence, batch_step_to_quality(ladder, evidence)
 
 
-def plant_done_study(db, name: str, outcome: dict) -> int:
-    """A finished study of the recorded workload whose stored outcome is `outcome`."""
+def plant_done_study(db, name: str, outcome: dict, **settings) -> int:
+    """A finished study of the recorded workload whose stored outcome is `outcome` (`settings`: over a
+    local study's)."""
     store = Store(f"sqlite:///{db}")
     try:
         study = store.create_study(
             name=name, cluster="cpu-box", workload_name="small",
             workload_spec=json.loads(LANDSCAPE.read_text())["workload"],
             space={"env": {}, "precisions": [["fp32", "fp32"]], "batch_sizes": [64]},
-            settings={"executor": "local", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe", "seed": 0},
+            settings={"executor": "local", "trials": 1, "nnodes": 1, "nproc_per_node": 2, "sampler": "tpe", "seed": 0,
+                      **settings},
             state="done",
         )  # fmt: skip
         store.update_study(study.id, outcome=outcome)
@@ -163,3 +165,21 @@ def test_each_env_step_is_its_own_bar_named_by_its_variables(browser, finished):
     for step in claim_text(env_ladder(), None, None).ladder:
         assert step.label[0] in bars
     assert errors == []
+
+
+@pytest.mark.browser
+def test_a_study_that_published_nothing_says_why_not_publish_off(browser, finished):  # noqa: F811
+    """An outage keeps the config served before: the page said "nothing (publish off)" for it too."""
+    srv = finished[0]
+    outage = ("not credited: the ladder's batch step could not be measured (see the launch logs): nothing "
+              "published (the config served before, if any, stays)")  # fmt: skip
+    for name, publish, said in (("outage", True, "nothing: the config served before, if any, stays"),
+                                ("publish-off", False, "nothing (publish off)")):  # fmt: skip
+        study_id = plant_done_study(srv.data_dir / "autotuner.db", name, {"decision": outage, "speedup": 1.0},
+                                    publish=publish)  # fmt: skip
+        page, errors = study_page(browser, srv, study_id)
+        page.wait_for_function(
+            f"document.getElementById('decision').textContent.includes({said!r})", timeout=15_000
+        )
+        assert errors == []
+        page.close()
