@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.executors import Landscape, LaunchState, ReplayExecutor
-from autotuner.executors.base import Description, LaunchRequest
+from autotuner.executors.base import AppDryrun, Description, LaunchRequest
+from autotuner.executors.replay import ReplayRequest
 from autotuner.store import Store, Study
 from autotuner.tuning import StudyDriver, StudySettings, create_study
 from tests.helpers import LANDSCAPE, at_rate
@@ -76,3 +77,20 @@ def run(store: Store, study_id: int, executor: ReplayExecutor) -> Study:
     final = StudyDriver(store, study_id, executor, poll_s=0.01).run()
     assert final.state == "done", final.error
     return final
+
+
+class OverLimit(ReplayExecutor):
+    """Replay whose launches that `when(tag)` picks measure `precision`'s forward error at 0.08 (over a
+    0.05 limit), whatever the landscape recorded: a codec's error that moves between launches."""
+
+    def __init__(self, landscape: Path, precision: str, when: Callable[[str], bool]) -> None:
+        super().__init__(Landscape.load(landscape), seed=7)
+        self.precision, self.when = precision, when
+
+    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
+        planned = super().dryrun(launch)
+        if self.when(tag(launch)):
+            for c in planned.request.result["candidates"]:
+                if c["fwd_precision"] == self.precision:
+                    c["quant_error"] = {"fwd_rel_l2": 0.08, "bwd_rel_l2": 0.0}
+        return planned

@@ -5,31 +5,16 @@ error, under it). With the ladder, the knob over the limit is dropped there and 
 
 from __future__ import annotations
 
-from autotuner.executors import Landscape, ReplayExecutor
-from autotuner.executors.base import AppDryrun, LaunchRequest
-from autotuner.executors.replay import ReplayRequest
-from tests.tuning.synthetic import run, study, synth, tag
+from tests.tuning.synthetic import OverLimit, run, study, synth
 
 SPACE = {"precisions": [["fp32", "fp32"], ["fp8", "bf16"]], "batch_sizes": [64], "max_quant_error": 0.05}
-
-
-class OverInConfirmation(ReplayExecutor):
-    """fp8's error, 0.04 in the search, measured 0.08 (over the 0.05 limit) in every confirmation round."""
-
-    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
-        planned = super().dryrun(launch)
-        if tag(launch) == "confirm":
-            for c in planned.request.result["candidates"]:
-                if c["fwd_precision"] == "fp8":
-                    c["quant_error"] = {"fwd_rel_l2": 0.08, "bwd_rel_l2": 0.0}
-        return planned
 
 
 def test_a_finalist_over_the_limit_in_its_confirmation_is_not_published(store, tmp_path):
     landscape = synth(tmp_path / "land.json", lambda env, c: 10000.0 * (1.3 if c["fwd_precision"] == "fp8" else 1.0),
                       quant=lambda c: 0.04 if c["fwd_precision"] == "fp8" else 0.0)  # fmt: skip
     s = study(store, tmp_path, SPACE, landscape, trials=1, candidates_per_launch=2, ladder_rounds=0)
-    final = run(store, s.id, OverInConfirmation(Landscape.load(landscape), seed=7))
+    final = run(store, s.id, OverLimit(landscape, "fp8", lambda t: t == "confirm"))  # 0.04 in the search
     confirmed = store.candidates(s.id, kinds=["confirm"])
     assert {c.state for c in confirmed if c.fwd_precision == "fp8"} == {"infeasible"}
     outcome = final.outcome
@@ -42,19 +27,6 @@ def test_a_finalist_over_the_limit_in_its_confirmation_is_not_published(store, t
     config = store.served_config("cpu-box", "small")
     assert (config.fwd_precision, config.bwd_precision) == ("fp32", "fp32")
     assert config.evidence["decision"] == outcome["decision"]
-
-
-class OverAfterSearch(ReplayExecutor):
-    """fp8's error, 0.04 in the search, measured 0.08 in every launch after it (confirmation, ladder,
-    re-confirmation)."""
-
-    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
-        planned = super().dryrun(launch)
-        if tag(launch):  # a search launch has none
-            for c in planned.request.result["candidates"]:
-                if c["fwd_precision"] == "fp8":
-                    c["quant_error"] = {"fwd_rel_l2": 0.08, "bwd_rel_l2": 0.0}
-        return planned
 
 
 def test_with_the_ladder_the_knob_over_the_limit_is_dropped_and_the_rest_published(store, tmp_path):
@@ -71,7 +43,7 @@ def test_with_the_ladder_the_knob_over_the_limit_is_dropped_and_the_rest_publish
         tmp_path / "land.json", rate, quant=lambda c: 0.04 if c["fwd_precision"] == "fp8" else 0.0
     )
     s = study(store, tmp_path, space, landscape, trials=2, candidates_per_launch=4, ladder_rounds=2)
-    final = run(store, s.id, OverAfterSearch(Landscape.load(landscape), seed=7))
+    final = run(store, s.id, OverLimit(landscape, "fp8", bool))  # every launch after the search (untagged)
     outcome = final.outcome
     verdicts = {step["step"]: step["verdict"] for step in outcome["ladder"]}
     assert verdicts["precision"].startswith("over the limit"), outcome["ladder"]

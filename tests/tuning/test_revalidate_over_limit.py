@@ -3,26 +3,11 @@ that as its reason, whatever it gains (found by a review: it said "held" on thro
 
 from __future__ import annotations
 
-from autotuner.executors import Landscape, ReplayExecutor
-from autotuner.executors.base import AppDryrun, LaunchRequest
-from autotuner.executors.replay import ReplayRequest
 from autotuner.store import ValidationState
 from autotuner.tuning.revalidate import Revalidation, request
-from tests.tuning.synthetic import replay, run, study, synth, tag
+from tests.tuning.synthetic import OverLimit, replay, run, study, synth
 
 SPACE = {"precisions": [["fp32", "fp32"], ["fp16", "fp16"]], "batch_sizes": [64], "max_quant_error": 0.05}
-
-
-class OverNow(ReplayExecutor):
-    """fp16's error, 0.01 when the study ran, measured 0.08 in the re-validation (a codec regressed)."""
-
-    def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
-        planned = super().dryrun(launch)
-        if tag(launch).startswith("revalidate"):
-            for c in planned.request.result["candidates"]:
-                if c["fwd_precision"] == "fp16":
-                    c["quant_error"] = {"fwd_rel_l2": 0.08, "bwd_rel_l2": 0.0}
-        return planned
 
 
 def test_a_config_over_the_limit_now_fails_its_revalidation(store, tmp_path):
@@ -33,7 +18,9 @@ def test_a_config_over_the_limit_now_fails_its_revalidation(store, tmp_path):
     v1 = store.served_config("cpu-box", "small")
     assert v1.fwd_precision == "fp16"
     row, _ = request(store, v1, reason="a codec upgrade")
-    done = Revalidation(store, row.id, OverNow(Landscape.load(landscape), seed=7), poll_s=0.01).run()
+    done = Revalidation(
+        store, row.id, OverLimit(landscape, "fp16", lambda t: t.startswith("revalidate")), poll_s=0.01
+    ).run()
     assert done.state == ValidationState.FAILED
     assert done.result["why"].startswith(
         "over the quantization-error limit now: quantization error 0.08 > tolerance 0.05 (1.29x"
