@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from autotuner.store import Store
 
 WORKLOAD = {
     "name": "w",
@@ -24,13 +23,6 @@ TAIL = ("NCCL WARN socket connect failed: Connection refused\n" * 400)[:16384]
 def failing(seq: int) -> str | None:
     """The state of the launch numbered `seq`: every third failed, every seventh timed out."""
     return "failed" if seq % 3 == 0 else "timeout" if seq % 7 == 0 else None
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
-    yield store
-    store.dispose()
 
 
 @pytest.fixture
