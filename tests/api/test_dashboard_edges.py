@@ -140,6 +140,8 @@ def test_the_studies_list_pages_past_200_and_counts_every_state(browser, module_
     page.goto(srv.url + "/")
     enter_token(page, TOKENS["read"])
     page.wait_for_selector("#studies a.study-name", timeout=15_000)
+    # the rows are drawn first, the states' counts after their seven requests (a loaded machine: later)
+    page.wait_for_function("document.querySelectorAll('#studies-summary .stat').length > 1", timeout=15_000)
     stats = page.locator("#studies-summary .stat")
     assert stats.first.locator("b").inner_text() == f"{total:,}"
     for state, n in counts.items():  # the API's counts, not those of the page's 200 rows
