@@ -250,10 +250,16 @@ def settings_from_options(options: dict[str, Any]) -> RequestSettings:
         if first["loc"]:
             raise _fail(f"{flag_of(str(first['loc'][0]))}: {msg}") from exc
         # a rule across fields names them as the REST body does: here, as their options
-        said = re.sub(
-            r"\b[a-z_]+\b", lambda m: flag_of(m[0]) if m[0] in RequestSettings.model_fields else m[0], msg
-        )
+        said = re.sub(r"\b([a-z_]+)\b( false\b)?", _as_options, msg)
         raise _fail(f"settings: {said}") from exc
+
+
+def _as_options(match: re.Match[str]) -> str:
+    """A settings field named in a message, as its option ("publish false": `--no-publish`)."""
+    field, false = match[1], match[2]
+    if field not in RequestSettings.model_fields:
+        return match[0]
+    return "--no-" + flag_of(field).removeprefix("--") if false else flag_of(field)
 
 
 def flag_of(field: str) -> str:

@@ -165,6 +165,17 @@ class RequestSettings(BaseModel):
             raise ValueError("fabric emulation is only available with the local executor")
         return self
 
+    @model_validator(mode="after")
+    def _shown_before_served(self) -> RequestSettings:
+        """A study that publishes compares its change with the baseline first: with neither the
+        confirmation nor the ladder, the search's best would be served on one noisy measurement."""
+        if self.publish and self.confirm_rounds == 0 and self.ladder_rounds == 0:
+            raise ValueError(
+                "confirm_rounds and ladder_rounds both 0 would serve a change never compared with the "
+                "baseline: give either at least 2 rounds, or publish false to search without serving"
+            )
+        return self
+
 
 class StudySettings(RequestSettings):
     """A study's settings as stored: the request's, and the operator's."""
@@ -186,6 +197,12 @@ class StudySettings(RequestSettings):
     def study_dir(self, study_id: int) -> Path:
         """Where the study's launch directories go."""
         return Path(self.workdir or default_data_dir() / "runs") / f"study-{study_id}"
+
+    @model_validator(mode="after")
+    def _shown_before_served(self) -> StudySettings:
+        """Not held to a request's rule: studies stored before it (and the engine's own) still load; the
+        engine publishes theirs labelled "not confirmed"."""
+        return self
 
     @model_validator(mode="after")
     def _replay_has_a_landscape(self) -> StudySettings:

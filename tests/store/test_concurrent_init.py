@@ -70,7 +70,7 @@ def test_autotuner_tune_started_together_on_one_fresh_store(tmp_path):
             "from autotuner.__main__ import main; print('ready', flush=True); sys.stdin.readline(); ")  # fmt: skip
     argvs = [[sys.executable, "-c", gate + "sys.argv = ['autotuner', *sys.argv[1:]]; main()",
               "tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space), "--study", f"s{i}",
-              "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "1", "--confirm-rounds", "0",
+              "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "1", "--confirm-rounds", "0", "--no-publish",
               "--ladder-rounds", "0", "--quality-samples", "0", "--workdir", str(tmp_path / f"runs{i}"), "--db", db]
              for i in range(OPENERS)]  # fmt: skip
     results = start_together(argvs, timeout_s=300)

@@ -14,7 +14,7 @@ from api.app import create_app
 from api.settings import Settings
 from autotuner.cli.commands import app as cli
 from autotuner.store import Store
-from autotuner.tuning import RequestSettings
+from autotuner.tuning import RequestSettings, StudySettings
 from tests.helpers import LANDSCAPE
 
 RECORDED = json.loads(LANDSCAPE.read_text())
@@ -128,3 +128,34 @@ def test_no_cap_on_search_launches_is_none_on_the_command_line_and_null_over_res
         assert "--trials" in said, said
     if cli_values[1] == "None":
         assert "give a budget" in said, said
+
+
+def test_a_study_that_would_serve_an_uncompared_change_is_refused_and_says_how_to_go_on(client, tmp_path):
+    """Neither the confirmation nor the ladder: the search's best, one noisy measurement, would be served."""
+    both_off = {"confirm_rounds": 0, "ladder_rounds": 0}
+    body = {
+        "cluster": "c",
+        "workload": RECORDED["workload"],
+        "space": RECORDED["space"],
+        "settings": both_off,
+    }
+    answer = client.post("/v1/studies", json=body)
+    assert answer.status_code == 422, answer.text
+    said = json.dumps(answer.json()["detail"])
+    assert "never compared with the baseline" in said, said
+    assert "publish false" in said, said
+    searched_only = {**body, "settings": {**both_off, "publish": False}}
+    assert client.post("/v1/studies", json=searched_only).status_code == 201
+
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(RECORDED["workload"]))
+    args = ["tune", "--cluster", "c", "--workload", str(workload), "--space", "no-such-space", "--confirm-rounds",
+            "0", "--ladder-rounds", "0", "--db", f"sqlite:///{tmp_path / 'at.db'}"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "--confirm-rounds and --ladder-rounds both 0" in result.output, result.output
+    assert "--no-publish to search without serving" in result.output, result.output
+    result = CliRunner().invoke(cli, [*args, "--no-publish"])
+    assert "no such file or preset" in result.output, result.output  # past the settings
+    # a study stored before the rule still loads (the engine labels what it publishes "not confirmed")
+    assert StudySettings(**both_off).publish
