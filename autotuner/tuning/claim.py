@@ -8,12 +8,12 @@ speedup is the published config's own.
 
 from __future__ import annotations
 
-from autotuner.store import Candidate, CandidateState, LaunchKind
+from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.confirm import ADOPTED, KEPT_SERVED, NOT_SIGNIFICANT, finalist_of
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ladder import NOT_MEASURED, climb
 from autotuner.tuning.outcome import Confirmation, LadderStep, Outcome, Quality
-from autotuner.tuning.pairs import Setting, compare
+from autotuner.tuning.pairs import Setting, compare, over_limit
 from autotuner.tuning.quality import check
 
 NOTHING_HELPED = "no knob gave a measurable gain on its own: published the baseline (no changes)"
@@ -64,9 +64,9 @@ def honest_claim(ctx: StudyContext, baseline: Candidate, best: Candidate, outcom
         return claimed.model_copy(
             update={"chosen_candidate": baseline.id, "decision": RECONFIRM_FAILED.format(rounds=rounds)}
         )
-    if row.state == CandidateState.INFEASIBLE:  # measured over the limit this time
+    if (over := over_limit(row)) is not None:  # measured over the limit this time
         return claimed.model_copy(
-            update={"chosen_candidate": baseline.id, "decision": OVER_LIMIT.format(row.error)}
+            update={"chosen_candidate": baseline.id, "decision": OVER_LIMIT.format(over)}
         )
     if not speedup.significant:
         return claimed.model_copy(update={"chosen_candidate": baseline.id, "decision": NOT_SIGNIFICANT,

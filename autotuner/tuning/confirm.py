@@ -4,10 +4,10 @@ handed an unproven change)."""
 
 from __future__ import annotations
 
-from autotuner.store import Candidate, CandidateState, LaunchKind
+from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import FIGURES, Confirmation, Finalist, Outcome
-from autotuner.tuning.pairs import Setting, compare
+from autotuner.tuning.pairs import Setting, compare, over_limit
 
 ADOPTED = "tuned config is faster with 95% confidence: published"
 NOT_SIGNIFICANT = "no significant gain over the baseline: published the baseline (no changes)"
@@ -41,12 +41,10 @@ def decide(
         # Over the limit in a confirmation round, with no ladder after it to drop the knob that is (its
         # steps judge each knob's error): no setting to publish, whatever it gains (the search's rows may
         # have been under it; the confirmation's error is the one quoted).
-        over = row is not None and row.state == CandidateState.INFEASIBLE and not ctx.settings.ladder_rounds
-        adopt = speedup.significant and not over
+        over = None if ctx.settings.ladder_rounds else over_limit(row)
+        adopt = speedup.significant and over is None
         figures = Confirmation.of(speedup).figures()
-        decision = ADOPTED if adopt else NOT_SIGNIFICANT
-        if over and row is not None:
-            decision = FINALIST_OVER_LIMIT.format(row.error)
+        decision = ADOPTED if adopt else NOT_SIGNIFICANT if over is None else FINALIST_OVER_LIMIT.format(over)
     else:
         adopt = best.id != baseline.id and rounds == 0
         figures = {"speedup": (best.samples_per_s or 0) / (baseline.samples_per_s or 1)}

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autotuner.envvars import acting_with, read_together
-from autotuner.store import Candidate, CandidateState, LaunchKind
+from autotuner.store import Candidate, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import LadderStep
-from autotuner.tuning.pairs import Setting, compare, tag_of
+from autotuner.tuning.pairs import Setting, compare, over_limit, tag_of
 
 KEPT, NO_GAIN = "kept", "no measurable gain"
 NOT_MEASURED = "not measured (see the launch logs)"
@@ -146,9 +146,9 @@ def _step(ctx: StudyContext, tag: str, group: str, current: Setting, nxt: Settin
         return LadderStep(step=group, changed=changed, kept=False, verdict=NOT_MEASURED,
                           candidate=candidate, cumulative=cumulative)  # fmt: skip
     # A setting over the quantization-error limit is no setting to publish, whatever it gains.
-    over = row is not None and row.state == CandidateState.INFEASIBLE
-    kept = speedup.significant and not over
-    verdict = f"over the limit: {row.error}" if over and row is not None else KEPT if kept else NO_GAIN
+    over = over_limit(row)
+    kept = speedup.significant and over is None
+    verdict = f"over the limit: {over}" if over is not None else KEPT if kept else NO_GAIN
     return LadderStep(step=group, changed=changed, kept=kept, verdict=verdict, candidate=candidate,
                       samples_per_s=speedup.tuned, previous_samples_per_s=speedup.baseline,
                       speedup_vs_previous=speedup.ratio, ci_low=speedup.ci_low, ci_high=speedup.ci_high,

@@ -61,6 +61,14 @@ def compare(
     return paired_speedup(*values), (over or a_rows)[-1]
 
 
+def over_limit(row: Candidate | None) -> str | None:
+    """Why a compared row is no setting to publish, whatever it gains: it measured over the
+    quantization-error limit (`compare` returns such a row first). None when it did not."""
+    if row is None or row.state != CandidateState.INFEASIBLE:
+        return None
+    return row.error or "over the quantization-error limit"
+
+
 def measure(
     ctx: StudyContext, a: Setting, b: Setting, rounds: int, kind: LaunchKind, tag: str
 ) -> tuple[list[Candidate], list[Candidate]]:

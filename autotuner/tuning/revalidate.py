@@ -33,7 +33,6 @@ from autotuner.job.fingerprint import comparable, compare, describe, describe_di
 from autotuner.space import InProcPoint
 from autotuner.store import (
     Candidate,
-    CandidateState,
     Config,
     ConfigValidation,
     LaunchKind,
@@ -49,7 +48,7 @@ from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, store_unavailable
-from autotuner.tuning.pairs import Setting, measured
+from autotuner.tuning.pairs import Setting, measured, over_limit
 from autotuner.tuning.pairs import compare as compare_settings
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.recover import recover
@@ -219,13 +218,10 @@ class Revalidation:
             state, result = self._baseline_runs(ctx, base, tag)
         else:
             speedup, measured_mine = compare_settings(ctx, mine, base, rounds, LaunchKind.REVALIDATE, tag)
-            over = (  # a round over the quantization-error limit (compare returns such a row first)
-                measured_mine.error
-                if measured_mine is not None and measured_mine.state == CandidateState.INFEASIBLE
-                else None
-            )
             state, result = verdict(
-                speedup, *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag), over=over
+                speedup,
+                *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag),
+                over=over_limit(measured_mine),
             )
         result["rounds_asked"] = 1 if mine == base else rounds
         result["wall_s"] = (self.store.now() - started_at).total_seconds()
