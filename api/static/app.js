@@ -351,7 +351,7 @@
         el("td", {}, el("div", { class: "progress-cell" }, progressBar(s.progress, s.state),
           el("span", {}, budget ? `${s.launches_done} / ${budget}` : `${s.launches_done}`))),
         el("td", { class: "num strong" }, num0(s.best && s.best.samples_per_s)),
-        el("td", { class: "num" }, speedupCell(outcome)),
+        el("td", { class: "num" }, speedupCell(outcome, keptServed(s))),
         el("td", { class: "num", title: when(s.created_at) }, ago(s.created_at),
           el("span", { class: "sub" }, when(s.created_at))),
       );
@@ -365,10 +365,14 @@
     fill(body, ...rows);
   }
 
-  function speedupCell(outcome) {
+  function speedupCell(outcome, nothingPublished) {
+    const finalist = finalistText(outcome.finalist);
+    if (nothingPublished) {
+      return el("span", {}, el("span", { class: "faint" }, "—"),
+        el("span", { class: "sub" }, `nothing published${finalist ? ` · finalist ${finalist}` : ""}`));
+    }
     if (!isNum(outcome.speedup)) return el("span", { class: "faint" }, "—");
     const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
-    const finalist = finalistText(outcome.finalist);
     return el("span", {},
       el("span", { class: outcome.significant ? "gain" : "nogain" }, times(outcome.speedup)),
       el("span", { class: "sub" }, hasCi
@@ -380,6 +384,10 @@
   /** The study published the baseline itself (a gain was measured, but e.g. its quality cost was not
    * ruled out): its 1.00× is the published config's, not best / baseline. */
   const keptBaseline = (o) => isNum(o.chosen_candidate) && o.chosen_candidate === o.baseline_candidate;
+  /** The study ended publishing nothing though asked to (a phase could not be measured: an outage): the
+   * config served before, if any, stays. Its outcome names the baseline as chosen, which is not served. */
+  const keptServed = (study) => study.state === "done" && (study.settings || {}).publish !== false
+    && !isNum((study.outcome || {}).published_version);
   /** "1.17× (95% CI 1.14–1.19)": the finalist's own confirmation, or null. */
   function finalistText(f) {
     if (!f || !isNum(f.speedup)) return null;
@@ -578,9 +586,18 @@
     }
     const publishedEnv = $("published-env");
     publishedEnv.hidden = !fastestOnly;
-    fill(publishedEnv, ...(fastestOnly ? [el("span", { class: "k" }, "Published trial"), publishedText(outcome, study.published)] : []));
+    fill(publishedEnv, ...(!fastestOnly ? [] : keptServed(study)
+      ? [el("span", { class: "k" }, "Published"), el("span", {}, "nothing: see the decision")]
+      : [el("span", { class: "k" }, "Published trial"), publishedText(outcome, study.published)]));
     const hasCi = isNum(outcome.ci_low) && isNum(outcome.ci_high);
-    if (isNum(outcome.speedup)) {
+    if (keptServed(study)) {
+      const finalist = finalistText(outcome.finalist);
+      setText("kpi-speedup-label", "Published speedup");
+      setText("kpi-speedup", "—");
+      setText("kpi-speedup-sub", `nothing published: the config served before, if any, stays${finalist ? ` · finalist ${finalist}` : ""}`);
+      setText("kpi-speedup-note", "");
+      $("kpi-speedup").className = "kpi-value";
+    } else if (isNum(outcome.speedup)) {
       setText("kpi-speedup-label", hasCi ? `Confirmed speedup${fastestOnly ? " (published)" : ""}` : "Speedup");
       setText("kpi-speedup-note", hasCi ? `${outcome.rounds} interleaved rounds${outcome.significant ? "" : " · not significant"}` : "");
       setText("kpi-speedup", times(outcome.speedup));
@@ -603,7 +620,7 @@
       setText("kpi-speedup-note", "");
     }
     setText("outcome-hint", study.state === "done"
-      ? (hasCi ? "confirmed" : keptBaseline(outcome) ? "baseline kept" : "not confirmed")
+      ? (keptServed(study) ? "nothing published" : hasCi ? "confirmed" : keptBaseline(outcome) ? "baseline kept" : "not confirmed")
       : active ? "provisional" : hasCi ? "" : "never confirmed");
 
     if (hasCi) {

@@ -183,3 +183,42 @@ def test_a_study_that_published_nothing_says_why_not_publish_off(browser, finish
         )
         assert errors == []
         page.close()
+
+
+KEPT_FINALIST = {"speedup": 7.83, "ci_low": 7.68, "ci_high": 7.98, "confidence": 0.95, "rounds": 3,
+                 "tuned_samples_per_s": 78390.0, "baseline_samples_per_s": 10016.7, "significant": True,
+                 "candidate": 2}  # fmt: skip
+
+
+@pytest.mark.browser
+def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_published(browser, finished):  # noqa: F811
+    """An outage after a confirmed finalist stores the baseline as chosen and publishes nothing: the page
+    said "baseline kept", a 1.00x "published speedup" and "Published trial: the baseline itself"."""
+    srv = finished[0]
+    db = srv.data_dir / "autotuner.db"
+    kept = {"speedup": 1.0, "best_candidate": 2, "baseline_candidate": 1, "chosen_candidate": 1,
+            "decision": "not credited: the ladder's precision step could not be measured (see the launch logs): "
+                        "nothing published (the config served before, if any, stays)", "finalist": KEPT_FINALIST}  # fmt: skip
+    published_baseline = {**kept, "decision": "no measurable gain: published the baseline (no changes)",
+                          "published_version": 1}  # fmt: skip
+    for name, outcome, value, hint in (("kept-served", kept, "—", "nothing published"),
+                                       ("kept-baseline", published_baseline, "1.00×", "baseline kept")):  # fmt: skip
+        page, errors = study_page(browser, srv, plant_done_study(db, name, outcome, publish=True))
+        page.wait_for_function(
+            f"document.getElementById('outcome-hint').textContent === {hint!r}", timeout=15_000
+        )
+        assert page.text_content("#kpi-speedup") == value
+        sub = page.text_content("#kpi-speedup-sub")
+        if name == "kept-served":
+            assert sub.startswith("nothing published: the config served before, if any, stays"), sub
+            assert "finalist 7.83×" in sub, sub
+        else:
+            assert sub == "the baseline was kept: nothing changed", sub
+        assert errors == []
+        page.goto(srv.url + "/")  # the studies list (same tab: the token stays)
+        cell = page.locator("#studies tbody tr", has_text=name).locator("td").nth(6)
+        cell.wait_for(timeout=15_000)
+        said = cell.text_content()
+        assert ("nothing published · finalist 7.83×" in said) == (name == "kept-served"), said
+        assert ("baseline kept" in said) == (name == "kept-baseline"), said
+        page.close()
