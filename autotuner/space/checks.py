@@ -56,7 +56,9 @@ class SpaceError(ValueError):
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems) or "invalid search space")
+        said = "\n".join(str(p) for p in self.problems) or "invalid search space"
+        # a name of the request's in the words: pydantic encodes them as UTF-8, which a lone surrogate is not
+        super().__init__(said.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 # Searched inside one launch: each a list that must be non-empty and repeat no value.

@@ -276,6 +276,23 @@ def test_a_lone_surrogate_anywhere_gets_an_answer_not_a_500(client, path, body):
     assert response.json()
 
 
+@pytest.mark.parametrize(
+    "space",
+    [
+        f'{{"env": {{"NCCL_NSOCKS_PERTHREAD": [1, 2]}}, "force_inert": ["{LONE}"]}}',
+        f'{{"env": {{"{LONE}": [1]}}, "fixed_env": {{"{LONE}": "1"}}}}',
+        f'{{"env": {{"{LONE}": [1, 2]}}}}',
+        f'{{"env": {{"NCCL_NSOCKS_PERTHREAD": [1, 2]}}, "ladder": ["{LONE}"]}}',
+    ],
+)
+def test_a_lone_surrogate_in_a_space_is_named_in_a_422(client, space):
+    # a space's problem quoting the name: pydantic encoded the message as UTF-8 and answered 500
+    body = json.dumps({**replay_study_body("surrogate-space"), "space": "@@"}).replace('"@@"', space)
+    response = client.post("/v1/studies", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert "space" in json.dumps(response.json()["detail"])
+
+
 def test_a_lone_surrogate_in_a_stored_name_is_listed_later(client):
     body = replay_study_body("surrogate")
     body["workload"]["tables"][0]["name"] = "t\ud800"
