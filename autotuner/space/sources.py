@@ -122,7 +122,8 @@ def with_preset(data: dict[str, Any]) -> dict[str, Any]:
         return data
     name = data.pop("preset")
     if not isinstance(name, str) or name not in PRESETS:
-        problem = Problem("preset", "schema", f"unknown preset {name!r} (presets: {', '.join(PRESETS)})")
+        said = f"unknown preset {name!r} (presets: {', '.join(PRESETS)})"
+        problem = Problem("preset", "schema", said, where=("preset",))  # the space's key, not a variable
         raise SpaceError([problem])
     base = read_file(PRESETS[name])
     base.pop("preset", None)

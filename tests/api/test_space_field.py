@@ -67,7 +67,9 @@ def test_a_preset_name_and_an_inline_space_are_accepted(client):
 def test_an_inline_preset_must_be_a_preset_name(client):
     response = client.post("/v1/studies", json=with_space({"preset": "/etc/passwd"}))
     assert response.status_code == 422
-    assert "unknown preset" in response.text
+    [error] = response.json()["detail"]
+    assert "unknown preset" in error["msg"]
+    assert error["loc"] == ["body", "space", "preset"]  # the key given, not a variable of env named so
 
 
 def test_quality_data_over_rest_is_refused_unless_the_operator_allows_it(client):
