@@ -302,3 +302,31 @@ def test_a_lone_surrogate_in_a_stored_name_is_listed_later(client):
     listed = client.get("/v1/studies")
     assert listed.status_code == 200
     assert listed.json()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/configs/c1%2Fw1"),
+        ("GET", "/v1/configs/c1%2fw1?format=env"),
+        ("GET", "/v1/configs/c1/w1%2Fhistory"),
+        ("POST", "/v1/configs/c1%2Fw1/rollback"),
+        ("POST", "/v1/configs/c1%2Fw1/pin"),
+    ],
+)
+def test_an_encoded_slash_in_a_name_names_nothing(client, method, path):
+    """The router matched the decoded path: c1%2Fw1 served c1/w1, and rolled it back, a key never named."""
+    store = client.app.state.store
+    store.upsert_workload("w1", {})
+    for threads in ("1", "2"):
+        store.publish_config(cluster="c1", workload="w1", nodes=1, env={"NCCL_NSOCKS_PERTHREAD": threads},
+                             fwd_precision="fp32", bwd_precision="fp32", batch_size=512, sharding="table_wise",
+                             evidence={})  # fmt: skip
+    admin = {"authorization": "Bearer a"}
+    response = client.request(
+        method, path, json={"version": 1} if path.endswith("/pin") else {}, headers=admin
+    )
+    assert response.status_code == 422, response.text
+    assert "%2F" in response.json()["detail"][0]["msg"]
+    served = client.get("/v1/configs/c1/w1", headers=admin).json()
+    assert (served["version"], served["pinned"]) == (2, False)  # nothing rolled back or pinned
