@@ -112,7 +112,21 @@ async def _request(request: Request, exc: Exception) -> JSONResponse:
     them) was echoed back as `input`, which no JSON can carry, and the answer became a 500; so was a
     value nested hundreds deep (the encoders recurse), which is echoed as a short repr."""
     assert isinstance(exc, RequestValidationError)
-    return _unprocessable([{k: _echo(v) for k, v in _in_spec_words(e).items()} for e in exc.errors()])
+    said = [_not_json(request, e) or _in_spec_words(e) for e in exc.errors()]
+    return _unprocessable([{k: _echo(v) for k, v in e.items()} for e in said])
+
+
+def _not_json(request: Request, error: dict[str, Any]) -> dict[str, Any] | None:
+    """A body that was not sent as JSON (`curl -d` sends a form's type) is read as text, which is no
+    object: the error said "Input should be a valid dictionary", echoing the JSON it was given."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if tuple(error.get("loc", ())) != ("body",) or error.get("type") == "missing":
+        return None
+    if media == "application/json" or media.endswith("+json"):
+        return None
+    sent = f"Content-Type {media!r}" if media else "no Content-Type"
+    return {"loc": ["body"], "type": "content_type", "input": None,
+            "msg": f"the body is read as JSON only: send it with Content-Type: application/json ({sent} was sent)"}  # fmt: skip
 
 
 def _in_spec_words(error: dict[str, Any]) -> dict[str, Any]:

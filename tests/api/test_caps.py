@@ -330,3 +330,17 @@ def test_an_encoded_slash_in_a_name_names_nothing(client, method, path):
     assert "%2F" in response.json()["detail"][0]["msg"]
     served = client.get("/v1/configs/c1/w1", headers=admin).json()
     assert (served["version"], served["pinned"]) == (2, False)  # nothing rolled back or pinned
+
+
+@pytest.mark.parametrize("sent", ["application/x-www-form-urlencoded", "text/plain", None])
+def test_a_body_not_sent_as_json_is_told_so(client, sent):
+    """`curl -d` sends a form's type: the body was read as text and refused as "not a dictionary"."""
+    headers = {"content-type": sent} if sent else {}
+    body = b'{"env": {"NCCL_NSOCKS_PERTHREAD": "4"}}'
+    response = client.post("/v1/lint", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert "send it with Content-Type: application/json" in error["msg"]
+    assert (repr(sent) if sent else "no Content-Type") in error["msg"]
+    ok = client.post("/v1/lint", content=body, headers={"content-type": "application/json; charset=utf-8"})
+    assert ok.status_code == 200, ok.text
