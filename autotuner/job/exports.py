@@ -135,7 +135,7 @@ def check_exports(exports: Mapping[Any, Any]) -> tuple[dict[str, str], dict[str,
     dropped: dict[str, str] = {}
     for name, value in exports.items():
         plain = isinstance(name, str) and len(name) <= MAX_NAME and _NAME.fullmatch(name)
-        shown = name if plain else _one_line(name)  # every name is shown, none at length
+        shown = name if plain else _unique(_one_line(name), dropped)  # every name is shown, none at length
         if not isinstance(name, str) or not isinstance(value, str):
             dropped[shown] = "not a string name and a string value"
         elif len(name) > MAX_NAME:
@@ -238,6 +238,15 @@ def mismatch_note(label: str, validated_on: Mapping[str, Any] | None, diff: Mapp
     warns and the service's export lines say alike."""
     return printable(f"{label} was validated on {describe(validated_on)}; this job differs: "
                      f"{describe_diff(diff)}")[:600]  # fmt: skip
+
+
+def _unique(shown: str, dropped: dict[str, str]) -> str:
+    """Names cut to the same first 60 characters each get a line: one overwrote the other."""
+    n, key = 1, shown
+    while key in dropped:
+        n += 1
+        key = f"{shown} (#{n})"
+    return key
 
 
 def _one_line(value: object, limit: int = 60) -> str:

@@ -176,6 +176,7 @@ def fetch_from_server(
 ) -> Any:
     """GET /v1/configs/{cluster}/{workload} within a hard deadline: the decoded answer, unchecked,
     or NOT_PUBLISHED (404). `fingerprint`: the job's, as the header's value ("": not sent)."""
+    _usable(server, token)
     path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
     query = f"?nodes={nodes}" if nodes is not None else ""
     url = server.rstrip("/") + path + query
@@ -186,6 +187,41 @@ def fetch_from_server(
     if fingerprint:
         request.add_header(HEADER, fingerprint)
     return _within(timeout_s, lambda: _read(request, ca_file, timeout_s))
+
+
+class LocalFault(Exception):
+    """The hook's own command line cannot make the request (nothing was asked): said as such, not as the
+    service's fault, and never with the token or a password in the words."""
+
+
+def _usable(server: str, token: str | None) -> None:
+    try:
+        url = urllib.parse.urlsplit(server)
+        url.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise LocalFault(
+            "the server URL cannot be read (its host or port): check --server or AUTOTUNER_SERVER"
+        ) from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise LocalFault("the server URL is not http(s)://host[:port]: check --server or AUTOTUNER_SERVER")
+    if url.username is not None or url.password is not None:
+        raise LocalFault("the server URL carries credentials (user@ or user:password@): give the read token with "
+                         "--token or AUTOTUNER_TOKEN")  # fmt: skip
+    if any(c.isspace() or not c.isprintable() for c in server):
+        raise LocalFault(
+            "the server URL holds a space or a control character: check --server or AUTOTUNER_SERVER"
+        )
+    if not _sendable((token or "").strip()):
+        raise LocalFault("the token cannot be sent in a header (it holds a line break, NUL or a character outside "
+                         "Latin-1; not shown): check --token or AUTOTUNER_TOKEN")  # fmt: skip
+
+
+def _sendable(token: str) -> bool:
+    try:
+        token.encode("latin-1")  # what http.client sends a header as
+    except UnicodeEncodeError:
+        return False
+    return not any(c in token for c in "\r\n\0")
 
 
 def _within(timeout_s: float, call: Callable[[], Any]) -> Any:
@@ -271,12 +307,17 @@ def _what_it_said(exc: urllib.error.HTTPError) -> str:
     except Exception:  # no body, not JSON, not an object: the status says it
         detail = None
     if isinstance(detail, list):
-        detail = "; ".join(
-            f"{'.'.join(str(part) for part in item.get('loc', [])[1:])}: {item.get('msg')}".lstrip(": ")
-            if isinstance(item, dict) else str(item)
-            for item in detail[:5]
-        )  # fmt: skip
+        detail = "; ".join(_one_error(item) for item in detail[:5])
     return printable(str(detail if detail else exc.reason))[:300]
+
+
+def _one_error(item: object) -> str:
+    """One of FastAPI's {loc, msg} errors as "field: msg"; whatever else an answer holds, as text."""
+    if not isinstance(item, dict):
+        return str(item)
+    loc = item.get("loc")
+    where = ".".join(str(part) for part in loc[1:]) if isinstance(loc, list) else ""
+    return f"{where}: {item.get('msg')}".lstrip(": ")
 
 
 def fetch_from_db(url: str, cluster: str, workload: str, nodes: int | None) -> dict[str, Any] | None:
@@ -308,6 +349,8 @@ def _trouble(exc: Exception, elapsed: float) -> str:
         return f"config service {what} (HTTP {exc.code}: {exc.said})"
     if isinstance(exc, Malformed):
         return f"the config service's answer is malformed ({printable(str(exc))})"
+    if isinstance(exc, LocalFault):
+        return f"no request was made ({exc})"
     # http.client's own errors (LineTooLong, over 100 headers), but a dropped connection (an OSError)
     if isinstance(exc, http.client.HTTPException) and not isinstance(exc, OSError):
         return f"the config service's answer is malformed ({said})"
@@ -382,7 +425,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
     if config is None:  # a 200 that is not a config: as if the service had failed
         reason = f"the config service's answer is malformed ({dropped['']})"
         return _from_cache(cache, reason, args), {"": reason}
-    other = _anothers(config, args)
+    other = _anothers(config, args, dropped)
     if other:  # a proxy's, a misrouted or a stale answer: never exported, never cached
         reason = f"the config service answered with {other} (refused)"
         return _from_cache(cache, reason, args), {"": reason}
@@ -416,7 +459,7 @@ def _checked(answer: Any, source: str, args: argparse.Namespace) -> tuple[dict[s
     if config is None:
         _warn(f"{source} gave no usable config ({dropped['']}): starting the job with its own environment")
         return None, {}
-    other = _anothers(config, args)
+    other = _anothers(config, args, dropped)
     if other:
         _warn(f"{source} gave {other} (refused): starting the job with its own environment")
         return None, {}
@@ -424,13 +467,16 @@ def _checked(answer: Any, source: str, args: argparse.Namespace) -> tuple[dict[s
     return config, dropped
 
 
-def _anothers(config: dict[str, Any], args: argparse.Namespace) -> str | None:
+def _anothers(config: dict[str, Any], args: argparse.Namespace, dropped: Dropped) -> str | None:
     """None if a checked config is labelled (AUTOTUNER_CONFIG) as the cluster and workload asked for,
-    else what it is instead, in words naming both."""
+    else what it is instead, in words naming both (a label the gate refused, and why)."""
     label = (config.get("cluster"), config.get("workload"))
     if label == (args.cluster, args.workload):
         return None
     asked = f"{args.cluster}/{args.workload}"
+    if label == (None, None) and "AUTOTUNER_CONFIG" in dropped:
+        return printable(f"a config whose AUTOTUNER_CONFIG label was refused ({dropped['AUTOTUNER_CONFIG']}), "
+                         f"not one labelled {asked}")  # fmt: skip
     if label == (None, None):
         return printable(f"a config without its AUTOTUNER_CONFIG label, not one labelled {asked}")
     return printable(f"the config of {label[0]}/{label[1]}, not of {asked}")
@@ -463,7 +509,7 @@ def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> d
         _warn(f"{trouble} and the cached config {cache} does not pass the checks (ignored): "
               "starting the job with its own environment")  # fmt: skip
         return None
-    other = _anothers(config, args)
+    other = _anothers(config, args, dropped)
     if other:
         _warn(printable(f"{trouble} and the cached config {cache} is another's ({other}; ignored): "
                         "starting the job with its own environment"))  # fmt: skip

@@ -61,7 +61,9 @@ def test_the_hook_prints_neither_half_and_says_why(tmp_path, serve):  # noqa: F8
     [({**GOOD, "AUTOTUNER_CONFIG": "prod-b/w/1n/v3"}, "the config of prod-b/w, not of c/w"),
      ({**GOOD, "AUTOTUNER_CONFIG": "c/other/1n/v3"}, "the config of c/other, not of c/w"),
      ({k: v for k, v in GOOD.items() if k != "AUTOTUNER_CONFIG"}, "a config without its AUTOTUNER_CONFIG label"),
-     ({**GOOD, "AUTOTUNER_CONFIG": "c/w/v3"}, "a config without its AUTOTUNER_CONFIG label")],
+     # the gate's reason, not "without its label" (it had one)
+     ({**GOOD, "AUTOTUNER_CONFIG": "c/w/v3"},
+      "a config whose AUTOTUNER_CONFIG label was refused ('c/w/v3' is not a value of AUTOTUNER_CONFIG)")],
     ids=["another cluster", "another workload", "no label", "a label the gate drops"],
 )  # fmt: skip
 def test_a_live_answer_for_another_config_is_refused_as_a_cached_one_is(tmp_path, serve, exports, said):  # noqa: F811
@@ -99,8 +101,12 @@ FASTAPI_422 = {"detail": [{"type": "string_pattern_mismatch", "loc": ["path", "c
      (200, b"[" * (1 << 20), "the config service's answer is malformed (not a config: JSON nested deeper"),
      (200, b"\xff\xfe{", "the config service's answer is malformed (not JSON: "),
      (200, b"1" * 900_000, "the config service's answer is malformed (not JSON: "),
-     (200, b" " * ((1 << 20) + 1), "the config service's answer is malformed (over 1 MiB)")],
-    ids=["422", "403", "400 html", "503", "deep", "not utf-8", "huge int", "over 1 MiB"],
+     (200, b" " * ((1 << 20) + 1), "the config service's answer is malformed (over 1 MiB)"),
+     # a detail list whose loc is not a list: said as the refusal it is, not "unreachable (TypeError)"
+     (422, b'{"detail": [{"loc": 5, "msg": "nodes out of range"}, {"loc": null, "msg": "bad"}]}',
+      "config service refused the request (HTTP 422: nodes out of range; bad)"),
+     (401, b'{"detail": [{"loc": {"a": 1}, "msg": "bad token"}]}', "the config service refused the token (HTTP 401")],
+    ids=["422", "403", "400 html", "503", "deep", "not utf-8", "huge int", "over 1 MiB", "odd loc", "401 odd loc"],
 )  # fmt: skip
 def test_a_failure_is_named_by_its_cause(tmp_path, serve, status, body, said):  # noqa: F811
     server = serve(body, status=status)
@@ -147,3 +153,37 @@ def test_an_odd_node_count_in_the_environment_is_passed_over_not_refused(tmp_pat
         "export AUTOTUNER_CONFIG=c/w/1n/v3" in proc.stdout
     )  # asked, without a node count (was: ?nodes=0, a 422)
     assert asked == ["/v1/configs/c/w"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said", "secret"),
+    [(["--server", "http://127.0.0.1:abc"], "no request was made (the server URL cannot be read", None),
+     (["--server", "http://tok:s3cr3t@127.0.0.1:9/"], "the server URL carries credentials", "s3cr3t"),
+     (["--server", "http://127.0.0.1:9/a b"], "the server URL holds a space or a control character", None),
+     (["--server", "ftp://127.0.0.1:9"], "the server URL is not http(s)://host[:port]", None),
+     (["--token", "SECRET1'SECRET2\nSECRET3"], "the token cannot be sent in a header", "SECRET"),
+     (["--token", "SECRET1 SECRET2\nSECRET3"], "the token cannot be sent in a header", "SECRET"),
+     (["--token", "t\u00f6k\u20acn"], "the token cannot be sent in a header", "k\u20ac")],
+    ids=["port", "password", "space", "scheme", "quote", "space+newline", "not latin-1"],
+)  # fmt: skip
+def test_a_request_the_command_line_cannot_make_is_said_as_its_fault_and_shows_no_secret(
+    tmp_path, args, said, secret
+):
+    """A bad URL read as "the service's answer is malformed", a token no header carries as "unreachable",
+    and both printed part of what they held (the token after a quote or a space, the URL's password)."""
+    proc = hook(tmp_path, "http://127.0.0.1:9", *args)
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    assert said in proc.stderr
+    assert "unreachable" not in proc.stderr
+    assert "malformed" not in proc.stderr
+    if secret:
+        assert secret not in proc.stderr
+
+
+def test_long_names_cut_alike_are_each_named():
+    """Keyed by their first 60 characters, three dropped names were said as one."""
+    names = ["X" * 56 + tail for tail in ("A" * 25, "B" * 25, "C" * 23)]
+    config, dropped = checked_config({"exports": {**GOOD, **dict.fromkeys(names, "1")}})
+    assert config is not None
+    assert len(dropped) == 3
+    assert all("characters (no variable a config sets has over" in why for why in dropped.values())
