@@ -38,7 +38,6 @@ from autotuner.store import (
     Study,
     StudyState,
     unreadable_columns,
-    utcnow,
 )
 from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide, publishes, unpublished
@@ -75,7 +74,7 @@ def cannot_run(store: Store, study_id: int, exc: BaseException) -> str:
     """Fail a study whose stored rows cannot give a driver, with the reason, so no runner picks it again."""
     why = clip(f"this study cannot run: {type(exc).__name__}: {exc}")
     try:  # not over a cancel that came first
-        store.move_study(study_id, StudyState.FAILED, error=why, finished_at=utcnow())
+        store.move_study(study_id, StudyState.FAILED, error=why, finished_at=store.now())
     except Exception:  # the store itself is in trouble: the next tick tries again
         log.exception("study %s: could not record that it cannot run", study_id)
     return why
@@ -118,7 +117,7 @@ class StudyDriver:
             self._search(Search(self.ctx))
             return self._conclude()
         except StudyCancelled:
-            return self.store.update_study(self.study_id, finished_at=utcnow())  # its state says so
+            return self.store.update_study(self.study_id, finished_at=self.store.now())  # its state says so
         except (StudyBusy, StoreUnavailable):
             raise
         except Exception as exc:
@@ -194,7 +193,7 @@ class StudyDriver:
             self.store.update_study(self.study_id, outcome=outcome.dump())
         if self.ctx.settings.scaling_nodes:
             outcome.scaling = scaling_curve(self.ctx, self._chosen(outcome), baseline)
-        return self._move(StudyState.DONE, outcome=outcome.dump(), finished_at=utcnow())
+        return self._move(StudyState.DONE, outcome=outcome.dump(), finished_at=self.store.now())
 
     def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
         """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
@@ -232,8 +231,12 @@ class StudyDriver:
         return chosen
 
     def _fail(self, error: str) -> Study:
-        failed = self.store.move_study(self.study_id, StudyState.FAILED, error=error, finished_at=utcnow())
-        return failed or self.store.update_study(self.study_id, finished_at=utcnow())  # cancelled first
+        failed = self.store.move_study(
+            self.study_id, StudyState.FAILED, error=error, finished_at=self.store.now()
+        )
+        return failed or self.store.update_study(
+            self.study_id, finished_at=self.store.now()
+        )  # cancelled first
 
     def _move(self, state: StudyState, **fields: Any) -> Study:
         """The study's next state, unless a cancel came first: then StudyCancelled, as at a heartbeat."""

@@ -10,7 +10,7 @@ from typing import Any
 from autotuner.executors import Outcome
 from autotuner.executors.base import LaunchState
 from autotuner.executors.results import MAX_NAME, MAX_VERSIONS, candidate_problem, clip
-from autotuner.store import Candidate, CandidateState, Launch, LaunchKind, utcnow
+from autotuner.store import Candidate, CandidateState, Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.lease import StudyBusy
 from autotuner.tuning.plan import PlannedLaunch
@@ -32,7 +32,7 @@ def ingest(
                 row["optuna_number"] = search.claim_number()
     summary = stored({k: v for k, v in (outcome.result or {}).items() if k != "candidates"}) or None
     ctx.lease.beat(force=True)  # only the lease's holder records (a runner paused past it has a successor)
-    saved = ctx.store.finish_launch(launch.id, rows, state=outcome.state.value, finished_at=utcnow(), summary=summary,
+    saved = ctx.store.finish_launch(launch.id, rows, state=outcome.state.value, finished_at=ctx.store.now(), summary=summary,
                                     error=clip(outcome.reason) if outcome.reason else None,
                                     log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
     if saved is None:

@@ -13,7 +13,7 @@ from typing import Any
 from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
 from autotuner.executors.base import LaunchState, SubmitLater
 from autotuner.executors.results import clip
-from autotuner.store import Candidate, Launch, utcnow
+from autotuner.store import Candidate, Launch
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.lease import StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
@@ -67,7 +67,8 @@ def run_launch(
 
 def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Search | None) -> list[Candidate]:
     request = request_of(ctx, launch)
-    ctx.store.update_launch(launch.id, state=LaunchState.RUNNING, started_at=ctx.store.now(), heartbeat_at=utcnow(),
+    now = ctx.store.now()  # the database's clock: every replica's starts, heartbeats and ends alike
+    ctx.store.update_launch(launch.id, state=LaunchState.RUNNING, started_at=now, heartbeat_at=now,
                             workdir=str(request.workdir), log_path=str(request.log_path),
                             result_path=str(request.result_path))  # fmt: skip
     ctx.progress.on_launch_start(launch)
@@ -93,7 +94,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
         if stage != RECORDING:  # else it ended, and its row says how
             _cancel_quietly(ctx, backend_id, request)
-            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
+            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
                                     error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
@@ -101,7 +102,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
         if stage == FOLLOWING:  # nobody will follow it now: it must not run on beside the next launch
             _cancel_quietly(ctx, backend_id, request)
-        ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
+        ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
                                 error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
 
@@ -175,13 +176,13 @@ def heartbeat(
     delays the beat, not the launch: tried again at the next call."""
     try:
         if force or ctx.lease.due():
-            ctx.store.update_launch(launch.id, heartbeat_at=utcnow())
+            ctx.store.update_launch(launch.id, heartbeat_at=ctx.store.now())
         # first: a runner whose lease was taken writes nothing more
         ctx.lease.beat(force=force)
         then()
     except StudyCancelled:
         on_cancel()
-        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow())
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now())
         raise
     except Exception as exc:
         if not store_unavailable(exc):

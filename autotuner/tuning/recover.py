@@ -8,7 +8,7 @@ import time
 
 from autotuner.executors import Outcome
 from autotuner.executors.base import LaunchState
-from autotuner.store import Launch, LaunchKind, utcnow
+from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.launch import abandon_quietly, execute, request_of, wait
@@ -28,7 +28,7 @@ def recover(ctx: StudyContext) -> None:
     ):
         # An older version's (or a hand's) row: this launch ends, the study goes on.
         if not _readable(launch.spec):
-            ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=utcnow(),
+            ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
                                     error="its stored spec has no list of candidates: not resumed")  # fmt: skip
             continue
         if launch.backend_id and _reattach(ctx, launch):
@@ -79,6 +79,6 @@ def stop_leftovers(ctx: StudyContext) -> int:
             ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
         else:
             abandon_quietly(ctx, request_of(ctx, launch))
-        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=utcnow(),
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
                                 error="its study ended while no runner followed it: cancelled")  # fmt: skip
     return len(left)

@@ -21,16 +21,20 @@ from tests.autotuner.test_driver import LANDSCAPE, study_with
 SKEW_S = 600.0
 
 
-@pytest.fixture
-def ahead(monkeypatch):
+def skew(monkeypatch) -> None:
     """The engine's clock SKEW_S ahead, wherever it reads it."""
     real = models.utcnow
 
     def skewed():
         return real() + timedelta(seconds=SKEW_S)
 
-    for module in ("driver", "launch", "recover", "revalidate"):
+    for module in ("driver", "launch", "recover", "revalidate", "ingest"):
         monkeypatch.setattr(f"autotuner.tuning.{module}.utcnow", skewed, raising=False)
+
+
+@pytest.fixture
+def ahead(monkeypatch):
+    skew(monkeypatch)
 
 
 def test_a_study_resumed_by_a_replica_whose_clock_is_ahead_searches_its_budget(store: Store, tmp_path, ahead):
@@ -73,10 +77,24 @@ def test_a_queued_launch_re_attached_by_a_replica_whose_clock_is_ahead_waits_its
     [left] = store.launches(study.id)
     assert (left.state, left.backend_id) == ("pending", f"replay:s{study.id}-l1")
     store.release_study(study.id, store.study(study.id).owner)
-    real = models.utcnow
-    monkeypatch.setattr("autotuner.tuning.recover.utcnow", lambda: real() + timedelta(seconds=SKEW_S))
-    monkeypatch.setattr("autotuner.tuning.launch.utcnow", lambda: real() + timedelta(seconds=SKEW_S))
+    skew(monkeypatch)
     final = StudyDriver(store, study.id, QueuedReplay(), poll_s=0.01).run()
     assert final.state == "done", final.error
     baseline = store.launch(left.id)
     assert (baseline.state, baseline.error) == ("succeeded", None)  # was: cancelled, 600 s "queued" of 300
+
+
+def test_what_a_replica_ahead_writes_ends_after_it_starts(store: Store, tmp_path, ahead):
+    """Starts were the database's clock, ends and heartbeats the replica's: every launch it ran read 10
+    minutes long on the dashboard, and the study's end came before nothing it could be compared with."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=2, ladder_rounds=0)
+    final = StudyDriver(store, study.id, ReplayExecutor(Landscape.load(LANDSCAPE), seed=7), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    ended = store.study(study.id)
+    assert timedelta(0) <= ended.finished_at - ended.started_at < timedelta(seconds=SKEW_S / 2)
+    launches = store.launches(study.id)
+    assert len(launches) >= 3
+    for launch in launches:
+        took = launch.finished_at - launch.started_at
+        assert timedelta(0) <= took < timedelta(seconds=SKEW_S / 2), (launch.kind, took)
+        assert launch.heartbeat_at - launch.started_at < timedelta(seconds=SKEW_S / 2)
