@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     StrictBool,
+    StrictFloat,
     StrictInt,
     ValidationError,
     ValidatorFunctionWrapHandler,
@@ -72,13 +73,14 @@ class SearchSpace(BaseModel):
     sharding: list[Sharding] = ["table_wise"]
     num_threads: list[Threads | None] = [None]  # null = torch's default
     pipelines: list[Pipeline | None] = [None]  # null = the workload's own (sparse_dist with a dense part)
-    max_quant_error: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
+    # A number, never `yes` or "0.5" (read as 1.0, these limits' loosest: any error, any quality cost).
+    max_quant_error: Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)] = 0.05
     allow_risky: list[str] = Field(default_factory=list)
     # What a published config may claim. A batch above the job's changes the training itself.
     allow_batch_change: StrictBool = False
     # The path from the baseline to the tuned config, one knob group at a time (the published case's order).
     ladder: list[Knob] = Field(default_factory=lambda: list(KNOBS))
-    max_logloss_delta: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
+    max_logloss_delta: Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)] = 0.002
     # The convergence check trains baseline and variants under this many paired model seeds (a 95% CI
     # over the pairs), and a batch change under each learning-rate rule listed (lr x (batch / the
     # job's) ** 0, 0.5 or 1): more than one is searched, in the quality launch, and the best of m

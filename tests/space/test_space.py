@@ -323,6 +323,10 @@ def test_values_are_normalised():
         ),
         (space(max_quant_error=0), "max_quant_error", "out-of-domain"),
         (space(max_quant_error=1.5), "max_quant_error", "out-of-domain"),
+        # read as 1.0, the loosest limit: any quantization error, any quality cost
+        (space(max_quant_error=True), "max_quant_error", "schema"),
+        (space(max_quant_error="0.5"), "max_quant_error", "schema"),
+        (space(max_logloss_delta=True), "max_logloss_delta", "schema"),
         (space(precisions=[["fp4", "fp32"]]), "precisions[0][0]", "out-of-domain"),
         (space(sharding=["diagonal"]), "sharding[0]", "out-of-domain"),
         (space(batch_sizes=[0]), "batch_sizes[0]", "out-of-domain"),
