@@ -13,6 +13,11 @@ def main() -> None:
         from autotuner.job.hook import main as hook_main
 
         sys.exit(hook_main(sys.argv[1:]))
+    undecodable = [arg for arg in sys.argv[1:] if not _text(arg)]
+    if undecodable:  # a name in bytes that are not UTF-8: refused whole, before it reaches a query
+        shown = undecodable[0].encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        print(f"error: the argument '{shown}' is not UTF-8 text", file=sys.stderr)
+        sys.exit(2)
     from autotuner.limits import SettingError
 
     try:
@@ -21,6 +26,14 @@ def main() -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     app()
+
+
+def _text(arg: str) -> bool:
+    try:
+        arg.encode("utf-8")  # an undecodable byte of argv is a lone surrogate here
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

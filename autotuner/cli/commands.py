@@ -63,13 +63,10 @@ def _store(db: str | None, *, create: bool = False, unavailable: int = 1) -> Any
     """The store at `db` (else the default). Only `tune` creates one: a read of a SQLite file that is
     not there is an error naming it, not a new empty store (and directories) at a mistyped path.
     `unavailable`: the exit code for a server that does not answer (1: try again)."""
-    import os
-
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+    from sqlalchemy.exc import ArgumentError
 
-    from autotuner.store import Store
-    from autotuner.store.db import SchemaError, foreign_sqlite_tables, missing_sqlite_file, shown_url
+    from autotuner.store.db import shown_url
 
     if db is not None and not db.strip():  # before: the default store, silently
         raise _fail("--db is empty: give a SQLAlchemy URL, e.g. sqlite:////srv/autotuner/autotuner.db")
@@ -81,6 +78,21 @@ def _store(db: str | None, *, create: bool = False, unavailable: int = 1) -> Any
             f"--db {url!r} is not a SQLAlchemy URL: use e.g. sqlite:////srv/autotuner/autotuner.db"
         ) from exc
     where = shown_url(url)
+    try:
+        return _opened(url, parsed, where, create, unavailable)
+    except OSError as exc:  # a folder that cannot be made (a file there), a name too long for the file system
+        why = f"{exc.strerror} ({exc.filename})" if exc.strerror and exc.filename else str(exc)
+        raise _fail(f"cannot open the store {where}: {why}") from exc
+
+
+def _opened(url: str, parsed: Any, where: str, create: bool, unavailable: int) -> Any:
+    import os
+
+    from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError
+
+    from autotuner.store import Store
+    from autotuner.store.db import SchemaError, foreign_sqlite_tables, missing_sqlite_file
+
     if _in_memory(parsed):  # before: a study tuned into it, then gone at exit
         raise _fail(f"--db {where} is an in-memory SQLite store: what is written there is gone when the "
                     "command exits; give a file, e.g. sqlite:////srv/autotuner/autotuner.db")  # fmt: skip
@@ -286,6 +298,8 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
             continue
         try:
             options[key] = json.loads(raw)
+        except RecursionError:
+            raise _fail(f"--executor-option {key}: its JSON is nested too deep") from None
         except ValueError:
             options[key] = raw  # a plain string
     if landscape is not None:  # absolute: the study keeps it for whoever resumes it, from wherever

@@ -63,12 +63,19 @@ class Landscape:
     def __init__(self, data: dict[str, Any]) -> None:
         self.meta = {k: v for k, v in data.items() if k != "points"}
         self.points: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        if not data["points"]:
+            raise ValueError("a landscape with no recorded points answers no launch")
         for i, point in enumerate(data["points"]):
             try:
                 key = (env_key(point["env"]), candidate_key(point["candidate"]))
-                self.points.setdefault(key, []).extend(point["results"])
+                results = point["results"]
             except (KeyError, TypeError, AttributeError) as exc:
                 raise ValueError(f"landscape point {i}: needs env, candidate and results ({exc!r})") from None
+            # a string or an object also iterates: each character or key was taken for a result
+            if not isinstance(results, list) or not results or not all(isinstance(r, dict) for r in results):
+                raise ValueError(f"landscape point {i}: results must be a non-empty list of recorded results "
+                                 "(objects)")  # fmt: skip
+            self.points.setdefault(key, []).extend(results)
 
     @classmethod
     def load(cls, path: str | Path) -> Landscape:
@@ -85,6 +92,16 @@ class Landscape:
         self, env: dict[str, str], candidate: dict[str, Any], sharding: str, pipeline: str = "none"
     ) -> list[dict[str, Any]]:
         return self.points.get((env_key(env), candidate_key(candidate, sharding, pipeline)), [])
+
+
+def _model_of(workload: Any) -> dict[str, Any] | None:
+    """What a recording's figures depend on in a workload: its model (tables, dense part, optimizer,
+    kernel), not its name, batch or comm precision. None for a workload that cannot be read."""
+    try:
+        spec = parse_workload(workload).model_dump(mode="json")
+    except ValueError:
+        return None
+    return {k: spec.get(k) for k in ("tables", "dense", "optimizer", "compute_kernel")}
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,19 @@ class ReplayExecutor(Executor):
         self.delay_s = delay_s
         self._asked: dict[str, int] = {}
         self._started: dict[str, float] = {}
+
+    def check(self, launch: LaunchRequest) -> None:
+        """A landscape recorded for another model answers for none of this workload's launches: its
+        figures would be published as this job's (the job's own batch and precision may differ: they
+        are candidates of the recording)."""
+        recorded = self.landscape.meta.get("workload")
+        if recorded is not None:
+            theirs, mine = _model_of(recorded), _model_of(launch.spec["workload"])
+            if mine is not None and theirs != mine:  # a workload that cannot be read: dryrun says why
+                differs = next(k for k in mine if mine[k] != (theirs or {}).get(k))
+                raise ValueError(f"the landscape was recorded for another model (its {differs} differ from this "
+                                 "workload's): its figures are not this job's")  # fmt: skip
+        super().check(launch)
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[ReplayRequest]:
         workload = parse_workload(launch.spec["workload"])

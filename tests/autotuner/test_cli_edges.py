@@ -95,3 +95,64 @@ def test_a_cancelled_study_resumed_says_so(tmp_path):
     result = runner.invoke(app, ["tune", "--study", "q1", "--db", db])
     assert result.exit_code == 1
     assert "study q1 was cancelled before it concluded: nothing was published" in result.output
+
+
+def landscape_with(tmp_path, **changes) -> str:
+    recorded = {**json.loads(LANDSCAPE.read_text()), **changes}
+    path = tmp_path / "landscape.json"
+    path.write_text(json.dumps(recorded))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [({"points": [{"env": {}, "candidate": {}, "results": "ok"}]}, "point 0: results must be a non-empty list"),
+     ({"points": [{"env": {}, "candidate": {}, "results": [1, 2]}]}, "point 0: results must be a non-empty list"),
+     ({"points": []}, "a landscape with no recorded points answers no launch"),
+     ({"workload": {**RECORDED["workload"], "tables": RECORDED["workload"]["tables"][:1]}},
+      "the landscape was recorded for another model (its tables differ")],
+    ids=["results a string", "results not objects", "no points", "another model"],
+)  # fmt: skip
+def test_a_landscape_that_cannot_answer_this_study_is_refused_before_it_starts(tmp_path, changes, said):
+    """Results that were no objects were a traceback mid-study; another model's were published as this
+    job's figures (found by fuzzing)."""
+    result = tune(tmp_path, "--landscape", landscape_with(tmp_path, **changes))
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    assert "Traceback" not in result.output
+    assert Store(f"sqlite:///{tmp_path / 'at.db'}").studies() == []  # refused before its row
+
+
+def test_the_job_s_own_batch_and_name_are_not_another_model(tmp_path):
+    workload = {**RECORDED["workload"], "name": "renamed", "batch_size": 256}
+    result = tune(tmp_path, "--landscape", landscape_with(tmp_path, workload=workload))
+    assert "another model" not in result.output
+    assert "created" in result.output  # the study ran (this space's points are not all recorded)
+
+
+def test_an_executor_option_nested_too_deep_is_said(tmp_path):
+    result = tune(tmp_path, "--executor-option", "delay_s=" + "[" * 3000)
+    assert result.exit_code == 2, result.output
+    assert "--executor-option delay_s: its JSON is nested too deep" in result.output
+
+
+@pytest.mark.parametrize("below", ["a-file/at.db", "x" * 300 + ".db"])
+def test_a_store_that_cannot_be_made_there_is_said(tmp_path, below):
+    (tmp_path / "a-file").write_text("")
+    result = runner.invoke(app, ["studies", "--db", f"sqlite:///{tmp_path / below}"])
+    assert result.exit_code == 2, result.output
+    result = tune(tmp_path, "--db", f"sqlite:///{tmp_path / below}")
+    assert result.exit_code == 2, result.output
+    assert "cannot open the store" in result.output
+
+
+def test_an_argument_that_is_not_utf8_is_refused_before_any_query(tmp_path):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "autotuner", "configs", "show", b"caf\xe9", "small", "--db",
+            f"sqlite:///{tmp_path / 'at.db'}"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "the argument 'caf\\xe9' is not UTF-8 text" in proc.stderr
+    assert "Traceback" not in proc.stderr
