@@ -307,6 +307,13 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
     return options
 
 
+def _new_study_request(options: dict[str, Any]) -> RequestSettings:
+    """A new study's settings, or exit 2 saying what is missing or wrong."""
+    if options["cluster"] is None or options["workload"] is None or options["space"] is None:
+        raise _fail("--cluster, --workload and --space are required for a new study")
+    return settings_from_options({k: options[k] for k in RequestSettings.model_fields})
+
+
 def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
     from autotuner.cli.claim_report import inert_lines
@@ -315,10 +322,12 @@ def tune(**options: Any) -> None:
     from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
     ctx = options.pop("ctx")
+    # a new study's settings are checked before a store is made for it
+    request = _new_study_request(options) if options["study"] is None else None
     store = _store(options["db"], create=True)
     row = store.study(options["study"]) if options["study"] else None
     if row is None:
-        row = _new_study(store, options)
+        row = _new_study(store, options, request or _new_study_request(options))
         err.print(
             Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) created"), highlight=False
         )
@@ -405,10 +414,7 @@ def _same_as_stored(row: Any, name: str, options: dict[str, Any]) -> bool:
     return bool(request.model_dump(mode="json")[name] == settings.get(name))
 
 
-def _new_study(store: Any, options: dict[str, Any]) -> Any:
-    if options["cluster"] is None or options["workload"] is None or options["space"] is None:
-        raise _fail("--cluster, --workload and --space are required for a new study")
-    request = settings_from_options({k: options[k] for k in RequestSettings.model_fields})
+def _new_study(store: Any, options: dict[str, Any], request: RequestSettings) -> Any:
     executor_options = _executor_options(options["executor_option"], options["landscape"])
     # kept absolute, as the landscape; by default a folder of this store's own (two stores never share one)
     workdir = str(options["workdir"].absolute() if options["workdir"] else default_workdir(store.url))

@@ -156,3 +156,17 @@ def test_an_argument_that_is_not_utf8_is_refused_before_any_query(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "the argument 'caf\\xe9' is not UTF-8 text" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--cluster", "c"], ["--confirm-rounds", "1"]])
+def test_a_new_study_refused_makes_no_store(tmp_path, args):
+    """A typo'd --db with a refused study left an empty store (and its folder) behind."""
+    db = tmp_path / "typo" / "at.db"
+    full = (
+        []
+        if args[0] == "--cluster"
+        else ["--cluster", "c", "--workload", str(LANDSCAPE), "--space", "socket"]
+    )
+    result = runner.invoke(app, ["tune", *full, *args, "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "typo").exists()
