@@ -289,6 +289,9 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise _fail(f"--executor-option {item!r}: use KEY=VALUE")
+        if key in options or (key == "landscape" and landscape is not None):  # which one was meant?
+            raise _fail(f"--executor-option {key} given twice{' (and as --landscape)' if key == 'landscape' else ''}: "
+                        "give it once")  # fmt: skip
         # The text as typed where the option takes it (account=12345 is the account "12345", not a number
         # refused; account=null the account "null", not unset), as in a settings file; else JSON: lists,
         # objects, numbers, true/false.
@@ -1062,7 +1065,7 @@ def lint(
 ) -> None:
     """Check a search space file, or a set of KEY=VALUE variables for a job. Exit 2 on errors."""
     from autotuner.envvars import format_problems, lint_env, parse_assignments
-    from autotuner.space import lint_space
+    from autotuner.space import allow_risky_problems, lint_space
 
     if file is None and not env:
         raise _fail("give a space FILE, or --env KEY=VALUE ...")
@@ -1076,7 +1079,7 @@ def lint(
             pairs = parse_assignments(env)
         except ValueError as exc:
             raise _fail(str(exc)) from exc
-        problems += lint_env(pairs, allow_risky=allow_risky or ())
+        problems += allow_risky_problems(allow_risky or []) + lint_env(pairs, allow_risky=allow_risky or ())
     errors = [p for p in problems if p.severity == "error"]
     if problems:
         err.print(format_problems(problems), highlight=False, markup=False)

@@ -7,7 +7,7 @@ declared space's JSON schema, for REST). The presets are
 `presets/*.yaml`. Imports point one way: this package uses `autotuner.envvars`, never the reverse.
 """
 
-from autotuner.space.checks import FIELDS, SpaceError, schema_problems
+from autotuner.space.checks import FIELDS, SpaceError, allow_risky_problems, schema_problems
 from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
 from autotuner.space.loader import lint_space, load_space, stored_space
 from autotuner.space.model import (
@@ -42,6 +42,7 @@ __all__ = [
     "Sharding",
     "SpaceError",
     "Threads",
+    "allow_risky_problems",
     "declaration_schema",
     "lint_space",
     "load_space",

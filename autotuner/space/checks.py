@@ -194,6 +194,14 @@ def _space_relations(
     return relation_problems({n: s for n, s in spans.items() if s is not None}, space=True, sharding=types)
 
 
+def allow_risky_problems(names: list[str]) -> list[Problem]:
+    """What is wrong with a list of variables accepted as risky (`autotuner lint --allow-risky`), as a
+    space's allow_risky is judged: an unknown name, one that can never be allowed, one not risky."""
+    problems: list[Problem] = []
+    _check_allow_risky(names, problems)
+    return [replace(p, where=()) for p in problems]
+
+
 def _check_allow_risky(names: Any, problems: list[Problem]) -> set[str]:
     if not isinstance(names, list):
         return set()

@@ -286,3 +286,27 @@ def test_the_service_and_the_cli_name_the_same_folder_for_a_store_and_apart_for_
     assert "s3cret" not in str(postgres)
     # one store, one folder: the password rotated, the service or the CLI asking
     assert default_workdir("postgresql+psycopg://tuner:rotated@db.internal/autotuner", tmp_path) == postgres
+
+
+@pytest.mark.parametrize(
+    ("allowed", "code", "rule"),
+    [("NCCL_FOO", 2, "unknown-variable"), ("LD_PRELOAD", 2, "injection"), ("", 2, "injection"),
+     ("NCCL_NSOCKS_PERTHREAD", 0, "no-effect")],
+)  # fmt: skip
+def test_lint_judges_what_it_is_told_to_allow_as_a_space_file_does(allowed, code, rule):
+    """--allow-risky NCCL_FOO (a typo) or LD_PRELOAD was taken without a word; a space's allow_risky
+    refuses them (found by fuzzing)."""
+    result = runner.invoke(app, ["lint", "--env", "NCCL_NET=Socket", "--allow-risky", allowed])
+    assert result.exit_code == code, result.output
+    assert rule in result.output
+
+
+def test_an_executor_option_given_twice_is_refused_not_the_last_taken(tmp_path):
+    args = ["tune", "--cluster", "c", "--workload", str(tmp_path / "w.json"), "--space", "socket", "--executor",
+            "replay", "--db", f"sqlite:///{tmp_path / 'at.db'}"]  # fmt: skip
+    twice = runner.invoke(app, [*args, "--executor-option", "seed=1", "--executor-option", "seed=2"])
+    assert twice.exit_code == 2, twice.output
+    assert "--executor-option seed given twice" in twice.output
+    both = runner.invoke(app, [*args, "--executor-option", "landscape=/a.json", "--landscape", "/b.json"])
+    assert both.exit_code == 2, both.output
+    assert "given twice (and as --landscape)" in both.output
