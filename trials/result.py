@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+# Where a step's time goes (`breakdown_ms`, trials.runner.breakdown): each kind of comm's wire time
+# (trials.probe.COMM_KINDS), compute, and the rest (exposed comm).
+BREAKDOWN_PARTS = ("input_dist", "sparse_comm", "dense_comm", "compute", "exposed_comm")
 
 # How `trials.run` exits; the executors read these to say how a launch ended.
 EXIT_OK, EXIT_CANDIDATE_FAILED, EXIT_BAD_INPUT, EXIT_LAUNCH_FAILED = 0, 1, 2, 3

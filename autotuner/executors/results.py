@@ -16,7 +16,8 @@ from typing import Any
 
 from autotuner.limits import limits
 from autotuner.text import cleaned_in_place
-from trials.result import SCHEMA_VERSION
+from trials.choices import PRECISIONS
+from trials.result import BREAKDOWN_PARTS, SCHEMA_VERSION
 
 MAX_TEXT = 4000  # characters of an error, a reason or a log tail that are stored and served
 # A name or version a result reports of its stack (GPU model, driver, NCCL, network): the cluster's
@@ -138,6 +139,19 @@ def _text_map(v: Any) -> str:
     return "" if ok else "an object of strings"
 
 
+def _precision(v: Any) -> str:
+    # stored in a column of 8 characters, shown and published as what ran: one of the trial's own
+    return "" if isinstance(v, str) and v in PRECISIONS else f"one of {', '.join(PRECISIONS)}"
+
+
+def _fraction(v: Any) -> str:
+    return "" if finite(v) and 0 <= v <= 1 else "a number from 0 to 1"
+
+
+def _seed(v: Any) -> str:
+    return "" if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**53 else "an integer >= 0"
+
+
 def _object(v: Any) -> str:
     return "" if isinstance(v, dict) else "an object"
 
@@ -200,19 +214,20 @@ _TIMING = {
     "a2a_bytes_per_iter": _number(),
     "busbw_gbps": _number(),
     "dense_allreduce_bytes": _optional(_number()),
-    "effective_fwd_precision": _optional(_text),
-    "effective_bwd_precision": _optional(_text),
+    "effective_fwd_precision": _optional(_precision),
+    "effective_bwd_precision": _optional(_precision),
     "quant_error": _optional(_object),
     "breakdown_ms": _optional(_object),
 }
 _QUANT = {"fwd_rel_l2": _optional(_number()), "bwd_rel_l2": _optional(_number())}
 _QUALITY = {
     "logloss": _number(),
-    "auc": _number(),
+    "auc": _fraction,
     "train_samples": _count,
     "eval_samples": _count,
     "budget_samples": _optional(_count),
-    "model_seed": _optional(_number()),
+    "model_seed": _optional(_seed),  # a float seed failed the whole study where the check pairs seeds
+    "lr_scale": _optional(_number(above=True)),  # copied into the evidence unchecked, then unreadable
     "curve": _optional(_curve),
 }
 # A candidate is recorded as what the launch asked for: these must be what it asked.
@@ -276,10 +291,17 @@ def parse_result(
 
 
 def candidate_problem(
-    measured: Any, planned: Mapping[str, Any], index: int, world_size: int | None
+    measured: Any,
+    planned: Mapping[str, Any],
+    index: int,
+    world_size: int | None,
+    *,
+    quality: bool | None = None,
 ) -> str | None:
     """Why candidate `index`'s result cannot be recorded for the candidate `planned` (None: it can).
-    `world_size`: the result's, which a timing's samples/s must agree with (None: not checked)."""
+    `world_size`: the result's, which a timing's samples/s must agree with (None: not checked);
+    `quality`: whether the launch asked for a convergence check's scores rather than timings (None: not
+    checked; scores in a timing launch were an ok row with no figures, "the baseline fastest")."""
     if not isinstance(measured, dict):
         return f"candidate {index}'s result is {_shown(measured)}, expected an object"
     if measured.get("index", index) != index:
@@ -295,6 +317,9 @@ def candidate_problem(
         return None
     if status != "ok":
         return f"candidate {index}: status is {_shown(status)}, expected ok or failed"
+    if quality is not None and ("quality" in measured) != quality:
+        asked = "a convergence check's scores" if quality else "timings"
+        return f"candidate {index}: the launch asked for {asked}, the result {'has none' if quality else 'has scores'}"
     if "quality" in measured:
         quality = measured["quality"]
         if not isinstance(quality, dict):
@@ -310,7 +335,7 @@ def _timing_problem(measured: dict[str, Any], index: int, world_size: int | None
         or _problems(measured["iter_ms"], _STATS, f"{where}iter_ms.")
         or _problems(measured["a2a_ms"], {"median": _number()}, f"{where}a2a_ms.")
         or _problems(measured.get("quant_error") or {}, _QUANT, f"{where}quant_error.")
-        or _problems(measured.get("breakdown_ms") or {}, dict.fromkeys(measured.get("breakdown_ms") or {}, _number()),
+        or _problems(measured.get("breakdown_ms") or {}, dict.fromkeys(BREAKDOWN_PARTS, _optional(_number())),
                      f"{where}breakdown_ms.")
     )  # fmt: skip
     if problem or world_size is None:

@@ -73,7 +73,12 @@ def candidate_row(
         "num_threads": cand.get("num_threads"),
         "pipeline": cand.get("pipeline") or ctx.workload.default_pipeline,
     }
-    problem = None if measured is None else candidate_problem(measured, cand, index, world_size)
+    asked_quality = bool((launch.spec or {}).get("quality"))
+    problem = (
+        None
+        if measured is None
+        else candidate_problem(measured, cand, index, world_size, quality=asked_quality)
+    )
     if problem:  # what came back cannot be this candidate's measurement: recorded failed, kept out of metrics
         return {
             **row,
@@ -82,7 +87,10 @@ def candidate_row(
             "metrics": {},
         }
     if measured is None or measured.get("status") != "ok":
-        error = (measured or {}).get("error") or f"launch {outcome.state.value}: {outcome.reason}"
+        error = (measured or {}).get("error") or (
+            f"launch {outcome.state.value}: {outcome.reason}" if outcome.reason or measured is None
+            else "the trial reported it failed, with no error message"
+        )  # fmt: skip
         return {
             **row,
             "state": CandidateState.FAILED,
@@ -118,19 +126,29 @@ def _measurement(ctx: StudyContext, measured: dict[str, Any]) -> dict[str, Any]:
 
 
 MAX_STORED_ENTRY = 64 << 10  # bytes of JSON one entry of a result may take in the store
+MAX_STORED_RECORD = 256 << 10  # and all of them: 950 entries just under the first were 62 MB a launch
+MAX_NAMED = 20
 
 
 def stored(record: dict[str, Any]) -> dict[str, Any]:
     """`record` as stored: an entry larger than MAX_STORED_ENTRY (what a trial writes is ~1 KB each; a
-    node may write megabytes under a name the tuner never reads) is left out, and named with its size."""
-    sizes = {k: len(json.dumps(v, default=str)) for k, v in record.items()}
+    node may write megabytes under a name the tuner never reads) is left out, and named with its size;
+    so are the largest entries beyond MAX_STORED_RECORD in all (the first MAX_NAMED of them named)."""
+    sizes = {k: len(k) + len(json.dumps(v, default=str)) for k, v in record.items()}
     dropped = {k: n for k, n in sizes.items() if n > MAX_STORED_ENTRY}
+    kept = sorted((n, k) for k, n in sizes.items() if k not in dropped)
+    total = sum(n for n, _ in kept)
+    while total > MAX_STORED_RECORD:
+        n, k = kept.pop()
+        dropped[k], total = n, total - n
     if not dropped:
         return record
+    named = dict(sorted(dropped.items(), key=lambda item: -item[1])[:MAX_NAMED])
     return {
         **{k: v for k, v in record.items() if k not in dropped},
-        "not_stored": {"bytes_over_limit": dropped},
-    }
+        "not_stored": {"bytes_over_limit": {clip(k, MAX_NAME): n for k, n in named.items()},
+                       **({"more": len(dropped) - len(named)} if len(dropped) > len(named) else {})},
+    }  # fmt: skip
 
 
 def fingerprint(result: dict[str, Any]) -> dict[str, Any]:

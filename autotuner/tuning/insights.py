@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotuner.executors.results import finite
 from autotuner.store import Candidate, Store, Study
 from autotuner.tuning.search import optuna_storage, record_name
+from trials.result import BREAKDOWN_PARTS
 
 log = logging.getLogger("autotuner.tuning")
 
@@ -74,14 +75,16 @@ def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any
     ]
     baseline = [r for r in timed if r.kind == "baseline"][:1]
     fastest = sorted((r for r in timed if r.kind != "baseline"), key=lambda r: -(r.samples_per_s or 0))
+    # Only the breakdown's own parts, before the row's fields: a result's extra keys ("samples_per_s",
+    # "id") were drawn as the row's figures.
     return [
         {
+            **{k: v for k, v in r.metrics["breakdown_ms"].items() if k in BREAKDOWN_PARTS},
             "id": r.id,
             "kind": r.kind,
             "label": f"#{r.id} {r.fwd_precision}/{r.bwd_precision} b{r.batch_size} {r.pipeline or ''}".strip(),
             "samples_per_s": r.samples_per_s,
             "step_ms": r.iter_ms,
-            **r.metrics["breakdown_ms"],
         }
         for r in baseline + fastest[: limit - len(baseline)]
     ]

@@ -146,6 +146,9 @@ CANDIDATE = {
     "a breakdown that is a list": (first(breakdown_ms=[1, 2]), "breakdown_ms is [1, 2], expected an object"),
     "a string in the breakdown": (first(breakdown_ms={"compute": "slow"}), 'breakdown_ms.compute is "slow"'),
     "an object as precision": (first(effective_fwd_precision={"x": 1}), "effective_fwd_precision is"),
+    # over the column's 8 characters (the whole launch failed on PostgreSQL), or shown as what ran
+    "a precision no trial runs": (first(effective_fwd_precision="fp8-e4m3fn"),
+                                  'effective_fwd_precision is "fp8-e4m3fn", expected one of fp32, fp16'),
 }  # fmt: skip
 
 
@@ -173,8 +176,23 @@ QUALITY = {"logloss": 0.58, "auc": 0.76, "train_samples": 65536, "eval_samples":
         ({**QUALITY, "train_samples": 0}, "quality.train_samples is 0, expected an integer >= 1"),
         ({**QUALITY, "curve": [[1, "x"]]}, "quality.curve is"),
         ("scores", 'quality is "scores", expected an object'),
+        # a float seed failed the whole study (the check pairs seeds); a text factor made its outcome unreadable
+        ({**QUALITY, "model_seed": 1.5}, "quality.model_seed is 1.5, expected an integer >= 0"),
+        ({**QUALITY, "lr_scale": "fast"}, 'quality.lr_scale is "fast"'),
+        ({**QUALITY, "lr_scale": -3}, "quality.lr_scale is -3"),
+        ({**QUALITY, "auc": 5.0}, "quality.auc is 5.0, expected a number from 0 to 1"),
     ],
-    ids=["nan-logloss", "string-auc", "no-samples", "bad-curve", "not-an-object"],
+    ids=[
+        "nan-logloss",
+        "string-auc",
+        "no-samples",
+        "bad-curve",
+        "not-an-object",
+        "float-seed",
+        "text-lr-scale",
+        "negative-lr-scale",
+        "auc-over-1",
+    ],
 )
 def test_a_convergence_score_must_be_finite_numbers(quality, why):
     planned = SPEC["candidates"][0]
@@ -235,3 +253,30 @@ def test_a_higher_byte_cap_lets_a_result_hold_more_objects_and_lists(monkeypatch
     monkeypatch.setenv("AUTOTUNER_MAX_RESULT_BYTES", str(128 << 20))
     with pytest.raises(ResultError, match="world_size is missing"):  # parsed: refused for what it lacks
         parse_result(many)
+
+
+def test_scores_are_taken_only_from_a_launch_that_asked_for_them():
+    """A timing launch's candidate with a convergence score and no figures was an ok row with none: the
+    study published "the baseline fastest" at a speedup of 0.0 (found by fuzzing)."""
+    planned = SPEC["candidates"][0]
+    scores = {**planned, "status": "ok", "quality": QUALITY}
+    assert "asked for timings, the result has scores" in candidate_problem(
+        scores, planned, 0, 2, quality=False
+    )
+    assert candidate_problem(scores, planned, 0, 2, quality=True) is None
+    timing = copy.deepcopy(REAL["candidates"][0])
+    assert "asked for a convergence check's scores, the result has none" in candidate_problem(
+        timing, planned, 0, REAL["world_size"], quality=True
+    )
+    assert candidate_problem(timing, planned, 0, REAL["world_size"], quality=False) is None
+
+
+def test_the_breakdown_parts_are_the_trial_s_and_the_schema_s():
+    from trials.probe import COMM_KINDS
+    from trials.result import BREAKDOWN_PARTS
+
+    schema = json.loads((REPO / "trials" / "result.schema.json").read_text())
+    items = schema["$defs"]["launch_result"]["properties"]["candidates"]["items"]
+    assert tuple(items["then"]["properties"]["breakdown_ms"]["required"]) == BREAKDOWN_PARTS
+    assert BREAKDOWN_PARTS == (*COMM_KINDS, "compute", "exposed_comm")
+    assert set(REAL["candidates"][0]["breakdown_ms"]) == set(BREAKDOWN_PARTS)

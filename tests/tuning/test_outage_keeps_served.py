@@ -139,6 +139,9 @@ def test_a_quality_launch_whose_rows_carry_no_scores_publishes_nothing(store, tm
     final = run(store, later.id, replay(landscape))  # run() asserts it ended done
     outcome = final.outcome
     assert outcome["quality"]["failed"] is True
-    assert "no quality scores in its result" in outcome["quality"]["skipped"]
+    assert (
+        "the launch asked for a convergence check's scores, the result has none"
+        in outcome["quality"]["skipped"]
+    )
     assert outcome["decision"].endswith(KEPT_SERVED)
     assert "published_version" not in outcome
