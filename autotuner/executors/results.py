@@ -259,7 +259,9 @@ def parse_result(
         raise ResultError(f"a JSON {type(result).__name__}, not an object")
     if _depth(result) > MAX_DEPTH:
         raise ResultError(f"its JSON nests deeper than {MAX_DEPTH} levels")
-    if result.get("schema_version") != SCHEMA_VERSION:
+    if (
+        type(result.get("schema_version")) is not int or result["schema_version"] != SCHEMA_VERSION
+    ):  # not true, 1.0
         raise ResultError(
             f"schema_version is {_shown(result.get('schema_version'))}, expected {SCHEMA_VERSION}"
         )

@@ -72,6 +72,8 @@ WHOLE = {
                             "most 1,048,576, one per 64 bytes of AUTOTUNER_MAX_RESULT_BYTES): not parsed"),
     "a list": ("[1, 2]", "a JSON list, not an object"),
     "another schema": (text(but(schema_version=2)), "schema_version is 2, expected 1"),
+    "a schema version true": (text(but(schema_version=True)), "schema_version is true, expected 1"),
+    "a schema version 1.0": (text(but(schema_version=1.0)), "schema_version is 1.0, expected 1"),
     "an unknown status": (text(but(status="great")), 'status is "great"'),
     "an error without a message": (text({"schema_version": 1, "status": "error", "error": {"a": 1}}),
                                    "status is error, with no error message"),
