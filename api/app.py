@@ -33,7 +33,7 @@ log = logging.getLogger("autotuner.api")
 MAX_LENGTH_DIGITS = 20
 NOT_A_LENGTH = b'{"detail":"the Content-Length header is not a byte count"}'
 # The router matches the decoded path: /v1/configs/c%2Fw was c/w's config, and .../c%2Fw/rollback rolled
-# back a key the request never named. No name holds '/', so no such path names anything.
+# back a key the request never named. No name of the API holds '/', so no such path names anything.
 ENCODED_SLASH = (
     b'{"detail":[{"type":"value_error","loc":["path"],'
     b'"msg":"an encoded / (%2F) in the path: no cluster, workload or study name holds /"}]}'
@@ -43,7 +43,7 @@ ENCODED_SLASH = (
 class Guard:
     """Pure ASGI (cheap on the hot path): request latency per route, 413 for bodies over the limit,
     whether announced (Content-Length) or streamed (chunked), 400 for bodies nested deeper than
-    MAX_JSON_DEPTH, and 422 for a path with an encoded '/'."""
+    MAX_JSON_DEPTH, and 422 for an API path with an encoded '/'."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -60,7 +60,8 @@ class Guard:
             scope["app"].state.metrics.observe_latency(route, time.perf_counter() - started)
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if b"%2f" in scope.get("raw_path", b"").lower():
+        raw = scope.get("raw_path") or b""
+        if raw.startswith(b"/v1/") and b"%2f" in raw.lower():
             return await self._answer(send, 422, ENCODED_SLASH)
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or len(declared) > MAX_LENGTH_DIGITS):

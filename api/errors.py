@@ -119,9 +119,9 @@ async def _request(request: Request, exc: Exception) -> JSONResponse:
 def _not_json(request: Request, error: dict[str, Any]) -> dict[str, Any] | None:
     """A body that was not sent as JSON (`curl -d` sends a form's type) is read as text, which is no
     object: the error said "Input should be a valid dictionary", echoing the JSON it was given."""
-    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if tuple(error.get("loc", ())) != ("body",) or error.get("type") == "missing":
         return None
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media == "application/json" or media.endswith("+json"):
         return None
     sent = f"Content-Type {media!r}" if media else "no Content-Type"

@@ -385,9 +385,11 @@
    * ruled out): its 1.00× is the published config's, not best / baseline. */
   const keptBaseline = (o) => isNum(o.chosen_candidate) && o.chosen_candidate === o.baseline_candidate;
   /** The study ended publishing nothing though asked to (a phase could not be measured: an outage): the
-   * config served before, if any, stays. Its outcome names the baseline as chosen, which is not served. */
+   * config served before, if any, stays. Its outcome names the baseline as chosen, which is not served.
+   * Its decision ends in the engine's words for it (autotuner.tuning.confirm.KEPT_SERVED). */
+  const KEPT_SERVED = "nothing published (the config served before, if any, stays)";
   const keptServed = (study) => study.state === "done" && (study.settings || {}).publish !== false
-    && !isNum((study.outcome || {}).published_version);
+    && !isNum((study.outcome || {}).published_version) && ((study.outcome || {}).decision || "").endsWith(KEPT_SERVED);
   /** "1.17× (95% CI 1.14–1.19)": the finalist's own confirmation, or null. */
   function finalistText(f) {
     if (!f || !isNum(f.speedup)) return null;

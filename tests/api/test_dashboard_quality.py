@@ -222,3 +222,10 @@ def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_publish
         assert ("nothing published · finalist 7.83×" in said) == (name == "kept-served"), said
         assert ("baseline kept" in said) == (name == "kept-baseline"), said
         page.close()
+
+
+def test_the_page_knows_the_engine_s_words_for_a_study_that_kept_the_served_config():
+    from api.dashboard import STATIC
+    from autotuner.tuning.confirm import KEPT_SERVED
+
+    assert f'const KEPT_SERVED = "{KEPT_SERVED}";' in (STATIC / "app.js").read_text()
