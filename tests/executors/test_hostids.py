@@ -105,3 +105,27 @@ def test_the_visible_gpus_end_where_cuda_stops_reading():
         for visible, devices in [("0,-1,2", ["0"]), ("", []), (" 3 , 1", ["3", "1"]), ("-1", [])]:
             patch.setenv("CUDA_VISIBLE_DEVICES", visible)
             assert visible_gpus() == devices
+
+
+def test_an_interpreter_under_a_path_with_an_equals_sign_still_runs(tmp_path):
+    """env(1) took /x/proj=v2/bin/python for one more variable and ran '-m': exit 127 for every launch of
+    nodes=hostids and nodes=namespaces (found by fuzzing). The plan's own script, run under sh, with an
+    interpreter that records how it was called."""
+    import os
+    import subprocess
+
+    python = tmp_path / "proj=v2" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "$*" >> "$RAN"\n')
+    python.chmod(0o755)
+    workdir = tmp_path / "launch-0001"
+    workdir.mkdir()
+    launch = request(workdir, python=str(python))
+    script = LocalExecutor(nodes="hostids", gpus=0, rdzv_port=29533).dryrun(launch).rendered
+    ran = tmp_path / "ran"
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RAN": str(ran)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    calls = ran.read_text().splitlines()
+    assert len(calls) == 2
+    assert all(call.startswith("-m torch.distributed.run --nnodes=2") for call in calls)

@@ -369,12 +369,18 @@ def hostid_agents(
         elif gpus:
             env.update(SHARED_GPU_ENV)
         agent = [
-            python, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={per_node}",
+            *_after_env(python), "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={tag}",
             f"--rdzv-conf=is_host={str(i == 0).lower()}", "--local-addr=127.0.0.1", *argv,
         ]  # fmt: skip
         commands.append(["env", *(f"{k}={v}" for k, v in env.items()), *agent])
     return commands
+
+
+def _after_env(python: str) -> list[str]:
+    """The interpreter as env(1) runs it: env takes every word with '=' for one more variable (a venv
+    under /x/proj=v2 failed every launch, exit 127), so such a path is run through sh."""
+    return [python] if "=" not in python else ["sh", "-c", 'exec "$@"', "sh", python]
 
 
 def free_port() -> int:
@@ -396,7 +402,7 @@ def node_agents(
     commands = []
     for i in range(network.nodes):
         agent = [
-            python, "-m", "torch.distributed.run", f"--nnodes={network.nodes}", f"--nproc-per-node={per_node}",
+            *_after_env(python), "-m", "torch.distributed.run", f"--nnodes={network.nodes}", f"--nproc-per-node={per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={network.address(0)}:{NODE_PORT}", f"--rdzv-id={tag}",
             # The namespace addresses are nothing the hostname resolves to: say which node holds the
             # store, and which address each node is reached at.
