@@ -242,6 +242,8 @@ def test_names_are_readable_and_distinct():
     [
         (dict(image=None), "image"),
         (dict(image="two words"), "image"),
+        # the grammar holds, the kubelet refuses the length: every pod pending until the launch times out
+        (dict(image="registry.example.com/" + "a" * 235 + ":1.0"), "an image name of 256 characters"),
         (dict(namespace="Bad_NS"), "namespace"),
         (dict(gpus_per_node=-1), "gpus_per_node"),
         (dict(gpus_per_node=True), "gpus_per_node"),
@@ -1591,3 +1593,9 @@ def test_a_poll_that_cannot_read_a_queued_launch_leaves_it_queued(cluster, monke
     outcome = ex.wait(job, request, started=began, poll_s=60, on_poll=controller)
     assert LaunchState.UNKNOWN in polls
     assert (outcome.state, outcome.result) == (LaunchState.SUCCEEDED, RESULT)
+
+
+def test_an_image_name_at_the_kubelet_s_limit_is_taken_its_tag_and_digest_aside():
+    name = "registry.example.com:5000/" + "a" * (255 - len("registry.example.com:5000/"))
+    digest = "@sha256:" + "0" * 64
+    assert KubernetesExecutor(image=f"{name}:{'t' * 128}{digest}").options.image.startswith(name)

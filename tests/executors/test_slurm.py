@@ -131,6 +131,13 @@ BAD_OPTIONS = [
     ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, "LD_PRELOAD: not settable"),
     ({"env": {"PYTHONPATH": "/tmp"}}, "PYTHONPATH: not settable"),
     ({"env": {"PATH": "/tmp"}}, "PATH: not settable"),
+    # the shell's own and the script's (found by fuzzing): EXECIGNORE ran another srun than PATH's first,
+    # UID was "readonly variable" and not exported, head was overwritten by the script
+    ({"env": {"EXECIGNORE": "/usr/bin/*"}}, "EXECIGNORE: not settable"),
+    ({"env": {"UID": "0"}}, "UID: not settable"),
+    ({"env": {"BASH_COMPAT": "1"}}, "BASH_COMPAT: not settable"),
+    ({"env": {"RANDOM": "4"}}, "RANDOM: not settable"),
+    ({"env": {"head": "node-b"}}, "head: not settable"),
     ({"env": {"FI_PROVIDER": 1}}, "env"),
     ({"queue_timeout_s": 0}, "queue_timeout_s"),
     ({"queue_timeout_s": float("inf")}, r"queue_timeout_s=inf: expected seconds > 0 \(at most 30 days\)"),

@@ -187,7 +187,25 @@ _DOMAIN = rf"({_DOMAIN_PART}(\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:]+\])(:[0-9]+)?"
 _PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-Image = Annotated[StrictStr, fullmatch(rf"({_DOMAIN}/)?{_PATH_PART}(/{_PATH_PART})*(:{_TAG})?(@{_DIGEST})?")]
+IMAGE_NAME_MAX = 255  # distribution/reference's NameTotalLengthMax: the name, its tag and digest not counted
+
+
+def _image_name_length(image: str) -> str:
+    name = image.partition("@")[0]
+    if name.rfind(":") > name.rfind("/"):
+        name = name[: name.rfind(":")]  # the tag
+    if len(name) > IMAGE_NAME_MAX:
+        raise ValueError(
+            f"an image name of {len(name)} characters: the kubelet refuses over {IMAGE_NAME_MAX}"
+        )
+    return image
+
+
+Image = Annotated[
+    StrictStr,
+    fullmatch(rf"({_DOMAIN}/)?{_PATH_PART}(/{_PATH_PART})*(:{_TAG})?(@{_DIGEST})?"),
+    AfterValidator(_image_name_length),
+]
 # A command in the container's argv: no surrounding spaces (" python" is no executable), no control characters.
 Command = Annotated[StrictStr, fullmatch(r"[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?")]
 LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]

@@ -118,10 +118,14 @@ def _sbatch_arg(arg: str) -> str:
 
 
 # Variables a fixed export may not set: the trial's own (AUTOTUNER_DISABLE keeps the served config out
-# of every trial), Slurm's, those that change which code runs instead of how NCCL behaves, and the
-# shell's own (IFS splits the script's unquoted words; PS4, SHELLOPTS and the like change how it runs).
+# of every trial), Slurm's, those that change which code runs instead of how NCCL behaves, the shell's
+# own (IFS splits the script's unquoted words; PS4, SHELLOPTS and the like change how it runs;
+# EXECIGNORE hides the srun on PATH as changing PATH would; UID and the like are read-only, RANDOM and
+# the like bash's own: not what the ranks would see) and the script's (head, rc).
 _NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SBATCH_.*|SALLOC_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|PYTHON.*"
-                            r"|BASH_ENV|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|BASH_FUNC_.*")  # fmt: skip
+                            r"|BASH|BASH_.*|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|EXECIGNORE"
+                            r"|UID|EUID|PPID|GROUPS|RANDOM|SRANDOM|LINENO|SECONDS|BASHPID|SHLVL|PWD|OLDPWD|OPTIND"
+                            r"|OPTARG|FUNCNAME|HOSTNAME|HOSTTYPE|MACHTYPE|OSTYPE|EPOCHREALTIME|EPOCHSECONDS|_|head|rc")  # fmt: skip
 
 
 def _fixed_env_name(name: str) -> str:
