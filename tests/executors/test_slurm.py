@@ -138,6 +138,7 @@ BAD_OPTIONS = [
     ({"env": {"BASH_COMPAT": "1"}}, "BASH_COMPAT: not settable"),
     ({"env": {"RANDOM": "4"}}, "RANDOM: not settable"),
     ({"env": {"head": "node-b"}}, "head: not settable"),
+    ({"env": {"GCONV_PATH": "/tmp"}}, "GCONV_PATH: not settable"),  # glibc loads code from it
     ({"env": {"FI_PROVIDER": 1}}, "env"),
     ({"queue_timeout_s": 0}, "queue_timeout_s"),
     ({"queue_timeout_s": float("inf")}, r"queue_timeout_s=inf: expected seconds > 0 \(at most 30 days\)"),

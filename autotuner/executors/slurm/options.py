@@ -122,7 +122,7 @@ def _sbatch_arg(arg: str) -> str:
 # own (IFS splits the script's unquoted words; PS4, SHELLOPTS and the like change how it runs;
 # EXECIGNORE hides the srun on PATH as changing PATH would; UID and the like are read-only, RANDOM and
 # the like bash's own: not what the ranks would see) and the script's (head, rc).
-_NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SBATCH_.*|SALLOC_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|PYTHON.*"
+_NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SBATCH_.*|SALLOC_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|GCONV_PATH|PYTHON.*"
                             r"|BASH|BASH_.*|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|EXECIGNORE"
                             r"|UID|EUID|PPID|GROUPS|RANDOM|SRANDOM|LINENO|SECONDS|BASHPID|SHLVL|PWD|OLDPWD|OPTIND"
                             r"|OPTARG|FUNCNAME|HOSTNAME|HOSTTYPE|MACHTYPE|OSTYPE|EPOCHREALTIME|EPOCHSECONDS|_|head|rc")  # fmt: skip
