@@ -155,12 +155,12 @@ def test_make_executor_takes_fabric_and_seed_from_any_settings_object():
 
 
 def test_the_package_imports_nothing_of_the_engine_or_the_service():
-    """autotuner/executors/ may import itself, trials.result and trials.spec, the caps of
+    """autotuner/executors/ may import itself, trials.result, trials.choices and trials.spec, the caps of
     autotuner.limits, autotuner.text and autotuner.files (bounded reads), and the variable registry
     autotuner.envvars (the Slurm executor's fixed exports get its value checks) (all stdlib and third-party
     packages), nothing else of this repository."""
     allowed = ("autotuner.executors", "autotuner.limits", "autotuner.text", "autotuner.files", "autotuner.envvars",
-               "trials.result", "trials.spec")  # fmt: skip
+               "trials.result", "trials.choices", "trials.spec")  # fmt: skip
     for path in sorted((REPO / "autotuner" / "executors").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
