@@ -559,6 +559,28 @@ class _Parser(argparse.ArgumentParser):
             message += " (names are options: --cluster C --workload W)"  # as `configs show C W` takes them
         raise UsageError(f"{self.prog}: {message}")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # `--timeout -inf` read as an option ("expected one argument": no config) where `--timeout -1`
+        # is a wait out of bounds (the default, the config kept): both are the latter
+        return super().parse_known_args(None if args is None else _timeout_joined(list(args)), namespace)
+
+
+def _timeout_joined(args: list[str]) -> list[str]:
+    joined: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--timeout":
+            value = next(rest, None)
+            if value is None:
+                joined.append(arg)
+            elif value[:1] == "-" and value != "--":
+                joined.append(f"--timeout={value}")
+            else:
+                joined += [arg, value]
+        else:
+            joined.append(arg)
+    return joined
+
 
 EXEC_USAGE = "autotuner exec [options] -- CMD [ARGS...]"
 
