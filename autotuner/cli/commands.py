@@ -178,6 +178,13 @@ PANELS = {
 PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 
+def _folder(text: str) -> Path:
+    """A folder given: "" was Path("."), the launch directories written wherever the command ran."""
+    if not text.strip():
+        raise typer.BadParameter("empty: give a folder, e.g. /srv/autotuner/runs")
+    return Path(text)
+
+
 TUNE_OPTIONS = [
     inspect.Parameter("cluster", KW, annotation=Annotated[str | None, typer.Option(help="cluster name: configs are keyed by it")], default=None),
     inspect.Parameter("workload", KW, annotation=Annotated[Path | None, typer.Option(help="JSON file with the trial spec's `workload` object")], default=None),
@@ -185,7 +192,7 @@ TUNE_OPTIONS = [
     inspect.Parameter("study", KW, annotation=Annotated[str | None, typer.Option(help="study name; an existing unfinished one is resumed")], default=None),
     inspect.Parameter("landscape", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["landscape"], help="replay: recorded landscape file")], default=None),
     inspect.Parameter("executor_option", KW, annotation=Annotated[list[str] | None, typer.Option(rich_help_panel=PANEL_OF["executor_option"], help="KEY=VALUE for the executor, e.g. partition=gpu (a name as typed; lists, objects, numbers and true/false as JSON)")], default=None),
-    inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["workdir"], help="launch directories (shared with the nodes)")], default=None),
+    inspect.Parameter("workdir", KW, annotation=Annotated[Path | None, typer.Option(rich_help_panel=PANEL_OF["workdir"], parser=_folder, metavar="PATH", help="launch directories (shared with the nodes)")], default=None),
     inspect.Parameter("db", KW, annotation=DbOption, default=None),
     inspect.Parameter("ctx", KW, annotation=typer.Context),  # which options were given (a resume)
 ]  # fmt: skip
@@ -611,11 +618,11 @@ ChangeNodesOption = Annotated[int, typer.Option(min=1, max=MAX_NODES, help="node
 
 
 def _version(text: str) -> int:
-    """A version as the tables print it (v3) or as a number (3)."""
-    try:
-        return int(text.removeprefix("v"))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a version: v3 or 3") from None
+    """A version as the tables print it (v3) or as a number (3); int() alone took "1_0" for 10."""
+    digits = text.removeprefix("v")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
+        raise typer.BadParameter(f"{text!r} is not a version: v3 or 3")
+    return int(digits)
 
 
 VersionArg = Annotated[

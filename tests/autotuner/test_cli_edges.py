@@ -170,3 +170,22 @@ def test_a_new_study_refused_makes_no_store(tmp_path, args):
     result = runner.invoke(app, ["tune", *full, *args, "--db", f"sqlite:///{db}"])
     assert result.exit_code == 2, result.output
     assert not (tmp_path / "typo").exists()
+
+
+def test_an_empty_workdir_is_refused_not_the_current_directory(tmp_path, monkeypatch):
+    """--workdir "" was Path("."): launch directories written wherever the command ran (found by fuzzing)."""
+    monkeypatch.chdir(tmp_path)
+    result = tune(tmp_path, "--workdir", "")
+    assert result.exit_code == 2, result.output
+    assert "empty: give a folder" in result.output
+    assert not list(tmp_path.glob("study-*"))
+
+
+@pytest.mark.parametrize("version", ["1_0", "\u0663", "+3", " 3"])
+def test_a_version_is_ascii_digits(tmp_path, version):
+    """int() took "1_0" for 10 and an Arabic-Indic 3 for 3: a pin of a version nobody typed."""
+    result = runner.invoke(
+        app, ["configs", "pin", "c", "w", version, "--db", f"sqlite:///{tmp_path / 'at.db'}"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not a version: v3 or 3" in result.output
