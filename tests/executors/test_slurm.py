@@ -113,6 +113,10 @@ BAD_OPTIONS = [
     ({"gpus_per_node": -1}, "gpus_per_node"),
     ({"gpus_per_node": 1.5}, "gpus_per_node"),
     ({"cpus_per_task": 0}, "cpus_per_task"),
+    # went to sbatch as typed, refused at every submission (found by fuzzing)
+    ({"cpus_per_task": 2**63}, "cpus_per_task"),
+    ({"gpus_per_node": 2**63}, "gpus_per_node"),
+    ({"time_limit": 2**63}, "give 1 to 525600"),
     ({"rdzv_port": 70000}, "rdzv_port"),
     ({"sbatch_args": "--mem=0"}, "a list"),
     ({"sbatch_args": ["--mem=0 --exclusive"]}, "sbatch_args"),

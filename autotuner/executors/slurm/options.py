@@ -13,7 +13,6 @@ from pydantic import (
 
 from autotuner.envvars import check_value, errors, lookup
 from autotuner.executors.options import (
-    Count,
     ExecutorOptions,
     OptionError,
     Port,
@@ -77,9 +76,13 @@ _SBATCH_ARG = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:/@+=%*\[\]-]+)?")
 _TIME_LIMIT = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
 
 
+MAX_MINUTES = 525_600
+MAX_PER_NODE = 65_536  # GPUs or CPUs of one node: past it, a typo sbatch refuses at every submission
+
+
 def _time_limit(value: int | str) -> int | str:
-    if isinstance(value, int) and value < 1:
-        raise OptionError(f"{value} minutes; give at least 1")
+    if isinstance(value, int) and not 1 <= value <= MAX_MINUTES:  # 2**63 minutes went to sbatch as typed
+        raise OptionError(f"{value} minutes; give 1 to {MAX_MINUTES} (a year), or 'UNLIMITED'")
     if isinstance(value, str) and not _TIME_LIMIT.fullmatch(value):
         raise OptionError("use minutes, 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM', 'D-HH:MM:SS' or 'UNLIMITED'")
     # sbatch reads --time=0 (however spelt) as no limit: the backstop would be gone
@@ -188,11 +191,11 @@ class SlurmOptions(ExecutorOptions):
     exclusive: StrictBool = option(
         True, "trials own their nodes and NICs (to measure anything)", "true or false"
     )
-    gpus_per_node: Count | None = option(
+    gpus_per_node: Annotated[StrictInt, Field(ge=0, le=MAX_PER_NODE)] | None = option(
         None, "GPUs to ask for; default: nproc_per_node when the launch uses GPUs (spec device 'cuda', or "
         "'auto' on a partition with GPU GRES); 0: never", "an integer >= 0",
     )  # fmt: skip
-    cpus_per_task: Annotated[StrictInt, Field(ge=1)] | None = option(
+    cpus_per_task: Annotated[StrictInt, Field(ge=1, le=MAX_PER_NODE)] | None = option(
         None, "CPUs per node (one task per node)", "an integer >= 1"
     )
     constraint: Constraint | None = option(
