@@ -87,6 +87,7 @@ from typing import Any
 from autotuner.job.exports import mismatch_note, render
 from autotuner.job.fingerprint import compare, decode, encode, stack_changed
 from autotuner.store import Config, Store, pick_served, servable
+from autotuner.store.db import finite_or_null
 from autotuner.tuning.lease import store_unavailable
 
 log = logging.getLogger("autotuner.api.cache")
@@ -423,7 +424,7 @@ class ConfigCache:
         try:
             key = (row.cluster.name, row.workload.name)
             config = {**servable(row, (views or {}).get(row.id)), "pinned": pinned}
-            body = {"json": json.dumps(config).encode()[:-1] + UNKNOWN, "env": render(config, "sh").encode(),
+            body = {"json": json.dumps(finite_or_null(config)).encode()[:-1] + UNKNOWN, "env": render(config, "sh").encode(),
                     "slurm": render(config, "slurm").encode()}  # fmt: skip
         except Exception as exc:
             error = f"config {row.id} (v{row.version}, {row.nodes} node(s)) cannot be served: {exc}"

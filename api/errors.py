@@ -25,6 +25,7 @@ from autotuner.envvars import Problem
 from autotuner.space import FIELDS as SPACE_FIELDS
 from autotuner.space import SpaceError
 from autotuner.store import NotFound
+from autotuner.store.db import finite_or_null
 from autotuner.tuning import StudyError, StudyExists
 from trials.spec import SpecError, problem_of
 
@@ -32,10 +33,14 @@ from trials.spec import SpecError, problem_of
 class JSONAnswer(JSONResponse):
     """Every JSON answer (the app's default too): non-ASCII characters escaped. A lone surrogate in a
     request (valid JSON text, not valid Unicode) echoed back in a 422, or stored and listed later,
-    could not be encoded as UTF-8, and the answer became a 500."""
+    could not be encoded as UTF-8, and the answer became a 500; so did one study's NaN or infinite
+    figure, for the whole listing (said as null: an unknown figure)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+        try:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+        except ValueError:  # NaN or an infinity in a row written by hand or by an older version: null
+            return json.dumps(finite_or_null(content), ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def invalid(loc: list[str | int], msg: str, type_: str = "value_error") -> dict[str, Any]:

@@ -26,9 +26,12 @@
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
   });
   const isNum = (v) => typeof v === "number" && Number.isFinite(v);
-  const num0 = (v) => (isNum(v) ? fmtInt.format(v) : "—");
-  const num2 = (v) => (isNum(v) ? fmt2.format(v) : "—");
-  const times = (v) => (isNum(v) ? `${fmt2.format(v)}×` : "—");
+  // Past a billion no figure here is a real one (a row written by hand): said short, not 300 digits
+  // wide that pushed the page sideways.
+  const huge = (v) => Math.abs(v) >= 1e9;
+  const num0 = (v) => (!isNum(v) ? "—" : huge(v) ? v.toExponential(2) : fmtInt.format(v));
+  const num2 = (v) => (!isNum(v) ? "—" : huge(v) ? v.toExponential(2) : fmt2.format(v));
+  const times = (v) => (isNum(v) ? `${num2(v)}×` : "—");
   function pct(v) {
     if (!isNum(v)) return "—";
     if (v === 0) return "0";

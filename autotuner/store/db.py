@@ -57,16 +57,17 @@ def stored_json(value: Any) -> str:
     try:
         return json.dumps(value, allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(value))
+        return json.dumps(finite_or_null(value))
 
 
-def _finite(value: Any) -> Any:
+def finite_or_null(value: Any) -> Any:
+    """`value` with NaN and the infinities as null (None): no JSON number says them."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_or_null(v) for v in value]
     return value
 
 

@@ -229,3 +229,18 @@ def test_the_page_knows_the_engine_s_words_for_a_study_that_kept_the_served_conf
     from autotuner.tuning.confirm import KEPT_SERVED
 
     assert f'const KEPT_SERVED = "{KEPT_SERVED}";' in (STATIC / "app.js").read_text()
+
+
+@pytest.mark.browser
+def test_a_figure_no_study_measures_is_said_short_not_across_the_page(browser, finished):  # noqa: F811
+    """A speedup of 1e300 (a row written by hand) was 301 digits with commas: the page 5,727 px wide."""
+    srv = finished[0]
+    study_id = plant_done_study(srv.data_dir / "autotuner.db", "huge", {"speedup": 1e300, "ci_low": 1e299,
+                                                                        "ci_high": 1e301, "rounds": 3})  # fmt: skip
+    page, errors = study_page(browser, srv, study_id)
+    page.wait_for_function(
+        "document.getElementById('kpi-speedup').textContent === '1.00e+300×'", timeout=15_000
+    )
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert errors == []
+    page.close()
