@@ -259,12 +259,9 @@ def parse_result(
         raise ResultError(f"a JSON {type(result).__name__}, not an object")
     if _depth(result) > MAX_DEPTH:
         raise ResultError(f"its JSON nests deeper than {MAX_DEPTH} levels")
-    if (
-        type(result.get("schema_version")) is not int or result["schema_version"] != SCHEMA_VERSION
-    ):  # not true, 1.0
-        raise ResultError(
-            f"schema_version is {_shown(result.get('schema_version'))}, expected {SCHEMA_VERSION}"
-        )
+    version = result.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:  # true and 1.0 compare equal to 1
+        raise ResultError(f"schema_version is {_shown(version)}, expected {SCHEMA_VERSION}")
     status = result.get("status")
     if status == "error":  # the launch failed as a whole (trials.run.error_result)
         error = result.get("error")

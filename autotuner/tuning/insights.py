@@ -92,7 +92,10 @@ def step_breakdown(rows: list[Candidate], limit: int = 10) -> list[dict[str, Any
 
 def _figures(breakdown: Any) -> bool:
     """A stored breakdown that can be drawn (rows an older version stored unchecked may hold anything)."""
-    return isinstance(breakdown, dict) and bool(breakdown) and all(map(finite, breakdown.values()))
+    if not isinstance(breakdown, dict):
+        return False
+    drawn = [v for k, v in breakdown.items() if k in BREAKDOWN_PARTS]  # a result's other keys are never drawn
+    return bool(drawn) and all(map(finite, drawn))
 
 
 def history(rows: list[Candidate]) -> list[dict[str, Any]]:

@@ -32,8 +32,8 @@ def test_a_result_s_extra_breakdown_keys_are_never_drawn_as_the_row_s_figures():
     row = SimpleNamespace(id=1, kind="baseline", state="ok", fwd_precision="fp32", bwd_precision="fp32",
                           batch_size=64, pipeline=None, samples_per_s=12_000.0, iter_ms=10.5,
                           metrics={"breakdown_ms": {**parts, "samples_per_s": 9.9e99, "step_ms": 0.001,
-                                                    "id": 424242, "label": 7, "kind": 0, "other": 3.0}})  # fmt: skip
-    [drawn] = step_breakdown([row])
+                                                    "id": 424242, "label": 7, "kind": 0, "other": "text"}})  # fmt: skip
+    [drawn] = step_breakdown([row])  # drawn: the key that is no number is not one of its parts
     assert (drawn["id"], drawn["kind"], drawn["samples_per_s"], drawn["step_ms"]) == (
         1,
         "baseline",
