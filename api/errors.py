@@ -20,6 +20,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from autotuner.envvars import Problem
 from autotuner.space import FIELDS as SPACE_FIELDS
@@ -156,10 +157,29 @@ async def _http(request: Request, exc: Exception) -> Response:
     """FastAPI's own answer to an HTTPException, except its 400 for a body Python's JSON parser gave up
     on, which said only that the body could not be parsed: it says why."""
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        exc = HTTPException(405, exc.detail, headers={"Allow": _allowed(request)})
     why = _unparsed(exc.__cause__) if exc.status_code == 400 and exc.detail == PARSE_FAILED else None
     if why is None:
         return await http_exception_handler(request, exc)
     return JSONAnswer({"detail": f"the body cannot be read as JSON: {why}"}, status_code=400)
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> str:
+    """Every method the path takes. Starlette's 405 names only the first route on the path (`OPTIONS
+    /v1/studies` said `Allow: POST`, though GET lists studies): each method is a route of its own. Asked
+    of the router per method, as routing itself does (FastAPI nests included routers from 0.1xx on)."""
+    return ", ".join(
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.router.routes
+        )
+    )
 
 
 def _unparsed(cause: BaseException | None) -> str | None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -28,6 +29,7 @@ from autotuner.store import Candidate, Launch, Study, StudyState
 from autotuner.store.configs import MAX_VERSION
 from autotuner.tuning import RequestSettings
 from autotuner.tuning.outcome import Outcome
+from autotuner.tuning.settings import json_number
 from trials.spec import WorkloadSpec
 
 
@@ -340,13 +342,17 @@ OneLine = Annotated[
 ]
 
 
-class RevalidateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
+# A node count or version: `true` or "2" is none, 2.0 is 2 (as in a study's settings).
+JsonInt = Annotated[int, BeforeValidator(json_number)]
 
-    nodes: int | None = Field(
+
+class RevalidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: JsonInt | None = Field(
         None, ge=1, le=4096, description="the node count of the config (default: the served one)"
     )
-    version: int | None = Field(
+    version: JsonInt | None = Field(
         None, ge=1, le=MAX_VERSION, description="re-check this version (default: the served one)"
     )
     reason: OneLine | None = Field(
@@ -357,16 +363,16 @@ class RevalidateRequest(BaseModel):
 
 
 class PinRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
+    model_config = ConfigDict(extra="forbid")
 
-    nodes: int = Field(1, ge=1, le=4096)
-    version: int | None = Field(None, ge=1, le=MAX_VERSION, description="null: unpin (serve the latest)")
+    nodes: JsonInt = Field(1, ge=1, le=4096)
+    version: JsonInt | None = Field(None, ge=1, le=MAX_VERSION, description="null: unpin (serve the latest)")
 
 
 class RollbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # `true` or "2" is no version
+    model_config = ConfigDict(extra="forbid")
 
-    nodes: int = Field(1, ge=1, le=4096)
+    nodes: JsonInt = Field(1, ge=1, le=4096)
 
 
 class LintRequest(BaseModel):

@@ -65,6 +65,14 @@ def _cli(name: str) -> dict[str, Any]:
     return {"json_schema_extra": {"cli": name}}
 
 
+def json_number(value: Any) -> Any:
+    """A count given as "3" or true: refused, not guessed into 3 or 1. A whole number given as 3.0 is
+    still 3 (JSON has one number type, and some clients write every number with a point)."""
+    if isinstance(value, bool | str):
+        raise ValueError("a JSON number, not text or a boolean")
+    return value
+
+
 class RequestSettings(BaseModel):
     """What a study request may set (REST body, `autotuner tune` options)."""
 
@@ -125,13 +133,11 @@ class RequestSettings(BaseModel):
     )  # fmt: skip
     @classmethod
     def _of_its_json_type(cls, value: Any, info: ValidationInfo) -> Any:
-        """A count given as "3" or true, a switch as "no": refused, not guessed into 3, 1 or False (a
-        whole number given as 3.0 is still 3)."""
-        wanted = bool if info.field_name == "publish" else (int, float)
-        if isinstance(value, bool) != (wanted is bool) or isinstance(value, str):
-            raise ValueError(
-                "a JSON boolean (true or false)" if wanted is bool else "a JSON number, not text or a boolean"
-            )
+        """A switch given as "no" or 1: refused, not guessed into False or True; a count: json_number."""
+        if info.field_name != "publish":
+            return json_number(value)
+        if not isinstance(value, bool):
+            raise ValueError("a JSON boolean (true or false)")
         return value
 
     @field_validator("scaling_nodes", mode="before")

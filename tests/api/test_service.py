@@ -88,3 +88,19 @@ def wait_until(probe, timeout_s: float):
         assert time.monotonic() < deadline, f"not within {timeout_s} s"
         time.sleep(0.1)
     return answer
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("options", "/v1/studies", "GET, POST"),  # each method is a route of its own: it said "POST"
+        ("delete", "/v1/studies", "GET, POST"),
+        ("put", "/healthz", "GET, HEAD"),
+    ],
+)
+def test_a_method_the_path_does_not_take_is_answered_with_every_one_it_does(
+    module_server, method, path, allowed
+):
+    response = module_server.client("write").request(method.upper(), path)
+    assert response.status_code == 405, response.text
+    assert response.headers["allow"] == allowed
