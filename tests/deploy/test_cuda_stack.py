@@ -198,6 +198,12 @@ def test_make_setup_flavors(tmp_path):
         f'{venv}/bin/python -c "import torch, torchrec, fbgemm_gpu, autotuner, api, trials"',
         f"touch {venv}/.installed-cpu",
     ]
+    # A clean machine asks for the CPU build from an index that has it (the default one's is CUDA)
+    cpu_index = make_n("setup", f"VENV={venv}", "TORCH_INDEX=https://example.org/whl/cpu")
+    assert cpu_index[1] == (
+        f"{venv}/bin/pip install --quiet --extra-index-url https://example.org/whl/cpu "
+        '"torch==2.13.0" "fbgemm-gpu-cpu==1.8.0"'
+    )
     # ... and a venv set up for CUDA stays CUDA under a plain `make setup` / `make test`
     venv.mkdir()
     (venv / ".installed-cuda").touch()
