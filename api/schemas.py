@@ -366,7 +366,10 @@ class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: JsonInt = Field(1, ge=1, le=4096)
-    version: JsonInt | None = Field(None, ge=1, le=MAX_VERSION, description="null: unpin (serve the latest)")
+    # Asked for by name: a body without it (`{}`) unpinned, a version forgotten became an unpin.
+    version: JsonInt | None = Field(
+        ge=1, le=MAX_VERSION, description="the version to serve; null unpins (serve the latest)"
+    )
 
 
 class RollbackRequest(BaseModel):

@@ -142,11 +142,15 @@ def _version(store: Any, config_id: int) -> dict:
             "error": "its stored data cannot be read (a row an older version or a hand left): not servable"}  # fmt: skip
 
 
+# A bare POST (no body) asks with the defaults, as `{}` does: the served config, or 1 node to roll back.
+NO_BODY_REVALIDATE, NO_BODY_ROLLBACK = RevalidateRequest(), RollbackRequest()
+
+
 @router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,
              responses={200: {"model": ValidationPublic, "description": "one already queued or running for it"},
                         409: {"description": "the version was not published by a study"}})  # fmt: skip
-def revalidate(cluster: Cluster, workload: Workload, body: RevalidateRequest, store: StoreDep,
-               response: Response, _: WriteAccess) -> dict:  # fmt: skip
+def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, response: Response, _: WriteAccess,
+               body: RevalidateRequest = NO_BODY_REVALIDATE) -> dict:  # fmt: skip
     """Re-validate the served config (or `version`): its setting against the study's baseline in
     interleaved launches, the study's rounds and executor settings, run by the scheduler. Answers the
     queued re-validation (202), or the one already queued or running for that version (200). Held:
@@ -211,8 +215,8 @@ def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep,
 
 
 @router.post("/{cluster}/{workload}/rollback", response_model=ConfigPublic)
-def rollback(cluster: Cluster, workload: Workload, body: RollbackRequest, store: StoreDep, cache: CacheDep,
-             _: AdminAccess) -> dict:  # fmt: skip
+def rollback(cluster: Cluster, workload: Workload, store: StoreDep, cache: CacheDep, _: AdminAccess,
+             body: RollbackRequest = NO_BODY_ROLLBACK) -> dict:  # fmt: skip
     """Serve the version before the current one (pins it). One that cannot be served is refused
     (409), nothing changed."""
     older = store.rollback_target(cluster, workload, body.nodes)

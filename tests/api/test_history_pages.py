@@ -84,3 +84,27 @@ def test_the_cli_and_rest_history_pages_are_the_same_size():
     rest = inspect.signature(history).parameters["limit"].default
     cli = inspect.signature(configs_history).parameters["limit"].default
     assert cli == rest
+
+
+def test_a_bare_rollback_or_revalidate_takes_the_defaults_and_a_pin_names_its_version(tmp_path):
+    """The docs' `curl -X POST .../rollback` (no body) was a 422 "Field required" at `body`; `{}` pinned
+    nothing but unpinned: a pin now names its version (null to unpin)."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("w", {})
+    for _ in range(2):
+        store.publish_config(cluster="c", workload="w", nodes=1, batch_size=512, **FIELDS)
+    settings = Settings(data_dir=tmp_path, tokens="a-token:admin", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer a-token"}) as c:
+        rolled = c.post("/v1/configs/c/w/rollback")
+        assert rolled.status_code == 200, rolled.text
+        assert (rolled.json()["version"], rolled.json()["pinned"]) == (1, True)
+        # published by hand, not by a study: refused for that reason, the body itself was taken
+        asked = c.post("/v1/configs/c/w/revalidate")
+        assert asked.status_code == 409, asked.text
+        unnamed = c.post("/v1/configs/c/w/pin", json={})
+        assert unnamed.status_code == 422
+        assert unnamed.json()["detail"][0]["loc"] == ["body", "version"]
+        assert c.get("/v1/configs/c/w").json()["pinned"] is True  # nothing changed
+        unpinned = c.post("/v1/configs/c/w/pin", json={"version": None})
+        assert (unpinned.status_code, unpinned.json()["version"], unpinned.json()["pinned"]) == (200, 2, False)
+    store.dispose()
