@@ -39,7 +39,9 @@ def test_the_head_node_install_uses_the_service_install():
     assert "/opt/nccl-autotuner/.venv/bin/autotuner serve" in unit
     assert "/opt/nccl-autotuner" in install
     # autotuner.env decides: an option on ExecStart won over its AUTOTUNER_HOST (--host 0.0.0.0 did)
-    assert re.findall(r"^ExecStart=.*$", unit, re.M) == ["ExecStart=/opt/nccl-autotuner/.venv/bin/autotuner serve"]
+    assert re.findall(r"^ExecStart=.*$", unit, re.M) == [
+        "ExecStart=/opt/nccl-autotuner/.venv/bin/autotuner serve"
+    ]
     # the settings file holds the tokens: installed for root alone, not world-readable as cp made it
     assert re.search(r"install -m 600 deploy/examples/autotuner.env /etc/nccl-autotuner/", install)
 
