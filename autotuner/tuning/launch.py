@@ -140,15 +140,24 @@ def submit_in_turn(
             pause = max(refused.retry_after_s, 0.0)
             if limit is not None:
                 pause = min(pause, limit - elapsed)  # the last try at the deadline itself
-            log.info(
-                "study %s: launch %s: %s; asking again in %.0f s", ctx.study_id, launch.seq, refused, pause
-            )
+            # Said once as a warning with how long it may go on: without queue_timeout_s, a controller
+            # that never comes back is waited for until a person stops the study.
+            log.log(logging.INFO if shown[0] else logging.WARNING,
+                    "study %s: launch %s: %s; asking again in %.0f s, %s", ctx.study_id, launch.seq, refused,
+                    pause, _waits_until(limit))  # fmt: skip
             why = Description(LaunchState.PENDING, None, f"{NOT_SUBMITTED}: {refused}")
             _wait_turn(ctx, launch, why, shown, pause)
     except BaseException:  # cancelled, interrupted or lost while it waited: never submitted again
         if waited:
             abandon_quietly(ctx, request)
         raise
+
+
+def _waits_until(limit: float | None) -> str:
+    if limit is None:
+        return ("for as long as it takes (the executor's queue_timeout_s is not set; a cancel, or Ctrl-C "
+                "for `autotuner tune`, stops the study)")  # fmt: skip
+    return f"for at most {limit:g} s from its first try (the executor's queue_timeout_s)"
 
 
 def _wait_turn(

@@ -9,6 +9,7 @@ The lease here is shortened to LEASE_S so that a refusal outlasts it in a second
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 
@@ -72,7 +73,10 @@ class Limited(ReplayExecutor):
         self.taken_over = True
 
 
-def test_a_submit_limit_that_outlasts_the_lease_is_waited_out_and_the_launch_measured(store: Store, tmp_path):
+def test_a_submit_limit_that_outlasts_the_lease_is_waited_out_and_the_launch_measured(
+    store: Store, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="autotuner.tuning")
     study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0, launch_timeout_s=0.5)
     refusal_s = 2 * LEASE_S  # and longer than the launch's timeout: waiting its turn is no run time
     executor = Limited(store, study.id, clears_at=time.monotonic() + refusal_s, delay_s=0.1)
@@ -92,18 +96,35 @@ def test_a_submit_limit_that_outlasts_the_lease_is_waited_out_and_the_launch_mea
     assert launches[0].backend_id == f"replay:s{study.id}-l1"
     assert executor.abandoned == []  # submitted in the end: nothing to undo
     assert store.quarantined(launches[0].study_id) == {}
+    # The first wait is a warning that says it may never end and how to stop it (the log said only
+    # "asking again in 2 s", then 4, 8, ... without end); later ones are info.
+    waits = [r for r in caplog.records if "asking again" in r.getMessage()]
+    assert [r.levelno for r in waits] == [logging.WARNING] + [logging.INFO] * (len(waits) - 1)
+    assert (
+        waits[0]
+        .getMessage()
+        .endswith(
+            "for as long as it takes (the executor's queue_timeout_s is not set; a cancel, or Ctrl-C for "
+            "`autotuner tune`, stops the study)"
+        )
+    )
 
 
 def test_a_submit_limit_that_never_clears_ends_the_launch_at_queue_timeout_s_naming_it(
-    store: Store, tmp_path
+    store: Store, tmp_path, caplog
 ):
     """Search launches refused for good: each ends cancelled at queue_timeout_s, with the limit and the
     time waited, and quarantines nothing; the study goes on, as after a launch given up in the queue."""
     study = study_with(store, tmp_path, trials=2, confirm_rounds=0, ladder_rounds=0)
     executor = Limited(store, study.id, clears_at=None, refused=lambda name: not name.endswith("-l1"))
     executor.queue_timeout_s = 1.0
-    final = StudyDriver(store, study.id, executor, poll_s=0.01).run()
+    with caplog.at_level(logging.WARNING, logger="autotuner.tuning"):
+        final = StudyDriver(store, study.id, executor, poll_s=0.01).run()
     assert final.state == StudyState.DONE, final.error
+    assert (
+        "asking again in 0 s, for at most 1 s from its first try (the executor's queue_timeout_s)"
+        in caplog.text
+    )
     assert not executor.taken_over
     baseline, *searched = store.launches(study.id)
     assert baseline.state == "succeeded"
