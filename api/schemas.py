@@ -128,6 +128,11 @@ class StudyPublic(BaseModel):
     )
     error: str | None
     owner: str | None = Field(description="the process running it (host:pid:id), while it runs")
+    runner_lost: bool = Field(
+        False,
+        description="started, but no runner holds it now (interrupted, killed, its host gone): nothing runs "
+        "it until `autotuner tune --study NAME` resumes it or a service's scheduler takes it up",
+    )
     created_at: datetime | None = Field(description=UNREAD_DATE)
     started_at: datetime | None
     finished_at: datetime | None
@@ -498,6 +503,7 @@ def study_public(
     best: Candidate | None,
     baseline: Candidate | None,
     published: Candidate | None = None,
+    runner_lost: bool = False,
 ) -> StudyPublic:
     budget, done = _object(row.settings).get("trials"), row.launches_done
     counted = all(isinstance(n, int) and not isinstance(n, bool) for n in (budget, done))
@@ -520,6 +526,6 @@ def study_public(
         trial_counts=counts, best=brief(best), baseline=brief(baseline), published=brief(published),
         outcome=outcome, claim=claim, error=error,
         inert=row.inert or {},
-        owner=row.owner,
+        owner=row.owner, runner_lost=runner_lost,
         created_at=_stored_date(row.created_at), started_at=row.started_at, finished_at=row.finished_at,
     ))  # fmt: skip

@@ -41,7 +41,9 @@ def public_studies(store: Store, studies: Sequence[Study]) -> list[StudyPublic]:
     chosen = best_and_baseline(store, studies, counts)
     published = {s.id: row_id for s in studies if (row_id := _published_row(s)) is not None}
     rows = store.candidates_by_id(set(published.values())) if published else {}
-    return [study_public(s, counts[s.id], *chosen[s.id], rows.get(published.get(s.id, 0))) for s in studies]
+    lost = store.runnerless([s.id for s in studies])
+    return [study_public(s, counts[s.id], *chosen[s.id], rows.get(published.get(s.id, 0)), s.id in lost)
+            for s in studies]  # fmt: skip
 
 
 def _published_row(study: Study) -> int | None:

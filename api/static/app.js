@@ -99,6 +99,9 @@
   }
   const $ = (id) => document.getElementById(id);
   const setText = (id, text) => { const n = $(id); if (n) n.textContent = shownText(text ?? ""); };
+  // A study started whose runner stopped (interrupted, killed): "running" alone read as if it ran.
+  const runnerLost = (name) => "its runner stopped (interrupted, killed, or its host gone) and nothing runs it "
+    + `now; \`autotuner tune --study ${name}\` resumes it, or a service's scheduler takes it up`;
   function badge(state, extra = "") {
     return el("span", { class: `badge s-${state} ${extra}`.trim() }, state);
   }
@@ -350,7 +353,8 @@
           el("span", { class: "sub" }, `#${s.id} · ${s.settings.executor || ""} · ${s.settings.nnodes || 1} node(s)`)),
         el("td", {}, s.cluster),
         el("td", {}, s.workload),
-        el("td", {}, badge(s.state), s.error ? el("span", { class: "sub", title: s.error }, truncate(s.error, 60)) : null),
+        el("td", {}, badge(s.state), s.runner_lost ? el("span", { class: "ran", title: runnerLost(s.name) }, "no runner") : null,
+          s.error ? el("span", { class: "sub", title: s.error }, truncate(s.error, 60)) : null),
         el("td", {}, el("div", { class: "progress-cell" }, progressBar(s.progress, s.state),
           el("span", {}, budget ? `${s.launches_done} / ${budget}` : `${s.launches_done}`))),
         el("td", { class: "num strong" }, num0(s.best && s.best.samples_per_s)),
@@ -539,8 +543,9 @@
       waiting && ACTIVE.has(study.state) ? `launch #${waiting.seq} queued: ${shownText(waiting.waiting_on)}` : null,
     ].filter(Boolean).join(" · "));
     const error = $("study-error");
-    error.hidden = !study.error;
-    error.textContent = shownText(study.error || "");
+    const said = [study.runner_lost ? `No runner: ${runnerLost(study.name)}` : "", shownText(study.error || "")];
+    error.hidden = !said.some(Boolean);
+    error.textContent = said.filter(Boolean).join(" · ");
   }
 
   const pointText = (point) => `${precision(point.fwd_precision, point.bwd_precision)} · batch ${num0(point.batch_size)}`;

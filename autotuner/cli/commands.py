@@ -580,16 +580,20 @@ def studies(
         numeric = col in ("id", "search launches", "best samples/s", "speedup")
         table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric or col == "state",
                          overflow="fold")  # fmt: skip
+    lost = store.runnerless([s.id for s in rows])
     for s in rows:
-        table.add_row(*_study_cells(store, s))
+        table.add_row(*_study_cells(store, s, s.id in lost))
     out.print(table)
+    if lost:  # "running" alone read as if something ran them
+        err.print("no runner: the study's runner stopped (interrupted, killed, or its host gone) and nothing "
+                  "runs it now; `autotuner tune --study NAME` resumes it, or a service's scheduler takes it up")  # fmt: skip
     if offset + len(rows) < total:  # said, not cut in silence (the newest 100 were all it showed)
         err.print(
             f"{offset + 1:,}-{offset + len(rows):,} of {total:,}: more with --offset {offset + len(rows)}"
         )
 
 
-def _study_cells(store: Any, s: Any) -> list[Any]:
+def _study_cells(store: Any, s: Any, runner_lost: bool = False) -> list[Any]:
     """One study's row; a stored value that cannot be read is shown as "?" (one bad row never stops the
     listing)."""
     best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
@@ -599,7 +603,8 @@ def _study_cells(store: Any, s: Any) -> list[Any]:
     except (ValueError, TypeError):
         outcome = {"speedup": None}
     speedup = _speedup_cell(outcome) if outcome.get("speedup") else "?" if s.outcome else "-"
-    return [str(s.id), shown(s.name), shown(s.cluster.name), shown(s.workload.name), shown(s.state),
+    state = f"{shown(s.state)}, no runner" if runner_lost else shown(s.state)
+    return [str(s.id), shown(s.name), shown(s.cluster.name), shown(s.workload.name), state,
             f"{s.launches_done}/{trials if isinstance(trials, int) else '-'}",
             f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", speedup]  # fmt: skip
 

@@ -208,6 +208,17 @@ class StudyRecords(StoreBase):
                 .values(owner=None, lease_expires_at=None)
             )
 
+    def runnerless(self, study_ids: list[int]) -> set[int]:
+        """Of these, the studies started (running or confirming) whose lease nobody holds now, by the
+        database's clock: their runner stopped (interrupted, killed, its host gone) and nothing runs
+        them until one resumes them (`autotuner tune --study`) or a scheduler takes them up."""
+        if not study_ids:
+            return set()
+        started = (StudyState.RUNNING, StudyState.CONFIRMING)
+        with self.session() as s:
+            query = select(Study.id).where(Study.id.in_(study_ids), Study.state.in_(started), self._lapsed())
+            return set(s.scalars(query))
+
     def claimable_studies(self) -> list[Study]:
         """Active studies whose lease is free or expired, by the database's clock (what a scheduler may
         pick up)."""

@@ -531,3 +531,29 @@ def test_the_pages_run_under_their_policy(browser, finished):
         page.wait_for_selector("main", timeout=15_000)
     assert errors == []
     page.close()
+
+
+@pytest.mark.browser
+def test_a_study_whose_runner_stopped_says_so_on_the_list_and_its_page(browser, tmp_path):
+    """It read "running" while nothing ran it (a tuner interrupted, no scheduler to take it up)."""
+    srv = make_server(tmp_path, AUTOTUNER_SCHEDULER="0")
+    srv.start()
+    try:
+        store = Store(f"sqlite:///{srv.data_dir / 'autotuner.db'}")
+        workload = json.loads(LANDSCAPE.read_text())["workload"]
+        study = store.create_study(name="orphan", cluster="cpu-box", workload_name="small", workload_spec=workload,
+                                   space={"env": {}}, settings={"executor": "replay", "trials": 3},
+                                   state="running")  # fmt: skip
+        assert store.acquire_study(study.id, "gone-host:1:x", 600)
+        store.release_study(study.id, "gone-host:1:x")  # as an interrupted tuner lets go
+        store.dispose()
+        page, errors = study_page(browser, srv, study.id)
+        wait_for_text(page, "study-error", "No runner")
+        assert "`autotuner tune --study orphan` resumes it" in page.inner_text("#study-error")
+        page.goto(srv.url + "/")
+        page.wait_for_selector(f"#studies a[href='/studies/{study.id}']", timeout=10_000)
+        row = page.locator("#studies tbody tr", has_text="orphan")
+        assert "no runner" in row.inner_text()
+        assert errors == []
+    finally:
+        srv.kill()
