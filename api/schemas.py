@@ -256,7 +256,7 @@ class ValidationPublic(BaseModel):
     id: int
     config_id: int
     version: int | None = None
-    state: str = Field(description="queued | running | held | failed | error")
+    state: str = Field(description="queued | running | held | failed | unresolved | error")
     trigger: str = Field(description="manual | schedule | fingerprint")
     reason: str
     requested_at: str

@@ -981,9 +981,10 @@ def configs_validations(
 
 REVALIDATE_HELP = (
     "Re-check the served config against its baseline: exit 0 held, 1 failed, 2 no such config or version, "
-    "3 not measured.\n\n"
-    "1 failed: the config regressed. 3 not measured: it could not run, or the store did not answer (run it "
-    "again).\n\n"
+    "3 not measured, 4 unresolved.\n\n"
+    "1 failed: the config regressed (shown slower, or its gain shown gone). 3 not measured: it could not "
+    "run, or the store did not answer (run it again). 4 unresolved: measured, but the rounds cannot tell "
+    "whether it still gains; it stays served.\n\n"
     "Its setting runs against its study's baseline in interleaved launches (the study's rounds, executor "
     "and settings), recorded as an entry of that version. Failed: a new version is published (the last "
     "that still holds here, else the baseline) unless the version is pinned, which is flagged instead."
@@ -1049,7 +1050,11 @@ def revalidate(
     except StoreUnavailable as exc:
         raise _fail(f"{exc}: not measured, run it again when the store answers", 3) from exc
     _print_validation(done)
-    codes: dict[str, int] = {ValidationState.HELD: 0, ValidationState.FAILED: 1}
+    codes: dict[str, int] = {
+        ValidationState.HELD: 0,
+        ValidationState.FAILED: 1,
+        ValidationState.UNRESOLVED: 4,
+    }
     raise typer.Exit(codes.get(done.state, 3))
 
 

@@ -278,7 +278,7 @@ class ConfigValidation(Base):
     """A re-validation of one published version: its setting against the study's baseline in
     interleaved launches (recorded in that study, tagged `revalidate-<id>`), what it found on which
     stack, and what it did. Requested rows are the queue the scheduler runs (queued -> running ->
-    held | failed | error); every finished one is an evidence entry of its version."""
+    held | failed | unresolved | error); every finished one is an evidence entry of its version."""
 
     __tablename__ = "at_config_validations"
     # One queued or running re-validation per version, whoever asks (a job storm, two replicas).

@@ -38,7 +38,9 @@ class ValidationState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     HELD = "held"  # still faster than the baseline with 95% confidence (or the baseline itself)
-    FAILED = "failed"  # no longer faster with 95% confidence, or no longer runs
+    FAILED = "failed"  # shown slower, or its gain shown gone, over the quality limit, or no longer runs
+    # measured, but neither still faster with 95% confidence nor shown to have lost its gain: kept
+    UNRESOLVED = "unresolved"
     ERROR = "error"  # could not be measured (the baseline failed too): nothing concluded
 
 
@@ -52,6 +54,7 @@ VALIDATION_PENDING: tuple[ValidationState, ...] = (ValidationState.QUEUED, Valid
 VALIDATION_DONE: tuple[ValidationState, ...] = (
     ValidationState.HELD,
     ValidationState.FAILED,
+    ValidationState.UNRESOLVED,
     ValidationState.ERROR,
 )
 

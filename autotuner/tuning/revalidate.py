@@ -8,11 +8,15 @@ version (`at_config_validations`):
 
 - held: still faster with 95% confidence (a version that is the baseline itself holds by definition:
   one launch says it still runs, and on what) -> the same version, validated now on this stack;
-- failed: no longer faster with 95% confidence, or slower, or over the quantization-error limit in a
-  round, or it no longer runs -> if it is the served version and nobody pinned it, a new version is
-  published with the reason: the last older version whose own re-validation held on this same stack,
-  else the baseline (no changes). A pinned version is flagged, never replaced: the operator decided
-  what jobs get;
+- failed: shown slower than the baseline, or its gain shown gone (the interval's top below the low
+  end of the gain it was published with), or over the quantization-error limit in a round, or it no
+  longer runs -> if it is the served version and nobody pinned it, a new version is published with
+  the reason: the last older version whose own re-validation held on this same stack, else the
+  baseline (no changes). A pinned version is flagged, never replaced: the operator decided what jobs
+  get;
+- unresolved: measured, but neither: the rounds cannot tell (a real 1.10x at 5% noise is shown faster
+  in 3 rounds only about one time in four). Kept as served, nothing concluded. "Not shown faster"
+  failed it before, and the schedule replaced good versions most of the time;
 - error: not even the baseline could be measured: nothing concluded, nothing changed.
 
 What asks for one: `autotuner revalidate`, `POST /v1/configs/{cluster}/{workload}/revalidate`, the
@@ -23,6 +27,7 @@ a stack other than the one the version was validated on (api.fingerprints).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from datetime import datetime, timedelta
 from typing import Any
@@ -222,6 +227,7 @@ class Revalidation:
                 speedup,
                 *measured(ctx, mine, base, LaunchKind.REVALIDATE, tag),
                 over=over_limit(measured_mine),
+                claimed=claimed_low(config.evidence),
             )
         result["rounds_asked"] = 1 if mine == base else rounds
         result["wall_s"] = (self.store.now() - started_at).total_seconds()
@@ -232,6 +238,10 @@ class Revalidation:
         action, new_config_id = "nothing changed (not measured)", None
         if state == ValidationState.HELD:
             action = f"kept v{config.version}: validated on {describe(fp)}"
+        elif state == ValidationState.UNRESOLVED:
+            action = (
+                f"kept v{config.version}: nothing concluded (ask again; each re-validation measures anew)"
+            )
         elif state == ValidationState.FAILED:
             action, new_config_id = self._act_or_flag(ctx, row, config, base, baseline, fp, result)
         log.info(
@@ -354,10 +364,16 @@ def published_setting(ctx: StudyContext, config: Config, base: Setting) -> Setti
 
 
 def verdict(
-    speedup: Speedup | None, mine: list[Candidate], base: list[Candidate], *, over: str | None = None
+    speedup: Speedup | None,
+    mine: list[Candidate],
+    base: list[Candidate],
+    *,
+    over: str | None = None,
+    claimed: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """held / failed / error, and why, from the interleaved rounds (`over`: the error of a round of the
-    published config measured over the quantization-error limit)."""
+    """held / failed / unresolved / error, and why, from the interleaved rounds (`over`: the error of a
+    round of the published config measured over the quantization-error limit; `claimed`: the low end
+    of the gain it was published with)."""
     if speedup is None:
         if len(base) >= 2 and len(mine) < 2:
             return ValidationState.FAILED, {"why": "the published config no longer runs (the baseline does): see the launch log"}  # fmt: skip
@@ -373,7 +389,28 @@ def verdict(
         return ValidationState.HELD, {**figures, "why": f"still faster with 95% confidence: {shown}"}
     if speedup.ci_high < 1.0:
         return ValidationState.FAILED, {**figures, "why": f"now slower than the baseline: {shown}"}
-    return ValidationState.FAILED, {**figures, "why": f"no longer faster with 95% confidence: {shown}"}
+    if claimed is not None and speedup.ci_high < claimed:
+        return ValidationState.FAILED, {
+            **figures,
+            "why": f"its gain is gone: {shown}, below the {claimed:.2f}x it was published with at the least",
+        }
+    against = f", nor shown below the {claimed:.2f}x it was published with at the least" if claimed else ""
+    return ValidationState.UNRESOLVED, {
+        **figures,
+        "why": f"not shown faster with 95% confidence{against}: {shown}; the rounds cannot tell",
+    }
+
+
+def claimed_low(evidence: Any) -> float | None:
+    """The least gain a version was published with: the low end of its evidence's 95% interval, else
+    (one published by hand) its figure, if either can be read. A re-validation fails it when its own
+    interval's top falls below it."""
+    figures = evidence if isinstance(evidence, dict) else {}
+    for key in ("ci_low", "speedup"):
+        low = figures.get(key)
+        if not isinstance(low, bool) and isinstance(low, int | float) and math.isfinite(low) and low > 0:
+            return float(low)
+    return None
 
 
 def holding_version(

@@ -40,12 +40,23 @@ def test_failed_exits_1_and_publishes_the_baseline(store, published, db):  # noq
     landscape(recorded, NEW_STACK, gain=False)
     result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
     assert result.exit_code == 1, result.output
-    assert "failed: no longer faster with 95% confidence" in result.output
+    assert "failed: its gain is gone: " in result.output
     assert "replaced: published v2, the baseline (no changes)" in result.output
     assert store.served_config("cpu-box", "small").version == 2
     shown = runner.invoke(app, ["configs", "show", "cpu-box", "small", "--db", db])
     assert '"validated_on": {' in shown.output
     assert '"driver": "570.86.15"' in shown.output
+
+
+def test_unresolved_exits_4_and_keeps_the_version_served(store, published, db, monkeypatch):  # noqa: F811
+    recorded, _ = published
+    landscape(recorded, NEW_STACK, gain=False)  # the rounds straddle 1 ...
+    monkeypatch.setattr("autotuner.tuning.revalidate.claimed_low", lambda evidence: None)  # ... no figure
+    result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert result.exit_code == 4, result.output
+    assert "unresolved: not shown faster with 95% confidence" in result.output
+    assert "kept v1: nothing concluded" in result.output
+    assert store.served_config("cpu-box", "small").version == 1  # it was replaced by the baseline
 
 
 def test_nothing_to_revalidate_exits_2(db):

@@ -41,9 +41,13 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     done = Revalidation(store, row.id, make_executor(settings), poll_s=0.2).run()
     result = done.result
     print(f"\nreal 2-rank re-validation of v2: {done.state}, {result['why']}, wall {result['wall_s']:.1f} s")
-    assert done.state in (ValidationState.HELD, ValidationState.FAILED), (done.state, done.error, result)
+    assert done.state in (ValidationState.HELD, ValidationState.FAILED, ValidationState.UNRESOLVED), (
+        done.state, done.error, result
+    )  # fmt: skip
     assert result["rounds"] == 3
     assert (done.state == ValidationState.HELD) == (result["ci_low"] > 1.0)
+    # published by hand with no figure: it fails only when shown slower
+    assert (done.state == ValidationState.FAILED) == (result["ci_high"] < 1.0)
     # both settings share one process environment (the inert NCCL_NET at the baseline's value): one
     # launch, the two alternating in ABBA order, each measured for real
     (launch,) = [la for la in store.launches(study.id) if la.kind == "revalidate"]
@@ -56,10 +60,10 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     assert done.fingerprint == {"nodes": "1"}  # a CPU box: no driver, GPU or NCCL to record
     assert 0 < result["wall_s"] < 600
     served = store.served_config("demo-cpu", "demo-dlrm")
-    if done.state == ValidationState.HELD:
+    if done.state != ValidationState.FAILED:  # this machine's noise can hide a 1.3x gain in 3 rounds
         assert served.id == v2.id
         assert done.action.startswith("kept v2")
-    else:  # this machine's noise can hide a 1.3x gain in 3 rounds: then the baseline comes back
+    else:  # shown slower: the baseline comes back
         assert served.version == 3
         assert served.batch_size == 512
         assert done.new_config_id == served.id
