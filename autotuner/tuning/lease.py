@@ -15,6 +15,7 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 from autotuner.limits import SettingError
 from autotuner.store import Store, StudyState
@@ -81,8 +82,26 @@ def store_unavailable(exc: BaseException) -> bool:
                 return True
             if any(phrase in str(current.orig).lower() for phrase in SQLITE_AWAY):
                 return True
+            if _unreached(current):
+                return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def _unreached(error: Any) -> bool:
+    """A PostgreSQL driver's own failure to reach the server (refused, reset, "the database system is
+    shutting down" while connecting): no server answered, so no SQLSTATE. It failed the study for good
+    (a restart of PostgreSQL while a study ran)."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    orig = error.orig
+    driver = type(orig).__module__.split(".")[0]
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return (
+        isinstance(error, OperationalError | InterfaceError)
+        and driver in ("psycopg", "psycopg2")
+        and not code
+    )
 
 
 def owner_id() -> str:

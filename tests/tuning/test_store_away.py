@@ -151,3 +151,43 @@ def test_a_launch_whose_id_the_store_does_not_take_is_cancelled_not_left_unfollo
     with pytest.raises(StoreUnavailable):
         StudyDriver(store, study.id, executor, poll_s=0.01).run()
     assert cancelled == ["replay:s1-l1"]
+
+
+def _refused() -> OperationalError:
+    """What SQLAlchemy raises when PostgreSQL refuses the connection (nothing listens on the port)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        "postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
+    )
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as exc:
+        return exc
+    finally:
+        engine.dispose()
+    raise AssertionError("something listens on port 1")
+
+
+def test_a_postgresql_that_refuses_the_connection_is_away_for_now(store: Store, tmp_path, monkeypatch):
+    """psycopg's own "connection failed" carries no SQLSTATE (no server answered): it was taken for a
+    bad request and failed the study for good while PostgreSQL restarted."""
+    refused = _refused()
+    assert refused.orig.sqlstate is None
+    assert store_unavailable(refused)
+    study = study_with(store, tmp_path)
+    real, calls = Store.renew_study, {"n": 0}
+
+    def renew_refused_once(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise refused
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "renew_study", renew_refused_once)
+    with pytest.raises(StoreUnavailable, match="the store did not answer"):
+        StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert (store.study(study.id).state, store.study(study.id).error) == ("running", None)
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
