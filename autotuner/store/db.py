@@ -172,10 +172,39 @@ def migrate(engine: Engine) -> None:
                 conn.execute(text("SELECT pg_advisory_unlock(727001)"))
                 conn.commit()
         return
-    with schema_lock(engine.url.render_as_string(hide_password=False)), engine.begin() as conn:
+    url = engine.url.render_as_string(hide_password=False)
+    with schema_lock(url), _ddl_engine(engine) as ddl, ddl.begin() as conn:
         _current_revision(conn, scripts)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+@contextmanager
+def _ddl_engine(engine: Engine) -> Iterator[Engine]:
+    """For a SQLite file, an engine whose transactions hold DDL too: pysqlite begins a transaction
+    only before INSERT, UPDATE or DELETE, so each CREATE or ALTER committed on its own, and a migration
+    cut short (killed, a full disk) left tables without their revision: every later start failed on
+    "table at_clusters already exists" or "duplicate column name". Here BEGIN is said by us (SQLAlchemy's
+    recipe for pysqlite): the whole upgrade commits, or none of it. In memory, the engine itself (a
+    second one would open another database)."""
+    database = engine.url.database
+    if not database or database == ":memory:" or "mode=memory" in str(engine.url.query):
+        yield engine
+        return
+    ddl = make_engine(engine.url.render_as_string(hide_password=False), poolclass=NullPool)
+
+    @event.listens_for(ddl, "connect")
+    def _no_implicit_begin(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(ddl, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now: a migration writes
+
+    try:
+        yield ddl
+    finally:
+        ddl.dispose()
 
 
 def _current_revision(conn: Connection, scripts: ScriptDirectory) -> str | None:
