@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import math
 import re
 import reprlib
@@ -19,6 +20,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -28,7 +31,10 @@ from autotuner.space import SpaceError
 from autotuner.store import NotFound
 from autotuner.store.db import finite_or_null
 from autotuner.tuning import StudyError, StudyExists
+from autotuner.tuning.lease import store_unavailable
 from trials.spec import SpecError, problem_of
+
+log = logging.getLogger("autotuner.api")
 
 
 class JSONAnswer(JSONResponse):
@@ -233,7 +239,32 @@ def _finite(value: Any, depth: int) -> Any:
     return value
 
 
+STORE_RETRY_S = 5  # Retry-After of a 503 for a store that did not answer: a restart or failover
+
+
+def unanswered(exc: BaseException) -> bool:
+    """Whether a database error says the store did not answer (gone, restarting, locked, full, out of
+    connections), not that a query or a row is wrong (SQLite's "no such column" is an
+    OperationalError too: a 500, not "try again")."""
+    return isinstance(exc, PoolTimeout) or store_unavailable(exc)
+
+
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """A database error: the store away (gone, restarting, locked, full) is a 503 that names it, with
+    Retry-After; it was a bare 500 and a traceback for every route but the config fetch. Any other is
+    the 500 it was (a bug, logged as one)."""
+    if not unanswered(exc):
+        raise exc
+    # The driver's words name the database's host: the log has them, a client gets the kind alone.
+    log.warning("%s %s: the store did not answer: %s", request.method, request.url.path, exc)
+    kind = type(getattr(exc, "orig", None) or exc).__name__
+    return JSONAnswer({"detail": f"the store did not answer ({kind}): nothing was read or changed, try again"},
+                      status_code=503, headers={"Retry-After": str(STORE_RETRY_S)})  # fmt: skip
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(DBAPIError, _store_error)
+    app.add_exception_handler(PoolTimeout, _store_error)
     app.add_exception_handler(RequestValidationError, _request)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(SpaceError, _space)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
+from api import errors
 from api.auth import AdminAccess, ReadAccess, WriteAccess, require
 from api.cache import StoreUnanswered
 from api.deps import CacheDep, SettingsDep, StoreDep
@@ -124,7 +125,9 @@ def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess
         return store.public_configs(
             store.config_history(cluster, workload, nodes, limit=limit, offset=offset)
         )
-    except Exception:  # one row an older version (or a hand) wrote: the page row by row
+    except Exception as exc:  # one row an older version (or a hand) wrote: the page row by row
+        if errors.unanswered(exc):  # no row's fault: the store's (a 503)
+            raise
         ids = store.config_history_ids(cluster, workload, nodes, limit=limit, offset=offset)
         return [_version(store, i) for i in ids]
 
@@ -234,6 +237,8 @@ def _check_servable(store: Any, cache: Any, cluster: str, workload: str, nodes: 
         row = store.config_row(cluster, workload, nodes, version)
         why = None if row is None else cache.why_unservable(row)
     except Exception as exc:  # its stored data cannot even be read
+        if errors.unanswered(exc):  # not the version's fault: the store's (a 503)
+            raise
         why = f"version {version} cannot be read ({type(exc).__name__})"
     if why:
         raise HTTPException(409, f"{why}: not made the served version, nothing changed")
