@@ -27,7 +27,7 @@ from autotuner.cli.claim_report import evidence_claim
 from autotuner.job.exports import MEDIA_TYPES
 from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
-from autotuner.store import ValidationTrigger
+from autotuner.store import ServedChanged, ValidationTrigger
 from autotuner.store.validations import brief
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
@@ -222,9 +222,12 @@ def rollback(cluster: Cluster, workload: Workload, store: StoreDep, cache: Cache
              body: RollbackRequest = NO_BODY_ROLLBACK) -> dict:  # fmt: skip
     """Serve the version before the current one (pins it). One that cannot be served is refused
     (409), nothing changed."""
-    older = store.rollback_target(cluster, workload, body.nodes)
+    served, older = store.rollback_target(cluster, workload, body.nodes)
     _check_servable(store, cache, cluster, workload, body.nodes, older)
-    row = store.pin_config(cluster, workload, body.nodes, older)
+    try:
+        row = store.pin_config(cluster, workload, body.nodes, older, served_now=served)
+    except ServedChanged as exc:
+        raise HTTPException(409, str(exc)) from exc
     cache.refresh()
     assert row is not None
     return store.public_config(row)

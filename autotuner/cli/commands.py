@@ -817,21 +817,25 @@ def configs_history(
 def _serve_change(
     ctx: typer.Context, db: str | None, key: tuple[str, str, int], target: Any, what: str
 ) -> None:
-    """Make `target()` (a version; None: the latest) the served one and say which version is served
-    now. A version that could not be served is refused, nothing changed, as REST refuses it (409):
-    making it the served one would break serving for the key where it works now."""
-    from autotuner.store import NotFound
+    """Make `target()` (a version, None: the latest; or (the version served now, the version): only if
+    that one is still served) the served one and say which version is served now. A version that could
+    not be served is refused, nothing changed, as REST refuses it (409): making it the served one would
+    break serving for the key where it works now."""
+    from autotuner.store import NotFound, ServedChanged
 
     store = _store(_db_of(ctx, db))
     cluster, workload, nodes = key
     try:
-        version = target(store)
+        wanted = target(store)
+        served_now, version = wanted if isinstance(wanted, tuple) else (None, wanted)
         if version is not None and (why := _why_unservable(store, key, version)):
             raise _fail(f"{cluster}/{workload} version {version} cannot be served ({why}): not made the served "
                         "version, nothing changed")  # fmt: skip
-        row = store.pin_config(cluster, workload, nodes, version)
+        row = store.pin_config(cluster, workload, nodes, version, served_now=served_now)
     except NotFound as exc:
         raise _fail(f"{exc} (`autotuner configs history` lists the versions)") from exc
+    except ServedChanged as exc:
+        raise _fail(str(exc), 1) from exc
     said = f"{row.nodes} node{'s' if row.nodes != 1 else ''}"
     err.print(shown(f"serving {row.cluster.name}/{row.workload.name} ({said}) version {row.version} ({what})"),
               highlight=False)  # fmt: skip

@@ -23,6 +23,10 @@ class NotFound(LookupError):
     pass
 
 
+class ServedChanged(RuntimeError):
+    """What a key serves changed since a change to it was decided (another writer's, meanwhile)."""
+
+
 class NameTaken(ValueError):
     """A row of that unique name exists (created by another process a moment ago, perhaps)."""
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from autotuner.names import check_name
-from autotuner.store.base import NotFound
+from autotuner.store.base import NotFound, ServedChanged
 from autotuner.store.models import (
     Cluster,
     Config,
@@ -230,14 +230,23 @@ class ConfigRecords(StudyRecords):
     def served_config(self, cluster: str, workload: str, nodes: int | None = None) -> Config | None:
         return pick_served(self.served_configs(cluster, workload), nodes)
 
-    def pin_config(self, cluster: str, workload: str, nodes: int, version: int | None) -> Config | None:
-        """Serve `version` regardless of newer publishes (None: unpin, serve the latest again). Reads
-        and changes by key, whatever the number of versions."""
+    def pin_config(
+        self, cluster: str, workload: str, nodes: int, version: int | None, *, served_now: int | None = None
+    ) -> Config | None:
+        """Serve `version` regardless of newer publishes (None: unpin, serve the latest again); returns
+        what is served then, read in the change's own transaction. `served_now`: only if that version is
+        still the one served (ServedChanged otherwise, nothing changed): a change decided on what was
+        served, such as a rollback, is not applied over another made meanwhile (three rollbacks at once
+        each pinned the version below the same one, and one answered a version no longer served).
+        Reads and changes by key, whatever the number of versions."""
         key = _of(cluster, workload, nodes)
         with self.session() as s:
             self._bump_generation(s)  # first: two pins at once must not leave two versions pinned
             if not s.scalar(select(func.count()).select_from(Config).where(*key)):
                 raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
+            if served_now is not None and (now := self._served_in(s, cluster, workload, nodes)) != served_now:
+                raise ServedChanged(f"{cluster}/{workload} {_at(nodes)}: the served version changed meanwhile "
+                                    f"(v{served_now} -> v{now}); nothing changed, ask again")  # fmt: skip
             if version is not None and (
                 not 1 <= version <= MAX_VERSION  # a bigger number is no version, not a driver error
                 or s.scalar(select(Config.id).where(*key, Config.version == version)) is None
@@ -253,7 +262,21 @@ class ConfigRecords(StudyRecords):
             s.execute(update(Config).where(*key, changes)
                       .values(pinned=Config.version == version if version is not None else False)
                       .execution_options(synchronize_session=False))  # fmt: skip
-        return self.served_config(cluster, workload, nodes)
+            heads = s.scalars(
+                select(Config).where(
+                    Config.id.in_(self._head_ids(Cluster.name == cluster, Workload.name == workload))
+                )
+            )
+            return pick_served(list(heads.unique()), nodes)
+
+    def _served_in(self, s: Session, cluster: str, workload: str, nodes: int) -> int | None:
+        """The version served at exactly `nodes`, read in session `s`."""
+        heads = s.scalars(
+            select(Config).where(
+                Config.id.in_(self._head_ids(Cluster.name == cluster, Workload.name == workload))
+            )
+        )
+        return next((c.version for c in heads.unique() if c.nodes == nodes), None)
 
     def config_row(self, cluster: str, workload: str, nodes: int, version: int) -> Config | None:
         """One version of a key (None: no such version)."""
@@ -266,12 +289,13 @@ class ConfigRecords(StudyRecords):
 
     def rollback_config(self, cluster: str, workload: str, nodes: int) -> Config:
         """Pin the version just below the one served now."""
-        result = self.pin_config(cluster, workload, nodes, self.rollback_target(cluster, workload, nodes))
+        served, older = self.rollback_target(cluster, workload, nodes)
+        result = self.pin_config(cluster, workload, nodes, older, served_now=served)
         assert result is not None
         return result
 
-    def rollback_target(self, cluster: str, workload: str, nodes: int) -> int:
-        """The version just below the one served now (NotFound: none)."""
+    def rollback_target(self, cluster: str, workload: str, nodes: int) -> tuple[int, int]:
+        """The version served now and the one just below it (NotFound: none)."""
         served = self.served_config(cluster, workload, nodes)
         if served is None or served.nodes != nodes:
             raise NotFound(f"no config for {cluster}/{workload} {_at(nodes)}")
@@ -283,7 +307,7 @@ class ConfigRecords(StudyRecords):
             )
         if older is None:
             raise NotFound(f"{cluster}/{workload} {_at(nodes)}: version {served.version} is the oldest")
-        return int(older)
+        return served.version, int(older)
 
 
 def _next_version(s: Session, key: tuple[Any, ...], names: tuple[str, str, int]) -> int:

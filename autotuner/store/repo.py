@@ -6,7 +6,7 @@ hold one object.
 
 from __future__ import annotations
 
-from autotuner.store.base import NameTaken, NotFound, env_hash
+from autotuner.store.base import NameTaken, NotFound, ServedChanged, env_hash
 from autotuner.store.configs import pick_served
 from autotuner.store.launches import CANDIDATE_SORT_KEYS, LaunchRecords
 from autotuner.store.validations import ValidationRecords
@@ -16,4 +16,12 @@ class Store(ValidationRecords, LaunchRecords):
     pass
 
 
-__all__ = ["CANDIDATE_SORT_KEYS", "NameTaken", "NotFound", "Store", "env_hash", "pick_served"]
+__all__ = [
+    "CANDIDATE_SORT_KEYS",
+    "NameTaken",
+    "NotFound",
+    "ServedChanged",
+    "Store",
+    "env_hash",
+    "pick_served",
+]
