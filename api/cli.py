@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -153,10 +155,36 @@ def _export_for_workers(settings: Any) -> None:
     if settings.workers > 1:
         os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
-        metrics_dir = settings.data_dir / "prometheus"
-        shutil.rmtree(metrics_dir, ignore_errors=True)
-        metrics_dir.mkdir(parents=True)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir())
+
+
+METRICS_PREFIX = "nccl-autotuner-metrics-"
+
+
+def metrics_dir(parent: Path | None = None) -> Path:
+    """A directory of this service's own for the workers' metric files, in memory (/dev/shm) where it
+    can be: they are mmap'd, and on a full disk each write faulted (SIGBUS), so that under the data
+    dir a full disk killed every worker, over and over, with nothing logged, and no request was
+    answered. Those of services gone (killed before they could remove theirs) are removed first."""
+    shm = Path("/dev/shm")
+    parent = parent or (shm if os.access(shm, os.W_OK | os.X_OK) else Path(tempfile.gettempdir()))
+    for old in parent.glob(f"{METRICS_PREFIX}*-*"):
+        pid = old.name[len(METRICS_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    made = Path(tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-", dir=parent))
+    atexit.register(shutil.rmtree, made, True)
+    return made
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def main(argv: list[str]) -> int:
