@@ -85,6 +85,12 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
         enabled = ", ".join(settings.allowed_executors)
         raise HTTPException(422, [invalid(["body", "settings", "executor"],
                                           f"{executor!r} is not enabled here (enabled: {enabled})")])  # fmt: skip
+    if executor == "replay" and "landscape" not in settings.options_for(executor):
+        # the engine's own words name executor_options.landscape, which a request cannot give
+        raise HTTPException(422, [invalid(["body", "settings", "executor"],
+                                          "the replay executor has no landscape here: executor options are the "
+                                          'operator\'s, set in AUTOTUNER_EXECUTOR_OPTIONS (e.g. {"replay": '
+                                          '{"landscape": "/path/to/landscape.json"}}), not a request\'s')])  # fmt: skip
     study_settings_ = study_settings(body.settings, workdir=str(default_workdir(settings.url, settings.data_dir)),
                                      executor_options=settings.options_for(executor))  # fmt: skip
     space = load_space(body.space)  # a preset's name or an object (StudyCreate): never a file

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -167,11 +168,19 @@ def _quality_progress(client: httpx.Client, study_id: int) -> str | None:
     return f"convergence check: training {last['candidates']} models"
 
 
+def browse_again(data: Path, port: int) -> str:
+    """The command that serves this demo's results again: this environment's `autotuner` (a fresh
+    `make demo` leaves none on PATH), the port the demo took, every path quoted for the shell."""
+    autotuner = Path(sys.executable).parent / "autotuner"
+    return (f"AUTOTUNER_DATA_DIR={shlex.quote(str(data))} AUTOTUNER_PUBLIC_READ=1 {shlex.quote(str(autotuner))} "
+            f"serve --port {port}")  # fmt: skip
+
+
 def _linger(url: str, data: Path, service: subprocess.Popen, keep: bool) -> None:
     if not keep:
-        console.print(
-            f"\nto browse the results again: AUTOTUNER_DATA_DIR={data} AUTOTUNER_PUBLIC_READ=1 autotuner serve"
-        )
+        port = int(url.rsplit(":", 1)[1])
+        console.print(f"\nto browse the results again (until the next `make demo`, which starts afresh): "
+                      f"{browse_again(data, port)}", soft_wrap=True, highlight=False)  # fmt: skip
         return
     console.print(f"\nthe service keeps running at {url} (Ctrl-C to stop)")
     try:

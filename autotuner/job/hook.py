@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
-from autotuner.job.fingerprint import HEADER, compare, encode, timed_detect
+from autotuner.job.fingerprint import HEADER, compare, encode, stack_changed, timed_detect
 from autotuner.names import BadName, is_name
 from autotuner.text import printable
 
@@ -524,7 +524,7 @@ def _warn_dropped(dropped: Dropped, source: str) -> None:
         _warn(printable(f"not exported from {source}: {what}"))
 
 
-def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str | None:
+def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> tuple[str, str] | None:
     """What differs between the stack the config was validated on and this job's, as one line; None
     when nothing known differs. Computed here for every source alike (service, cache, store): what
     a config says it was validated on is only compared and printed, never acted on."""
@@ -536,7 +536,16 @@ def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> str 
     if match is not False:
         return None
     label = config["exports"].get("AUTOTUNER_CONFIG", "the config")
-    return mismatch_note(label, validated_on, diff)
+    return mismatch_note(label, validated_on, diff), _what_follows(diff)
+
+
+def _what_follows(diff: dict[str, list[str]]) -> str:
+    """What the service does with the difference, for the warning: another stack asks for a
+    re-validation there; a node count alone is reported, never a trigger (a re-validation measures the
+    config's own node count: it said "`autotuner revalidate` checks it holds here" all the same)."""
+    if stack_changed(diff):
+        return "the service is told; `autotuner revalidate` checks it holds here"
+    return "reported only: a study at this node count tunes for it"
 
 
 def _comments(dropped: Dropped) -> str:
@@ -659,9 +668,9 @@ def env_main(argv: list[str]) -> int:
     except Exception as exc:  # cannot happen to a checked config; the job starts regardless
         _warn(printable(f"could not render the config: {type(exc).__name__}: {exc}"))
         config, text = None, "# nccl-autotuner: no config (it could not be rendered)\n"
-    note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
+    note, follows = fingerprint_note(config, getattr(args, "job_fingerprint", {})) or ("", "")
     if note:
-        _warn(f"{note} (the service is told; `autotuner revalidate` checks it holds here)")
+        _warn(f"{note} ({follows})")
     if args.format == "json":
         _stdout((text if config is not None else "null") + "\n")
     else:
@@ -694,9 +703,9 @@ def exec_main(argv: list[str]) -> int:
         config, _ = resolve(args)
         if config is not None:
             env.update(config["exports"])  # checked: names and string values a config may set
-        note = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
-        if note:
-            _warn(note)
+        noted = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
+        if noted:
+            _warn(f"{noted[0]} ({noted[1]})")
     except UsageError as exc:
         _warn(printable(f"{exc}: no tuned config, running the command with its own environment"))
     except SystemExit:  # --help (argparse exits 0 after printing it): the command still runs

@@ -171,3 +171,19 @@ def test_a_422_echoes_a_value_nested_past_python_s_limit_as_a_short_repr():
     assert error["loc"] == ["body", "allow_risky", 0]
     assert error["input"] == "[[[[...]]]]"
     assert error["ctx"] == {"limit": "nan"}
+
+
+def test_a_replay_study_where_the_operator_set_no_landscape_says_where_it_is_set(tmp_path):
+    """It said "needs executor_options.landscape", a field a request cannot give (extra_forbidden)."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, tokens="w:write", scheduler=False, executors="replay")
+    with TestClient(create_app(settings), headers={"Authorization": "Bearer w"}) as client:
+        response = client.post("/v1/studies", json=replay_study_body("no-landscape"))
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "settings", "executor"]
+    assert "set in AUTOTUNER_EXECUTOR_OPTIONS" in error["msg"]

@@ -557,3 +557,12 @@ def test_a_study_whose_runner_stopped_says_so_on_the_list_and_its_page(browser, 
         assert errors == []
     finally:
         srv.kill()
+
+
+def test_the_configs_page_gives_the_hook_command_with_this_services_address(tmp_path):
+    """Without --server (nor AUTOTUNER_SERVER) the hook prints nothing: the page's command did nothing."""
+    with TestClient(
+        create_app(Settings(data_dir=tmp_path, scheduler=False)), base_url="http://tuner:8000"
+    ) as c:
+        page = c.get("/configs").text
+    assert "<code>autotuner env --server http://tuner:8000 --cluster C --workload W</code>" in page

@@ -109,3 +109,19 @@ def test_a_search_that_ends_early_fills_its_bar(monkeypatch):
     last = console.export_text().strip().splitlines()[-1]
     assert last.startswith("done")
     assert "2/2" in last
+
+
+def test_the_demos_browse_again_command_runs_as_printed(tmp_path):
+    """It said `autotuner serve`, not on PATH after `make demo`, on port 8000 whatever port the demo took."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from autotuner.cli.demo import browse_again
+
+    data = tmp_path / "a dir"
+    words = shlex.split(browse_again(data, 8123))
+    assert words[:2] == [f"AUTOTUNER_DATA_DIR={data}", "AUTOTUNER_PUBLIC_READ=1"]
+    assert Path(words[2]) == Path(sys.executable).parent / "autotuner"
+    assert Path(words[2]).exists()
+    assert words[3:] == ["serve", "--port", "8123"]

@@ -233,3 +233,19 @@ def test_a_trial_result_reads_as_the_hook_would_report_its_node():
                                             "aws_ofi_nccl": "1.9.1-aws", "nodes": "2"}  # fmt: skip
     cpu = {"device": "cpu", "device_name": "AMD EPYC", "nnodes": 1, "versions": {"torch": "2.13.0+cpu"}}
     assert comparable(recorded(cpu), nodes=1) == {"nodes": "1"}  # a processor is not a GPU model
+
+
+def test_the_hooks_warning_says_what_the_service_does_with_the_difference():
+    """A node count alone is reported, never a trigger: it said "`autotuner revalidate` checks it holds
+    here", and a re-validation measures the config's own node count."""
+    from autotuner.job.hook import fingerprint_note
+
+    config = {"exports": {"AUTOTUNER_CONFIG": "c/w/1n/v1"},
+              "validated_on": {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "1"}}  # fmt: skip
+    nodes_only = fingerprint_note(config, {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "2"})
+    assert nodes_only is not None
+    assert nodes_only[1] == "reported only: a study at this node count tunes for it"
+    upgraded = fingerprint_note(config, {"driver": "570.86.15", "nccl": "2.21.5", "nodes": "1"})
+    assert upgraded is not None
+    assert upgraded[1] == "the service is told; `autotuner revalidate` checks it holds here"
+    assert fingerprint_note(config, {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "1"}) is None
