@@ -395,6 +395,9 @@
    * config served before, if any, stays. Its outcome names the baseline as chosen, which is not served.
    * Its decision ends in the engine's words for it (autotuner.tuning.confirm.KEPT_SERVED). */
   const KEPT_SERVED = "nothing published (the config served before, if any, stays)";
+  // A study whose search found nothing faster than the baseline (autotuner.tuning.confirm.BASELINE_BEST):
+  // no finalist was confirmed, or compared, at all.
+  const BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)";
   const keptServed = (study) => study.state === "done" && (study.settings || {}).publish !== false
     && !isNum((study.outcome || {}).published_version) && ((study.outcome || {}).decision || "").endsWith(KEPT_SERVED);
   /** "1.17× (95% CI 1.14–1.19)": the finalist's own confirmation, or null. */
@@ -702,6 +705,8 @@
       const ended = ENDED_HOW[study.state];
       chartMessage("chart-ladder", ACTIVE.has(study.state) ? "The ladder is measured after the finalist is confirmed."
         : ended ? `No ladder: the study ${ended} before the ladder was measured.`
+        : (outcome.decision || "").endsWith(BASELINE_BEST)
+          ? "No ladder: no setting measured beat the baseline, so no finalist was compared with it."
         : !confirmed ? "No ladder: the finalist was not confirmed faster than the baseline."
         : outcome.ladder ? "No ladder: this study skipped it (ladder_rounds 0)."
         : "No ladder: this study ran before ladders were measured.");

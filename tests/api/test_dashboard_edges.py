@@ -15,7 +15,14 @@ import pytest
 from autotuner.store import Store, utcnow
 from autotuner.tuning.lease import owner_id
 from tests.api.service import TOKENS
-from tests.api.test_dashboard import ARTIFACTS, browser, enter_token, open_page, study_page  # noqa: F401
+from tests.api.test_dashboard import (  # noqa: F401
+    ARTIFACTS,
+    browser,
+    enter_token,
+    open_page,
+    study_page,
+    wait_for_text,
+)
 from tests.helpers import LANDSCAPE
 
 PAST_INT_DIGITS = "1" * 5000  # int() of over 4,300 digits raises ValueError
@@ -193,6 +200,18 @@ def test_an_ended_study_promises_nothing_more(browser, module_server):  # noqa: 
     assert page.inner_text("#trials tbody") == "No trials: the study failed before any was measured."
     assert "yet" not in page.inner_text("#panel-outcome")
     assert page.inner_text("#chart-ladder") == "No ladder: the study failed before the ladder was measured."
+
+    # nothing beat the baseline: no finalist was compared with it at all (it said one was not confirmed)
+    from autotuner.tuning.confirm import BASELINE_BEST
+
+    baseline_best, _ = plant_study(srv, "baseline-best", "done", candidates=[
+        {"kind": "baseline", "samples_per_s": 27_000.0}, {"samples_per_s": 14_800.0}],
+        outcome={"decision": BASELINE_BEST, "published_version": 1})  # fmt: skip
+    page.goto(f"{srv.url}/studies/{baseline_best}")
+    wait_for_text(page, "chart-ladder", "No ladder")
+    assert page.inner_text("#chart-ladder") == (
+        "No ladder: no setting measured beat the baseline, so no finalist was compared with it."
+    )
     assert errors == []
 
 

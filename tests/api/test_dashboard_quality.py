@@ -226,9 +226,12 @@ def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_publish
 
 def test_the_page_knows_the_engine_s_words_for_a_study_that_kept_the_served_config():
     from api.dashboard import STATIC
-    from autotuner.tuning.confirm import KEPT_SERVED
+    from autotuner.tuning.confirm import BASELINE_BEST, KEPT_SERVED
 
     assert f'const KEPT_SERVED = "{KEPT_SERVED}";' in (STATIC / "app.js").read_text()
+    # and of one whose search found nothing faster than the baseline ("the finalist was not confirmed
+    # faster than the baseline", it said, where no finalist was compared at all)
+    assert f'const BASELINE_BEST = "{BASELINE_BEST}";' in (STATIC / "app.js").read_text()
 
 
 @pytest.mark.browser
