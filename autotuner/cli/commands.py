@@ -447,13 +447,15 @@ def _progress_bar(total: int) -> Iterator[Any]:
         TextColumn("{task.fields[status]}", markup=False), console=err, transient=False,
     ) as bar:  # fmt: skip
         task = bar.add_task("baseline", total=total, status="")
+        best_yet = [0.0]  # the study's best measured so far (each launch's own best jumped up and down)
 
         def ended(launch: Any, rows: list[Any]) -> None:
             ok = [r for r in rows if r.state == CandidateState.OK]
             # a quality launch trains and scores models: its rows have no throughput
             best = max((r.samples_per_s for r in ok if r.samples_per_s), default=None)
+            best_yet[0] = max(best_yet[0], best or 0.0)
             status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
-                f", best {best:,.0f} samples/s" if best else ""
+                f", {best:,.0f} samples/s (best so far {best_yet[0]:,.0f})" if best else ""
             )
             wall = (launch.summary or {}).get("wall_s")
             if launch.kind == LaunchKind.QUALITY and wall:  # the convergence check's cost, said as it ends
@@ -468,8 +470,13 @@ def _progress_bar(total: int) -> Iterator[Any]:
             )  # the scheduler's words: shown, not obeyed
             bar.update(task, status=f"launch {launch.seq} {launch.kind} {said}")
 
-        yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting,
-                             on_phase=lambda phase: bar.update(task, description=phase))  # fmt: skip
+        def phase(name: str) -> None:
+            if name not in ("baseline", "search"):  # the search is over: the bar ends where it did
+                done = bar.tasks[0].completed
+                bar.update(task, total=done, completed=done)  # it stayed at 2/4 through confirm and ladder
+            bar.update(task, description=name)
+
+        yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting, on_phase=phase)
 
 
 def _print_outcome(store: Any, study: Any) -> None:

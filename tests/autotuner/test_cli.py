@@ -310,3 +310,32 @@ def test_an_executor_option_given_twice_is_refused_not_the_last_taken(tmp_path):
     both = runner.invoke(app, [*args, "--executor-option", "landscape=/a.json", "--landscape", "/b.json"])
     assert both.exit_code == 2, both.output
     assert "given twice (and as --landscape)" in both.output
+
+
+def test_the_tune_bar_ends_with_the_search_and_keeps_the_studys_best(monkeypatch):
+    """From a new user's walk: the bar stayed at 2/4 through confirm and ladder when the search ended
+    early, and "best" was each launch's own (68,017, then 40,187, then 12,145)."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import autotuner.cli.commands as commands
+
+    shown = io.StringIO()
+    monkeypatch.setattr(commands, "err", Console(file=shown, width=200, force_terminal=False))
+
+    def row(samples_per_s: float) -> SimpleNamespace:
+        return SimpleNamespace(state="ok", samples_per_s=samples_per_s)
+
+    with commands._progress_bar(5) as progress:
+        progress.on_phase("baseline")
+        progress.on_launch_end(SimpleNamespace(seq=1, kind="baseline", summary={}), [row(27_000.0)])
+        progress.on_phase("search")
+        progress.on_launch_end(SimpleNamespace(seq=2, kind="search", summary={}), [row(68_000.0)])
+        progress.on_launch_end(SimpleNamespace(seq=3, kind="search", summary={}), [row(40_000.0)])
+        progress.on_phase("confirm")
+    last = shown.getvalue().strip().splitlines()[-1]
+    assert last.startswith("confirm ")
+    assert " 3/3 " in last  # the search ended after 3 of the 5 launches budgeted: the bar ends there
+    assert last.endswith("launch 3 search: 1/1 ok, 40,000 samples/s (best so far 68,000)")
