@@ -591,8 +591,15 @@
     setText("kpi-base-sub", base ? pointText(base) : "measured first");
     const bestEnv = $("best-env");
     if (best) {
+      // A variable that cannot act where the study measures was set in the trial, but is never exported:
+      // shown apart, so that "Best env NCCL_NET=Socket" is not read as what jobs get.
+      const inert = study.inert || {};
+      const acting = Object.fromEntries(Object.entries(best.env || {}).filter(([k]) => !(k in inert)));
+      const idle = Object.fromEntries(Object.entries(best.env || {}).filter(([k]) => k in inert));
       fill(bestEnv, el("span", { class: "k" }, fastestOnly ? "Fastest measured env (not published)" : "Best env"),
-        envText(best.env) ? el("code", {}, envText(best.env)) : el("span", { class: "faint" }, "defaults (no overrides)"),
+        envText(acting) ? el("code", {}, envText(acting)) : el("span", { class: "faint" }, "defaults (no overrides)"),
+        envText(idle) ? el("span", { class: "faint", title: Object.keys(idle).map((k) => `${k}: ${inert[k]}`).join("\n") },
+          ` · also set, inert here (never exported): ${envText(idle)}`) : null,
         best.sharding ? el("span", { class: "faint" }, ` · ${best.sharding}`) : null);
     } else {
       fill(bestEnv);

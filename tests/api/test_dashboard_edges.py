@@ -220,9 +220,10 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     srv = module_server
     study_id, (base, fastest, published) = plant_study(srv, "inert-fastest", "done", candidates=[
         {"kind": "baseline", "samples_per_s": 10_000.0},
-        {"env": {"NCCL_NSOCKS_PERTHREAD": "4"}, "samples_per_s": 56_000.0},  # inert where measured: never exported
+        # inert where measured: never exported
+        {"env": {"NCCL_NSOCKS_PERTHREAD": "4", "NCCL_NET": "Socket"}, "samples_per_s": 56_000.0},
         {"env": {"NCCL_ALGO": "Ring"}, "samples_per_s": 41_000.0},
-    ])  # fmt: skip
+    ], inert={"NCCL_NET": "no NET transport between ranks of one node"})  # fmt: skip
     store = Store(f"sqlite:///{srv.data_dir / 'autotuner.db'}")
     try:
         store.update_study(study_id, best_candidate_id=fastest, baseline_candidate_id=base, outcome={
@@ -246,6 +247,9 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     assert page.inner_text("#kpi-best") == "56,000"
     assert "not published" in page.inner_text("#best-env")
     assert "NCCL_NSOCKS_PERTHREAD=4" in page.inner_text("#best-env")
+    # an inert variable set in the trial is said apart: it read as part of the env jobs get
+    assert page.inner_text("#best-env code") == "NCCL_NSOCKS_PERTHREAD=4"
+    assert "also set, inert here (never exported): NCCL_NET=Socket" in page.inner_text("#best-env")
     assert page.inner_text("#kpi-speedup-label") == "Confirmed speedup (published)"
     shown = page.inner_text("#published-env")
     assert shown.startswith("Published trial")
