@@ -1092,7 +1092,7 @@ def lint(
     allow_risky: Annotated[list[str] | None, typer.Option(help="risky variables you accept")] = None,
 ) -> None:
     """Check a search space file, or a set of KEY=VALUE variables for a job. Exit 2 on errors."""
-    from autotuner.envvars import format_problems, lint_env, parse_assignments
+    from autotuner.envvars import lint_env, parse_assignments
     from autotuner.space import allow_risky_problems, lint_space
 
     if file is None and not env:
@@ -1110,10 +1110,28 @@ def lint(
         problems += allow_risky_problems(allow_risky or []) + lint_env(pairs, allow_risky=allow_risky or ())
     errors = [p for p in problems if p.severity == "error"]
     if problems:
-        err.print(format_problems(problems), highlight=False, markup=False)
+        err.print(_problem_table(problems))
+        warnings = len(problems) - len(errors)
+        err.print(f"{len(errors)} error{'s' if len(errors) != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}",
+                  highlight=False)  # fmt: skip
     if errors:
         raise typer.Exit(2)
-    err.print("[green]ok[/green]" + (f" ({len(problems)} warnings)" if problems else ""))
+    err.print("[green]ok[/green]" + (" (warnings only)" if problems else ""))
+
+
+def _problem_table(problems: list[Any]) -> Table:
+    """One row a problem, its message wrapped in its own column (it wrapped back to column 0, under
+    the variables, and said no severity): the values in it are a file's or a command line's, shown."""
+    table = _narrow_table("problems")
+    table.add_column("variable", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("problem", overflow="fold", ratio=1)
+    for p in problems:
+        severity = str(p.severity.value if hasattr(p.severity, "value") else p.severity)
+        table.add_row(shown(p.variable), shown(severity, "red" if severity == "error" else "yellow"),
+                      shown(p.rule), shown(p.message))  # fmt: skip
+    return table
 
 
 # ---------------------------------------------------------------------------------------- prune

@@ -339,3 +339,18 @@ def test_the_tune_bar_ends_with_the_search_and_keeps_the_studys_best(monkeypatch
     assert last.startswith("confirm ")
     assert " 3/3 " in last  # the search ended after 3 of the 5 launches budgeted: the bar ends there
     assert last.endswith("launch 3 search: 1/1 ok, 40,000 samples/s (best so far 68,000)")
+
+
+def test_lint_says_each_problem_in_a_table_with_its_severity_and_counts_them():
+    """Its messages wrapped back to column 0 under the variables, with no severity and no count."""
+    result = runner.invoke(app, ["lint", "--env", "NCCL_BUFFSIZE=4MB", "--env", "NCCL_NSOCKS_PERTHREAD=16",
+                                 "--env", "NCCL_SOCKET_NTHREADS=8"], env={"COLUMNS": "80"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("variable"))
+    assert header.split() == ["variable", "severity", "rule", "problem"]
+    column = header.index("problem")
+    rows = lines[lines.index(header) + 2 : -1]
+    assert all(not line[:column].strip() or line.split()[1] == "error" for line in rows), rows
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    assert lines[-1] == "2 errors, 0 warnings"
