@@ -14,18 +14,25 @@ from typing import IO, Annotated, Any
 import typer
 from rich.console import Console
 
+from api.settings import Settings
 from autotuner.cli.terminal import labelled, shown
 from autotuner.store.db import shown_url
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+# Each option's help with the default the settings take when neither it nor its variable is given.
+_HELP = {
+    name: f"{what} ({variable}; default {Settings.model_fields[name].default})"
+    for name, what, variable in (("host", "bind address", "AUTOTUNER_HOST"), ("port", "port", "AUTOTUNER_PORT"),
+                                 ("workers", "API processes", "AUTOTUNER_WORKERS"))
+}  # fmt: skip
 err = Console(stderr=True)
 
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="bind address (AUTOTUNER_HOST)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (AUTOTUNER_PORT)")] = None,
-    workers: Annotated[int | None, typer.Option(help="API processes (AUTOTUNER_WORKERS)")] = None,
+    host: Annotated[str | None, typer.Option(help=_HELP["host"])] = None,
+    port: Annotated[int | None, typer.Option(help=_HELP["port"])] = None,
+    workers: Annotated[int | None, typer.Option(help=_HELP["workers"])] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help="SQLAlchemy URL of the store")] = None,
     scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
 ) -> None:  # fmt: skip
@@ -34,7 +41,6 @@ def serve(
 
     from api.cache import SharedGeneration
     from api.scheduler import SchedulerProcess, scheduler_env
-    from api.settings import Settings
 
     overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
                                                    "database_url": db, "scheduler": scheduler}.items()

@@ -1218,11 +1218,16 @@ def exec_cmd(ctx: typer.Context) -> None:
 # ---------------------------------------------------------------------------------------- plugins
 
 
+# What the plugins this project ships do, said without importing them (the list stays light).
+PLUGIN_HELP = {"serve": "Run the service: REST API, dashboard and the study scheduler"}
+
+
 def _add_plugins() -> None:
     """Commands other packages register (group `autotuner.commands`, e.g. `serve` from api): listed
     here by name, imported only when run, so the engine's CLI knows nothing of them."""
     for entry in entry_points(group="autotuner.commands"):
-        app.command(entry.name, help=f"{entry.name} (from {entry.module}; `autotuner {entry.name} --help`)",
+        what = PLUGIN_HELP.get(entry.name, f"{entry.name}, from {entry.module}")
+        app.command(entry.name, help=f"{what} (`autotuner {entry.name} --help` for its options)",
                     **_HOOK)(_plugin(entry))  # fmt: skip
 
 

@@ -354,3 +354,23 @@ def test_lint_says_each_problem_in_a_table_with_its_severity_and_counts_them():
     assert all(not line[:column].strip() or line.split()[1] == "error" for line in rows), rows
     assert all(len(line.rstrip()) <= 80 for line in lines)
     assert lines[-1] == "2 errors, 0 warnings"
+
+
+def test_the_help_says_what_serve_does_and_its_defaults():
+    """`autotuner --help` said "serve (from api.cli; ...)", and `serve --help` no default at all."""
+    import subprocess
+    import sys
+
+    listing = subprocess.run([sys.executable, "-m", "autotuner", "--help"], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "200"}, timeout=60)  # fmt: skip
+    assert "Run the service: REST API, dashboard and the study scheduler" in listing.stdout
+    assert "from api.cli" not in listing.stdout
+    serve = subprocess.run([sys.executable, "-m", "autotuner", "serve", "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "200"}, timeout=60)  # fmt: skip
+    assert serve.returncode == 0, serve.stderr
+    for said in (
+        "AUTOTUNER_HOST; default 127.0.0.1",
+        "AUTOTUNER_PORT; default 8000",
+        "AUTOTUNER_WORKERS; default 2",
+    ):
+        assert said in serve.stdout
