@@ -8,6 +8,7 @@ import inspect
 import json
 import math
 import re
+import signal
 import sys
 import types
 import typing
@@ -350,7 +351,7 @@ def tune(**options: Any) -> None:
                                 f" (id {row.id}) already {row.state}: see `autotuner studies`" if ended
                                 else f" (id {row.id}, {row.state})"), highlight=False)  # fmt: skip
     budget = row.settings.get("trials") if isinstance(row.settings, dict) else None
-    with _progress_bar((budget if isinstance(budget, int) else 0) + 1) as progress:
+    with _progress_bar((budget if isinstance(budget, int) else 0) + 1) as progress, _terminate_as_interrupt():
         try:
             driver = driver_for(store, row, make_executor, progress=progress)
         except UNRUNNABLE as exc:
@@ -367,6 +368,22 @@ def tune(**options: Any) -> None:
     _print_outcome(store, final)
     if final.state != StudyState.DONE:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, systemd, a batch system's stop) as Ctrl-C: the running launch cancelled and the
+    study's lease let go at once; killed by it, the tuner held the lease until it lapsed, and a runner
+    on another host waited that long to resume the study."""
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 _ORDER = {name: i for i, name in enumerate(n for names in PANELS.values() for n in names)}

@@ -110,3 +110,29 @@ def _session_of(pid: int) -> int | None:
             )  # after "pid (comm) state ppid pgrp": session
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_sigterm_stops_the_tuner_as_ctrl_c_does_and_lets_the_study_go(tmp_path):
+    """Killed by SIGTERM (kill, systemd, a batch system's stop), the tuner held the study's lease until
+    it lapsed: a runner on another host waited that long. Now it is Ctrl-C's path: the launch cancelled,
+    the lease let go, the study resumable."""
+    from tests.helpers import LANDSCAPE
+
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    (tmp_path / "w.json").write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    (tmp_path / "s.json").write_text(json.dumps({"env": {}, "precisions": [["fp32", "fp32"]],
+                                                 "batch_sizes": [64, 256], "allow_batch_change": True}))  # fmt: skip
+    first = tune(tmp_path, db, "--executor", "replay", "--landscape", str(LANDSCAPE), "--executor-option",
+                 "delay_s=600", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space",
+                 str(tmp_path / "s.json"), "--study", "termed", "--trials", "2")  # fmt: skip
+    store = Store(db)
+    launches_when(store, "termed", lambda ls: ls and ls[-1].backend_id is not None, first, 120,
+                  "the baseline launch never started")  # fmt: skip
+    assert store.study("termed").owner is not None
+    first.send_signal(signal.SIGTERM)
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode == 130, output
+    assert "autotuner tune --study termed" in output
+    study = store.study("termed")
+    assert (study.state, study.owner) == ("running", None)  # let go at once: resumable anywhere
+    store.dispose()
