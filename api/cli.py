@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
 import shutil
@@ -162,34 +163,42 @@ def _export_for_workers(settings: Any) -> None:
         os.environ["AUTOTUNER_SUPERVISOR_PID"] = str(os.getpid())  # the workers' parent
         # Counters and latency histograms live in each worker: Prometheus' multiprocess mode sums them.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir())
+        shutil.rmtree(settings.data_dir / "prometheus", ignore_errors=True)  # where versions before put them
 
 
 METRICS_PREFIX = "nccl-autotuner-metrics-"
+OWNER_LOCK = ".owner.lock"  # in each service's metrics dir, flock'd by it for as long as it runs
+_held: list[IO[bytes]] = []  # the lock files this process holds (closed, a lock is let go)
 
 
 def metrics_dir(parent: Path | None = None) -> Path:
     """A directory of this service's own for the workers' metric files, in memory (/dev/shm) where it
     can be: they are mmap'd, and on a full disk each write faulted (SIGBUS), so that under the data
     dir a full disk killed every worker, over and over, with nothing logged, and no request was
-    answered. Those of services gone (killed before they could remove theirs) are removed first."""
+    answered. Those of services gone (killed before they could remove theirs) are removed first: a dir
+    is gone when its owner's lock can be taken, which holds across PID namespaces (a container sharing
+    /dev/shm), where a pid says nothing."""
     shm = Path("/dev/shm")
     parent = parent or (shm if os.access(shm, os.W_OK | os.X_OK) else Path(tempfile.gettempdir()))
-    for old in parent.glob(f"{METRICS_PREFIX}*-*"):
-        pid = old.name[len(METRICS_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+    for old in parent.glob(f"{METRICS_PREFIX}*"):
+        if _owner_gone(old):
             shutil.rmtree(old, ignore_errors=True)
-    made = Path(tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-", dir=parent))
+    made = Path(tempfile.mkdtemp(prefix=METRICS_PREFIX, dir=parent))
+    lock = open(made / OWNER_LOCK, "ab")  # held open for the process's life: closed, the lock goes
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _held.append(lock)
     atexit.register(shutil.rmtree, made, True)
     return made
 
 
-def _alive(pid: int) -> bool:
+def _owner_gone(folder: Path) -> bool:
+    """Whether the service that made `folder` is gone: its lock can be taken. One without a lock (being
+    made this moment, or an older version's) is left alone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(folder / OWNER_LOCK, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # no lock file, or held: its service runs
         return False
-    except PermissionError:  # another user's: alive
-        return True
     return True
 
 
