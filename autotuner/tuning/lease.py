@@ -88,20 +88,33 @@ def store_unavailable(exc: BaseException) -> bool:
     return False
 
 
+# A PostgreSQL driver's own words for a server it could not reach for now: refused, reset, restarting,
+# out of connection slots. Not "does not exist" nor "authentication failed": a wrong URL or password is
+# no outage, and waiting for it would retry forever.
+PG_AWAY = ("connection refused", "the database system is starting up", "the database system is shutting down",
+           "the database system is in recovery mode", "server closed the connection", "connection reset",
+           "could not receive data from server", "could not send data to server", "timeout expired",
+           "no route to host", "network is unreachable", "could not translate host name", "too many clients",
+           "remaining connection slots are reserved", "ssl syscall error", "consuming input failed")  # fmt: skip
+
+
 def _unreached(error: Any) -> bool:
-    """A PostgreSQL driver's own failure to reach the server (refused, reset, "the database system is
-    shutting down" while connecting): no server answered, so no SQLSTATE. It failed the study for good
-    (a restart of PostgreSQL while a study ran)."""
+    """A PostgreSQL driver's own failure to reach the server for now (PG_AWAY): such errors carry no
+    SQLSTATE (no server answered, or it answered while connecting), and a restart of PostgreSQL while a
+    study ran failed the study for good."""
     from sqlalchemy.exc import InterfaceError, OperationalError
 
     orig = error.orig
     driver = type(orig).__module__.split(".")[0]
     code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return (
-        isinstance(error, OperationalError | InterfaceError)
-        and driver in ("psycopg", "psycopg2")
-        and not code
-    )
+    if (
+        not isinstance(error, OperationalError | InterfaceError)
+        or driver not in ("psycopg", "psycopg2")
+        or code
+    ):
+        return False
+    said = str(orig).lower()
+    return any(words in said for words in PG_AWAY)
 
 
 def owner_id() -> str:

@@ -191,3 +191,23 @@ def test_a_postgresql_that_refuses_the_connection_is_away_for_now(store: Store, 
     assert (store.study(study.id).state, store.study(study.id).error) == ("running", None)
     final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
     assert final.state == "done", final.error
+
+
+@pytest.mark.postgres
+def test_a_wrong_database_name_is_no_outage(store_url):
+    """A database or role that does not exist is said by the server while connecting, with no SQLSTATE
+    either: taken for an outage, a wrong URL was retried forever (and answered 503 "try again")."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
+    if not store_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's own words")
+    wrong = make_url(store_url).set(database="no_such_database_here")
+    engine = sa.create_engine(wrong)
+    try:
+        with pytest.raises(OperationalError) as caught, engine.connect():
+            pass
+    finally:
+        engine.dispose()
+    assert "does not exist" in str(caught.value)
+    assert not store_unavailable(caught.value)
