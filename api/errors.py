@@ -163,8 +163,8 @@ async def _http(request: Request, exc: Exception) -> Response:
     """FastAPI's own answer to an HTTPException, except its 400 for a body Python's JSON parser gave up
     on, which said only that the body could not be parsed: it says why."""
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 405:
-        exc = HTTPException(405, exc.detail, headers={"Allow": _allowed(request)})
+    if exc.status_code == 405 and (allowed := _allowed(request)):  # inside a mount: its own answer stands
+        exc = HTTPException(405, exc.detail, headers={"Allow": allowed})
     why = _unparsed(exc.__cause__) if exc.status_code == 400 and exc.detail == PARSE_FAILED else None
     if why is None:
         return await http_exception_handler(request, exc)

@@ -104,3 +104,11 @@ def test_a_method_the_path_does_not_take_is_answered_with_every_one_it_does(
     response = module_server.client("write").request(method.upper(), path)
     assert response.status_code == 405, response.text
     assert response.headers["allow"] == allowed
+
+
+def test_a_method_a_mounted_path_does_not_take_keeps_its_own_allow(module_server):
+    """Inside the /static mount no top-level route matches: the Allow header read "" (nothing allowed)."""
+    response = module_server.client("read").put("/static/app.js")
+    assert response.status_code == 405
+    assert response.headers.get("allow", "GET") != ""  # the mount's own answer, where it gives one
+    assert "GET" in response.headers.get("allow", "GET")
