@@ -92,9 +92,9 @@ def _opened(url: str, parsed: Any, where: str, create: bool, unavailable: int) -
     from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError
 
     from autotuner.store import Store
-    from autotuner.store.db import SchemaError, foreign_sqlite_tables, missing_sqlite_file
+    from autotuner.store.db import SchemaError, foreign_sqlite_tables, in_memory, missing_sqlite_file
 
-    if _in_memory(parsed):  # before: a study tuned into it, then gone at exit
+    if in_memory(parsed):  # before: a study tuned into it, then gone at exit
         raise _fail(f"--db {where} is an in-memory SQLite store: what is written there is gone when the "
                     "command exits; give a file, e.g. sqlite:////srv/autotuner/autotuner.db")  # fmt: skip
     missing = missing_sqlite_file(url)
@@ -123,16 +123,6 @@ def _opened(url: str, parsed: Any, where: str, create: bool, unavailable: int) -
                         "store through a -shm file beside it: open a copy on a writable file system)") from exc  # fmt: skip
         code = unavailable if isinstance(exc, OperationalError) else 2  # a server that does not answer
         raise _fail(f"cannot open the store {where}: {why}", code) from exc
-
-
-def _in_memory(parsed: Any) -> bool:
-    """A SQLite URL whose store lives in this process only (sqlite://, :memory:, mode=memory)."""
-    if parsed.get_backend_name() != "sqlite":
-        return False
-    database = parsed.database or ""
-    mode = parsed.query.get("mode")
-    return (database in ("", ":memory:") or database.startswith("file::memory:")
-            or "mode=memory" in database or mode == "memory" or (isinstance(mode, tuple) and "memory" in mode))  # fmt: skip
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

@@ -179,6 +179,16 @@ def migrate(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+def in_memory(url: Any) -> bool:
+    """A SQLite URL (parsed) whose store lives in this process only (sqlite://, :memory:, mode=memory)."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    database = url.database or ""
+    mode = url.query.get("mode")
+    return (database in ("", ":memory:") or database.startswith("file::memory:")
+            or "mode=memory" in database or mode == "memory" or (isinstance(mode, tuple) and "memory" in mode))  # fmt: skip
+
+
 @contextmanager
 def _ddl_engine(engine: Engine) -> Iterator[Engine]:
     """For a SQLite file, an engine whose transactions hold DDL too: pysqlite begins a transaction
@@ -187,8 +197,7 @@ def _ddl_engine(engine: Engine) -> Iterator[Engine]:
     "table at_clusters already exists" or "duplicate column name". Here BEGIN is said by us (SQLAlchemy's
     recipe for pysqlite): the whole upgrade commits, or none of it. In memory, the engine itself (a
     second one would open another database)."""
-    database = engine.url.database
-    if not database or database == ":memory:" or "mode=memory" in str(engine.url.query):
+    if in_memory(engine.url):
         yield engine
         return
     ddl = make_engine(engine.url.render_as_string(hide_password=False), poolclass=NullPool)

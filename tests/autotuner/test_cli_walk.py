@@ -108,7 +108,9 @@ def test_help_fits_80_columns_without_cutting_and_names_the_default_store():
     end = next(i for i, line in enumerate(top) if line.startswith("│ lint"))
     summary = " ".join(line.strip("│ ") for line in top[start:end])
     # the whole summary, not a cut paragraph
-    assert summary.endswith("exit 0 held, 1 failed, 2 no such config or version, 3 not measured, 4 unresolved.")
+    assert summary.endswith(
+        "exit 0 held, 1 failed, 2 no such config or version, 3 not measured, 4 unresolved."
+    )
 
 
 def test_listings_of_an_empty_store_say_it_is_empty(db):  # noqa: F811

@@ -70,3 +70,16 @@ def test_an_old_store_killed_while_it_is_upgraded_is_upgraded_next_time(tmp_path
     store = Store(url)
     assert store.studies()  # what the old store held, readable
     store.dispose()
+
+
+def test_a_named_in_memory_store_is_migrated_on_its_own_engine(tmp_path):
+    """A second engine on `file:x?mode=memory&cache=shared` opens the same database only while another
+    connection keeps it: the check read str() of the query ({'mode': 'memory', ...}) and never matched."""
+    from sqlalchemy.engine import make_url
+
+    from autotuner.store.db import in_memory
+
+    assert in_memory(make_url("sqlite:///file:x?mode=memory&cache=shared&uri=true"))
+    assert in_memory(make_url("sqlite://"))
+    assert not in_memory(make_url(f"sqlite:///{tmp_path / 'at.db'}"))
+    assert not in_memory(make_url("postgresql+psycopg://u@h/db"))
