@@ -239,8 +239,9 @@ class Revalidation:
         if state == ValidationState.HELD:
             action = f"kept v{config.version}: validated on {describe(fp)}"
         elif state == ValidationState.UNRESOLVED:
+            # Not "ask again": asking until one holds would make a held verdict of chance.
             action = (
-                f"kept v{config.version}: nothing concluded (ask again; each re-validation measures anew)"
+                f"kept v{config.version}: nothing concluded at {rounds} rounds (still as validated before)"
             )
         elif state == ValidationState.FAILED:
             action, new_config_id = self._act_or_flag(ctx, row, config, base, baseline, fp, result)
@@ -406,10 +407,11 @@ def claimed_low(evidence: Any) -> float | None:
     (one published by hand) its figure, if either can be read. A re-validation fails it when its own
     interval's top falls below it."""
     figures = evidence if isinstance(evidence, dict) else {}
-    for key in ("ci_low", "speedup"):
-        low = figures.get(key)
-        if not isinstance(low, bool) and isinstance(low, int | float) and math.isfinite(low) and low > 0:
-            return float(low)
+    # its figure only where it has no interval at all: an interval's low end that cannot be read (NaN,
+    # stored as null) is not replaced by the higher point figure, which would fail good versions sooner
+    low = figures.get("ci_low") if "ci_low" in figures else figures.get("speedup")
+    if not isinstance(low, bool) and isinstance(low, int | float) and math.isfinite(low) and low > 0:
+        return float(low)
     return None
 
 

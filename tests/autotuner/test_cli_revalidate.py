@@ -55,8 +55,8 @@ def test_unresolved_exits_4_and_keeps_the_version_served(store, published, db, m
     result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
     assert result.exit_code == 4, result.output
     assert "unresolved: not shown faster with 95% confidence" in result.output
-    assert "kept v1: nothing concluded" in result.output
-    assert store.served_config("cpu-box", "small").version == 1  # it was replaced by the baseline
+    assert "kept v1: nothing concluded at 3 rounds (still as validated before)" in result.output
+    assert store.served_config("cpu-box", "small").version == 1  # kept: "not shown faster" replaced it
 
 
 def test_nothing_to_revalidate_exits_2(db):

@@ -329,6 +329,12 @@ def test_jobs_ask_for_at_most_one_revalidation_of_a_version_in_six_hours(store, 
         ((0.95, 1.30), {"ci_low": 1.2}, ValidationState.UNRESOLVED, "not shown faster with 95% confidence"),
         ((0.95, 1.15), {}, ValidationState.UNRESOLVED, "not shown faster with 95% confidence"),
         ((0.95, 1.15), {"ci_low": float("nan"), "speedup": True}, ValidationState.UNRESOLVED, "not shown"),
+        (
+            (0.95, 1.15),
+            {"ci_low": None, "speedup": 1.3},
+            ValidationState.UNRESOLVED,
+            "not shown",
+        ),  # no interval
     ],
 )
 def test_a_revalidation_fails_a_version_only_on_evidence_against_it(interval, evidence, state, said):
