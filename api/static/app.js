@@ -1059,6 +1059,9 @@
   const HISTORY_SHOWN = 20; // versions a card lists, newest first (the API pages the rest)
 
   function configsPage() {
+    // The address this page was reached at: the one jobs reach too, where the service's own idea of
+    // it (its Host header, behind a TLS proxy an internal http:// one) may not be.
+    setText("hook-server", location.origin);
     let lastKey = null;
     let lastShown = null;
     let details = [];

@@ -368,6 +368,7 @@ def check_configs_page(page, srv) -> None:
     page.wait_for_selector(".config-card pre", timeout=10_000)
     exports = page.inner_text(".config-card pre")
     assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in exports
+    assert page.inner_text("#hook-server") == srv.url  # the address this page was reached at
     assert "version history (1)" in page.inner_text(".config-card").lower()
     page.screenshot(path=str(ARTIFACTS / "dashboard-configs.png"), full_page=True)
     page.click(".config-card .copy")
@@ -559,10 +560,15 @@ def test_a_study_whose_runner_stopped_says_so_on_the_list_and_its_page(browser, 
         srv.kill()
 
 
-def test_the_configs_page_gives_the_hook_command_with_this_services_address(tmp_path):
-    """Without --server (nor AUTOTUNER_SERVER) the hook prints nothing: the page's command did nothing."""
+def test_the_configs_page_gives_the_hook_command_with_a_server(tmp_path):
+    """Without --server (nor AUTOTUNER_SERVER) the hook prints nothing: the page's command did nothing.
+    The address is the page's own, filled in by the page (check_configs_page), not the Host header."""
     with TestClient(
         create_app(Settings(data_dir=tmp_path, scheduler=False)), base_url="http://tuner:8000"
     ) as c:
         page = c.get("/configs").text
-    assert "<code>autotuner env --server http://tuner:8000 --cluster C --workload W</code>" in page
+    assert (
+        '<code>autotuner env --server <span id="hook-server">URL</span> --cluster C --workload W</code>'
+        in page
+    )
+    assert "tuner:8000" not in page
