@@ -27,13 +27,15 @@ setup: $(STAMP)
 
 # TORCH_INDEX: an index that serves torch's CPU build (PyTorch's own CPU index). On Linux the default
 # index's torch is the CUDA build, with gigabytes of CUDA libraries a CPU machine never uses; the CPU
-# build's version (2.13.0+cpu) sorts after it, so pip takes it from this extra index.
+# build's version (2.13.0+cpu) sorts after it, so pip takes it from this extra index. Torch alone is
+# asked of it: any other package there would compete with the default index's of the same name.
 TORCH_INDEX ?=
 
 # torch, fbgemm and torchrec, pinned, into the venv $(1)
 define torch_stack
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-	$(1)/bin/pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) )"torch==$(TORCH_VERSION)" "$(FBGEMM_$(FLAVOR))"
+	$(if $(TORCH_INDEX),$(1)/bin/pip install --quiet --extra-index-url '$(TORCH_INDEX)' "torch==$(TORCH_VERSION)")
+	$(1)/bin/pip install --quiet "torch==$(TORCH_VERSION)" "$(FBGEMM_$(FLAVOR))"
 	$(1)/bin/pip install --quiet --no-deps "torchrec==$(TORCHREC_VERSION)"
 endef
 
