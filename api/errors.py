@@ -258,7 +258,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     # The driver's words name the database's host: the log has them, a client gets the kind alone.
     log.warning("%s %r: the store did not answer: %s", request.method, request.url.path, exc)
     kind = type(getattr(exc, "orig", None) or exc).__name__
-    return JSONAnswer({"detail": f"the store did not answer ({kind}): nothing was read or changed, try again"},
+    return JSONAnswer({"detail": f"the store did not answer ({kind}): try again"},
                       status_code=503, headers={"Retry-After": str(STORE_RETRY_S)})  # fmt: skip
 
 
