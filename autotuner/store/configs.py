@@ -262,21 +262,18 @@ class ConfigRecords(StudyRecords):
             s.execute(update(Config).where(*key, changes)
                       .values(pinned=Config.version == version if version is not None else False)
                       .execution_options(synchronize_session=False))  # fmt: skip
-            heads = s.scalars(
-                select(Config).where(
-                    Config.id.in_(self._head_ids(Cluster.name == cluster, Workload.name == workload))
-                )
-            )
-            return pick_served(list(heads.unique()), nodes)
+            return pick_served(self._heads_in(s, cluster, workload), nodes)
 
     def _served_in(self, s: Session, cluster: str, workload: str, nodes: int) -> int | None:
         """The version served at exactly `nodes`, read in session `s`."""
-        heads = s.scalars(
-            select(Config).where(
-                Config.id.in_(self._head_ids(Cluster.name == cluster, Workload.name == workload))
-            )
+        return next((c.version for c in self._heads_in(s, cluster, workload) if c.nodes == nodes), None)
+
+    def _heads_in(self, s: Session, cluster: str, workload: str) -> list[Config]:
+        """What each node count of (cluster, workload) serves, read in session `s`."""
+        heads = select(Config).where(
+            Config.id.in_(self._head_ids(Cluster.name == cluster, Workload.name == workload))
         )
-        return next((c.version for c in heads.unique() if c.nodes == nodes), None)
+        return list(s.scalars(heads).unique())
 
     def config_row(self, cluster: str, workload: str, nodes: int, version: int) -> Config | None:
         """One version of a key (None: no such version)."""
