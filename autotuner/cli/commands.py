@@ -1130,10 +1130,11 @@ def _problem_table(problems: list[Any]) -> Table:
     """One row a problem, its message wrapped in its own column (it wrapped back to column 0, under
     the variables, and said no severity): the values in it are a file's or a command line's, shown."""
     table = _narrow_table("problems")
-    table.add_column("variable", no_wrap=True)
+    # a variable's name stays whole unless it is a path (a file's own problem names the file): folded
+    table.add_column("variable", overflow="fold", max_width=32)
     table.add_column("severity", no_wrap=True)
     table.add_column("rule", no_wrap=True)
-    table.add_column("problem", overflow="fold", ratio=1)
+    table.add_column("problem", overflow="fold", ratio=1, min_width=24)
     for p in problems:
         severity = str(p.severity.value if hasattr(p.severity, "value") else p.severity)
         table.add_row(shown(p.variable), shown(severity, "red" if severity == "error" else "yellow"),
