@@ -242,18 +242,11 @@ def _finite(value: Any, depth: int) -> Any:
 STORE_RETRY_S = 5  # Retry-After of a 503 for a store that did not answer: a restart or failover
 
 
-def unanswered(exc: BaseException) -> bool:
-    """Whether a database error says the store did not answer (gone, restarting, locked, full, out of
-    connections), not that a query or a row is wrong (SQLite's "no such column" is an
-    OperationalError too: a 500, not "try again")."""
-    return isinstance(exc, PoolTimeout) or store_unavailable(exc)
-
-
 async def _store_error(request: Request, exc: Exception) -> Response:
     """A database error: the store away (gone, restarting, locked, full) is a 503 that names it, with
     Retry-After; it was a bare 500 and a traceback for every route but the config fetch. Any other is
     the 500 it was (a bug, logged as one)."""
-    if not unanswered(exc):
+    if not store_unavailable(exc):  # SQLite's "no such column" is an OperationalError too: a 500
         raise exc
     # The driver's words name the database's host: the log has them, a client gets the kind alone.
     log.warning("%s %r: the store did not answer: %s", request.method, request.url.path, exc)

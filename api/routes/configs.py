@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api import errors
 from api.auth import AdminAccess, ReadAccess, WriteAccess, require
 from api.cache import StoreUnanswered
 from api.deps import CacheDep, SettingsDep, StoreDep
@@ -29,6 +28,7 @@ from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 from autotuner.store import ServedChanged, ValidationTrigger
 from autotuner.store.validations import brief
+from autotuner.tuning.lease import store_unavailable
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
 
@@ -126,7 +126,7 @@ def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess
             store.config_history(cluster, workload, nodes, limit=limit, offset=offset)
         )
     except Exception as exc:  # one row an older version (or a hand) wrote: the page row by row
-        if errors.unanswered(exc):  # no row's fault: the store's (a 503)
+        if store_unavailable(exc):  # no row's fault: the store's (a 503)
             raise
         ids = store.config_history_ids(cluster, workload, nodes, limit=limit, offset=offset)
         return [_version(store, i) for i in ids]
@@ -240,7 +240,7 @@ def _check_servable(store: Any, cache: Any, cluster: str, workload: str, nodes: 
         row = store.config_row(cluster, workload, nodes, version)
         why = None if row is None else cache.why_unservable(row)
     except Exception as exc:  # its stored data cannot even be read
-        if errors.unanswered(exc):  # not the version's fault: the store's (a 503)
+        if store_unavailable(exc):  # not the version's fault: the store's (a 503)
             raise
         why = f"version {version} cannot be read ({type(exc).__name__})"
     if why:

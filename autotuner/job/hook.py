@@ -525,8 +525,8 @@ def _warn_dropped(dropped: Dropped, source: str) -> None:
 
 
 def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> tuple[str, str] | None:
-    """What differs between the stack the config was validated on and this job's, as one line; None
-    when nothing known differs. Computed here for every source alike (service, cache, store): what
+    """What differs between the stack the config was validated on and this job's, as one line, and the
+    warning that also says what the service does with it; None when nothing known differs. Computed here for every source alike (service, cache, store): what
     a config says it was validated on is only compared and printed, never acted on."""
     if config is None or not job:
         return None
@@ -536,7 +536,8 @@ def fingerprint_note(config: dict[str, Any] | None, job: dict[str, str]) -> tupl
     if match is not False:
         return None
     label = config["exports"].get("AUTOTUNER_CONFIG", "the config")
-    return mismatch_note(label, validated_on, diff), _what_follows(diff)
+    note = mismatch_note(label, validated_on, diff)
+    return note, f"{note} ({_what_follows(diff)})"
 
 
 def _what_follows(diff: dict[str, list[str]]) -> str:
@@ -668,9 +669,9 @@ def env_main(argv: list[str]) -> int:
     except Exception as exc:  # cannot happen to a checked config; the job starts regardless
         _warn(printable(f"could not render the config: {type(exc).__name__}: {exc}"))
         config, text = None, "# nccl-autotuner: no config (it could not be rendered)\n"
-    note, follows = fingerprint_note(config, getattr(args, "job_fingerprint", {})) or ("", "")
+    note, warning = fingerprint_note(config, getattr(args, "job_fingerprint", {})) or ("", "")
     if note:
-        _warn(f"{note} ({follows})")
+        _warn(warning)
     if args.format == "json":
         _stdout((text if config is not None else "null") + "\n")
     else:
@@ -705,7 +706,7 @@ def exec_main(argv: list[str]) -> int:
             env.update(config["exports"])  # checked: names and string values a config may set
         noted = fingerprint_note(config, getattr(args, "job_fingerprint", {}))
         if noted:
-            _warn(f"{noted[0]} ({noted[1]})")
+            _warn(noted[1])
     except UsageError as exc:
         _warn(printable(f"{exc}: no tuned config, running the command with its own environment"))
     except SystemExit:  # --help (argparse exits 0 after printing it): the command still runs

@@ -67,13 +67,16 @@ SQLSTATE_AWAY = ("08", "53", "57P01", "57P02", "57P03", "40001", "40P01")
 
 def store_unavailable(exc: BaseException) -> bool:
     """Whether `exc`, or what it wraps (Optuna's StorageInternalError wraps SQLAlchemy's), says the
-    store is out of reach for now."""
+    store is out of reach for now (a pool that had no connection to give within its timeout too)."""
     from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        if isinstance(current, PoolTimeout):
+            return True
         if isinstance(current, DBAPIError):
             if current.connection_invalidated:
                 return True

@@ -244,8 +244,8 @@ def test_the_hooks_warning_says_what_the_service_does_with_the_difference():
               "validated_on": {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "1"}}  # fmt: skip
     nodes_only = fingerprint_note(config, {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "2"})
     assert nodes_only is not None
-    assert nodes_only[1] == "reported only: a study at this node count tunes for it"
+    assert nodes_only[1] == f"{nodes_only[0]} (reported only: a study at this node count tunes for it)"
     upgraded = fingerprint_note(config, {"driver": "570.86.15", "nccl": "2.21.5", "nodes": "1"})
     assert upgraded is not None
-    assert upgraded[1] == "the service is told; `autotuner revalidate` checks it holds here"
+    assert upgraded[1] == f"{upgraded[0]} (the service is told; `autotuner revalidate` checks it holds here)"
     assert fingerprint_note(config, {"driver": "550.54.15", "nccl": "2.21.5", "nodes": "1"}) is None
