@@ -258,7 +258,16 @@ def _opener(url: str, ca_file: str | None) -> urllib.request.OpenerDirector:
     if url.startswith("https:"):
         import ssl
 
-        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca_file)))
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: no file, a directory, no PEM in it
+            if not ca_file:
+                raise
+            # the job's own setting, not the service: said as such (it read "config service unreachable
+            # (FileNotFoundError: [Errno 2] No such file or directory)", naming no file)
+            raise LocalFault(f"the CA file {ca_file!r} cannot be used ({getattr(exc, 'strerror', None) or exc}): "
+                             "check --ca-file or AUTOTUNER_CA_FILE") from None  # fmt: skip
+        handlers.append(urllib.request.HTTPSHandler(context=context))
     return urllib.request.build_opener(*handlers)
 
 

@@ -513,3 +513,19 @@ def test_long_names_are_shown_cut_short(tmp_path, serve):
     assert proc.returncode == 0, proc.stderr
     assert "export NCCL_NSOCKS_PERTHREAD=" in proc.stdout
     assert len(proc.stdout) + len(proc.stderr) < 100_000
+
+
+@pytest.mark.parametrize("ca_file", ["missing.pem", "a-directory", "not-a-ca.pem"])
+def test_a_ca_file_that_cannot_be_used_is_said_as_the_job_s_own_setting(tmp_path, ca_file):
+    """AUTOTUNER_CA_FILE missing, a directory or no PEM: the hook read it as 'config service
+    unreachable (FileNotFoundError: ...)', naming no file; nothing was asked of the service."""
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "not-a-ca.pem").write_text("hello\n")
+    path = str(tmp_path / ca_file)
+    proc = hook(tmp_path, "https://127.0.0.1:9", extra_env={"AUTOTUNER_CA_FILE": path})
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert "unreachable" not in proc.stderr, proc.stderr
+    assert "no request was made" in proc.stderr
+    assert path in proc.stderr
+    assert "AUTOTUNER_CA_FILE" in proc.stderr
