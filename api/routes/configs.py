@@ -21,13 +21,14 @@ from api.schemas import (
     RollbackRequest,
     ValidationPublic,
     ValidationStatus,
+    salvaged,
 )
 from autotuner.cli.claim_report import evidence_claim
 from autotuner.job.exports import MEDIA_TYPES
 from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
 from autotuner.store import ServedChanged, ValidationTrigger
-from autotuner.store.validations import brief
+from autotuner.store.validations import brief, unshowable
 from autotuner.tuning.lease import store_unavailable
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
@@ -117,19 +118,22 @@ async def fetch(
 def history(cluster: Cluster, workload: Workload, store: StoreDep, _: ReadAccess,
             nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
             limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-            offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> list[dict]:  # fmt: skip
+            offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> list[ConfigPublic]:  # fmt: skip
     """Published versions, by node count and newest first, with what their re-validations say: a page
     of `limit` (the next one at `offset` + `limit`). A version whose stored data cannot be shown is
     listed with `error` saying so, and the others as they are."""
     try:
-        return store.public_configs(
+        rows = store.public_configs(
             store.config_history(cluster, workload, nodes, limit=limit, offset=offset)
         )
     except Exception as exc:  # one row an older version (or a hand) wrote: the page row by row
         if store_unavailable(exc):  # no row's fault: the store's (a 503)
             raise
         ids = store.config_history_ids(cluster, workload, nodes, limit=limit, offset=offset)
-        return [_version(store, i) for i in ids]
+        rows = [_version(store, i) for i in ids]
+    # A row that renders but does not fit the schema (an env value stored as a number, an lr_scale
+    # stored as text) failed the response's validation after the route returned: the whole page a 500.
+    return [salvaged(ConfigPublic, row) for row in rows]
 
 
 def _version(store: Any, config_id: int) -> dict:
@@ -182,7 +186,14 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
     # The re-validations first, what they made of the version after: the reads are separate, and one
     # that ended in between must not read "held" in the list beside the old `validated_on`.
     entries = [_validation(v, versions) for v in store.validations(config_ids=list(versions))]
-    public = store.public_config(served)
+    try:
+        public = store.public_config(served)
+    except Exception as exc:  # a row an older version (or a hand) wrote: said, as the fetch says it
+        if store_unavailable(exc):
+            raise
+        why = unshowable(served, exc)
+        log.warning("%s", why)
+        raise HTTPException(500, why) from None
     reports = store.fingerprint_reports([served.id])[served.id]
     every = settings.revalidate_every_s
     stale = staleness(public, reports, every)

@@ -32,7 +32,9 @@ from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
+from autotuner.store.validations import unshowable
 from autotuner.text import displayed
+from autotuner.tuning.lease import store_unavailable
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.settings import RequestSettings, StudySettings, default_workdir
 from autotuner.tuning.study import create_study, study_settings
@@ -931,7 +933,12 @@ def configs_show(
         err.print(
             labelled("its claim cannot be read:", " ".join(str(exc).split())[:300], "yellow"), highlight=False
         )
-    config = store.public_config(row)
+    try:
+        config = store.public_config(row)
+    except Exception as exc:  # a row an older version (or a hand) wrote: said, not a traceback
+        if store_unavailable(exc):
+            raise
+        raise _fail(unshowable(row, exc)) from None
     if config.get("flagged"):  # as REST's `flagged`: its last re-validation failed, and it is kept
         err.print(
             labelled(f"flagged: v{row.version}", config["flagged"], "yellow"), highlight=False, soft_wrap=True

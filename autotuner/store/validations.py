@@ -32,6 +32,7 @@ from autotuner.store.models import (
 )
 from autotuner.store.states import VALIDATION_DONE, VALIDATION_PENDING, ValidationState
 from autotuner.store.studies import _matched
+from autotuner.text import printable
 
 # Stacks (driver, NCCL, aws-ofi-nccl, GPU, node count) recorded per version: a cluster runs a few;
 # past this a report is not recorded, nor does it ask for a re-validation (each new stack asked for
@@ -385,3 +386,11 @@ def servable(row: Config, validation: Mapping[str, Any] | None = None) -> dict[s
     if dropped:
         raise ValueError("; ".join(f"{name}: {why}" for name, why in dropped.items()))
     return config
+
+
+def unshowable(row: Config, exc: BaseException) -> str:
+    """Why a version's public config could not be made (`exc`, from public_config), naming the version:
+    its stored columns that cannot be read, else the error. One printable line."""
+    bad = unreadable_columns(row)
+    why = f"its stored {bad} cannot be read" if bad else f"{type(exc).__name__}: {exc}"
+    return printable(f"config {row.id} (v{row.version}, {row.nodes} node(s)) cannot be shown: {why}")[:400]
