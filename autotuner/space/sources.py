@@ -24,7 +24,7 @@ PRESETS: dict[str, Path] = {p.stem: p for p in sorted(PRESET_DIR.glob("*.yaml"))
 class _StrictLoader(yaml.SafeLoader):
     """YAML 1.1 reads 010 as 8, 0x10 as 16 and 1_000 as 1000: only plain decimals are integers here, the
     rest stay strings so the linter can say what NCCL would do with them. Duplicate keys, keys that are
-    not plain scalars and aliases are refused: nine levels of aliases in 300 bytes expand to 9^9 values."""
+    not plain scalars, merge keys and aliases are refused: nine levels of aliases in 300 bytes expand to 9^9 values."""
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):  # type: ignore[no-untyped-call]
@@ -44,6 +44,11 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a plain name, not a list or a mapping", key_node.start_mark
                 )
+            if key_node.tag == "tag:yaml.org,2002:merge":  # it read "could not determine a constructor"
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys (<<) are not allowed in a space file: write the values out",
+                    key_node.start_mark,
+                )  # fmt: skip
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(

@@ -575,6 +575,7 @@ ALIAS_BOMB = "batch_sizes: [512, &a [x, x, x], &b [*a, *a, *a], [*b, *b, *b]]\n"
         # nine levels of aliases would expand to 9^9 values (gigabytes) before a check saw them
         ("s.yaml", ALIAS_BOMB, "aliases (*name) are not allowed"),
         ("s.yaml", "env: {? [a, b] : [1]}\n", "a key must be a plain name"),
+        ("s.yaml", "env:\n  <<: {NCCL_BUFFSIZE: [4194304]}\n", "merge keys (<<) are not allowed"),
         ("s.json", '{"env": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
         ("s.yaml", "env: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
     ],
