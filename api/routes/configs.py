@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Resp
 from fastapi.concurrency import run_in_threadpool
 
 from api.auth import AdminAccess, ReadAccess, WriteAccess, require
-from api.cache import StoreUnanswered
+from api.cache import CATCH_UP_WAIT_S, StoreUnanswered, store_away
 from api.deps import CacheDep, SettingsDep, StoreDep
 from api.fastpath import note_stale
 from api.schemas import (
@@ -41,9 +41,26 @@ Workload = Annotated[str, NameParam]
 _read = require("read").dependency
 
 
-@router.get("", response_model=list[ConfigPublic])
+@router.get(
+    "",
+    response_model=list[ConfigPublic],
+    responses={503: {"description": "the store has not answered since the service started (Retry-After)"}},
+)
 def served(cache: CacheDep, _: ReadAccess) -> list[dict]:
     """The config each (cluster, workload, nodes) serves now, with its claim in words."""
+    if cache.generation < 0:  # nothing loaded yet: an empty list would read "nothing published"
+        try:
+            cache.refresh(wait_s=CATCH_UP_WAIT_S)
+        except Exception as exc:
+            if not store_away(exc):
+                raise
+            log.warning("config cache: the store did not answer the listing", exc_info=True)
+        if cache.generation < 0:
+            raise HTTPException(
+                503,
+                "the store has not answered since the service started, and no config is loaded: try again",
+                headers={"Retry-After": str(max(1, math.ceil(cache.refresh_s)))},
+            )
     return [{**c, "claim": _claim(c)} for c in cache.all()]
 
 
