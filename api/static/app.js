@@ -980,7 +980,9 @@
         hovertemplate: "best so far %{y:,.0f}<extra></extra>",
       },
     ], layout({
-      xaxis: axis({ title: { text: "trial (in order measured)" }, tickformat: "d", rangemode: "tozero" }),
+      // A few trials: plotly steps the axis by 0.5, and "d" rounds each half to a whole: 0 1 1 2 2 3 3.
+      xaxis: axis({ title: { text: "trial (in order measured)" }, tickformat: "d", rangemode: "tozero",
+        ...(Math.max(...points.map((p) => p.n)) <= 8 ? { dtick: 1 } : {}) }),
       yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
       margin: { l: 64, r: 12, t: 26, b: 40 },
     }));
@@ -1029,7 +1031,10 @@
     const z = matrix.samples_per_s;
     const text = z.map((row, i) => row.map((v, j) => (isNum(v) ? fmtInt.format(v) : unmeasured(matrix, i, j))));
     const counts = matrix.trials.map((row, i) => row.map((_, j) => trialCounts(matrix, i, j)));
+    // One value (a single cell, or all alike) has no scale: plotly spread 15,664 to 15,665 over five ticks.
+    const values = new Set(z.flat().filter(isNum).map((v) => Math.round(v)));
     plot("chart-matrix", [{
+      showscale: values.size > 1,
       type: "heatmap", x: xs, y: matrix.precisions.map(plain), z, text, customdata: counts,
       texttemplate: "%{text}", textfont: { size: 12 },
       colorscale: [[0, "#eef3fd"], [0.5, "#9db6ee"], [1, "#2f62d6"]], xgap: 3, ygap: 3,
