@@ -381,6 +381,10 @@ def servable(row: Config, validation: Mapping[str, Any] | None = None) -> dict[s
     rollback, by REST or the CLI, refuses to make the served version."""
     if bad := unreadable_columns(row):
         raise ValueError(f"its stored {bad} cannot be read")
+    # The version's own fields set AUTOTUNER_*, and publishing refuses them in env: one there (a hand's)
+    # was exported wherever its field was empty, beside the fields of another setting.
+    if own := sorted(name for name in row.env if str(name).startswith("AUTOTUNER_")):
+        raise ValueError(f"its stored env sets {', '.join(own)}, which only the version's own fields set")
     config = config_to_dict(row, validation)
     _, dropped = check_exports(config["exports"])
     if dropped:

@@ -26,6 +26,8 @@ BAD_ROWS = {
     "a name with '='": """UPDATE at_configs SET env = '{"A=B": "1"}' WHERE {bad}""",
     "env is not JSON": "UPDATE at_configs SET env = 'not json' WHERE {bad}",
     "env is a list": "UPDATE at_configs SET env = '[1, 2]' WHERE {bad}",
+    # the config's own fields set AUTOTUNER_*; from env one would be served where its field is empty
+    "an AUTOTUNER_ variable in env": """UPDATE at_configs SET env = '{"AUTOTUNER_NUM_THREADS": "4"}' WHERE {bad}""",
 }
 BAD_ID = "id = (SELECT max(id) FROM at_configs)"
 
