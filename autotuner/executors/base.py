@@ -302,8 +302,13 @@ class Executor(ABC):
                 or f"no result written (exit code {desc.exit_code})"
             )
         elif result.get("status") == "error":
-            state = LaunchState.FAILED
-            reason = result.get("error", "trial failed")
+            # The trial's own words say what it saw (a SIGTERM), the backend's why (Slurm's time limit):
+            # a launch its scheduler timed out stays a timeout, its reason first.
+            said = result.get("error", "trial failed")
+            if state == LaunchState.TIMEOUT and reason:
+                reason = f"{reason}; the trial: {said}"
+            else:
+                state, reason = LaunchState.FAILED, said
         else:
             # Exit code 1 means "some candidate failed": the launch itself succeeded.
             state = LaunchState.SUCCEEDED

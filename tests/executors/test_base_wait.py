@@ -168,3 +168,17 @@ def test_an_executor_without_settle_s_collects_at_once(clock, tmp_path):
     ex = Scripted(clock, after((0, settling(3))), result_at=10**9)
     outcome, elapsed = follow(ex, tmp_path)
     assert (outcome.state, elapsed) == (LaunchState.FAILED, 0)
+
+
+def test_a_launch_its_scheduler_timed_out_stays_a_timeout_in_the_schedulers_words(clock):
+    """Slurm's time limit SIGTERMs the trial, which writes an error result ("the launcher stopped the
+    launch (SIGTERM)"): the launch read `failed` in the trial's words, Slurm's TIMEOUT lost."""
+    said = "Slurm killed the job at its time limit (Slurm TIMEOUT, TimeLimit)"
+    ex = Scripted(clock, lambda t: RUNS if t < 5 else Description(LaunchState.TIMEOUT, None, said))
+    ex.fetch_result = lambda *_: {"status": "error", "error": "the launcher stopped the launch (SIGTERM)",
+                                  "candidates": []}  # fmt: skip
+    launch = LaunchRequest(name="t", spec={}, env={}, workdir=Path("/nonexistent"), timeout_s=600)
+    outcome = ex.wait("1", launch, started=clock.now, poll_s=1.0)
+    assert outcome.state == LaunchState.TIMEOUT
+    assert outcome.reason.startswith(said)
+    assert "the launcher stopped the launch (SIGTERM)" in outcome.reason
