@@ -93,9 +93,9 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         raise
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
         if stage != RECORDING:  # else it ended, and its row says how
-            _cancel_quietly(ctx, backend_id, request)
-            ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                                    error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
+            if backend_id is None:  # submitted a moment before, maybe: what it left names the job
+                abandon_quietly(ctx, request)
+            cancel_interrupted(ctx, launch, backend_id, request)
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
@@ -147,9 +147,9 @@ def submit_in_turn(
                     pause, _waits_until(limit))  # fmt: skip
             why = Description(LaunchState.PENDING, None, f"{NOT_SUBMITTED}: {refused}")
             _wait_turn(ctx, launch, why, shown, pause)
-    except BaseException:  # cancelled, interrupted or lost while it waited: never submitted again
-        if waited:
-            abandon_quietly(ctx, request)
+    except BaseException:  # cancelled, interrupted or lost while it waited, or while sbatch was out (it
+        # may have queued the job all the same): never submitted again, and what it queued is cancelled
+        abandon_quietly(ctx, request)
         raise
 
 
@@ -208,6 +208,16 @@ def abandon_quietly(ctx: StudyContext, request: LaunchRequest) -> None:
         ctx.executor.abandon(request)
     except Exception:
         log.warning("study %s: could not abandon launch %s", ctx.study_id, request.name, exc_info=True)
+
+
+def cancel_interrupted(
+    ctx: StudyContext, launch: Launch, backend_id: str | None, request: LaunchRequest
+) -> None:
+    """A launch whose follower was interrupted (Ctrl-C, SIGTERM as Ctrl-C) is cancelled and recorded so:
+    else its job runs on, unfollowed, beside the next."""
+    _cancel_quietly(ctx, backend_id, request)
+    ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
+                            error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:

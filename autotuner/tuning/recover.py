@@ -11,7 +11,7 @@ from autotuner.executors.base import LaunchState
 from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.launch import abandon_quietly, execute, request_of, wait
+from autotuner.tuning.launch import abandon_quietly, cancel_interrupted, execute, request_of, wait
 from autotuner.tuning.plan import PlannedLaunch
 
 log = logging.getLogger("autotuner.tuning")
@@ -57,7 +57,11 @@ def _reattach(ctx: StudyContext, launch: Launch) -> bool:
     started = time.monotonic() - (now - (launch.started_at or now)).total_seconds()
     # Its run clock starts again at the first running answer: a row that said running may have been
     # queued all along (written before the first poll), and queue time is not run time.
-    outcome = wait(ctx, launch.backend_id, request, launch, started, queued=True)  # type: ignore[arg-type]
+    try:
+        outcome = wait(ctx, launch.backend_id, request, launch, started, queued=True)  # type: ignore[arg-type]
+    except KeyboardInterrupt:  # as for a launch this runner submitted: not left running, unfollowed
+        cancel_interrupted(ctx, launch, launch.backend_id, request)
+        raise
     ingest(ctx, launch, outcome, None, None)
     return True
 

@@ -181,8 +181,10 @@ def test_after_an_unanswered_sbatch_that_queued_nothing_the_next_submit_sends_it
     assert [argv[0] for argv, _ in slurm.calls] == ["squeue", "sbatch"]
     assert not (tmp_path / "sbatch-unanswered").exists()
     slurm.calls.clear()
-    ex.abandon(request(tmp_path))  # nothing left to look for
-    assert slurm.calls == []
+    ex.cancel_grace_s = 0.0
+    ex.abandon(request(tmp_path))  # nothing left to look for in squeue: job_id names the job
+    assert not [argv for argv, _ in slurm.calls if argv[:2] == ["squeue", "--noheader"]]
+    assert slurm.commands("scancel") == [["scancel", "4242"]]
 
 
 def test_after_an_unanswered_sbatch_no_sbatch_until_squeue_can_say(slurm, tmp_path):
@@ -269,3 +271,57 @@ def test_submit_hands_sbatch_no_device_pinning(slurm, tmp_path, monkeypatch):
     executor().submit(request(tmp_path))
     [(_, kwargs)] = slurm.calls
     assert not {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} & set(kwargs["env"])
+
+
+# ------------------------------------------------------------- a tuner stopped while sbatch is out
+
+
+class InterruptedSlurm(FlakySlurm):
+    """sbatch queues the job (squeue shows it), then the tuner is stopped (Ctrl-C, SIGTERM as Ctrl-C)
+    before sbatch answers."""
+
+    def __call__(self, argv, **kwargs):
+        if argv[0] == "sbatch":
+            self.calls.append((list(argv), kwargs))
+            self.queued = f"4243|{kwargs.get('cwd') or self.workdir}\n"
+            raise KeyboardInterrupt
+        return super().__call__(argv, **kwargs)
+
+
+def test_a_tuner_stopped_while_sbatch_is_out_leaves_what_finds_and_cancels_the_job(monkeypatch, tmp_path):
+    """The job sbatch queued before the tuner was stopped ran on, unfollowed (its launch said "cancelled
+    with its launcher"; a resumed study retried it beside it): the note left before sbatch was sent lets
+    the launch given up find it by squeue and cancel it."""
+    fake = InterruptedSlurm()
+    fake.workdir = tmp_path
+    monkeypatch.setattr("autotuner.executors.slurm.executor.subprocess.run", fake)
+    ex = executor()
+    ex.cancel_grace_s = 0.0
+    with pytest.raises(KeyboardInterrupt):
+        ex.submit(request(tmp_path))
+    assert (tmp_path / "sbatch-unanswered").exists()
+    ex.abandon(request(tmp_path))
+    assert fake.commands("scancel") == [["scancel", "4243"]]
+    assert not (tmp_path / "sbatch-unanswered").exists()
+
+
+def test_a_job_submitted_but_never_recorded_is_cancelled_when_its_launch_is_given_up(slurm, tmp_path):
+    """Stopped after sbatch answered but before the store recorded the id (a resume finds the launch
+    without a job id): the job_id file names the job."""
+    ex = executor()
+    ex.cancel_grace_s = 0.0
+    assert ex.submit(request(tmp_path))[0] == "4242"
+    assert not (tmp_path / "sbatch-unanswered").exists()  # answered: nothing to look for
+    ex.abandon(request(tmp_path))
+    assert slurm.commands("scancel") == [["scancel", "4242"]]
+
+
+@pytest.mark.parametrize("message", LASTING)
+def test_a_refused_sbatch_leaves_nothing_to_look_for(slurm, tmp_path, message):
+    slurm.sbatch_next = [(1, "", message)]
+    with pytest.raises(SlurmError):
+        executor().submit(request(tmp_path))
+    assert not (tmp_path / "sbatch-unanswered").exists()
+    slurm.calls.clear()
+    executor().abandon(request(tmp_path))
+    assert slurm.calls == []

@@ -158,3 +158,19 @@ def test_a_launch_left_waiting_its_turn_is_abandoned_when_its_study_ends_or_resu
     assert final.state == "done", final.error
     assert executor.abandoned == [f"s{resumed.id}-l{left.seq}"]
     assert store.launch(left.id).state == "cancelled"
+
+
+def test_ctrl_c_while_a_resumed_study_follows_its_old_launch_cancels_it_too(store: Store, tmp_path):
+    """`autotuner tune --study` re-attaches to the job a killed runner left; Ctrl-C (or SIGTERM) then said
+    "the running launch was cancelled" but left the job queued or running, its row "running"."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    left = store.add_launch(study_id=study.id, kind="baseline", env={}, executor="replay",
+                            spec={"candidates": [{"fwd_precision": "fp32", "bwd_precision": "fp32", "batch_size": 32}]})  # fmt: skip
+    store.update_launch(left.id, state="running", backend_id="job-left")
+    executor = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    assert executor.cancelled == ["job-left"]
+    launch = store.launch(left.id)
+    assert (launch.state, launch.error) == ("cancelled", "interrupted (Ctrl-C): cancelled with its launcher")
+    assert store.study(study.id).state == "running"

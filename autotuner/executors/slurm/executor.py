@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotuner.executors.base import AppDryrun, Description, Executor, LaunchRequest, LaunchState, SubmitLater
@@ -103,6 +104,7 @@ _TRANSIENT_SBATCH = re.compile(
 # the QOS (DenyOnLimit), which never clears, and is raised at once.
 # Left in the launch's directory when sbatch went unanswered (SubmitLater): the job may have been queued.
 UNANSWERED = "sbatch-unanswered"
+JOB_ID = "job_id"  # the id sbatch answered, written before the store records it
 _SUBMIT_LIMIT = re.compile(r"(qos|assoc)(max|grp)\w*submit\w*limit", re.IGNORECASE)
 
 
@@ -184,7 +186,10 @@ class SlurmExecutor(Executor):
         req, launch = dryrun.request, dryrun.launch
         req.write(launch)
         job_id = self._queued_unanswered(launch) or self._submit(req, launch)
-        write_new(launch.workdir / "job_id", job_id + "\n")
+        write_new(launch.workdir / JOB_ID, job_id + "\n")
+        # only now: a tuner stopped (SIGKILL, SIGTERM, Ctrl-C) before this line left the note or job_id
+        # behind, and `abandon` finds the job by them
+        (launch.workdir / UNANSWERED).unlink(missing_ok=True)
         return job_id
 
     def _queued_unanswered(self, launch: LaunchRequest) -> str | None:
@@ -208,13 +213,21 @@ class SlurmExecutor(Executor):
         """Cancel the job an unanswered sbatch may have queued all the same: else it runs later, with no
         one to follow, collect or cancel it."""
         unanswered = launch.workdir / UNANSWERED
+        submitted = _read_job_id(launch.workdir)
+        if submitted is not None:  # sbatch answered, but the tuner stopped before the id was recorded
+            log.warning("launch %s given up: cancelling job %s, submitted but never followed", launch.name,
+                        submitted)  # fmt: skip
+            self.cancel(submitted, launch)
+            unanswered.unlink(missing_ok=True)
+            return
         if not unanswered.exists():
             return
         try:
             found = _queued_job(self._run, launch)
         except SlurmError as exc:
             log.warning("launch %s given up: squeue cannot say whether an unanswered sbatch queued it (%s): "
-                        "cancel a job named %s in %s by hand if Slurm shows one", launch.name, exc,
+                        "find it with `squeue --user=%s --name=%s --states=all --format='%%i %%T %%Z'` and "
+                        "`scancel` the one in %s, if Slurm shows one", launch.name, exc, os.getuid(),
                         job_name(launch.name), launch.workdir)  # fmt: skip
             return
         unanswered.unlink(missing_ok=True)
@@ -233,12 +246,19 @@ class SlurmExecutor(Executor):
         tries = 0
         while True:
             tries += 1
+            # Left until schedule() wrote the job id: a tuner stopped while sbatch is out (SIGKILL, SIGTERM,
+            # Ctrl-C) leaves it, and the launch given up (the interrupt, a resume) finds what it queued.
+            write_new(launch.workdir / UNANSWERED, "sbatch sent; no answer yet\n")
             try:
                 return self._sbatch(req, launch)
             except _NotInstalled:
+                (launch.workdir / UNANSWERED).unlink(missing_ok=True)
                 raise
             except _Unreachable as exc:  # it did not answer in time, or was refused for now
                 trouble = exc
+            except (SlurmError, SubmitLater):  # answered: it queued nothing (or cancelled it elsewhere)
+                (launch.workdir / UNANSWERED).unlink(missing_ok=True)
+                raise
             # Another try only once squeue says this one queued nothing (a reply lost after the job was
             # queued): a job it shows is followed instead.
             while True:
@@ -420,6 +440,18 @@ def _cancel_elsewhere(run: Run, job: OtherClusterError) -> None:
         return
     if proc.returncode != 0:
         log.warning("%s: exit %s: %s", " ".join(argv), proc.returncode, _text(proc))
+
+
+def _read_job_id(workdir: Path) -> str | None:
+    """The job id schedule() left in the launch's directory, if a readable one is there."""
+    try:
+        text = (workdir / JOB_ID).read_text(errors="replace").strip()
+    except OSError:
+        return None
+    try:
+        return _checked_id(text)
+    except ValueError:
+        return None
 
 
 def _queued_job(run: Run, launch: LaunchRequest) -> str | None:
