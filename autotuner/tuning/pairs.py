@@ -20,7 +20,7 @@ from autotuner.store import MEASURED, Candidate, CandidateState, LaunchKind, env
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.launch import run_launch
 from autotuner.tuning.plan import PlannedLaunch
-from autotuner.tuning.stats import Speedup, paired_speedup
+from autotuner.tuning.stats import CONFIDENCE, Speedup, paired_speedup
 
 
 @dataclass(frozen=True)
@@ -48,17 +48,24 @@ class Setting:
 
 
 def compare(
-    ctx: StudyContext, a: Setting, b: Setting, rounds: int, kind: LaunchKind, tag: str
+    ctx: StudyContext,
+    a: Setting,
+    b: Setting,
+    rounds: int,
+    kind: LaunchKind,
+    tag: str,
+    confidence: float = CONFIDENCE,
 ) -> tuple[Speedup | None, Candidate | None]:
-    """How much faster `a` is than `b` (paired, 95% CI), and a row that measured `a` (one over the
-    quantization-error limit if any was: `a` is then no setting to publish); (None, None) when fewer
-    than two rounds could be measured (the launch logs say why)."""
+    """How much faster `a` is than `b` (paired CI, 95% unless told) over its first `rounds` rounds
+    (launching what is missing), and a row that measured `a` (one over the quantization-error limit if
+    any was: `a` is then no setting to publish); (None, None) when fewer than two rounds could be
+    measured (the launch logs say why)."""
     a_rows, b_rows = measure(ctx, a, b, rounds, kind, tag)
     if len(a_rows) < 2:
         return None, None
     values = [r.samples_per_s or 0.0 for r in a_rows], [r.samples_per_s or 0.0 for r in b_rows]
     over = [r for r in a_rows if r.state == CandidateState.INFEASIBLE]
-    return paired_speedup(*values), (over or a_rows)[-1]
+    return paired_speedup(*values, confidence=confidence), (over or a_rows)[-1]
 
 
 def over_limit(row: Candidate | None) -> str | None:

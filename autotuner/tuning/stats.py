@@ -40,10 +40,11 @@ class Speedup:
     rounds: int
     tuned: float  # mean samples/s of the tuned config
     baseline: float
+    confidence: float = CONFIDENCE  # of the interval (a re-validation's two looks: 97.5% each)
 
     @property
     def significant(self) -> bool:
-        """The tuned config is faster with 95% confidence."""
+        """The tuned config is faster with the interval's confidence."""
         return self.ci_low > 1.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
@@ -51,7 +52,7 @@ class Speedup:
             "speedup": self.ratio,
             "ci_low": self.ci_low,
             "ci_high": self.ci_high,
-            "confidence": 0.95,
+            "confidence": self.confidence,
             "rounds": self.rounds,
             "tuned_samples_per_s": self.tuned,
             "baseline_samples_per_s": self.baseline,
@@ -59,8 +60,10 @@ class Speedup:
         }
 
 
-def paired_speedup(tuned: Sequence[float], baseline: Sequence[float]) -> Speedup:
-    """95% t-interval on the mean log ratio of paired rounds.
+def paired_speedup(
+    tuned: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
+) -> Speedup:
+    """t-interval (95% unless told) on the mean log ratio of paired rounds.
 
     The pairs must come from counterbalanced rounds (pairs.py: ABBA, each side first in every other
     round): only then does a steady drift of the machine cancel over each two rounds; in a fixed
@@ -74,9 +77,9 @@ def paired_speedup(tuned: Sequence[float], baseline: Sequence[float]) -> Speedup
     n = len(logs)
     mean = sum(logs) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    half = t_quantile(n - 1, confidence) * sd / math.sqrt(n)
     low, high = math.exp(mean - half), math.exp(mean + half)
-    return Speedup(math.exp(mean), low, high, n, sum(tuned) / n, sum(baseline) / n)
+    return Speedup(math.exp(mean), low, high, n, sum(tuned) / n, sum(baseline) / n, confidence)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,13 @@ def test_unresolved_exits_4_and_keeps_the_version_served(store, published, db, m
     result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
     assert result.exit_code == 4, result.output
     assert "unresolved: not shown faster with 95% confidence" in result.output
-    assert "kept v1: nothing concluded at 3 rounds (still as validated before)" in result.output
+    # the study's 3 rounds could not tell, so 3 more were measured and all 6 judged: a second look
+    assert "kept v1: nothing concluded at 6 rounds (still as validated before)" in result.output
+    (entry,) = store.validations("cpu-box", "small")
+    assert (entry.result["rounds"], entry.result["rounds_asked"], entry.result["confidence"]) == (6, 6, 0.975)
+    assert "(a 97.5% interval) over 6 rounds" in entry.result["why"]
+    launches = [la for la in store.launches(store.studies()[0].id) if la.kind == "revalidate"]
+    assert sum(len(la.spec["candidates"]) for la in launches) == 12  # 6 rounds of the two, each launched once
     assert store.served_config("cpu-box", "small").version == 1  # kept: "not shown faster" replaced it
 
 

@@ -245,7 +245,7 @@ def test_the_queue_runs_pending_revalidations_and_a_resumed_one_keeps_its_rounds
 
     real = module.compare_settings
 
-    def dies_after_one_launch(ctx, a, b, rounds, kind, tag):
+    def dies_after_one_launch(ctx, a, b, rounds, kind, tag, **_):
         from autotuner.tuning.pairs import measure
 
         measure(ctx, a, b, 1, kind, tag)

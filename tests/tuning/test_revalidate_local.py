@@ -44,19 +44,23 @@ def test_a_real_two_rank_revalidation_of_a_demo_config(tmp_path):
     assert done.state in (ValidationState.HELD, ValidationState.FAILED, ValidationState.UNRESOLVED), (
         done.state, done.error, result
     )  # fmt: skip
-    assert result["rounds"] == 3
+    # the study's 3 rounds, and where they cannot tell, 3 more (a second look, judged over all 6)
+    assert result["rounds"] == result["rounds_asked"]
+    assert result["rounds"] in (3, 6)
     assert (done.state == ValidationState.HELD) == (result["ci_low"] > 1.0)
     # published by hand with no figure: it fails only when shown slower
     assert (done.state == ValidationState.FAILED) == (result["ci_high"] < 1.0)
     # both settings share one process environment (the inert NCCL_NET at the baseline's value): one
     # launch, the two alternating in ABBA order, each measured for real
-    (launch,) = [la for la in store.launches(study.id) if la.kind == "revalidate"]
-    assert launch.state == "succeeded"
-    assert launch.env == {"NCCL_NET": "Socket"}
-    assert launch.executor == "local"
-    assert [c["batch_size"] for c in launch.spec["candidates"]] == [1024, 512, 512, 1024, 1024, 512]
-    assert launch.summary["world_size"] == 2
-    assert launch.summary["backend"] == "gloo"
+    launches = [la for la in store.launches(study.id) if la.kind == "revalidate"]
+    assert len(launches) == result["rounds"] // 3
+    for launch in launches:
+        assert launch.state == "succeeded"
+        assert launch.env == {"NCCL_NET": "Socket"}
+        assert launch.executor == "local"
+        assert launch.summary["world_size"] == 2
+        assert launch.summary["backend"] == "gloo"
+    assert [c["batch_size"] for c in launches[0].spec["candidates"]] == [1024, 512, 512, 1024, 1024, 512]
     assert done.fingerprint == {"nodes": "1"}  # a CPU box: no driver, GPU or NCCL to record
     assert 0 < result["wall_s"] < 600
     served = store.served_config("demo-cpu", "demo-dlrm")
