@@ -213,27 +213,20 @@ class SlurmExecutor(Executor):
         """Cancel the job an unanswered sbatch may have queued all the same: else it runs later, with no
         one to follow, collect or cancel it."""
         unanswered = launch.workdir / UNANSWERED
-        submitted = _read_job_id(launch.workdir)
-        if submitted is not None:  # sbatch answered, but the tuner stopped before the id was recorded
-            log.warning("launch %s given up: cancelling job %s, submitted but never followed", launch.name,
-                        submitted)  # fmt: skip
-            self.cancel(submitted, launch)
-            unanswered.unlink(missing_ok=True)
-            return
-        if not unanswered.exists():
-            return
-        try:
-            found = _queued_job(self._run, launch)
-        except SlurmError as exc:
-            log.warning("launch %s given up: squeue cannot say whether an unanswered sbatch queued it (%s): "
-                        "find it with `squeue --user=%s --name=%s --states=all --format='%%i %%T %%Z'` and "
-                        "`scancel` the one in %s, if Slurm shows one", launch.name, exc, os.getuid(),
-                        job_name(launch.name), launch.workdir)  # fmt: skip
-            return
+        # sbatch answered but the tuner stopped before the store had the id; else squeue, for the note
+        found, how = _read_job_id(launch.workdir), "submitted but never followed"
+        if found is None and unanswered.exists():
+            try:
+                found, how = _queued_job(self._run, launch), "queued by an sbatch that went unanswered"
+            except SlurmError as exc:
+                log.warning("launch %s given up: squeue cannot say whether an unanswered sbatch queued it (%s): "
+                            "find it with `squeue --user=%s --name=%s --states=all --format='%%i %%T %%Z'` and "
+                            "`scancel` the one in %s, if Slurm shows one", launch.name, exc, os.getuid(),
+                            job_name(launch.name), launch.workdir)  # fmt: skip
+                return
         unanswered.unlink(missing_ok=True)
         if found is not None:
-            log.warning("launch %s given up: cancelling job %s, queued by an sbatch that went unanswered",
-                        launch.name, found)  # fmt: skip
+            log.warning("launch %s given up: cancelling job %s, %s", launch.name, found, how)
             self.cancel(found, launch)
 
     def _submit(self, req: ScriptRequest, launch: LaunchRequest) -> str:
