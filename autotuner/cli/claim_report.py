@@ -206,6 +206,33 @@ def inert_lines(inert: Mapping[str, str] | None, forced: Sequence[str] = ()) -> 
     ]
 
 
+# ------------------------------------------------------------------------------ the studies listing
+# In the dashboard's words (api/static/app.js: renderStudies, speedupCell, finalistText).
+
+BASELINE_KEPT = "baseline kept"
+ERROR_SHOWN = 60  # characters of a failed study's error the listing shows, as the dashboard's
+
+
+def kept_baseline(outcome: Outcome) -> bool:
+    """The study published the baseline itself: its 1.00x is the published config's, not best / baseline."""
+    return outcome.chosen_candidate is not None and outcome.chosen_candidate == outcome.baseline_candidate
+
+
+def finalist_text(outcome: Outcome) -> str | None:
+    """ "1.16x (95% CI 0.30-4.42)": the finalist's own confirmation, when the baseline was kept over it."""
+    f = outcome.finalist
+    if f is None or f.speedup is None:
+        return None
+    if f.ci_low is None or f.ci_high is None:
+        return times(f.speedup)
+    return f"{times(f.speedup)} (95% CI {interval(f.ci_low, f.ci_high)})"
+
+
+def short(text: str, n: int = ERROR_SHOWN) -> str:
+    """A stored error cut to `n` characters, as the dashboard's listing cuts it."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def confirmed_line(outcome: Outcome) -> str | None:
     """The published config's own confirmation, when it has an interval."""
     if outcome.speedup is None or outcome.ci_low is None or outcome.ci_high is None:

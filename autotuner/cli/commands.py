@@ -26,7 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotuner.cli.terminal import labelled, shown, stdout_console
+from autotuner.cli.claim_report import BASELINE_KEPT, finalist_text, kept_baseline, short
+from autotuner.cli.terminal import Name, labelled, shown, stdout_console
 from autotuner.executors.results import finite
 from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
@@ -55,7 +56,7 @@ err = Console(stderr=True)
 out = stdout_console()
 
 DB_HELP = (
-    "SQLAlchemy URL of the store, e.g. sqlite:////srv/autotuner/autotuner.db (default: autotuner.db in "
+    "SQLAlchemy URL of the store, e.g. sqlite:////srv/autotuner.db (default: autotuner.db in "
     "$AUTOTUNER_DATA_DIR, else in ~/.local/share/nccl-autotuner)"
 )
 DbOption = Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help=DB_HELP)]
@@ -575,7 +576,10 @@ def _env_text(env: Any) -> str:
 
 @app.command()
 def studies(
-    state: Annotated[StudyState | None, typer.Option(help="only studies in this state")] = None,
+    state: Annotated[
+        StudyState | None,
+        typer.Option(metavar="STATE", help=f"only studies in this state: {', '.join(StudyState)}"),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="at most this many, newest first")] = 100,
     offset: Annotated[int, typer.Option(min=0, max=1_000_000, help="skip this many newest first")] = 0,
     db: DbOption = None,
@@ -592,14 +596,22 @@ def studies(
         )
         return
     table = _narrow_table("studies")
-    for col in ("id", "name", "cluster", "workload", "state", "search launches", "best samples/s", "speedup"):
-        numeric = col in ("id", "search launches", "best samples/s", "speedup")
-        table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric or col == "state",
-                         overflow="fold")  # fmt: skip
+    # names break only between words (Name); the speedup wraps its CI below it only when it must
+    for col in ("id", "name", "cluster", "workload", "state", "launches", "best samples/s", "speedup"):
+        numeric = col in ("id", "launches", "best samples/s", "speedup")
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold",
+                         no_wrap=col in ("id", "state", "launches", "best samples/s"))  # fmt: skip
     lost = store.runnerless([s.id for s in rows])
     for s in rows:
         table.add_row(*_study_cells(store, s, s.id in lost))
     out.print(table)
+    for s in rows:  # why, in the dashboard's words: a failed study's error, the finalist a kept baseline beat
+        if s.state == StudyState.FAILED and s.error:
+            err.print(labelled(f"{s.name} failed:", short(displayed(str(s.error)))), highlight=False)
+        elif (finalist := _kept_finalist(s)) is not None:
+            err.print(
+                shown(f"{s.name}: {BASELINE_KEPT} · finalist {finalist} not published"), highlight=False
+            )
     if lost:  # "running" alone read as if something ran them
         err.print("no runner: the study's runner stopped (interrupted, killed, or its host gone) and nothing "
                   "runs it now; `autotuner tune --study NAME` resumes it, or a service's scheduler takes it up")  # fmt: skip
@@ -614,15 +626,30 @@ def _study_cells(store: Any, s: Any, runner_lost: bool = False) -> list[Any]:
     listing)."""
     best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
     trials = s.settings.get("trials") if isinstance(s.settings, dict) else None
-    try:
-        outcome = (Outcome.load(s.outcome) or Outcome()).model_dump()
-    except (ValueError, TypeError):
-        outcome = {"speedup": None}
-    speedup = _speedup_cell(outcome) if outcome.get("speedup") else "?" if s.outcome else "-"
+    outcome = _outcome_of(s)
+    speedup = (
+        _speedup_cell(outcome.model_dump()) if outcome and outcome.speedup else "?" if s.outcome else "-"
+    )
+    if outcome and outcome.speedup and outcome.ci_low is None and kept_baseline(outcome):
+        speedup += f" {BASELINE_KEPT}"
     state = f"{shown(s.state)}, no runner" if runner_lost else shown(s.state)
-    return [str(s.id), shown(s.name), shown(s.cluster.name), shown(s.workload.name), state,
+    return [str(s.id), Name(s.name), Name(s.cluster.name), Name(s.workload.name), state,
             f"{s.launches_done}/{trials if isinstance(trials, int) else '-'}",
-            f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", speedup]  # fmt: skip
+            f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", Name(speedup)]  # fmt: skip
+
+
+def _outcome_of(s: Any) -> Outcome | None:
+    """A study's outcome; None when it cannot be read (or it has none)."""
+    try:
+        return Outcome.load(s.outcome)
+    except (ValueError, TypeError):
+        return None
+
+
+def _kept_finalist(s: Any) -> str | None:
+    """The finalist a study that published the baseline confirmed, in the dashboard's words."""
+    outcome = _outcome_of(s)
+    return finalist_text(outcome) if outcome and kept_baseline(outcome) and outcome.ci_low is None else None
 
 
 # ---------------------------------------------------------------------------------------- configs
@@ -692,15 +719,17 @@ def configs(
 
 
 def _speedup_cell(figures: dict[str, Any]) -> str:
-    """A speedup over the baseline, its 95% CI below it."""
+    """A speedup over the baseline, then its 95% CI: below it where the column wraps (a narrow terminal),
+    beside it where there is room (it went below it at any width)."""
     speed = f"{figures['speedup']:.2f}x" if figures.get("speedup") else "-"
     if figures.get("ci_low") and figures.get("ci_high"):
-        speed += f"\n[{figures['ci_low']:.2f}-{figures['ci_high']:.2f}]"
+        speed += f" [{figures['ci_low']:.2f}-{figures['ci_high']:.2f}]"
     return speed
 
 
 def _when(moment: Any) -> str:
-    return moment.strftime("%Y-%m-%d\n%H:%M UTC") if moment else "-"
+    """A date, its time beside it, or below it where the column wraps."""
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "-"
 
 
 def _narrow_table(title: str) -> Table:
@@ -721,19 +750,19 @@ def _config_table(store: Any, rows: list[Any], title: str, served: set[int] | No
     table.add_column("version", no_wrap=True)
     table.add_column("env", overflow="fold")
     table.add_column("fwd/bwd", no_wrap=True)  # the comm precisions
-    for col in ("batch", "speedup"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("published", no_wrap=True)
+    table.add_column("batch", justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right")  # its CI beside it, or below it where it must wrap
+    table.add_column("published")  # the time beside the date, or below it
     views = store.validation_views(rows)
     stale = _stale(store, [c for c in rows if served is None or c.id in served], views)
     for c in rows:
         flagged = (views.get(c.id) or {}).get("flagged")
-        table.add_row(shown(c.cluster.name), shown(c.workload.name), str(c.nodes),
+        table.add_row(Name(c.cluster.name), Name(c.workload.name), str(c.nodes),
                       Text.assemble(f"v{c.version}", "\npinned" if c.pinned else "",
                                     ("\nflagged", "bold yellow") if flagged else "",
                                     ("\nstale", "bold yellow") if stale.get(c.id) else ""),
                       shown(_env_text(c.env) or "-"), shown(f"{c.fwd_precision}/{c.bwd_precision}"),
-                      shown(c.batch_size), _speedup_cell(c.evidence or {}), _when(c.created_at))  # fmt: skip
+                      shown(c.batch_size), Name(_speedup_cell(c.evidence or {})), _when(c.created_at))  # fmt: skip
     out.print(table)
     for c in rows:
         where = f"{c.cluster.name}/{c.workload.name} ({c.nodes}n) v{c.version}"
@@ -915,6 +944,7 @@ def configs_show(
     db: DbOption = None,
 ) -> None:  # fmt: skip
     """Print the served config (json, or its export lines: sh, env, slurm); its claim goes to stderr.
+
     As the service and the pre-job hook, it prints only what a job may be handed: a variable the check
     drops is named on stderr, and it exits 2."""
     from autotuner.job.exports import checked_config
@@ -978,15 +1008,16 @@ def configs_validations(
     nodes: NodesFilter = None,
     db: DbOption = None,
 ) -> None:
-    """The re-validations of a (cluster, workload)'s versions, newest first, and why the served one is
-    stale, if it is (on stderr)."""
+    """The re-validations of a (cluster, workload)'s versions, newest first.
+
+    Why the served one is stale, if it is, goes to stderr."""
     from autotuner.job.fingerprint import describe
 
     store = _store(_db_of(ctx, db))
     versions = _versions(store, cluster, workload, nodes)
     table = _narrow_table(f"re-validations of {cluster}/{workload}")
     for col in ("id", "version", "trigger", "state", "speedup", "on", "action", "when"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("id", "version", "speedup", "when"),
+        table.add_column(col, overflow="fold", no_wrap=col in ("id", "version"),
                          justify="right" if col in ("id", "speedup") else "left")  # fmt: skip
     for v in store.validations(config_ids=list(versions)):
         table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), _speedup_cell(v.result or {}),

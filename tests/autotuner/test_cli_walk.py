@@ -68,7 +68,12 @@ def test_an_unknown_config_exits_2_and_names_what_is_published(tuned, db, sub): 
     assert "no config published for cpu-box/nope (published: cpu-box/small;" in said
 
 
-def test_config_tables_fit_80_columns_and_keep_numbers_and_dates_whole(tuned, db):  # noqa: F811
+def test_config_tables_fit_80_columns_and_keep_numbers_and_dates_whole(tuned, db, monkeypatch):  # noqa: F811
+    from rich.console import Console
+
+    from autotuner.cli import commands
+
+    monkeypatch.setattr(commands, "out", Console(width=80))  # made at import, a pipe's 1000 columns wide
     assert runner.invoke(app, ["configs", "pin", "cpu-box", "small", "v1", "--db", db]).exit_code == 0
     for command in (["configs"], ["configs", "history", "cpu-box", "small"]):
         result = runner.invoke(app, [*command, "--db", db], env=WIDE)
