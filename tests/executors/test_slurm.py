@@ -143,6 +143,10 @@ BAD_OPTIONS = [
     ({"env": {"RANDOM": "4"}}, "RANDOM: not settable"),
     ({"env": {"head": "node-b"}}, "head: not settable"),
     ({"env": {"GCONV_PATH": "/tmp"}}, "GCONV_PATH: not settable"),  # glibc loads code from it
+    # Slurm's binding of GPUs to tasks, and what torchrun sets per rank (found by a review on real Slurm)
+    ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "CUDA_VISIBLE_DEVICES: not settable"),
+    ({"env": {"MASTER_ADDR": "10.0.0.1"}}, "MASTER_ADDR: not settable"),
+    ({"env": {"TORCHELASTIC_RUN_ID": "x"}}, "TORCHELASTIC_RUN_ID: not settable"),
     ({"env": {"FI_PROVIDER": 1}}, "env"),
     ({"queue_timeout_s": 0}, "queue_timeout_s"),
     ({"queue_timeout_s": float("inf")}, r"queue_timeout_s=inf: expected seconds > 0 \(at most 30 days\)"),

@@ -124,8 +124,12 @@ def _sbatch_arg(arg: str) -> str:
 # of every trial), Slurm's, those that change which code runs instead of how NCCL behaves, the shell's
 # own (IFS splits the script's unquoted words; PS4, SHELLOPTS and the like change how it runs;
 # EXECIGNORE hides the srun on PATH as changing PATH would; UID and the like are read-only, RANDOM and
-# the like bash's own: not what the ranks would see) and the script's (head, rc).
+# the like bash's own: not what the ranks would see), the script's (head, rc), and the launcher's and
+# Slurm's per rank (a fixed CUDA_VISIBLE_DEVICES overrode the GPUs Slurm bound each task to; torchrun
+# sets RANK, MASTER_ADDR and the rest itself).
 _NOT_FIXED_ENV = re.compile(r"AUTOTUNER_.*|SLURM_.*|SBATCH_.*|SALLOC_.*|SRUN_.*|PATH|LD_PRELOAD|LD_AUDIT|GCONV_PATH|PYTHON.*"
+                            r"|CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|TORCHELASTIC_.*"
+                            r"|RANK|LOCAL_RANK|GROUP_RANK|ROLE_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT"
                             r"|BASH|BASH_.*|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|GLOBIGNORE|EXECIGNORE"
                             r"|UID|EUID|PPID|GROUPS|RANDOM|SRANDOM|LINENO|SECONDS|BASHPID|SHLVL|PWD|OLDPWD|OPTIND"
                             r"|OPTARG|FUNCNAME|HOSTNAME|HOSTTYPE|MACHTYPE|OSTYPE|EPOCHREALTIME|EPOCHSECONDS|_|head|rc")  # fmt: skip
@@ -135,8 +139,8 @@ def _fixed_env_name(name: str) -> str:
     if _NOT_FIXED_ENV.fullmatch(name):
         raise OptionError(
             f"{name}: not settable here (AUTOTUNER_*, SLURM_*, SBATCH_*, SRUN_*, PATH, LD_PRELOAD, LD_AUDIT, PYTHON*, "
-            "BASH_ENV and the shell's own are the trial's, Slurm's, the shell's or change which code runs); give "
-            "fabric settings only"
+            "BASH_ENV and the shell's own, CUDA_VISIBLE_DEVICES, RANK, MASTER_ADDR and torchrun's others are the "
+            "trial's, Slurm's, the launcher's, the shell's or change which code runs); give fabric settings only"
         )
     return name
 
