@@ -14,7 +14,7 @@
   const RECENT_LAUNCHES = 5; // the newest launches each poll reads (the one queued is among them)
   const FONT = getComputedStyle(document.body).fontFamily;
   const COLORS = {
-    accent: "#2f62d6", accentStrong: "#1f4bb0", text: "#1b2330", muted: "#627083", faint: "#8a95a5",
+    accent: "#2f62d6", accentStrong: "#1f4bb0", text: "#1b2330", muted: "#627083", faint: "#66717f",
     grid: "#edf0f4", base: "#1b2330", warn: "#c98300", bad: "#b8322a", ok: "#1d7a46",
   };
 
@@ -23,7 +23,7 @@
   const fmtInt = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
   const fmt2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   const fmtDate = new Intl.DateTimeFormat(undefined, {
-    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short",
   });
   const isNum = (v) => typeof v === "number" && Number.isFinite(v);
   // Past a billion no figure here is a real one (a row written by hand): said short, not 300 digits
@@ -31,7 +31,11 @@
   const huge = (v) => Math.abs(v) >= 1e9;
   const num0 = (v) => (!isNum(v) ? "—" : huge(v) ? v.toExponential(2) : fmtInt.format(v));
   const num2 = (v) => (!isNum(v) ? "—" : huge(v) ? v.toExponential(2) : fmt2.format(v));
-  const times = (v) => (isNum(v) ? `${num2(v)}×` : "—");
+  // A speedup and its 95% CI in the notation of the claim's sentences (autotuner/cli/claim_report.py),
+  // which the ladder shows as sent: "3.98x [3.26-4.87]". One notation on a page, not three.
+  const times = (v) => (isNum(v) ? `${num2(v)}x` : "—");
+  const interval = (lo, hi) => `[${num2(lo)}-${num2(hi)}]`;
+  const withCi = (v, lo, hi) => `${times(v)} ${interval(lo, hi)}`;
   function pct(v) {
     if (!isNum(v)) return "—";
     if (v === 0) return "0";
@@ -42,6 +46,11 @@
     if (!iso) return "—";
     const d = new Date(iso);
     return Number.isNaN(d.getTime()) ? String(iso) : fmtDate.format(d);
+  }
+  /** A time's tooltip: the instant in UTC, as the CLI prints it ("2026-12-07 08:43:05 UTC"). */
+  function utc(iso) {
+    const d = new Date(iso || NaN);
+    return Number.isNaN(d.getTime()) ? null : `${d.toISOString().slice(0, 19).replace("T", " ")} UTC`;
   }
   function ago(iso) {
     if (!iso) return "";
@@ -239,6 +248,11 @@
     node.textContent = error instanceof HttpError
       ? `The service answered ${error.status}: ${error.detail}`
       : `Cannot reach the service (${error.message || error}); retrying.`;
+    // What was never loaded says so, where it would be: "Loading…" under the banner read as still coming.
+    const why = `Not loaded: ${error instanceof HttpError ? `the service answered ${error.status}` : "the service could not be reached"}`
+      + "; retrying every 5 s.";
+    for (const placeholder of document.querySelectorAll("[data-loading]")) placeholder.textContent = why;
+    for (const chart of document.querySelectorAll(".study-panels .chart:empty")) chartMessage(chart.id, why);
     // The token may be what is wrong: the form stays one click away whatever failed.
     if (sessionStorage.getItem(TOKEN_KEY)) $("token-change").hidden = false;
     setLive(false, "reconnecting");
@@ -282,12 +296,17 @@
 
   function chartMessage(id, message) {
     const node = $(id);
+    node.removeAttribute("role"); // its message is text: read as it is
+    node.removeAttribute("aria-label");
     if (window.Plotly && node.data) window.Plotly.purge(node);
     fill(node, el("div", { class: "chart-empty" }, message));
   }
-  function plot(id, data, lay) {
+  /** Draw a chart, with `summary` as its text alternative: a screen reader gets no SVG's numbers. */
+  function plot(id, data, lay, summary) {
     const node = $(id);
     if (!window.Plotly) return chartMessage(id, "plotly.js did not load");
+    node.setAttribute("role", "img");
+    node.setAttribute("aria-label", shownText(summary));
     if (!node.data) node.replaceChildren();
     window.Plotly.react(node, data, lay, PLOT_CONFIG);
   }
@@ -359,7 +378,7 @@
           el("span", {}, budget ? `${s.launches_done} / ${budget}` : `${s.launches_done}`))),
         el("td", { class: "num strong" }, num0(s.best && s.best.samples_per_s)),
         el("td", { class: "num" }, speedupCell(outcome, keptServed(s))),
-        el("td", { class: "num", title: when(s.created_at) }, ago(s.created_at),
+        el("td", { class: "num", title: utc(s.created_at) }, ago(s.created_at),
           el("span", { class: "sub" }, when(s.created_at))),
       );
     });
@@ -383,7 +402,7 @@
     return el("span", {},
       el("span", { class: outcome.significant ? "gain" : "nogain" }, times(outcome.speedup)),
       el("span", { class: "sub" }, hasCi
-        ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}${outcome.significant ? "" : " · not significant"}`
+        ? `95% CI ${interval(outcome.ci_low, outcome.ci_high)}${outcome.significant ? "" : " · not significant"}`
         : keptBaseline(outcome) ? `baseline kept${finalist ? ` · finalist ${finalist} not published` : ""}`
           : "not confirmed"));
   }
@@ -400,11 +419,11 @@
   const BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)";
   const keptServed = (study) => study.state === "done" && (study.settings || {}).publish !== false
     && !isNum((study.outcome || {}).published_version) && ((study.outcome || {}).decision || "").endsWith(KEPT_SERVED);
-  /** "1.17× (95% CI 1.14–1.19)": the finalist's own confirmation, or null. */
+  /** "1.17x [1.14-1.19] (95% CI)": the finalist's own confirmation, or null. */
   function finalistText(f) {
     if (!f || !isNum(f.speedup)) return null;
     return isNum(f.ci_low) && isNum(f.ci_high)
-      ? `${times(f.speedup)} (95% CI ${num2(f.ci_low)}–${num2(f.ci_high)})` : times(f.speedup);
+      ? `${withCi(f.speedup, f.ci_low, f.ci_high)} (95% CI)` : times(f.speedup);
   }
 
   function truncate(text, n) {
@@ -588,7 +607,7 @@
     setText("kpi-best-sub", best ? `${pointText(best)}${fastestOnly ? ` · trial ${best.id}` : ""}`
       : active ? "no measurement yet" : "no measurement");
     setText("kpi-base", num0(base && base.samples_per_s));
-    setText("kpi-base-sub", base ? pointText(base) : "measured first");
+    setText("kpi-base-sub", base ? pointText(base) : active ? "measured first" : "not measured");
     const bestEnv = $("best-env");
     if (best) {
       // A variable that cannot act where the study measures was set in the trial, but is never exported:
@@ -622,7 +641,7 @@
       setText("kpi-speedup-note", hasCi ? `${outcome.rounds} interleaved rounds${outcome.significant ? "" : " · not significant"}` : "");
       setText("kpi-speedup", times(outcome.speedup));
       setText("kpi-speedup-sub", hasCi
-        ? `95% CI ${num2(outcome.ci_low)}–${num2(outcome.ci_high)}×`
+        ? `95% CI ${interval(outcome.ci_low, outcome.ci_high)}`
         : keptBaseline(outcome) ? "the baseline was kept: nothing changed" : "best / baseline, not confirmed");
       if (!hasCi && keptBaseline(outcome)) setText("kpi-speedup-label", "Published speedup");
       $("kpi-speedup").className = `kpi-value ${outcome.significant ? "accent" : ""}`;
@@ -649,6 +668,8 @@
       const hi = Math.max(1.12, outcome.ci_high * 1.15);
       const ticks = ratioTicks(lo, hi);
       const color = outcome.significant ? COLORS.accent : "#9aa5b4";
+      const speedupSummary = `Speedup ${withCi(outcome.speedup, outcome.ci_low, outcome.ci_high)} (95% CI) over the `
+        + `baseline, ${outcome.rounds} interleaved rounds${outcome.significant ? "" : ", not significant"}`;
       plot("chart-speedup", [{
         type: "scatter", mode: "lines", x: [outcome.ci_low, outcome.ci_high], y: [0, 0], hoverinfo: "skip",
         line: { color, width: 8 }, opacity: 0.45,
@@ -656,16 +677,16 @@
         type: "scatter", mode: "markers", x: [outcome.speedup], y: [0],
         marker: { color: outcome.significant ? COLORS.accentStrong : COLORS.text, size: 13, symbol: "diamond",
           line: { color: "#fff", width: 1.5 } },
-        hovertemplate: `speedup %{x:.3f}×<br>95% CI ${outcome.ci_low.toFixed(3)}–${outcome.ci_high.toFixed(3)}×<extra></extra>`,
+        hovertemplate: `speedup %{x:.3f}x<br>95% CI [${outcome.ci_low.toFixed(3)}-${outcome.ci_high.toFixed(3)}]<extra></extra>`,
       }], layout({
         margin: { l: 8, r: 8, t: 4, b: 24 }, showlegend: false,
         xaxis: axis({ type: "log", range: [Math.log10(lo), Math.log10(hi)], tickvals: ticks,
-          ticktext: ticks.map((v) => `${v}×`), tickangle: 0, title: { text: "" }, gridcolor: "rgba(0,0,0,0)" }),
+          ticktext: ticks.map((v) => `${v}x`), tickangle: 0, title: { text: "" }, gridcolor: "rgba(0,0,0,0)" }),
         yaxis: { visible: false, range: [-1, 1] },
         shapes: [{ type: "line", x0: 1, x1: 1, y0: 0, y1: 1, yref: "paper", line: { color: COLORS.faint, dash: "dot", width: 1.5 } }],
         annotations: [{ x: 1, y: 1, yref: "paper", text: "baseline", showarrow: false, xanchor: "right", yanchor: "top", xshift: -4,
           font: { size: 11, color: COLORS.faint } }],
-      }));
+      }), speedupSummary);
     } else {
       const finalist = finalistText(outcome.finalist);
       chartMessage("chart-speedup", ACTIVE.has(study.state)
@@ -738,16 +759,18 @@
       type: "waterfall", orientation: "v",
       x: ["baseline", ...ladder.map((s, i) => plain((words[i] || {}).name || s.step).replace(/[ +]/g, (c) => (c === "+" ? "+<br>" : "<br>")))],
       measure: ["absolute", ...ladder.map(() => "relative")], y: [1, ...rel],
-      text: ["1.00×", ...text], textposition: "outside", cliponaxis: false, constraintext: narrow ? "none" : "both",
+      text: ["1.00x", ...text], textposition: "outside", cliponaxis: false, constraintext: narrow ? "none" : "both",
       customdata: ["the job's own settings", ...changes],
       hovertemplate: "%{x}<br>%{customdata}<extra></extra>",
       increasing: { marker: { color: COLORS.accent } }, decreasing: { marker: { color: COLORS.bad } },
       totals: { marker: { color: COLORS.base } }, connector: { line: { color: "#cfd4dc" } },
     }], layout({
       showlegend: false,
-      yaxis: axis({ title: { text: "speedup over the baseline" }, ticksuffix: "×", rangemode: "tozero" }),
+      // A phone tilts the steps' names: the margin grows to hold them ("env NSOCKS_PERTHREAD" was cut).
+      xaxis: { automargin: true },
+      yaxis: axis({ title: { text: "speedup over the baseline" }, ticksuffix: "x", rangemode: "tozero" }),
       margin: { l: 64, r: 16, t: 26, b: 40 },
-    }));
+    }), `Speedup ladder from the baseline, one knob group at a time: ${words.map((w) => w.line).filter(Boolean).join("; ")}`);
   }
 
   // The published case's own measure: throughput as nodes are added, against the ideal line.
@@ -759,7 +782,7 @@
       type: "scatter", mode: "lines+markers", name, x: nodes, y: curve.map((p) => p[`${role}_samples_per_s`]),
       customdata: curve.map((p) => [p[`${role}_scaling`], p[`${role}_efficiency`]]),
       line: { color, width: 2 }, marker: { size: 8 },
-      hovertemplate: `${name}: %{y:,.0f} samples/s at %{x} nodes<br>factor %{customdata[0]:.2f}×, efficiency %{customdata[1]:.0%}<extra></extra>`,
+      hovertemplate: `${name}: %{y:,.0f} samples/s at %{x} nodes<br>factor %{customdata[0]:.2f}x, efficiency %{customdata[1]:.0%}<extra></extra>`,
     });
     const base = curve[0].tuned_samples_per_s;
     const ideal = isNum(base) ? { type: "scatter", mode: "lines", name: "ideal (tuned)", x: nodes,
@@ -769,7 +792,8 @@
         xaxis: axis({ title: { text: "nodes" }, tickvals: nodes }),
         yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
         margin: { l: 64, r: 12, t: 26, b: 40 },
-      }));
+      }), `Scaling, samples/s tuned vs baseline: ${curve.map((p) => `${p.nodes} node(s) ${num0(p.tuned_samples_per_s)} vs `
+        + `${num0(p.baseline_samples_per_s)}`).join("; ")}`);
   }
 
   function renderTrials(page, view) {
@@ -911,7 +935,12 @@
   // step). The wire time of each kind of comm overlaps them, so it is said on hover, not stacked.
   function renderBreakdown(rows, study) {
     if (!rows.length) {
-      chartMessage("chart-breakdown", ACTIVE.has(study.state) ? "No step measured yet." : "No step measured.");
+      // Why: the step's parts come from the training workload's own timers, which a replay never has.
+      const replay = (study.settings || {}).executor === "replay";
+      chartMessage("chart-breakdown", replay ? "No step breakdown: the replay executor replays samples/s only, "
+        + "without the compute and comm times of a step."
+        : ACTIVE.has(study.state) ? "No step measured yet: it appears with the first trial that reports its compute and comm times."
+        : "No step breakdown: no completed trial reported its compute and comm times.");
       return;
     }
     const ordered = [...rows].reverse();
@@ -948,7 +977,8 @@
       margin: { l: 12, r: 16, t: 26, b: 40 },
       bargap: narrow ? 0.55 : 0.3,
       height,
-    }));
+    }), `Median step time: ${rows.map((r) => `${r.label}${r.kind === "baseline" ? " (baseline)" : ""} `
+      + `${num2(r.compute)} ms compute + ${num2(r.exposed_comm)} ms exposed comm`).join("; ")}`);
   }
 
   function renderHistory(points, study) {
@@ -985,7 +1015,14 @@
         ...(Math.max(...points.map((p) => p.n)) <= 8 ? { dtick: 1 } : {}) }),
       yaxis: axis({ title: { text: "samples/s" }, tickformat: ",.0f", rangemode: "tozero" }),
       margin: { l: 64, r: 12, t: 26, b: 40 },
-    }));
+    }), historySummary(measured, points));
+  }
+
+  function historySummary(measured, points) {
+    const best = Math.max(...measured.map((p) => p.samples_per_s));
+    const base = measured.find((p) => p.kind === "baseline");
+    return `Optimization history: ${num0(measured.length)} of ${num0(points.length)} trials measured, best `
+      + `${num0(best)} samples/s${base ? ` vs baseline ${num0(base.samples_per_s)}` : ""}`;
   }
 
   const PARAM_LABELS = { precision: "precision fwd/bwd", batch_size: "batch size", sharding: "sharding", num_threads: "threads", pipeline: "pipeline" };
@@ -1018,7 +1055,8 @@
       bargap: 0.35,
       shapes: floor !== null ? [{ type: "line", x0: floor, x1: floor, y0: 0, y1: 1, yref: "paper",
         line: { color: COLORS.faint, dash: "dot", width: 1.5 } }] : [],
-    }));
+    }), `Parameter importance, share of the variance in samples/s: ${[...sorted].reverse()
+      .map((p) => `${PARAM_LABELS[p.name] || p.name} ${pct(p.importance)}${p.below_noise ? " (noise)" : ""}`).join(", ")}`);
   }
 
   function renderMatrix(matrix, study) {
@@ -1046,14 +1084,27 @@
       yaxis: axis({ type: "category", gridcolor: "rgba(0,0,0,0)", autorange: "reversed", ticksuffix: "  ",
         title: { text: "precision fwd/bwd" } }),
       margin: { l: 84, r: 8, t: 8, b: 40 },
+    }), matrixSummary(matrix));
+  }
+
+  function matrixSummary(matrix) {
+    const cells = [];
+    matrix.precisions.forEach((p, i) => matrix.batch_sizes.forEach((b, j) => {
+      if (isNum(matrix.samples_per_s[i][j])) cells.push({ p, b, v: matrix.samples_per_s[i][j] });
     }));
+    const best = cells.reduce((a, c) => (c.v > a.v ? c : a));
+    return `Best feasible samples/s by precision and batch size: ${num0(cells.length)} of `
+      + `${num0(matrix.precisions.length * matrix.batch_sizes.length)} cells measured, the fastest `
+      + `${num0(best.v)} at ${best.p} batch ${num0(best.b)}`;
   }
 
   // A cell with no feasible measurement says why: "infeasible" is over the quantization-error limit,
   // "failed" is a trial that did not run to the end (fp8 not supported); a cell can have both.
   const CELL_STATES = ["infeasible", "failed"];
   const cellCount = (matrix, state, i, j) => ((matrix[state] || [])[i] || [])[j] || 0;
-  const unmeasured = (matrix, i, j) => CELL_STATES.filter((s) => cellCount(matrix, s, i, j)).join(" / ");
+  // A cell no trial measured at all says so, not left blank.
+  const unmeasured = (matrix, i, j) => CELL_STATES.filter((s) => cellCount(matrix, s, i, j)).join(" / ")
+    || (matrix.trials[i][j] ? "no result" : "not tried");
   function trialCounts(matrix, i, j) {
     const some = CELL_STATES.filter((s) => cellCount(matrix, s, i, j)).map((s) => `${num0(cellCount(matrix, s, i, j))} ${s}`);
     return `${num0(matrix.trials[i][j])} trial(s)${some.length ? `: ${some.join(", ")}` : ""}`;
@@ -1127,7 +1178,7 @@
           el("td", {}, r.trigger),
           el("td", {}, el("span", { class: `badge s-${r.state === "held" ? "ok" : r.state}` }, r.state)),
           el("td", { class: "num" }, isNum(r.speedup) ? times(r.speedup) : "—",
-            isNum(r.ci_low) ? el("span", { class: "ci" }, ` [${num2(r.ci_low)}, ${num2(r.ci_high)}]`) : null),
+            isNum(r.ci_low) ? el("span", { class: "ci" }, ` ${interval(r.ci_low, r.ci_high)}`) : null),
           el("td", {}, r.fingerprint ? stackText(r.fingerprint) : "—"),
           el("td", { title: r.why || r.error || "" }, r.action || r.error || r.reason)))))) :
         el("p", { class: "empty" }, "None yet: autotuner revalidate, the schedule, or jobs on another stack ask for one."));
@@ -1153,13 +1204,15 @@
       const claim = c.claim || {};
       const ladder = (claim.ladder || []).map((st) => st.line).join(" · ");
       const facts = [
-        ["Ladder", ladder || "—"],
-        ["Quality", claim.quality || "—"],
+        // An empty row says why, as the Speedup row does ("baseline kept"), not a bare dash.
+        ["Ladder", ladder || ((ev.decision || "").endsWith(BASELINE_BEST) ? "none: no setting measured beat the baseline"
+          : ev.speedup === 1 && !hasCi ? "none: the baseline itself was published" : "not measured")],
+        ["Quality", claim.quality || "not measured"],
         ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
-          " ", el("span", { class: "ci" }, hasCi ? `95% CI ${num2(ev.ci_low)}–${num2(ev.ci_high)}×, ${ev.rounds} rounds`
+          " ", el("span", { class: "ci" }, hasCi ? `${interval(ev.ci_low, ev.ci_high)} 95% CI, ${ev.rounds} rounds`
             : keptFinalist ? `baseline kept · finalist ${keptFinalist} not published` : "not confirmed")) : "—"],
         ["Decision", ev.decision || "—"],
-        ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "—"],
+        ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "not measured"],
         ["Precision", `${c.qcomms.forward_precision} fwd / ${c.qcomms.backward_precision} bwd`],
         ["Batch · sharding", `${num0(c.batch_size)}${isNum(c.lr_scale) ? ` (learning rate × ${num2(c.lr_scale)})` : ""} · ${c.sharding}${c.num_threads ? ` · ${c.num_threads} threads` : ""}`],
         ["NCCL env", Object.keys(c.env).length ? `${Object.keys(c.env).length} variable(s)` : "defaults (no overrides)"],
@@ -1176,7 +1229,7 @@
           el("span", { class: "tag" }, `${c.nodes} node${c.nodes === 1 ? "" : "s"}`),
           el("span", { class: "badge version" }, `v${c.version}`),
           c.pinned ? el("span", { class: "badge pinned", title: "served regardless of newer versions" }, "pinned") : null,
-          el("span", { class: "when", title: when(c.created_at) }, `published ${ago(c.created_at)} · ${when(c.created_at)}`)),
+          el("span", { class: "when", title: utc(c.created_at) }, `published ${ago(c.created_at)} · ${when(c.created_at)}`)),
         el("div", { class: "config-body" },
           el("div", { class: "config-facts" },
             el("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
@@ -1186,25 +1239,26 @@
         el("div", { class: "history" }, el("h3", {}, versions.length < HISTORY_SHOWN ? `Version history (${versions.length})` : `Version history (latest ${HISTORY_SHOWN})`),
           history.error ? el("div", { class: "warn-note" }, `history could not be read: ${history.error}`) : null,
           el("div", { class: "table-scroll" }, el("table", { class: "data" },
-            el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study", ""].map(
+            el("thead", {}, el("tr", {}, ...["Version", "Published", "Speedup", "Precision", "Batch", "Study"].map(
               (h, i) => el("th", { class: [2, 4].includes(i) ? "num" : null }, h)))),
             el("tbody", {}, ...versions.map((h) => {
               const hev = h.evidence || {};
               if (h.error) {
                 return el("tr", { class: "unreadable" }, el("td", {}, `v${h.version}`), el("td", {}, when(h.created_at)),
-                  el("td", { colspan: "5" }, el("span", { class: "badge s-failed" }, "unreadable"), ` ${h.error}`));
+                  el("td", { colspan: "4" }, el("span", { class: "badge s-failed" }, "unreadable"), ` ${h.error}`));
               }
+              // Which version is served sits beside its number: in a last column a phone scrolled it away.
               return el("tr", {},
-                el("td", {}, `v${h.version}`),
+                el("td", { class: "version-cell" }, `v${h.version}`,
+                  h.version === c.version ? [" ", el("span", { class: "badge s-ok" }, "serving")] : null,
+                  h.pinned ? [" ", el("span", { class: "badge pinned" }, "pinned")] : null,
+                  h.flagged ? [" ", el("span", { class: "badge s-failed", title: h.flagged }, "re-validation failed")] : null),
                 el("td", {}, when(h.created_at)),
                 el("td", { class: "num" }, times(hev.speedup),
-                  isNum(hev.ci_low) ? el("span", { class: "ci" }, ` [${num2(hev.ci_low)}, ${num2(hev.ci_high)}]`) : null),
+                  isNum(hev.ci_low) ? el("span", { class: "ci" }, ` ${interval(hev.ci_low, hev.ci_high)}`) : null),
                 el("td", {}, `${h.qcomms.forward_precision}/${h.qcomms.backward_precision}`),
                 el("td", { class: "num" }, num0(h.batch_size)),
-                el("td", {}, h.study_id ? el("a", { href: `/studies/${h.study_id}` }, `#${h.study_id}`) : "—"),
-                el("td", {}, h.version === c.version ? el("span", { class: "badge s-ok" }, "serving") : null,
-                  h.pinned ? el("span", { class: "badge pinned" }, "pinned") : null,
-                  h.flagged ? el("span", { class: "badge s-failed", title: h.flagged }, "re-validation failed") : null));
+                el("td", {}, h.study_id ? el("a", { href: `/studies/${h.study_id}` }, `#${h.study_id}`) : "—"));
             }))))));
     }));
   }

@@ -219,13 +219,13 @@ def kept_baseline(outcome: Outcome) -> bool:
 
 
 def finalist_text(outcome: Outcome) -> str | None:
-    """ "1.16x (95% CI 0.30-4.42)": the finalist's own confirmation, when the baseline was kept over it."""
+    """ "1.16x [0.30-4.42] (95% CI)": the finalist's own confirmation, when the baseline was kept over it."""
     f = outcome.finalist
     if f is None or f.speedup is None:
         return None
     if f.ci_low is None or f.ci_high is None:
         return times(f.speedup)
-    return f"{times(f.speedup)} (95% CI {interval(f.ci_low, f.ci_high)})"
+    return f"{times(f.speedup)} [{interval(f.ci_low, f.ci_high)}] (95% CI)"
 
 
 def short(text: str, n: int = ERROR_SHOWN) -> str:

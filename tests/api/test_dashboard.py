@@ -327,7 +327,7 @@ def test_study_page_updates_live_while_the_study_runs(browser, tmp_path):
         total = client.get(f"/v1/studies/{study_id}/trials").json()["count"]
         assert trial_rows(page) == min(total, 50)
         assert "Confirmed speedup" in page.inner_text("#panel-outcome")
-        assert re.search(r"95% CI [\d.,]+–[\d.,]+×", page.inner_text("#kpi-speedup-sub"))
+        assert re.search(r"95% CI \[[\d.,]+-[\d.,]+\]", page.inner_text("#kpi-speedup-sub"))
         page.screenshot(path=str(ARTIFACTS / "dashboard-study.png"), full_page=True)
 
         check_sorting(page)

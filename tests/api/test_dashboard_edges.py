@@ -183,7 +183,7 @@ def test_an_ended_study_promises_nothing_more(browser, module_server):  # noqa: 
     cancelled, _ = plant_study(srv, "cancelled-unconfirmed", "cancelled", candidates=[
         {"kind": "baseline", "samples_per_s": 10_000.0}, {"samples_per_s": 56_000.0}])  # fmt: skip
     page, errors = study_page(browser, srv, cancelled)
-    page.wait_for_function("document.getElementById('kpi-speedup').textContent === '5.60×'", timeout=15_000)
+    page.wait_for_function("document.getElementById('kpi-speedup').textContent === '5.60x'", timeout=15_000)
     panel = page.inner_text("#panel-outcome")
     assert "so far" not in panel
     assert "provisional" not in panel
@@ -242,7 +242,7 @@ def test_the_fastest_measured_is_not_shown_as_the_published_one(browser, module_
     )  # the config's env
 
     page, errors = study_page(browser, srv, study_id)
-    page.wait_for_function("document.getElementById('kpi-speedup').textContent === '4.10×'", timeout=15_000)
+    page.wait_for_function("document.getElementById('kpi-speedup').textContent === '4.10x'", timeout=15_000)
     assert page.inner_text("#kpi-best-label") == "Fastest measured (not published)"
     assert page.inner_text("#kpi-best") == "56,000"
     assert "not published" in page.inner_text("#best-env")

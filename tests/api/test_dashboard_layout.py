@@ -142,19 +142,19 @@ def test_a_study_that_kept_its_baseline_says_so(browser, finished, kept):  # noq
     errors: list[str] = []
     page = opened(browser, srv, f"/studies/{kept}", DESKTOP, errors)
     page.wait_for_function("document.getElementById('kpi-speedup').textContent !== '—'", timeout=WAIT_MS)
-    # 1.00× is what was published, not best / baseline; nothing here was "confirmed".
+    # 1.00x is what was published, not best / baseline; nothing here was "confirmed".
     assert page.inner_text("#kpi-speedup-label") == "Published speedup"
     assert "baseline was kept" in page.inner_text("#kpi-speedup-sub")
     assert "not confirmed" not in page.inner_text("#panel-outcome")
     assert page.inner_text("#outcome-hint") == "baseline kept"
     assert (
-        "The finalist measured 1.17× (95% CI 1.14–1.19) against the baseline over 6 rounds"
+        "The finalist measured 1.17x [1.14-1.19] (95% CI) against the baseline over 6 rounds"
         in page.inner_text("#chart-speedup")
     )
     page.goto(srv.url + "/")
     page.wait_for_selector(f"#studies a[href='/studies/{kept}']", timeout=WAIT_MS)
     row = page.locator("#studies tbody tr", has=page.locator(f"a[href='/studies/{kept}']")).inner_text()
-    assert "baseline kept · finalist 1.17× (95% CI 1.14–1.19) not published" in row
+    assert "baseline kept · finalist 1.17x [1.14-1.19] (95% CI) not published" in row
     assert "not confirmed" not in row
     assert errors == []
 

@@ -202,7 +202,7 @@ def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_publish
     published_baseline = {**kept, "decision": "no measurable gain: published the baseline (no changes)",
                           "published_version": 1}  # fmt: skip
     for name, outcome, value, hint in (("kept-served", kept, "—", "nothing published"),
-                                       ("kept-baseline", published_baseline, "1.00×", "baseline kept")):  # fmt: skip
+                                       ("kept-baseline", published_baseline, "1.00x", "baseline kept")):  # fmt: skip
         page, errors = study_page(browser, srv, plant_done_study(db, name, outcome, publish=True))
         page.wait_for_function(
             f"document.getElementById('outcome-hint').textContent === {hint!r}", timeout=15_000
@@ -211,7 +211,7 @@ def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_publish
         sub = page.text_content("#kpi-speedup-sub")
         if name == "kept-served":
             assert sub.startswith("nothing published: the config served before, if any, stays"), sub
-            assert "finalist 7.83×" in sub, sub
+            assert "finalist 7.83x" in sub, sub
         else:
             assert sub == "the baseline was kept: nothing changed", sub
         assert errors == []
@@ -219,7 +219,7 @@ def test_a_study_that_kept_the_served_config_never_reads_as_the_baseline_publish
         cell = page.locator("#studies tbody tr", has_text=name).locator("td").nth(6)
         cell.wait_for(timeout=15_000)
         said = cell.text_content()
-        assert ("nothing published · finalist 7.83×" in said) == (name == "kept-served"), said
+        assert ("nothing published · finalist 7.83x" in said) == (name == "kept-served"), said
         assert ("baseline kept" in said) == (name == "kept-baseline"), said
         page.close()
 
@@ -242,7 +242,7 @@ def test_a_figure_no_study_measures_is_said_short_not_across_the_page(browser, f
                                                                         "ci_high": 1e301, "rounds": 3})  # fmt: skip
     page, errors = study_page(browser, srv, study_id)
     page.wait_for_function(
-        "document.getElementById('kpi-speedup').textContent === '1.00e+300×'", timeout=15_000
+        "document.getElementById('kpi-speedup').textContent === '1.00e+300x'", timeout=15_000
     )
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     assert errors == []
