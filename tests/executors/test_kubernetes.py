@@ -517,6 +517,12 @@ class FakeCluster(ApiClient):
                     409, {"kind": "Status", "code": 409, "message": f'"{name}" already exists'}
                 )
             stored = copy.deepcopy(body)
+            for container in (
+                ((stored.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers", [])
+            ):
+                for var in container.get("env") or []:  # EnvVar.value is omitempty: "" is not stored
+                    if var.get("value") == "":
+                        del var["value"]
             stored["metadata"].update(uid=f"uid-{next(self.uids)}", creationTimestamp="2025-06-01T10:00:00Z")
             self.objects[(ns, resource, name)] = stored
             return FakeResponse(201, stored)
@@ -764,6 +770,23 @@ def test_a_job_made_as_ctrl_c_came_is_read_back_and_deleted_by_its_uid(cluster):
     assert not cluster.objects
     assert undone(cluster) == [("GET", "jobs", None), ("DELETE", "configmaps", "uid-1"),
                                ("DELETE", "services", "uid-2"), ("DELETE", "jobs", "uid-3")]  # fmt: skip
+
+
+def server_delete_options(sent: Sent) -> dict[str, Any]:
+    """The DeleteOptions the API server acts on (apiserver handlers/delete.go): a DELETE's body where it
+    has one, its query parameters only where it has none (never both)."""
+    return dict(sent.body) if sent.body else dict(sent.query)
+
+
+def test_a_job_deleted_by_its_uid_takes_its_pods_with_it(cluster):
+    """The uid precondition makes a body, so the propagation policy must be in it: as a query parameter
+    beside a body the server ignores it, and batch/v1's default (orphan) leaves the pods running."""
+    cluster.faults[("POST", "jobs")] = [Lost(KeyboardInterrupt())]
+    with pytest.raises(KeyboardInterrupt):
+        scheduled(cluster)
+    (deleted,) = [s for s in cluster.sent if s.method == "DELETE" and s.path.rsplit("/", 2)[-2] == "jobs"]
+    options = server_delete_options(deleted)
+    assert options == {"preconditions": {"uid": "uid-3"}, "propagationPolicy": "Foreground"}
 
 
 def test_a_failed_schedule_leaves_another_tuners_job_of_the_name_alone(cluster):

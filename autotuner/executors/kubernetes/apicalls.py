@@ -102,12 +102,18 @@ def delete(
     uids = uids or {}
     for kind in kinds:
         options: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT_S}
+        # A Job's pods go with it (batch/v1's default orphans them: they would run on, holding their GPUs).
+        policy = "Foreground" if kind == "job" else None
         if kind in uids:
             from kubernetes.client import V1DeleteOptions, V1Preconditions  # a client is made: it is there
 
-            options["body"] = V1DeleteOptions(preconditions=V1Preconditions(uid=uids[kind]))
-        if kind == "job":
-            options["propagation_policy"] = "Foreground"
+            # In the body beside the precondition: the API server reads a DELETE's options from its body
+            # where it has one, and then no query parameter at all.
+            options["body"] = V1DeleteOptions(
+                preconditions=V1Preconditions(uid=uids[kind]), propagation_policy=policy
+            )
+        elif policy:
+            options["propagation_policy"] = policy
         call = {"job": batch.delete_namespaced_job, "service": core.delete_namespaced_service,
                 "configmap": core.delete_namespaced_config_map}[kind]  # fmt: skip
         try:
