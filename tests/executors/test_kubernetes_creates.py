@@ -126,6 +126,18 @@ def test_a_create_whose_answer_was_lost_is_made_once(cluster, kind, lost):
     assert deletes(cluster) == []
 
 
+def test_a_job_with_an_empty_env_value_whose_answer_was_lost_is_ours(cluster):
+    """The API server stores an env var's empty value as no value (omitempty): read back, the Job is still
+    what was sent. Before: a conflict ("already exists"), and the launch undone."""
+    cluster.faults[("POST", "jobs")] = [Lost(504)]
+    ex = executor(2, api_client=cluster)
+    assert ex.schedule(ex.dryrun(launch(2, env={"NCCL_DEBUG": "INFO", "SET_EMPTY": ""}))) == NAME
+    assert len(job_posts(cluster)) == 1
+    assert deletes(cluster) == []
+    (env,) = [c["env"] for c in cluster.objects[(NS, "jobs", NAME)]["spec"]["template"]["spec"]["containers"]]
+    assert {"name": "SET_EMPTY"} in env  # set, and empty: what a pod then sees
+
+
 def others(kind: str, how: str) -> dict[str, Any]:
     """An object of the launch's name that is not this launch's, stored as the server would."""
     body = sent(kind)

@@ -249,7 +249,9 @@ def _container(name: str, launch: LaunchRequest, o: KubernetesOptions, gpus: int
         **_given("imagePullPolicy", o.image_pull_policy),
         "command": [o.python, "-m", "torch.distributed.run"],
         "args": [*torchrun, *launch.trial_argv(f"{SPEC_DIR}/spec.json", RESULT_PATH, print_result=True)],
-        "env": [index, *({"name": k, "value": v} for k, v in sorted(launch.env.items()))],
+        # An empty value as the API server stores it (EnvVar.value is omitempty: "" is not kept, and the
+        # variable is set empty all the same): a Job read back is compared with what was sent (is_ours).
+        "env": [index, *({"name": k, **({"value": v} if v else {})} for k, v in sorted(launch.env.items()))],
         "ports": [{"name": "rdzv", "containerPort": o.rdzv_port, "protocol": "TCP"}],
         **_given("resources", _resources(o, gpus)),
         "volumeMounts": [
