@@ -584,7 +584,9 @@ def studies(
     offset: Annotated[int, typer.Option(min=0, max=1_000_000, help="skip this many newest first")] = 0,
     db: DbOption = None,
 ) -> None:
-    """List studies with their state and progress, newest first."""
+    """List studies with their state and progress, newest first.
+
+    "best samples/s": the fastest setting measured, published or not; the speedup: the published one's."""
     store = _store(db)
     states = [state] if state else None
     rows, total = store.studies(states=states, limit=limit, offset=offset), store.count_studies(states=states)
