@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotuner.cli.terminal import shown
+from autotuner.tuning.confirm import KEPT_SERVED
 from autotuner.tuning.outcome import KnobQuality, LadderStep, Outcome, Quality, ScalingPoint, TimeToQuality
 from autotuner.tuning.stats import CONFIDENCE
 
@@ -216,6 +217,15 @@ ERROR_SHOWN = 60  # characters of a failed study's error the listing shows, as t
 def kept_baseline(outcome: Outcome) -> bool:
     """The study published the baseline itself: its 1.00x is the published config's, not best / baseline."""
     return outcome.chosen_candidate is not None and outcome.chosen_candidate == outcome.baseline_candidate
+
+
+def kept_served(state: str, settings: Any, outcome: Outcome) -> bool:
+    """The study ended publishing nothing though asked to (a phase could not be measured): the config
+    served before, if any, stays. Its outcome names the baseline as chosen, which is not served
+    (api/static/app.js: keptServed)."""
+    publish = settings.get("publish", True) if isinstance(settings, dict) else True
+    return (state == "done" and publish is not False and outcome.published_version is None
+            and (outcome.decision or "").endswith(KEPT_SERVED))  # fmt: skip
 
 
 def finalist_text(outcome: Outcome) -> str | None:

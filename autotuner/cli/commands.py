@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from autotuner.cli.claim_report import BASELINE_KEPT, finalist_text, kept_baseline, short
+from autotuner.cli.claim_report import BASELINE_KEPT, finalist_text, kept_baseline, kept_served, short
 from autotuner.cli.terminal import Name, labelled, shown, stdout_console
 from autotuner.executors.results import finite
 from autotuner.files import read_bounded
@@ -610,6 +610,10 @@ def studies(
     for s in rows:  # why, in the dashboard's words: a failed study's error, the finalist a kept baseline beat
         if s.state == StudyState.FAILED and s.error:
             err.print(labelled(f"{s.name} failed:", short(displayed(str(s.error)))), highlight=False)
+        elif _kept_served(s):  # published nothing: the config served before stays (the dashboard's words)
+            finalist = finalist_text(_outcome_of(s))  # type: ignore[arg-type]
+            err.print(shown(f"{s.name}: nothing published" + (f" · finalist {finalist}" if finalist else "")),
+                      highlight=False)  # fmt: skip
         elif (finalist := _kept_finalist(s)) is not None:
             err.print(
                 shown(f"{s.name}: {BASELINE_KEPT} · finalist {finalist} not published"), highlight=False
@@ -632,7 +636,9 @@ def _study_cells(store: Any, s: Any, runner_lost: bool = False) -> list[Any]:
     speedup = (
         _speedup_cell(outcome.model_dump()) if outcome and outcome.speedup else "?" if s.outcome else "-"
     )
-    if outcome and outcome.speedup and outcome.ci_low is None and kept_baseline(outcome):
+    if _kept_served(s):  # its 1.00x is no published config's: nothing was published
+        speedup = "- nothing published"
+    elif outcome and outcome.speedup and outcome.ci_low is None and kept_baseline(outcome):
         speedup += f" {BASELINE_KEPT}"
     state = f"{shown(s.state)}, no runner" if runner_lost else shown(s.state)
     return [str(s.id), Name(s.name), Name(s.cluster.name), Name(s.workload.name), state,
@@ -646,6 +652,12 @@ def _outcome_of(s: Any) -> Outcome | None:
         return Outcome.load(s.outcome)
     except (ValueError, TypeError):
         return None
+
+
+def _kept_served(s: Any) -> bool:
+    """The study published nothing though asked to (api/static/app.js: keptServed)."""
+    outcome = _outcome_of(s)
+    return outcome is not None and kept_served(str(s.state), s.settings, outcome)
 
 
 def _kept_finalist(s: Any) -> str | None:
