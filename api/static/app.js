@@ -419,6 +419,9 @@
   const BASELINE_BEST = "the baseline was the fastest setting measured: published the baseline (no changes)";
   const keptServed = (study) => study.state === "done" && (study.settings || {}).publish !== false
     && !isNum((study.outcome || {}).published_version) && ((study.outcome || {}).decision || "").endsWith(KEPT_SERVED);
+  // A study's intervals are at 95%; a version published again on a re-validation carries its look's (97.5%).
+  const ciLevel = (c) => `${isNum(c) ? +(c * 100).toFixed(1) : 95}% CI`;
+
   /** "1.17x [1.14-1.19] (95% CI)": the finalist's own confirmation, or null. */
   function finalistText(f) {
     if (!f || !isNum(f.speedup)) return null;
@@ -1209,7 +1212,7 @@
           : ev.speedup === 1 && !hasCi ? "none: the baseline itself was published" : "not measured")],
         ["Quality", claim.quality || "not measured"],
         ["Speedup", isNum(ev.speedup) ? el("span", {}, el("span", { class: ev.significant ? "gain" : "nogain" }, times(ev.speedup)),
-          " ", el("span", { class: "ci" }, hasCi ? `${interval(ev.ci_low, ev.ci_high)} 95% CI, ${ev.rounds} rounds`
+          " ", el("span", { class: "ci" }, hasCi ? `${interval(ev.ci_low, ev.ci_high)} ${ciLevel(ev.confidence)}, ${ev.rounds} rounds`
             : keptFinalist ? `baseline kept · finalist ${keptFinalist} not published` : "not confirmed")) : "—"],
         ["Decision", ev.decision || "—"],
         ["Throughput", isNum(ev.tuned_samples_per_s) ? `${num0(ev.tuned_samples_per_s)} vs ${num0(ev.baseline_samples_per_s)} samples/s` : "not measured"],

@@ -92,9 +92,8 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
         raise
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
-        if stage != RECORDING:  # else it ended, and its row says how
-            if backend_id is None:  # submitted a moment before, maybe: what it left names the job
-                abandon_quietly(ctx, request)
+        if stage != RECORDING:  # else it ended, and its row says how (interrupted while it was submitted,
+            # submit_in_turn gave it up: what sbatch queued meanwhile is cancelled there)
             cancel_interrupted(ctx, launch, backend_id, request)
         raise
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever

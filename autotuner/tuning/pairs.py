@@ -82,10 +82,16 @@ def measure(
     """Up to `rounds` rounds of `a` against `b`, as two lists paired by position (a_rows[i] and
     b_rows[i] are one round), launching what is missing in ABBA order."""
     same_env = env_hash(a.env) == env_hash(b.env)
-    for _ in range(3 * rounds):  # failed launches are retried, within reason
+    tries: int | None = None
+    while True:
         a_rows, b_rows = measured(ctx, a, b, kind, tag)
         paired = rounds_of(a_rows, b_rows, same_env)
         if len(paired) >= rounds:
+            break
+        # failed launches are retried, within reason: for the rounds missing (a re-validation's second
+        # look lacks only its own; it tried twice as many launches as the first look for all of its)
+        tries = 3 * (rounds - len(paired)) if tries is None else tries - 1
+        if tries <= 0:
             break
         if same_env:  # one process measures both in a single launch, ABBA slot by slot
             plan = PlannedLaunch.of(a.env, refill(a.point, b.point, paired, rounds), kind, tag=tag)

@@ -69,7 +69,7 @@ log = logging.getLogger("autotuner.tuning")
 DEFAULT_ROUNDS = 3  # for a study that skipped its confirmation (confirm_rounds=0)
 LOOKS = 2  # the study's rounds, then (where they cannot tell) as many again, judged over all of them
 LOOK_CONFIDENCE = family_confidence(LOOKS)  # 97.5% each: the looks together err as one at 95% would
-FIGURES = ("speedup", "ci_low", "ci_high", "rounds")
+FIGURES = ("speedup", "ci_low", "ci_high", "confidence", "rounds")  # the level with its interval
 RUNNING = (ValidationState.RUNNING,)  # what a runner's own finish is written over
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|s)?\s*")
 _UNIT_S = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, None: 1}
@@ -251,7 +251,8 @@ class Revalidation:
             # No third look: each spends its share of the 5%, and looking until one holds would make
             # a held verdict of chance.
             action = (
-                f"kept v{config.version}: nothing concluded at {rounds} rounds (still as validated before)"
+                f"kept v{config.version}: nothing concluded at {result.get('rounds', rounds)} rounds (still as "
+                "validated before)"
             )
         elif state == ValidationState.FAILED:
             action, new_config_id = self._act_or_flag(ctx, row, config, base, baseline, fp, result)
