@@ -295,8 +295,8 @@ class Executor(ABC):
         state, reason = desc.state, desc.reason
         if state == LaunchState.CANCELLED:
             pass
-        elif result is None:
-            state = LaunchState.FAILED
+        elif result is None:  # a launch its scheduler timed out stays a timeout (killed before it wrote)
+            state = LaunchState.TIMEOUT if state == LaunchState.TIMEOUT else LaunchState.FAILED
             reason = (
                 "; ".join(filter(None, (reason, unusable)))
                 or f"no result written (exit code {desc.exit_code})"
@@ -305,8 +305,8 @@ class Executor(ABC):
             # The trial's own words say what it saw (a SIGTERM), the backend's why (Slurm's time limit):
             # a launch its scheduler timed out stays a timeout, its reason first.
             said = result.get("error", "trial failed")
-            if state == LaunchState.TIMEOUT and reason:
-                reason = f"{reason}; the trial: {said}"
+            if state == LaunchState.TIMEOUT:
+                reason = "; ".join(filter(None, (reason, f"the trial: {said}")))
             else:
                 state, reason = LaunchState.FAILED, said
         else:

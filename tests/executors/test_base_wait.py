@@ -182,3 +182,13 @@ def test_a_launch_its_scheduler_timed_out_stays_a_timeout_in_the_schedulers_word
     assert outcome.state == LaunchState.TIMEOUT
     assert outcome.reason.startswith(said)
     assert "the launcher stopped the launch (SIGTERM)" in outcome.reason
+
+
+def test_a_launch_its_scheduler_timed_out_before_any_result_stays_a_timeout(clock):
+    """Killed at its time limit before the trial wrote a result: it read `failed`, the timeout lost."""
+    said = "Slurm killed the job at its time limit (Slurm TIMEOUT, TimeLimit)"
+    ex = Scripted(clock, lambda t: RUNS if t < 5 else Description(LaunchState.TIMEOUT, None, said))
+    ex.fetch_result = lambda *_: None
+    launch = LaunchRequest(name="t", spec={}, env={}, workdir=Path("/nonexistent"), timeout_s=600)
+    outcome = ex.wait("1", launch, started=clock.now, poll_s=1.0)
+    assert (outcome.state, outcome.reason) == (LaunchState.TIMEOUT, said)

@@ -1402,7 +1402,7 @@ def test_a_job_past_its_deadline_is_recorded_with_the_reason(cluster):
     ex, job, request = scheduled(cluster)
     cluster.set_status(job, STATUSES["deadline-exceeded"][0])
     outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
-    assert outcome.state == LaunchState.FAILED
+    assert outcome.state == LaunchState.TIMEOUT  # the Job's deadline: a timeout, with no result or one
     assert outcome.result is None
     assert outcome.reason.startswith("DeadlineExceeded: Job was active longer than specified deadline")
 
@@ -1429,7 +1429,7 @@ def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_sa
 ):
     """The Job controller deletes the pods of a Job past its deadline (those on no node at once): what
     the executor's last poll saw decides. Queued: cancelled. On nodes (then the tuner was away while the
-    trial ran into the deadline): the trial ran, and its launch fails as before."""
+    trial ran into the deadline): the trial ran, and its launch timed out."""
     import autotuner.executors.base as base
 
     monkeypatch.setattr(base, "time", WaitClock())
@@ -1465,7 +1465,7 @@ def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_sa
     pods = [pod_in(cluster, job, index, "unschedulable") for index in range(2)]
     cluster.set_status(job, STATUSES["running"][0])
     outcome = ex.wait(job, request, started=0.0, poll_s=60, on_poll=controller(gets_nodes=True))
-    assert (polls, outcome.state) == ([LaunchState.PENDING, LaunchState.RUNNING], LaunchState.FAILED)
+    assert (polls, outcome.state) == ([LaunchState.PENDING, LaunchState.RUNNING], LaunchState.TIMEOUT)
     assert outcome.reason.startswith(f"DeadlineExceeded: {DEADLINE}")
 
 

@@ -61,7 +61,7 @@ def test_an_exit_code_file_that_never_shows_is_collected_as_before_after_settle_
     ("job", "exit_code", "state", "reason"),
     [
         ("4", "0", LaunchState.FAILED, "no result written (exit code 0)"),  # its exit code seen: as before
-        ("8", None, LaunchState.FAILED, "time limit"),  # killed by Slurm: its script wrote no exit code
+        ("8", None, LaunchState.TIMEOUT, "time limit"),  # killed by Slurm: its script wrote no exit code
         ("2", None, LaunchState.CANCELLED, "scancel"),
         ("7", None, LaunchState.FAILED, "killed by signal 9"),  # the batch script itself
     ],
