@@ -313,7 +313,9 @@ LIMIT = 0.002
 
 def _md_revalidate(r: dict[str, Any]) -> list[str]:
     def row(label: str, config: dict[str, Any], v: dict[str, Any]) -> list[str]:
-        ci = f" [{v['ci_low']:.2f}-{v['ci_high']:.2f}]" if v.get("ci_low") is not None else ""
+        # a re-validation's look is a 97.5% interval (two looks together at 95%); older runs recorded none
+        level = f" ({v['confidence'] * 100:g}%)" if v.get("confidence") else ""
+        ci = f" [{v['ci_low']:.2f}-{v['ci_high']:.2f}]{level}" if v.get("ci_low") is not None else ""
         change = f"{config['precision']}, batch {config['batch_size']}" + "".join(
             f", {k}={x}" for k, x in config["env"].items()
         )
@@ -324,7 +326,7 @@ def _md_revalidate(r: dict[str, Any]) -> list[str]:
             f"({r['study_s']:.0f} s), then `autotuner revalidate` of what it published, and of its finalist published "
             "as a version of its own (a config that changes something is re-checked in interleaved rounds against "
             "the study's baseline, with the study's executor settings):", "",
-            table(["version", "setting", "rounds", "vs baseline [95% CI]", "result", "wall s", "launches"],
+            table(["version", "setting", "rounds", "vs baseline [CI]", "result", "wall s", "launches"],
                   [row("published", r["published"], r["published_revalidation"]),
                    row("finalist", r["finalist"], r["finalist_revalidation"])]), "",
             f"Re-checking the baseline costs one launch; the finalist's re-validation costs "

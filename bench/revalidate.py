@@ -64,7 +64,7 @@ def run(iterations: int | None = None) -> dict[str, Any]:
             if (la.spec.get("extra") or {}).get("tag") == f"revalidate-{row.id}"
         ]
         return {"version": config.version, "state": done.state, "action": done.action, "wall_s": time.monotonic() - began,
-                **{k: (done.result or {}).get(k) for k in ("speedup", "ci_low", "ci_high", "rounds", "why")},
+                **{k: (done.result or {}).get(k) for k in ("speedup", "ci_low", "ci_high", "confidence", "rounds", "why")},
                 "launches": len(launches), "candidates": sum(len(la.spec["candidates"]) for la in launches),
                 "fingerprint": done.fingerprint}  # fmt: skip
 
