@@ -57,7 +57,7 @@ out = stdout_console()
 
 DB_HELP = (
     "SQLAlchemy URL of the store, e.g. sqlite:////srv/autotuner.db (default: autotuner.db in "
-    "$AUTOTUNER_DATA_DIR, else in ~/.local/share/nccl-autotuner)"
+    "$AUTOTUNER_DATA_DIR, else in nccl-autotuner under ~/.local/share)"  # no word a help column cuts
 )
 DbOption = Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help=DB_HELP)]
 KW = inspect.Parameter.KEYWORD_ONLY
