@@ -604,20 +604,13 @@ def studies(
         table.add_column(col, justify="right" if numeric else "left", overflow="fold",
                          no_wrap=col in ("id", "state", "launches", "best samples/s"))  # fmt: skip
     lost = store.runnerless([s.id for s in rows])
+    outcomes = {s.id: _outcome_of(s) for s in rows}  # each read once, for its cells and its line below
     for s in rows:
-        table.add_row(*_study_cells(store, s, s.id in lost))
+        table.add_row(*_study_cells(store, s, outcomes[s.id], s.id in lost))
     out.print(table)
     for s in rows:  # why, in the dashboard's words: a failed study's error, the finalist a kept baseline beat
-        if s.state == StudyState.FAILED and s.error:
-            err.print(labelled(f"{s.name} failed:", short(displayed(str(s.error)))), highlight=False)
-        elif _kept_served(s):  # published nothing: the config served before stays (the dashboard's words)
-            finalist = finalist_text(_outcome_of(s))  # type: ignore[arg-type]
-            err.print(shown(f"{s.name}: nothing published" + (f" · finalist {finalist}" if finalist else "")),
-                      highlight=False)  # fmt: skip
-        elif (finalist := _kept_finalist(s)) is not None:
-            err.print(
-                shown(f"{s.name}: {BASELINE_KEPT} · finalist {finalist} not published"), highlight=False
-            )
+        if (why := _why_line(s, outcomes[s.id])) is not None:
+            err.print(why, highlight=False)
     if lost:  # "running" alone read as if something ran them
         err.print("no runner: the study's runner stopped (interrupted, killed, or its host gone) and nothing "
                   "runs it now; `autotuner tune --study NAME` resumes it, or a service's scheduler takes it up")  # fmt: skip
@@ -627,16 +620,15 @@ def studies(
         )
 
 
-def _study_cells(store: Any, s: Any, runner_lost: bool = False) -> list[Any]:
-    """One study's row; a stored value that cannot be read is shown as "?" (one bad row never stops the
-    listing)."""
+def _study_cells(store: Any, s: Any, outcome: Outcome | None, runner_lost: bool = False) -> list[Any]:
+    """One study's row (`outcome`: its stored one, read: _outcome_of); a stored value that cannot be read
+    is shown as "?" (one bad row never stops the listing)."""
     best = store.candidate(s.best_candidate_id) if s.best_candidate_id else None
     trials = s.settings.get("trials") if isinstance(s.settings, dict) else None
-    outcome = _outcome_of(s)
     speedup = (
         _speedup_cell(outcome.model_dump()) if outcome and outcome.speedup else "?" if s.outcome else "-"
     )
-    if _kept_served(s):  # its 1.00x is no published config's: nothing was published
+    if outcome and kept_served(str(s.state), s.settings, outcome):  # its 1.00x is no published config's
         speedup = "- nothing published"
     elif outcome and outcome.speedup and outcome.ci_low is None and kept_baseline(outcome):
         speedup += f" {BASELINE_KEPT}"
@@ -646,24 +638,27 @@ def _study_cells(store: Any, s: Any, runner_lost: bool = False) -> list[Any]:
             f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", Name(speedup)]  # fmt: skip
 
 
+def _why_line(s: Any, outcome: Outcome | None) -> Text | None:
+    """Why a listed study ended as it did, in the dashboard's words: a failed study's error; one that
+    published nothing (the config served before stays) or kept the baseline, and the finalist it had."""
+    if s.state == StudyState.FAILED and s.error:
+        return labelled(f"{s.name} failed:", short(displayed(str(s.error))))
+    if outcome is None:
+        return None
+    finalist = finalist_text(outcome)
+    if kept_served(str(s.state), s.settings, outcome):
+        return shown(f"{s.name}: nothing published" + (f" · finalist {finalist}" if finalist else ""))
+    if finalist and kept_baseline(outcome) and outcome.ci_low is None:
+        return shown(f"{s.name}: {BASELINE_KEPT} · finalist {finalist} not published")
+    return None
+
+
 def _outcome_of(s: Any) -> Outcome | None:
     """A study's outcome; None when it cannot be read (or it has none)."""
     try:
         return Outcome.load(s.outcome)
     except (ValueError, TypeError):
         return None
-
-
-def _kept_served(s: Any) -> bool:
-    """The study published nothing though asked to (api/static/app.js: keptServed)."""
-    outcome = _outcome_of(s)
-    return outcome is not None and kept_served(str(s.state), s.settings, outcome)
-
-
-def _kept_finalist(s: Any) -> str | None:
-    """The finalist a study that published the baseline confirmed, in the dashboard's words."""
-    outcome = _outcome_of(s)
-    return finalist_text(outcome) if outcome and kept_baseline(outcome) and outcome.ci_low is None else None
 
 
 # ---------------------------------------------------------------------------------------- configs
