@@ -167,6 +167,9 @@ class StudyDriver:
 
     def _search(self, search: Search) -> None:
         self.ctx.progress.on_phase("search")
+        # A search launch recover() followed to its end counts too: the budget spent, the last one's
+        # count was never written (`autotuner studies` read 1/2 for a done study).
+        self.store.update_study(self.study_id, launches_done=self._search_launches_done())
         while self._budget_left():
             plan = plan_launch(self.ctx, search, self._rng)
             if plan is None:

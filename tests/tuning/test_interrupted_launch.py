@@ -174,3 +174,47 @@ def test_ctrl_c_while_a_resumed_study_follows_its_old_launch_cancels_it_too(stor
     launch = store.launch(left.id)
     assert (launch.state, launch.error) == ("cancelled", "interrupted (Ctrl-C): cancelled with its launcher")
     assert store.study(study.id).state == "running"
+
+
+class StoppedAt:
+    """A replay executor that raises `error` at the first poll of launch `seq` (its result already
+    written: the launch ran on)."""
+
+    def __init__(self, seq: int, error: BaseException) -> None:
+        self.inner, self.seq, self.error, self.cancelled = replay(), seq, error, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        if launch.name.endswith(f"-l{self.seq}") and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return self.inner.describe(backend_id, launch)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        self.cancelled.append(backend_id)
+
+    def wait(self, *args, **kwargs):
+        return type(self.inner).wait(self, *args, **kwargs)
+
+
+def searched(store: Store, study_id: int) -> int:
+    return sum(1 for x in store.launches(study_id) if x.kind == "search" and x.state == "succeeded")
+
+
+class Killed(BaseException):
+    """SIGKILL of the runner: nothing of the driver sees it."""
+
+
+def test_a_study_resumed_after_its_last_search_launch_counts_it(store: Store, tmp_path):
+    """The last search launch, left running by a killed runner, is followed to its end on resume: the
+    study's launches_done (`autotuner studies`, the dashboard) read one short for good."""
+    study = study_with(store, tmp_path, trials=2, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(Killed):
+        StudyDriver(store, study.id, StoppedAt(3, Killed()), poll_s=0.01).run()  # type: ignore[arg-type]
+    assert store.study(study.id).launches_done == 1
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert searched(store, study.id) == 2
+    assert final.launches_done == 2
