@@ -43,7 +43,7 @@ from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide, publishes, unpublished
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
-from autotuner.tuning.launch import run_launch
+from autotuner.tuning.launch import CTRL_C, run_launch
 from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.pairs import Setting
@@ -249,8 +249,10 @@ class StudyDriver:
         return moved
 
     def _search_launches_done(self) -> int:
+        # Not one Ctrl-C or SIGTERM cancelled: it measured nothing and is never retried (one a SIGKILL
+        # left is, as attempt 2), so each stop of `autotuner tune` cost the study a search launch.
         return sum(1 for launch in self.store.launches(self.study_id)
-                   if launch.kind == LaunchKind.SEARCH and launch.attempt == 1)  # fmt: skip
+                   if launch.kind == LaunchKind.SEARCH and launch.attempt == 1 and launch.error != CTRL_C)  # fmt: skip
 
     def _budget_left(self) -> bool:
         settings = self.ctx.settings

@@ -216,7 +216,10 @@ def cancel_interrupted(
     else its job runs on, unfollowed, beside the next."""
     _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                            error="interrupted (Ctrl-C): cancelled with its launcher")  # fmt: skip
+                            error=CTRL_C)  # fmt: skip
+
+
+CTRL_C = "interrupted (Ctrl-C): cancelled with its launcher"
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:

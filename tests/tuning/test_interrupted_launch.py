@@ -203,6 +203,18 @@ def searched(store: Store, study_id: int) -> int:
     return sum(1 for x in store.launches(study_id) if x.kind == "search" and x.state == "succeeded")
 
 
+def test_a_search_launch_cancelled_by_ctrl_c_does_not_spend_the_budget(store: Store, tmp_path):
+    """Killed (SIGKILL), a runner's search launch is retried on resume; stopped by Ctrl-C or SIGTERM, it
+    was cancelled and counted as one of `trials`: the resumed study measured one search launch less."""
+    study = study_with(store, tmp_path, trials=2, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(KeyboardInterrupt):  # launch 1 is the baseline, 2 the first search launch
+        StudyDriver(store, study.id, StoppedAt(2, KeyboardInterrupt()), poll_s=0.01).run()  # type: ignore[arg-type]
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert searched(store, study.id) == 2
+    assert final.launches_done == 2
+
+
 class Killed(BaseException):
     """SIGKILL of the runner: nothing of the driver sees it."""
 
