@@ -75,6 +75,11 @@ def strict_json(data: Any, **layout: Any) -> str:
     return json.dumps(finite_json(data), default=str, allow_nan=False, **layout)
 
 
+# What rank 0 prints when the result it measured cannot be written (a full disk, a read-only share): the
+# executor reads it in the launch's log, where the trial's exit code (torchrun's 1) does not say it.
+UNWRITTEN = "trials.run: cannot write the result to"
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write JSON so a reader never sees half a file (the executor may poll for it); strict JSON."""
     target = Path(path)

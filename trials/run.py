@@ -29,6 +29,7 @@ from trials.result import (  # noqa: E402
     EXIT_OK,
     RESULT_MARKER,
     SCHEMA_VERSION,
+    UNWRITTEN,
     collect_env,
     strict_json,
     write_json_atomic,
@@ -176,7 +177,7 @@ class Reporter:
                 write_json_atomic(self.args.out, result)
             except (OSError, ValueError) as exc:
                 print(
-                    f"trials.run: cannot write the result to {self.args.out}: {exc}",
+                    f"{UNWRITTEN} {self.args.out}: {exc}",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from autotuner.executors.files import launch_dir, log_tail, read_bounded, remove, write_new
 from autotuner.executors.results import ResultError, parse_result
 from autotuner.limits import limits
+from trials.result import UNWRITTEN
 
 T = TypeVar("T")
 
@@ -295,6 +296,14 @@ class Executor(ABC):
         state, reason = desc.state, desc.reason
         if state == LaunchState.CANCELLED:
             pass
+        elif (
+            result is None
+            and state != LaunchState.TIMEOUT
+            and (said := _unwritten(self.logs(backend_id, launch)))
+        ):
+            # It measured, but its result could not be written (a full disk): no env config is to
+            # blame. Failed, it was quarantined on the cluster (the baseline's own env, on a full disk).
+            state, reason = LaunchState.CANCELLED, f"its result could not be written: {said}"
         elif result is None:  # a launch its scheduler timed out stays a timeout (killed before it wrote)
             state = LaunchState.TIMEOUT if state == LaunchState.TIMEOUT else LaunchState.FAILED
             reason = (
@@ -314,6 +323,11 @@ class Executor(ABC):
             state = LaunchState.SUCCEEDED
         tail = "" if state == LaunchState.SUCCEEDED else self.logs(backend_id, launch)
         return Outcome(state, backend_id, result, reason, tail)
+
+
+def _unwritten(log: str) -> str | None:
+    """The trial's line saying it could not write its result, from a launch's log tail (None: none)."""
+    return next((line.strip() for line in reversed(log.splitlines()) if UNWRITTEN in line), None)
 
 
 class _RunClock:

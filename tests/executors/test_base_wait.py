@@ -192,3 +192,21 @@ def test_a_launch_its_scheduler_timed_out_before_any_result_stays_a_timeout(cloc
     launch = LaunchRequest(name="t", spec={}, env={}, workdir=Path("/nonexistent"), timeout_s=600)
     outcome = ex.wait("1", launch, started=clock.now, poll_s=1.0)
     assert (outcome.state, outcome.reason) == (LaunchState.TIMEOUT, said)
+
+
+def test_a_launch_whose_result_could_not_be_written_is_cancelled_not_failed(clock):
+    """A full disk under the launch directory: the trial measured, printed that it could not write its
+    result and exited 3 (torchrun's 1). Failed, its env config was quarantined on the cluster (the
+    baseline's own, fixed env: the search ended after one launch)."""
+    ex = Scripted(clock, lambda t: RUNS if t < 5 else Description(LaunchState.FAILED, 1))
+    ex.fetch_result = lambda *_: None
+    said = "trials.run: cannot write the result to /w/result.json: [Errno 28] No space left on device"
+    ex.logs = lambda *_, **__: f"[rank0]: measuring\n{said}\nChildFailedError: trials.run FAILED\n"
+    launch = LaunchRequest(name="t", spec={}, env={}, workdir=Path("/nonexistent"), timeout_s=600)
+    outcome = ex.wait("1", launch, started=clock.now, poll_s=1.0)
+    assert (outcome.state, outcome.reason) == (
+        LaunchState.CANCELLED,
+        f"its result could not be written: {said}",
+    )
+    ex.logs = lambda *_, **__: "Segmentation fault\n"  # a crash stays the config's failure
+    assert ex.wait("1", launch, started=clock.now, poll_s=1.0).state == LaunchState.FAILED
