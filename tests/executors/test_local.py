@@ -217,3 +217,19 @@ def test_a_variable_name_that_is_not_one_is_never_written_into_the_script(tmp_pa
     # a resumed launch's env comes back from its stored row: a name there is hostile until checked
     with pytest.raises(ValueError, match="not a variable name"):
         LocalExecutor().dryrun(request(env={"NCCL_X=1; touch /tmp/pwned; : ": "v"}))
+
+
+def test_a_launch_whose_pid_the_store_never_got_is_stopped_when_abandoned(tmp_path):
+    """The tuner killed between starting a launch and storing its pid: resumed, the study cancels that
+    row and retries it. Abandoning it stopped nothing (the base class's no-op), and the retry ran beside
+    it on the same CPUs or GPUs, unfollowed."""
+    first = LocalExecutor()
+    launch = request(tmp_path, spec={**SPEC, "extra": {"inject": "hang"}}, python=_python())
+    backend_id, _ = first.submit(launch)
+    try:
+        tag = (tmp_path / "tag").read_text()
+        assert tagged(tag)
+        LocalExecutor().abandon(launch)  # a new runner: the pid is nowhere but in the first one
+        assert tagged(tag) == set()
+    finally:
+        first.cancel(backend_id, launch)

@@ -253,13 +253,22 @@ class LocalExecutor(Executor):
         return f"SIGTERM then SIGKILL to process tree {backend_id}"
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+        self._stop(int(backend_id), launch)
+
+    def abandon(self, launch: LaunchRequest) -> None:
+        """A launch started whose pid the store never got (the tuner killed between the two): its
+        processes, found by its tag; else the resumed study's retry ran beside it, unfollowed."""
+        self._stop(None, launch)
+
+    def _stop(self, pid: int | None, launch: LaunchRequest) -> None:
         tag = read_small_text(launch.workdir / "tag")
-        pid = int(backend_id)
         # Only a pid that is still our launch: one recorded before a restart (a cancelled study's
         # leftover) may name another process now, and its tree is not ours to kill.
-        child = self._children.get(pid)
-        ours = (child is not None and child.returncode is None) or _alive(pid, launch.workdir / "launch.sh")
-        pids = (set(_descendants(pid)) | {pid}) if ours else set()
+        child = self._children.get(pid) if pid is not None else None
+        ours = pid is not None and (
+            (child is not None and child.returncode is None) or _alive(pid, launch.workdir / "launch.sh")
+        )
+        pids = (set(_descendants(pid)) | {pid}) if ours and pid is not None else set()
         if tag:
             pids |= tagged(tag)
         signal_all(pids, signal.SIGTERM)
