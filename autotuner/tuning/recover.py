@@ -31,15 +31,26 @@ def recover(ctx: StudyContext) -> None:
             ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
                                     error="its stored spec has no list of candidates: not resumed")  # fmt: skip
             continue
-        if launch.backend_id and _reattach(ctx, launch):
+        if launch.backend_id and (ended := _reattach(ctx, launch)) is not None:
+            # Found cancelled (its process killed with the runner's: a reboot, a unit's cgroup): it measured
+            # nothing and nothing blames its config. Retried as an interrupted one is: else its points
+            # read tried and failed, and the search spent a launch on them.
+            if ended == LaunchState.CANCELLED and _retried(ctx, launch):
+                _retry(ctx, launch)
             continue
         if not launch.backend_id:  # it may have been waiting its turn: what a refused submit left goes
             abandon_quietly(ctx, request_of(ctx, launch))
         # Cancelled, not failed: nothing says the env config broke it, and a failed search launch would
         # quarantine that config on the cluster for good (a service restart banned a setting).
         ingest(ctx, launch, Outcome(LaunchState.CANCELLED, launch.backend_id, None, INTERRUPTED), None, None)
-        if launch.attempt < ctx.settings.max_attempts and launch.kind != LaunchKind.CONFIRM:
+        if _retried(ctx, launch):
             _retry(ctx, launch)
+
+
+def _retried(ctx: StudyContext, launch: Launch) -> bool:
+    """Whether an interrupted launch is run again here (a confirmation's missing rounds are measured again
+    by its comparison)."""
+    return launch.attempt < ctx.settings.max_attempts and launch.kind != LaunchKind.CONFIRM
 
 
 def _readable(spec: object) -> bool:
@@ -47,11 +58,12 @@ def _readable(spec: object) -> bool:
     return isinstance(candidates, list) and all(isinstance(c, dict) for c in candidates)
 
 
-def _reattach(ctx: StudyContext, launch: Launch) -> bool:
+def _reattach(ctx: StudyContext, launch: Launch) -> LaunchState | None:
+    """Follow a launch to its end and record it: how it ended (None: it cannot be followed)."""
     request = request_of(ctx, launch)
     desc = ctx.executor.describe(launch.backend_id, request)  # type: ignore[arg-type]
     if desc.state not in FOLLOWED and not desc.state.is_terminal():
-        return False
+        return None
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
     now = ctx.store.now()  # the clock its start was written by, whichever replica wrote it
     started = time.monotonic() - (now - (launch.started_at or now)).total_seconds()
@@ -63,7 +75,7 @@ def _reattach(ctx: StudyContext, launch: Launch) -> bool:
         cancel_interrupted(ctx, launch, launch.backend_id, request)
         raise
     ingest(ctx, launch, outcome, None, None)
-    return True
+    return outcome.state
 
 
 def _retry(ctx: StudyContext, launch: Launch) -> None:

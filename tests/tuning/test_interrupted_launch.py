@@ -230,3 +230,28 @@ def test_a_study_resumed_after_its_last_search_launch_counts_it(store: Store, tm
     assert final.state == "done", final.error
     assert searched(store, study.id) == 2
     assert final.launches_done == 2
+
+
+class Gone(StoppedAt):
+    """A replay executor to which a launch left running reads as cancelled (its process killed with the
+    runner's, no exit code written), as the local executor answers after a reboot or a unit's cgroup kill."""
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        if backend_id == "gone":
+            return Description(LaunchState.CANCELLED, None, "launch process is gone without an exit code")
+        return self.inner.describe(backend_id, launch)
+
+
+def test_a_launch_killed_with_its_runner_is_retried_when_the_study_resumes(store: Store, tmp_path):
+    """Re-attached and found cancelled, it was recorded so and never run again: its points read tried
+    and failed, and the search ended with them unmeasured and a launch of its budget spent."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(Killed):  # at launch 2, the first search launch: left running in the store
+        StudyDriver(store, study.id, StoppedAt(2, Killed()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [killed] = [x for x in store.launches(study.id) if x.kind == "search"]
+    store.update_launch(killed.id, backend_id="gone")
+    final = StudyDriver(store, study.id, Gone(0, None), poll_s=0.01).run()  # type: ignore[arg-type]
+    assert final.state == "done", final.error
+    assert store.launch(killed.id).state == "cancelled"
+    [retry] = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
+    assert (retry.state, retry.spec["candidates"]) == ("succeeded", killed.spec["candidates"])
