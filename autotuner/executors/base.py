@@ -108,6 +108,7 @@ class Outcome:
     reason: str = ""
     log_tail: str = ""
     request: str = ""
+    given_up: bool = False  # cancelled by its queue_timeout_s or an unreadable state: not to run again
 
 
 class SubmitLater(RuntimeError):
@@ -250,13 +251,17 @@ class Executor(ABC):
             self.cancel(backend_id, launch)
             waiting = "still queued" if desc.state == LaunchState.PENDING else "not seen running"
             reason = f"{waiting} after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
-            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
+            return Outcome(
+                LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
+            )
         if clock.blind_since is not None and now - clock.blind_since > launch.timeout_s:
             # Not one readable answer for a whole run's time: given up, not a timeout (nothing says it
             # ran on: its env config is not to blame; the controller or the API may be down).
             self.cancel(backend_id, launch)
             reason = f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}"
-            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch))
+            return Outcome(
+                LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
+            )
         if (
             desc.state != LaunchState.UNKNOWN  # said to run on (or queued again), not merely unread
             and clock.running_since is not None
@@ -299,11 +304,11 @@ class Executor(ABC):
         elif (
             result is None
             and state != LaunchState.TIMEOUT
-            and (said := _unwritten(self.logs(backend_id, launch)))
+            and (unwritten := _unwritten(self.logs(backend_id, launch)))
         ):
             # It measured, but its result could not be written (a full disk): no env config is to
             # blame. Failed, it was quarantined on the cluster (the baseline's own env, on a full disk).
-            state, reason = LaunchState.CANCELLED, f"its result could not be written: {said}"
+            state, reason = LaunchState.CANCELLED, f"its result could not be written: {unwritten}"
         elif result is None:  # a launch its scheduler timed out stays a timeout (killed before it wrote)
             state = LaunchState.TIMEOUT if state == LaunchState.TIMEOUT else LaunchState.FAILED
             reason = (

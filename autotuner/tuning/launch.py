@@ -109,6 +109,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
 FOLLOWING = "it could not be followed"
 RECORDING = "its result could not be recorded"
 NOT_SUBMITTED = "not submitted yet"
+CTRL_C = "interrupted (Ctrl-C): cancelled with its launcher"  # measured nothing: spends no search launch
 
 
 def submit_in_turn(
@@ -217,9 +218,6 @@ def cancel_interrupted(
     _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
                             error=CTRL_C)  # fmt: skip
-
-
-CTRL_C = "interrupted (Ctrl-C): cancelled with its launcher"
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:

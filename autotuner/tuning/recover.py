@@ -34,8 +34,9 @@ def recover(ctx: StudyContext) -> None:
         if launch.backend_id and (ended := _reattach(ctx, launch)) is not None:
             # Found cancelled (its process killed with the runner's: a reboot, a unit's cgroup): it measured
             # nothing and nothing blames its config. Retried as an interrupted one is: else its points
-            # read tried and failed, and the search spent a launch on them.
-            if ended == LaunchState.CANCELLED and _retried(ctx, launch):
+            # read tried and failed, and the search spent a launch on them. Not one given up on (its
+            # queue_timeout_s passed): that would queue it again, as no launch this runner started is.
+            if ended.state == LaunchState.CANCELLED and not ended.given_up and _retried(ctx, launch):
                 _retry(ctx, launch)
             continue
         if not launch.backend_id:  # it may have been waiting its turn: what a refused submit left goes
@@ -58,7 +59,7 @@ def _readable(spec: object) -> bool:
     return isinstance(candidates, list) and all(isinstance(c, dict) for c in candidates)
 
 
-def _reattach(ctx: StudyContext, launch: Launch) -> LaunchState | None:
+def _reattach(ctx: StudyContext, launch: Launch) -> Outcome | None:
     """Follow a launch to its end and record it: how it ended (None: it cannot be followed)."""
     request = request_of(ctx, launch)
     desc = ctx.executor.describe(launch.backend_id, request)  # type: ignore[arg-type]
@@ -75,7 +76,7 @@ def _reattach(ctx: StudyContext, launch: Launch) -> LaunchState | None:
         cancel_interrupted(ctx, launch, launch.backend_id, request)
         raise
     ingest(ctx, launch, outcome, None, None)
-    return outcome.state
+    return outcome
 
 
 def _retry(ctx: StudyContext, launch: Launch) -> None:

@@ -255,3 +255,31 @@ def test_a_launch_killed_with_its_runner_is_retried_when_the_study_resumes(store
     assert store.launch(killed.id).state == "cancelled"
     [retry] = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
     assert (retry.state, retry.spec["candidates"]) == ("succeeded", killed.spec["candidates"])
+
+
+class Queued(StoppedAt):
+    """A replay executor to which a launch left behind reads as still queued, past its queue_timeout_s."""
+
+    def __init__(self) -> None:
+        super().__init__(0, None)
+        self.inner.queue_timeout_s = 0.0  # what wait() reads: its helpers are the inner executor's
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        if backend_id == "queued":
+            return Description(LaunchState.PENDING, None, "Priority")
+        return self.inner.describe(backend_id, launch)
+
+
+def test_a_launch_its_queue_timeout_gave_up_on_when_the_study_resumes_is_not_run_again(
+    store: Store, tmp_path
+):
+    """Cancelled on resume because it waited past queue_timeout_s, it is not queued again: no launch the
+    runner itself started is retried after its queue timeout either."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(Killed):
+        StudyDriver(store, study.id, StoppedAt(2, Killed()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [left] = [x for x in store.launches(study.id) if x.kind == "search"]
+    store.update_launch(left.id, backend_id="queued")
+    StudyDriver(store, study.id, Queued(), poll_s=0.01).run()  # type: ignore[arg-type]
+    assert "queue_timeout_s" in (store.launch(left.id).error or "")
+    assert not [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
