@@ -75,10 +75,12 @@ class StudyQueue:
             self._thread.join()
 
     def runnable(self) -> list[Any]:
-        """Studies nobody live is running: free or expired lease, or a holder that died on this host."""
+        """Studies nobody live is running: free or expired lease, a holder that died on this host, or
+        this queue itself (between two studies it runs none: a lease of its own is one the store's
+        outage kept it from letting go of, and the study waited that lease out, while later ones ran)."""
         claimable = {s.id: s for s in self.store.claimable_studies()}
         for study in self.store.studies(states=ACTIVE, limit=1000):
-            if study.id not in claimable and owner_is_dead(study.owner):
+            if study.id not in claimable and (study.owner == self.owner or owner_is_dead(study.owner)):
                 claimable[study.id] = study
         return sorted(claimable.values(), key=lambda s: s.id)
 

@@ -133,6 +133,29 @@ def test_a_study_whose_store_is_away_pauses_the_queue_never_spins_it(store: Stor
     assert calls["n"] == 1
 
 
+def test_a_study_the_queue_held_when_the_store_went_away_is_resumed_at_its_next_tick(
+    store: Store, tmp_path, monkeypatch
+):
+    """The store went away mid-study (PostgreSQL restarted): the queue's lease could not be let go of
+    either. Its own study waited out that lease (AUTOTUNER_LEASE_S) while the queue ran later ones."""
+    study = study_with(store, tmp_path)
+    real, calls = StudyDriver.run, {"n": 0}
+
+    def away_once(self):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            self.lease.acquire()  # held; then the store went away, its release with it
+            raise StoreUnavailable("the store did not answer")
+        return real(self)
+
+    monkeypatch.setattr(StudyDriver, "run", away_once)
+    queue = StudyQueue(store, lambda settings: replay(), poll_s=0.01)
+    assert queue.run_once() is False
+    assert store.study(study.id).owner == queue.owner  # its lease, still running
+    assert queue.run_once() is True  # the store answers again: resumed now
+    assert store.study(study.id).state == "done"
+
+
 def test_a_launch_whose_id_the_store_does_not_take_is_cancelled_not_left_unfollowed(
     store: Store, tmp_path, monkeypatch
 ):
