@@ -330,8 +330,11 @@ def tune(**options: Any) -> None:
     request = _new_study_request(options) if options["study"] is None else None
     store = _store(options["db"], create=True)
     row = store.study(options["study"]) if options["study"] else None
-    if row is None:
-        row = _new_study(store, options, request or _new_study_request(options))
+    created = None if row is not None else _new_study(store, options, request or _new_study_request(options))
+    # None from both: another tuner started with this --study made it a moment ago, and this one resumes it
+    row = created or row or store.study(options["study"])
+    assert row is not None  # the name was taken by this row
+    if created is not None:
         err.print(
             Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) created"), highlight=False
         )
@@ -435,6 +438,10 @@ def _same_as_stored(row: Any, name: str, options: dict[str, Any]) -> bool:
 
 
 def _new_study(store: Any, options: dict[str, Any], request: RequestSettings) -> Any:
+    """The study, created; None when its --study name was taken meanwhile (a tuner started at the same
+    instant made it: this one resumes it, as it resumes any study of that name)."""
+    from autotuner.tuning.study import StudyExists
+
     executor_options = _executor_options(options["executor_option"], options["landscape"])
     # kept absolute, as the landscape; by default a folder of this store's own (two stores never share one)
     workdir = str(options["workdir"].absolute() if options["workdir"] else default_workdir(store.url))
@@ -443,6 +450,10 @@ def _new_study(store: Any, options: dict[str, Any], request: RequestSettings) ->
         return create_study(store, cluster=options["cluster"], workload=_load_json(options["workload"], "workload"),
                             space=options["space"], settings=settings, name=options["study"],
                             own_workdir=options["workdir"] is not None)  # fmt: skip
+    except StudyExists as exc:
+        if options["study"] is None:
+            raise _fail(str(exc)) from exc
+        return None
     except ValueError as exc:
         raise _fail(str(exc)) from exc
 

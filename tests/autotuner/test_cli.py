@@ -109,6 +109,26 @@ def test_tune_of_a_finished_study_redoes_nothing_and_refuses_other_options(tuned
     assert "--space" in other.output
 
 
+def test_a_tuner_whose_new_study_another_tuner_made_a_moment_ago_resumes_it(tuned, tmp_path, db, monkeypatch):
+    """Two `autotuner tune --study NAME` started at once: both read no study of that name, one made it,
+    and the other stopped with "study 'NAME' already exists" (exit 2), where it resumes one."""
+    from autotuner.store import Store
+
+    real, reads = Store.study, []
+
+    def read_before_the_other_made_it(self, ref):
+        reads.append(ref)
+        return None if len(reads) == 1 else real(self, ref)
+
+    monkeypatch.setattr(Store, "study", read_before_the_other_made_it)
+    same = ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space", str(tmp_path / "space.yaml"),
+            "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3", "--candidates-per-launch", "3",
+            "--confirm-rounds", "2", "--workdir", str(tmp_path / "runs"), "--study", "cpu-box.small.1", "--db", db]  # fmt: skip
+    again = runner.invoke(app, same)
+    assert again.exit_code == 0, again.output
+    assert "study cpu-box.small.1 (id 1) already done" in again.output
+
+
 def test_relative_paths_given_to_tune_still_hold_from_another_directory(tmp_path, db, monkeypatch):
     # the study keeps them: stored as given, a re-validation (or the service's scheduler, a resume) run
     # from another directory failed with FileNotFoundError
