@@ -514,6 +514,10 @@ def run_pending(
             log.warning("%s", exc)
             return False
         except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
+            if store_unavailable(exc):  # as it was taken up (its rows read, its lease taken): left pending
+                log.warning("re-validation %s: the store did not answer (%s: %s); tried again at a later tick",
+                            row.id, type(exc).__name__, exc)  # fmt: skip
+                return False
             log.exception("re-validation %s could not run", row.id)
             try:
                 end_unrunnable(store, row.id, exc)

@@ -266,6 +266,30 @@ def test_the_queue_runs_pending_revalidations_and_a_resumed_one_keeps_its_rounds
     assert not run_pending(store, make_executor, poll_s=0.01)
 
 
+def test_a_store_that_does_not_answer_as_the_queue_takes_a_revalidation_up_leaves_it_pending(
+    store, published, monkeypatch
+):
+    """A connection lost as the queue took a re-validation up (PostgreSQL restarting or out of connection
+    slots, a connection killed) ended it for good: "error: it cannot run: OperationalError", written as
+    soon as the store answered again, and the version waited for the schedule's next turn."""
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=True)
+    row, _ = request(store, v1)
+    real, calls = type(store).configs_by_id, {"n": 0}
+
+    def away_once(self, ids):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sa.exc.OperationalError("SELECT ...", {}, Exception("database is locked"))
+        return real(self, ids)
+
+    monkeypatch.setattr(type(store), "configs_by_id", away_once)
+    assert not run_pending(store, make_executor, poll_s=0.01)  # nothing done: the queue pauses a tick
+    assert store.validation(row.id).state == ValidationState.QUEUED
+    assert run_pending(store, make_executor, poll_s=0.01)
+    assert store.validation(row.id).state == ValidationState.HELD
+
+
 def test_the_schedule_asks_for_versions_validated_too_long_ago(store, published):
     _, v1 = published
     assert parse_every("7d") == 7 * 86400
