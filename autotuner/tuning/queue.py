@@ -22,7 +22,7 @@ from typing import Any
 from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
-from autotuner.tuning.lease import StoreUnavailable, StudyBusy, owner_id, owner_is_dead
+from autotuner.tuning.lease import StoreUnavailable, StudyBusy, owner_id, owner_is_dead, store_unavailable
 from autotuner.tuning.prune import prune
 from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
@@ -58,6 +58,7 @@ class StudyQueue:
         self._unstoppable: set[int] = set()  # cancelled studies whose leftovers could not be stopped: said
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._away_since: float | None = None  # since when the store has not answered a tick
 
     @property
     def alive(self) -> bool:
@@ -163,10 +164,23 @@ class StudyQueue:
 
     def loop(self) -> None:
         while not self._stop.is_set():
-            try:
-                worked = self.run_once()
-            except Exception:
-                log.exception("queue tick failed")
-                worked = False
-            if not worked:
+            if not self.tick():
                 self._stop.wait(self.poll_s)
+
+    def tick(self) -> bool:
+        """One turn of the loop: whether it did anything. A store that does not answer is said once, in a
+        line, and again when it answers (a traceback a second for a restarting PostgreSQL buried the log)."""
+        try:
+            worked = self.run_once()
+        except Exception as exc:
+            if not store_unavailable(exc):
+                log.exception("queue tick failed")
+            elif self._away_since is None:
+                self._away_since = time.monotonic()
+                log.warning("the store does not answer (%s: %s); the queue waits for it",
+                            type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")  # fmt: skip
+            return False
+        if self._away_since is not None:
+            log.warning("the store answers again, after %.0f s", time.monotonic() - self._away_since)
+            self._away_since = None
+        return worked

@@ -239,3 +239,30 @@ def test_a_wrong_database_name_is_no_outage():
         engine.dispose()
     assert "does not exist" in str(caught.value)
     assert not store_unavailable(caught.value)
+
+
+def test_a_store_away_for_many_ticks_is_said_once_and_again_when_it_answers(
+    store: Store, caplog, monkeypatch
+):
+    """A restarting PostgreSQL: the scheduler logged a full traceback every second ("queue tick failed"),
+    burying what the operator needs, where one line says the store is away and one that it is back."""
+    queue = StudyQueue(store, lambda settings: replay(), poll_s=0.01)
+    answers = iter([locked, locked, locked, lambda: False, lambda: 1 / 0])
+
+    monkeypatch.setattr(queue, "run_once", lambda: next(answers)())
+    with caplog.at_level("INFO", logger="autotuner.queue"):
+        ticks = [queue.tick() for _ in range(5)]
+    assert ticks == [False] * 5
+    said = [
+        (r.levelname, r.getMessage().split(";")[0].split(",")[0], r.exc_info is not None)
+        for r in caplog.records
+    ]
+    assert said == [
+        (
+            "WARNING",
+            "the store does not answer (OperationalError: (builtins.Exception) database is locked)",
+            False,
+        ),
+        ("WARNING", "the store answers again", False),
+        ("ERROR", "queue tick failed", True),  # anything else keeps its traceback
+    ]
