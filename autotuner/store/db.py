@@ -128,7 +128,21 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
+    if make_url(url).get_driver_name() in ("psycopg", "psycopg2"):
+        kwargs["connect_args"] = {**_libpq_deadlines(url), **kwargs.get("connect_args", {})}
     return create_engine(url, pool_pre_ping=True, **kwargs)
+
+
+# libpq waits on a server it cannot reach as long as the kernel does: a connect to a dropped host about
+# 2 min, a query on a connection whose peer vanished (a partition, a failed-over host) about 15 min,
+# holding a request's thread or the scheduler all along. These bound both; the URL's own win.
+LIBPQ_DEADLINES = {"connect_timeout": 10, "tcp_user_timeout": 30_000, "keepalives": 1, "keepalives_idle": 30,
+                   "keepalives_interval": 10, "keepalives_count": 3}  # fmt: skip
+
+
+def _libpq_deadlines(url: str) -> dict[str, int]:
+    given = make_url(url).query
+    return {k: v for k, v in LIBPQ_DEADLINES.items() if k not in given}
 
 
 def alembic_config(engine: Engine) -> AlembicConfig:

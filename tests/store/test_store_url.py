@@ -46,3 +46,25 @@ def test_a_failed_migration_on_postgresql_says_why():
     with pytest.raises(Exception, match="workload_spec") as failed:
         Store(db_url)
     assert "current transaction is aborted" not in str(failed.value)
+
+
+@pytest.mark.postgres
+def test_a_postgresql_connection_has_deadlines_unless_the_url_sets_its_own():
+    """libpq waited on an unreachable server as long as the kernel does (a connect ~2 min, a query on a
+    connection whose peer vanished ~15 min), holding a request's thread or the scheduler all along."""
+    from autotuner.store.db import LIBPQ_DEADLINES, make_engine
+
+    url = os.environ.get("AUTOTUNER_TEST_POSTGRES_URL")
+    if not url:
+        skip_or_fail("postgres", "no PostgreSQL server (set AUTOTUNER_TEST_POSTGRES_URL; CI starts one)")
+    for query, connect_timeout in (("", "10"), ("?connect_timeout=3", "3")):
+        engine = make_engine(url + query)
+        try:
+            with engine.connect() as conn:
+                given = conn.connection.driver_connection.info.get_parameters()  # what libpq was handed
+        finally:
+            engine.dispose()
+        assert given["connect_timeout"] == connect_timeout
+        assert {k: given[k] for k in LIBPQ_DEADLINES if k != "connect_timeout"} == {
+            k: str(v) for k, v in LIBPQ_DEADLINES.items() if k != "connect_timeout"
+        }
