@@ -25,7 +25,17 @@ def main() -> None:
     except SettingError as exc:  # read as the engine is imported (AUTOTUNER_LEASE_S): said, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    app()
+    try:
+        app()
+    except Exception as exc:  # a store that stopped answering after it opened: said, not a traceback
+        from autotuner.tuning.lease import store_unavailable
+
+        if not store_unavailable(exc):
+            raise
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        print(f"error: the store did not answer ({why}): run the command again once it does (a study "
+              "resumes where it stopped)", file=sys.stderr)  # fmt: skip
+        sys.exit(1)
 
 
 def _text(arg: str) -> bool:

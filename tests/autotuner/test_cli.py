@@ -394,3 +394,34 @@ def test_the_help_says_what_serve_does_and_its_defaults():
         "AUTOTUNER_WORKERS; default 2",
     ):
         assert said in serve.stdout
+
+
+@pytest.mark.parametrize("error", ["database is locked", "a bug"])
+def test_a_store_that_stops_answering_after_it_opened_is_said_not_a_traceback(
+    tuned, db, monkeypatch, capsys, error
+):
+    """A store that stopped answering between its opening and a command's first read (SQLite locked past
+    its busy timeout, PostgreSQL restarting): the command printed a raw traceback, where it says the store
+    did not answer and to run it again (exit 1). A bug keeps its traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    from autotuner.__main__ import main
+    from autotuner.store import Store
+
+    def away(*_args, **_kwargs):
+        raise OperationalError("SELECT at_studies ...", {}, Exception(error))
+
+    monkeypatch.setattr(Store, "studies", away)
+    monkeypatch.setattr(sys, "argv", ["autotuner", "studies", "--db", db])
+    if error == "a bug":
+        with pytest.raises(OperationalError):
+            main()
+        return
+    with pytest.raises(SystemExit) as exit:
+        main()
+    assert exit.value.code == 1
+    said = capsys.readouterr().err
+    assert said.startswith(
+        "error: the store did not answer (OperationalError: (builtins.Exception) database is locked"
+    )
+    assert "run the command again once it does" in said
