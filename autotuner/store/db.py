@@ -128,8 +128,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
-    if make_url(url).get_driver_name() in ("psycopg", "psycopg2"):
-        kwargs["connect_args"] = {**_libpq_deadlines(url), **kwargs.get("connect_args", {})}
+    kwargs["connect_args"] = {**libpq_deadlines(url), **kwargs.get("connect_args", {})}
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
@@ -140,7 +139,11 @@ LIBPQ_DEADLINES = {"connect_timeout": 10, "tcp_user_timeout": 30_000, "keepalive
                    "keepalives_interval": 10, "keepalives_count": 3}  # fmt: skip
 
 
-def _libpq_deadlines(url: str) -> dict[str, int]:
+def libpq_deadlines(url: str) -> dict[str, int]:
+    """LIBPQ_DEADLINES less what the URL sets, as connect_args for any engine on `url` (make_engine's,
+    Optuna's record, the schema lock's); {} where the driver is not libpq's."""
+    if make_url(url).get_driver_name() not in ("psycopg", "psycopg2"):
+        return {}
     given = make_url(url).query
     return {k: v for k, v in LIBPQ_DEADLINES.items() if k not in given}
 
@@ -273,7 +276,7 @@ def schema_lock(url: str, key: int = 727002) -> Iterator[None]:
     if make_url(url).get_backend_name() != "postgresql":
         yield
         return
-    engine = create_engine(url, poolclass=NullPool)
+    engine = create_engine(url, poolclass=NullPool, connect_args=libpq_deadlines(url))
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})

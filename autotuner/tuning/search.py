@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotuner.space import InProcPoint, IntRange, SearchSpace, to_env_strings
 from autotuner.store import Candidate, CandidateState, LaunchKind, env_hash
-from autotuner.store.db import schema_lock
+from autotuner.store.db import libpq_deadlines, schema_lock
 from autotuner.tuning.context import StudyContext, point_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -42,8 +42,10 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
-    else:
+    else:  # its engine is not make_engine's: without these, a partitioned server held the scheduler (the
+        # record is written at each launch) or a dashboard request for minutes
         kwargs["pool_pre_ping"] = True
+        kwargs["connect_args"] = libpq_deadlines(url)
     for attempt in range(1, 6):
         try:
             with schema_lock(url):

@@ -68,3 +68,39 @@ def test_a_postgresql_connection_has_deadlines_unless_the_url_sets_its_own():
         assert {k: given[k] for k in LIBPQ_DEADLINES if k != "connect_timeout"} == {
             k: str(v) for k, v in LIBPQ_DEADLINES.items() if k != "connect_timeout"
         }
+
+
+@pytest.mark.postgres
+def test_the_optuna_record_and_the_schema_lock_connect_with_the_deadlines_too():
+    """Their engines are not make_engine's: the search writes Optuna's record at every launch (the
+    scheduler's thread), the dashboard reads it, and the schema lock is held through a migration. Each
+    waited on a vanished server as long as the kernel does."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from autotuner.store.db import LIBPQ_DEADLINES, schema_lock
+    from autotuner.tuning import optuna_storage
+
+    url = os.environ.get("AUTOTUNER_TEST_POSTGRES_URL")
+    if not url:
+        skip_or_fail("postgres", "no PostgreSQL server (set AUTOTUNER_TEST_POSTGRES_URL; CI starts one)")
+    handed: list[dict[str, str]] = []
+
+    def seen(dbapi_conn, _record):
+        handed.append(dbapi_conn.info.get_parameters())
+
+    event.listen(Engine, "connect", seen)
+    try:
+        storage = optuna_storage(url)
+        try:
+            with storage.engine.connect():
+                pass
+        finally:
+            storage.engine.dispose()
+        with schema_lock(url):
+            pass
+    finally:
+        event.remove(Engine, "connect", seen)
+    assert handed
+    for given in handed:
+        assert {k: given.get(k) for k in LIBPQ_DEADLINES} == {k: str(v) for k, v in LIBPQ_DEADLINES.items()}
