@@ -250,9 +250,12 @@ class StudyDriver:
 
     def _search_launches_done(self) -> int:
         # Not one Ctrl-C or SIGTERM cancelled: it measured nothing and is never retried (one a SIGKILL
-        # left is, as attempt 2), so each stop of `autotuner tune` cost the study a search launch.
-        return sum(1 for launch in self.store.launches(self.study_id)
-                   if launch.kind == LaunchKind.SEARCH and launch.attempt == 1 and launch.error != CTRL_C)  # fmt: skip
+        # left is, as attempt 2), so each stop of `autotuner tune` cost the study a search launch. A
+        # launch counts at its first attempt; a Ctrl-C of any attempt (its last: none follows) takes it
+        # back (a retry stopped so left its first attempt counted, and the search one launch short).
+        search = [launch for launch in self.store.launches(self.study_id) if launch.kind == LaunchKind.SEARCH]
+        first, stopped = sum(x.attempt == 1 for x in search), sum(x.error == CTRL_C for x in search)
+        return first - stopped
 
     def _budget_left(self) -> bool:
         settings = self.ctx.settings

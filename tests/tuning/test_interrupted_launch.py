@@ -10,6 +10,7 @@ import pytest
 from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.store import Store, StudyState
 from autotuner.tuning import Progress, StudyDriver
+from autotuner.tuning.launch import CTRL_C
 from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
@@ -217,6 +218,25 @@ def test_a_search_launch_cancelled_by_ctrl_c_does_not_spend_the_budget(store: St
 
 class Killed(BaseException):
     """SIGKILL of the runner: nothing of the driver sees it."""
+
+
+def test_a_retry_cancelled_by_ctrl_c_does_not_spend_the_budget_either(store: Store, tmp_path):
+    """A search launch left by a killed runner is retried on resume (attempt 2); Ctrl-C stopped that retry.
+    Its first attempt still counted as one of `trials`, and neither is run again: the resumed study
+    measured one search launch less, as a Ctrl-C of a first attempt did before."""
+    study = study_with(store, tmp_path, trials=2, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(Killed):  # launch 2, the first search launch, left running in the store
+        StudyDriver(store, study.id, StoppedAt(2, Killed()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [killed] = [x for x in store.launches(study.id) if x.kind == "search"]
+    store.update_launch(killed.id, backend_id=None)  # not followed again: cancelled, retried as launch 3
+    with pytest.raises(KeyboardInterrupt):
+        StudyDriver(store, study.id, StoppedAt(3, KeyboardInterrupt()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [retry] = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
+    assert (retry.state, retry.error) == ("cancelled", CTRL_C)
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    assert final.state == "done", final.error
+    assert searched(store, study.id) == 2
+    assert final.launches_done == 2
 
 
 def test_a_study_resumed_after_its_last_search_launch_counts_it(store: Store, tmp_path):
