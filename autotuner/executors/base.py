@@ -299,13 +299,11 @@ class Executor(ABC):
     def _collect(self, backend_id: str, launch: LaunchRequest, desc: Description) -> Outcome:
         result, unusable = self._result(backend_id, launch)
         state, reason = desc.state, desc.reason
+        # Read once: a Kubernetes log is an API call (the line below and the tail would read it twice)
+        log = self.logs(backend_id, launch) if result is None else None
         if state == LaunchState.CANCELLED:
             pass
-        elif (
-            result is None
-            and state != LaunchState.TIMEOUT
-            and (unwritten := _unwritten(self.logs(backend_id, launch)))
-        ):
+        elif result is None and state != LaunchState.TIMEOUT and (unwritten := _unwritten(log or "")):
             # It measured, but its result could not be written (a full disk): no env config is to
             # blame. Failed, it was quarantined on the cluster (the baseline's own env, on a full disk).
             state, reason = LaunchState.CANCELLED, f"its result could not be written: {unwritten}"
@@ -326,8 +324,11 @@ class Executor(ABC):
         else:
             # Exit code 1 means "some candidate failed": the launch itself succeeded.
             state = LaunchState.SUCCEEDED
-        tail = "" if state == LaunchState.SUCCEEDED else self.logs(backend_id, launch)
-        return Outcome(state, backend_id, result, reason, tail)
+        if state == LaunchState.SUCCEEDED:
+            log = ""
+        elif log is None:
+            log = self.logs(backend_id, launch)
+        return Outcome(state, backend_id, result, reason, log)
 
 
 def _unwritten(log: str) -> str | None:
