@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -134,7 +135,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 # libpq waits on a server it cannot reach as long as the kernel does: a connect to a dropped host about
 # 2 min, a query on a connection whose peer vanished (a partition, a failed-over host) about 15 min,
-# holding a request's thread or the scheduler all along. These bound both; the URL's own win.
+# holding a request's thread or the scheduler all along. These bound both; the operator's own win: the
+# URL's, PGCONNECT_TIMEOUT, and a service file's (`?service=` or PGSERVICE: it may set any of them).
 LIBPQ_DEADLINES = {"connect_timeout": 10, "tcp_user_timeout": 30_000, "keepalives": 1, "keepalives_idle": 30,
                    "keepalives_interval": 10, "keepalives_count": 3}  # fmt: skip
 
@@ -145,7 +147,10 @@ def libpq_deadlines(url: str) -> dict[str, int]:
     if make_url(url).get_driver_name() not in ("psycopg", "psycopg2"):
         return {}
     given = make_url(url).query
-    return {k: v for k, v in LIBPQ_DEADLINES.items() if k not in given}
+    if "service" in given or os.environ.get("PGSERVICE"):
+        return {}
+    env = {"connect_timeout"} if os.environ.get("PGCONNECT_TIMEOUT") else set()
+    return {k: v for k, v in LIBPQ_DEADLINES.items() if k not in given and k not in env}
 
 
 def alembic_config(engine: Engine) -> AlembicConfig:

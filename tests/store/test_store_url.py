@@ -104,3 +104,20 @@ def test_the_optuna_record_and_the_schema_lock_connect_with_the_deadlines_too():
     assert handed
     for given in handed:
         assert {k: given.get(k) for k in LIBPQ_DEADLINES} == {k: str(v) for k, v in LIBPQ_DEADLINES.items()}
+
+
+def test_the_deadlines_leave_what_the_operator_set_to_libpq(monkeypatch):
+    """PGCONNECT_TIMEOUT and a service file (`?service=`, PGSERVICE) are libpq's own settings: explicit
+    connect_args overrode them without a word."""
+    from autotuner.store.db import LIBPQ_DEADLINES, libpq_deadlines
+
+    url = "postgresql+psycopg://at@db.example/autotuner"
+    for name in ("PGCONNECT_TIMEOUT", "PGSERVICE"):
+        monkeypatch.delenv(name, raising=False)
+    assert libpq_deadlines(url) == LIBPQ_DEADLINES
+    assert libpq_deadlines("sqlite:///at.db") == {}
+    assert libpq_deadlines(url + "?service=autotuner") == {}
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "3")
+    assert libpq_deadlines(url) == {k: v for k, v in LIBPQ_DEADLINES.items() if k != "connect_timeout"}
+    monkeypatch.setenv("PGSERVICE", "autotuner")
+    assert libpq_deadlines(url) == {}
