@@ -330,11 +330,14 @@ def tune(**options: Any) -> None:
     request = _new_study_request(options) if options["study"] is None else None
     store = _store(options["db"], create=True)
     row = store.study(options["study"]) if options["study"] else None
-    created = None if row is not None else _new_study(store, options, request or _new_study_request(options))
-    # None from both: another tuner started with this --study made it a moment ago, and this one resumes it
-    row = created or row or store.study(options["study"])
-    assert row is not None  # the name was taken by this row
-    if created is not None:
+    created = False
+    if row is None:
+        row = _new_study(store, options, request or _new_study_request(options))
+        created = row is not None
+        if row is None:  # another tuner started with this --study made it a moment ago: this one resumes it
+            row = store.study(options["study"])
+    assert row is not None  # made here, or by the tuner that took the name
+    if created:
         err.print(
             Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) created"), highlight=False
         )

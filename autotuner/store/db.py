@@ -144,9 +144,10 @@ LIBPQ_DEADLINES = {"connect_timeout": 10, "tcp_user_timeout": 30_000, "keepalive
 def libpq_deadlines(url: str) -> dict[str, int]:
     """LIBPQ_DEADLINES less what the URL sets, as connect_args for any engine on `url` (make_engine's,
     Optuna's record, the schema lock's); {} where the driver is not libpq's."""
-    if make_url(url).get_driver_name() not in ("psycopg", "psycopg2"):
+    parsed = make_url(url)
+    if parsed.get_driver_name() not in ("psycopg", "psycopg2"):
         return {}
-    given = make_url(url).query
+    given = parsed.query
     if "service" in given or os.environ.get("PGSERVICE"):
         return {}
     env = {"connect_timeout"} if os.environ.get("PGCONNECT_TIMEOUT") else set()

@@ -94,12 +94,16 @@ def test_configs_history_pin_rollback(tuned, db):
     assert "export AUTOTUNER_CONFIG=cpu-box/small/1n/v1" in shown.stdout
 
 
-def test_tune_of_a_finished_study_redoes_nothing_and_refuses_other_options(tuned, tmp_path, db):
-    # the command that made it, run again: nothing is redone
-    same = ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space", str(tmp_path / "space.yaml"),
+def tuned_again(tmp_path, db) -> list[str]:
+    """The command the `tuned` fixture ran, naming the study it made."""
+    return ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space", str(tmp_path / "space.yaml"),
             "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3", "--candidates-per-launch", "3",
             "--confirm-rounds", "2", "--workdir", str(tmp_path / "runs"), "--study", "cpu-box.small.1", "--db", db]  # fmt: skip
-    again = runner.invoke(app, same)
+
+
+def test_tune_of_a_finished_study_redoes_nothing_and_refuses_other_options(tuned, tmp_path, db):
+    # the command that made it, run again: nothing is redone
+    again = runner.invoke(app, tuned_again(tmp_path, db))
     assert again.exit_code == 0, again.output
     assert "study cpu-box.small.1 (id 1) already done" in again.output
     # options the stored study does not have were ignored without a word: now refused, named
@@ -121,10 +125,7 @@ def test_a_tuner_whose_new_study_another_tuner_made_a_moment_ago_resumes_it(tune
         return None if len(reads) == 1 else real(self, ref)
 
     monkeypatch.setattr(Store, "study", read_before_the_other_made_it)
-    same = ["tune", "--cluster", "cpu-box", "--workload", str(tmp_path / "w.json"), "--space", str(tmp_path / "space.yaml"),
-            "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "3", "--candidates-per-launch", "3",
-            "--confirm-rounds", "2", "--workdir", str(tmp_path / "runs"), "--study", "cpu-box.small.1", "--db", db]  # fmt: skip
-    again = runner.invoke(app, same)
+    again = runner.invoke(app, tuned_again(tmp_path, db))
     assert again.exit_code == 0, again.output
     assert "study cpu-box.small.1 (id 1) already done" in again.output
 
