@@ -227,6 +227,24 @@ def test_names_the_api_server_takes_are_kept():
         assert k8s(image=image).image == image
 
 
+# ------------------------------------------------------------------------------ Kubernetes: run_as_user
+
+
+@pytest.mark.parametrize("uid", [0, -1, 2**31, "1000", True, 1000.0, [1000]])
+def test_run_as_user_is_a_non_root_uid_the_api_server_takes(uid):
+    # 0 is root, what the option avoids; the API server keeps uids in an int32 (and takes no string)
+    with pytest.raises(
+        ValueError,
+        match=r"^kubernetes executor option run_as_user=.*: expected an integer uid from 1 to 2147483647",
+    ):
+        k8s(run_as_user=uid)
+
+
+@pytest.mark.parametrize("uid", [1, 1000, 2**31 - 1, None])
+def test_run_as_user_in_range_is_kept(uid):
+    assert k8s(run_as_user=uid).run_as_user == uid
+
+
 # ------------------------------------------------------------------------------ replay
 
 

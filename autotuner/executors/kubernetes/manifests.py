@@ -34,7 +34,11 @@ POD_FAILURE_POLICY_REASON = "PodFailurePolicy"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # pod label (k8s >= 1.28) and annotation (>= 1.21)
 CONTAINER = "trial"
 SPEC_DIR = "/spec"
-RESULT_PATH = "/tmp/result.json"
+# With run_as_user: an emptyDir here, and HOME here. The uid that option names has, in most images, no
+# passwd entry, so the runtime gives it HOME=/, which it cannot write (torch, triton and the CUDA driver
+# keep their caches under HOME); and rank 0 must write RESULT_PATH whoever owns the image's /tmp.
+TMP_DIR = "/tmp"
+RESULT_PATH = f"{TMP_DIR}/result.json"
 MAX_NAME = 52  # pod hostnames are "<job>-<index>" and must stay within 63 characters
 MAX_CONFIGMAP_BYTES = 1_000_000  # the API server refuses ConfigMaps over 1 MiB
 # The Job's activeDeadlineSeconds counts from its start, time waiting for GPUs included; the tuner's
@@ -222,12 +226,35 @@ def _pod_spec(name: str, container: dict[str, Any], o: KubernetesOptions) -> dic
         **_given("serviceAccountName", o.service_account),
         **_given("nodeSelector", copy.deepcopy(o.node_selector)),
         **_given("tolerations", copy.deepcopy(o.tolerations)),
-        "containers": [container],
+        **_given("securityContext", _pod_security(o)),
+        "containers": [container],  # any other (init, sidecar) takes _container_security(o) too
         "volumes": [
             {"name": "spec", "configMap": {"name": name}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", **_given("sizeLimit", o.shm_size)}},
+            *([{"name": "tmp", "emptyDir": {}}] if o.run_as_user else []),
         ],
     }
+
+
+def _pod_security(o: KubernetesOptions) -> dict[str, Any] | None:
+    """What the "restricted" Pod Security Standard asks of the pod, with run_as_user (None without).
+    No runAsGroup or fsGroup: the primary group stays the image's for that uid (0 where it has no passwd
+    entry), which images made for any uid keep their writable paths open to; the pod's volumes need no
+    fsGroup (emptyDirs are world-writable, the ConfigMap world-readable), and Pod Security Admission
+    checks neither."""
+    if not o.run_as_user:
+        return None
+    return {"runAsNonRoot": True, "runAsUser": o.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security(o: KubernetesOptions) -> dict[str, Any] | None:
+    """The "restricted" standard's per-container part, with run_as_user (None without). No IPC_LOCK for
+    EFA: pods without the option have none either (pinned memory rests on the node's RLIMIT_MEMLOCK), and
+    a capability added to a non-root container never reaches its processes (kubernetes#56374: no ambient
+    capabilities), while adding it would put the pods past "baseline" and "restricted"."""
+    if not o.run_as_user:
+        return None
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def _container(name: str, launch: LaunchRequest, o: KubernetesOptions, gpus: int) -> dict[str, Any]:
@@ -243,6 +270,7 @@ def _container(name: str, launch: LaunchRequest, o: KubernetesOptions, gpus: int
     # never depends on that.
     index = {"name": "JOB_COMPLETION_INDEX",
              "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}}  # fmt: skip
+    home = [{"name": "HOME", "value": TMP_DIR}] if o.run_as_user and "HOME" not in launch.env else []
     return {
         "name": CONTAINER,
         "image": o.image,
@@ -251,13 +279,19 @@ def _container(name: str, launch: LaunchRequest, o: KubernetesOptions, gpus: int
         "args": [*torchrun, *launch.trial_argv(f"{SPEC_DIR}/spec.json", RESULT_PATH, print_result=True)],
         # An empty value as the API server stores it (EnvVar.value is omitempty: "" is not kept, and the
         # variable is set empty all the same): a Job read back is compared with what was sent (is_ours).
-        "env": [index, *({"name": k, **({"value": v} if v else {})} for k, v in sorted(launch.env.items()))],
+        "env": [
+            index,
+            *home,
+            *({"name": k, **({"value": v} if v else {})} for k, v in sorted(launch.env.items())),
+        ],
         "ports": [{"name": "rdzv", "containerPort": o.rdzv_port, "protocol": "TCP"}],
         **_given("resources", _resources(o, gpus)),
         "volumeMounts": [
             {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
+            *([{"name": "tmp", "mountPath": TMP_DIR}] if o.run_as_user else []),
         ],
+        **_given("securityContext", _container_security(o)),
     }
 
 

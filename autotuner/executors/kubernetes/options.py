@@ -256,6 +256,12 @@ class KubernetesOptions(ExecutorOptions):
     service_account: DnsSubdomain | None = option(
         None, "the pods' ServiceAccount", "a ServiceAccount name in the namespace (a DNS-1123 subdomain)"
     )
+    # Opt-in: unset, the pods have no securityContext (the image's user, root in most trial images).
+    run_as_user: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = option(
+        None, "the uid the trial pods run as, with the securityContext the 'restricted' Pod Security "
+        "Standard requires (null: the image's user and no securityContext)",
+        "an integer uid from 1 to 2147483647 (0, root, is what it avoids)",
+    )  # fmt: skip
     node_selector: dict[LabelKey, LabelValue] | None = option(
         None, "which nodes trials may run on", "a map of label keys to label values, e.g. "
         '{"node.kubernetes.io/instance-type": "p5.48xlarge"}',
