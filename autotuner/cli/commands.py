@@ -322,7 +322,7 @@ def tune(**options: Any) -> None:
     """Run (or resume) a tuning study, then publish the confirmed best config."""
     from autotuner.cli.claim_report import inert_lines
     from autotuner.executors import make_executor
-    from autotuner.tuning import StoreUnavailable, StudyBusy
+    from autotuner.tuning import StoreUnavailable, StudyBusy, WorkdirFull
     from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 
     ctx = options.pop("ctx")
@@ -361,6 +361,9 @@ def tune(**options: Any) -> None:
             raise _fail(str(exc), 3) from exc
         except StoreUnavailable as exc:
             raise _fail(f"{exc}: resume it with autotuner tune --study {row.name}", 1) from exc
+        except WorkdirFull as exc:
+            raise _fail(f"{exc}: the study stays running, no trial spent; free space there, then resume it "
+                        f"with autotuner tune --study {row.name}", 1) from exc  # fmt: skip
         except KeyboardInterrupt as exc:
             raise _fail(f"interrupted: the running launch was cancelled; resume the study with autotuner tune "
                         f"--study {row.name}", 130) from exc  # fmt: skip

@@ -13,6 +13,7 @@ from autotuner.tuning.lease import (
     StoreUnavailable,
     StudyBusy,
     StudyCancelled,
+    WorkdirFull,
     owner_id,
     owner_is_dead,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "StudyExists",
     "StudyQueue",
     "StudySettings",
+    "WorkdirFull",
     "baseline_batch",
     "best_and_baseline",
     "check_name",

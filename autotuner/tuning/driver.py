@@ -43,8 +43,15 @@ from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide, publishes, unpublished
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
-from autotuner.tuning.launch import CTRL_C, run_launch
-from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
+from autotuner.tuning.launch import run_launch, unspent
+from autotuner.tuning.lease import (
+    Lease,
+    StoreUnavailable,
+    StudyBusy,
+    StudyCancelled,
+    WorkdirFull,
+    store_unavailable,
+)
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.pairs import Setting
 from autotuner.tuning.plan import PlannedLaunch, plan_launch
@@ -118,7 +125,7 @@ class StudyDriver:
             return self._conclude()
         except StudyCancelled:
             return self.store.update_study(self.study_id, finished_at=self.store.now())  # its state says so
-        except (StudyBusy, StoreUnavailable):
+        except (StudyBusy, StoreUnavailable, WorkdirFull):  # left running, resumed: none says it failed
             raise
         except Exception as exc:
             if store_unavailable(exc):  # a store away for a while must not end a study for good
@@ -249,12 +256,13 @@ class StudyDriver:
         return moved
 
     def _search_launches_done(self) -> int:
-        # Not one Ctrl-C or SIGTERM cancelled: it measured nothing and is never retried (one a SIGKILL
-        # left is, as attempt 2), so each stop of `autotuner tune` cost the study a search launch. A
-        # launch counts at its first attempt; a Ctrl-C of any attempt (its last: none follows) takes it
-        # back (a retry stopped so left its first attempt counted, and the search one launch short).
+        # Not one Ctrl-C or SIGTERM cancelled, nor one a full disk kept from being submitted: it measured
+        # nothing and is never retried (one a SIGKILL left is, as attempt 2), so each stop of `autotuner
+        # tune` cost the study a search launch. A launch counts at its first attempt; an unspent end of
+        # any attempt (its last: none follows) takes it back (a retry stopped so left its first attempt
+        # counted, and the search one launch short).
         search = [launch for launch in self.store.launches(self.study_id) if launch.kind == LaunchKind.SEARCH]
-        first, stopped = sum(x.attempt == 1 for x in search), sum(x.error == CTRL_C for x in search)
+        first, stopped = sum(x.attempt == 1 for x in search), sum(unspent(x) for x in search)
         return first - stopped
 
     def _budget_left(self) -> bool:

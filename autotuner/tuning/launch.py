@@ -16,7 +16,15 @@ from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.lease import StoreUnavailable, StudyBusy, StudyCancelled, store_unavailable
+from autotuner.tuning.lease import (
+    FULL_DISK,
+    StoreUnavailable,
+    StudyBusy,
+    StudyCancelled,
+    WorkdirFull,
+    disk_full,
+    store_unavailable,
+)
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.search import Search
 from trials.spec import parse_spec
@@ -73,7 +81,7 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
                             result_path=str(request.result_path))  # fmt: skip
     ctx.progress.on_launch_start(launch)
     started = time.monotonic()
-    stage = "it could not be submitted"
+    stage = SUBMITTING
     backend_id: str | None = None
     try:
         submitted = submit_in_turn(ctx, request, launch, started)
@@ -99,6 +107,8 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
     except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
+        if stage == SUBMITTING and (full := disk_full(exc)) is not None:
+            raise not_submitted(ctx, launch, full, exc) from exc
         if stage == FOLLOWING:  # nobody will follow it now: it must not run on beside the next launch
             _cancel_quietly(ctx, backend_id, request)
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
@@ -106,10 +116,28 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         raise
 
 
+SUBMITTING = "it could not be submitted"
 FOLLOWING = "it could not be followed"
 RECORDING = "its result could not be recorded"
 NOT_SUBMITTED = "not submitted yet"
 CTRL_C = "interrupted (Ctrl-C): cancelled with its launcher"  # measured nothing: spends no search launch
+# A submit that a full disk (or quota) under the workdir refused: the same.
+WORKDIR_FULL = tuple(f"not submitted: {words} under " for words in FULL_DISK.values())
+
+
+def unspent(launch: Launch) -> bool:
+    """Whether a launch ended before it measured anything for a reason no env config is to blame for,
+    and none retries it (Ctrl-C, a full disk at its submit): it spends no search launch."""
+    return launch.error == CTRL_C or (launch.error or "").startswith(WORKDIR_FULL)
+
+
+def not_submitted(ctx: StudyContext, launch: Launch, full: str, exc: Exception) -> WorkdirFull:
+    """A launch whose submit a full disk refused, recorded cancelled (a failed one failed its study for
+    good), and what says so to its runner, which leaves its study running, to resume once there is space."""
+    why = f"not submitted: {full} under {ctx.workdir}"
+    ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
+                            error=clip(f"{why} ({type(exc).__name__}: {exc})"))  # fmt: skip
+    return WorkdirFull(f"study {ctx.study_id}: launch {launch.seq} {why}")
 
 
 def submit_in_turn(

@@ -9,6 +9,7 @@ clocks only pace the renewals (monotonic).
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -54,6 +55,30 @@ class StoreUnavailable(RuntimeError):
     """The store did not answer (locked past its busy timeout, a server gone, a full disk): the study
     is left as it is, running, for its runner to resume when the store answers again; never failed for
     it. Its launches go on on the cluster and are followed again then."""
+
+
+class WorkdirFull(RuntimeError):
+    """A launch could not be submitted: the disk under the study's workdir is full (ENOSPC, or a quota:
+    EDQUOT). Nothing says its env config is to blame: the launch is recorded cancelled, no trial spent,
+    nothing quarantined, and the study stays running, resumed once there is space again (failed, it
+    ended for good and an operator who freed space could not resume it)."""
+
+
+# In words of our own, not strerror's: a launch's row says them, read by hosts whose C library words
+# them otherwise (EDQUOT is "Disc quota exceeded" on macOS).
+FULL_DISK = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What is full (FULL_DISK's words), if `exc` or what it wraps says a disk or quota is; else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in FULL_DISK:
+            return FULL_DISK[current.errno]
+        current = current.__cause__ or current.__context__
+    return None
 
 
 # What says the store is out of reach for now, not that a request of ours is wrong (SQLite raises
