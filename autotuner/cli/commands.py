@@ -1099,7 +1099,7 @@ def revalidate(
     from autotuner.executors import make_executor
     from autotuner.store import NotFound, ValidationState, ValidationTrigger
     from autotuner.tuning import Progress as DriverProgress
-    from autotuner.tuning import StoreUnavailable, StudyBusy
+    from autotuner.tuning import StoreUnavailable, StudyBusy, WorkdirFull
     from autotuner.tuning.revalidate import (
         CannotRevalidate,
         Revalidation,
@@ -1129,8 +1129,9 @@ def revalidate(
         ).run()
     except StudyBusy as exc:
         raise _fail(f"{exc}: it runs elsewhere (the service's scheduler?)", 3) from exc
-    except StoreUnavailable as exc:
-        raise _fail(f"{exc}: not measured, run it again when the store answers", 3) from exc
+    except (StoreUnavailable, WorkdirFull) as exc:  # left running: what it measured so far is kept
+        when = "when the store answers" if isinstance(exc, StoreUnavailable) else "once there is space there"
+        raise _fail(f"{exc}: not measured, run it again {when}", 3) from exc
     _print_validation(done)
     codes: dict[str, int] = {
         ValidationState.HELD: 0,

@@ -16,6 +16,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from autotuner.limits import SettingError
@@ -79,6 +80,31 @@ def disk_full(exc: BaseException) -> str | None:
             return FULL_DISK[current.errno]
         current = current.__cause__ or current.__context__
     return None
+
+
+class FullDisks:
+    """What a full disk kept from submitting a launch (a study, a re-validation): each tried again only
+    after FULL_RETRY_S (each try records a cancelled launch: one a tick filled its list while nobody
+    freed space), the others run meanwhile; said once, when it starts."""
+
+    RETRY_S = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until: dict[Hashable, float] = {}
+
+    def waiting(self, key: Hashable) -> bool:
+        return self._clock() < self._until.get(key, -math.inf)
+
+    def full(self, key: Hashable, exc: WorkdirFull, what: str) -> None:
+        if key not in self._until:
+            log.warning("%s; %s stays running, tried again every %.0f s until there is space", exc, what,
+                        self.RETRY_S)  # fmt: skip
+        self._until[key] = self._clock() + self.RETRY_S
+
+    def cleared(self, key: Hashable) -> None:
+        """It ran on: a full disk later is said again."""
+        self._until.pop(key, None)
 
 
 # What says the store is out of reach for now, not that a request of ours is wrong (SQLite raises

@@ -23,6 +23,7 @@ from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
 from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 from autotuner.tuning.lease import (
+    FullDisks,
     StoreUnavailable,
     StudyBusy,
     WorkdirFull,
@@ -37,9 +38,6 @@ from autotuner.tuning.settings import StudySettings
 log = logging.getLogger("autotuner.queue")
 SCHEDULE_CHECK_S = 60.0  # how often (at most) the schedule looks for versions due for re-validation
 PRUNE_CHECK_S = 3600.0  # how often (at most) old launch directories are looked for
-# How long a study whose workdir's disk was full waits before it is tried again: each try records a
-# cancelled launch, and one a tick filled its list while nobody freed space.
-FULL_RETRY_S = 60.0
 
 
 class StudyQueue:
@@ -69,7 +67,7 @@ class StudyQueue:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._away_since: float | None = None  # since when the store has not answered a tick
-        self._full: dict[int, float] = {}  # studies whose workdir's disk was full: when to try again
+        self.full_disks = FullDisks()  # studies and re-validations a full disk stopped: tried again later
 
     @property
     def alive(self) -> bool:
@@ -99,7 +97,7 @@ class StudyQueue:
     def run_once(self) -> bool:
         self.stop_leftovers()
         for study in self.runnable():
-            if time.monotonic() < self._full.get(study.id, float("-inf")):
+            if self.full_disks.waiting(("study", study.id)):
                 continue
             try:
                 driver = driver_for(self.store, study, self.make_executor, owner=self.owner)
@@ -118,27 +116,20 @@ class StudyQueue:
                 log.warning("%s", exc)
                 return False
             except WorkdirFull as exc:  # not failed: tried again after a pause, the others meanwhile
-                self._workdir_full(study.id, exc)
+                self.full_disks.full(("study", study.id), exc, "the study")
                 continue
             except Exception:  # a broken study must not stop the queue
                 log.exception("study %s crashed the driver", study.id)
             finally:
                 self.current = None
                 self.on_study_end()
-            self._full.pop(study.id, None)  # ended: a full disk later is said again
+            self.full_disks.cleared(("study", study.id))
             return True
         self.check_schedule()
-        worked = run_pending(self.store, self.make_executor, owner=self.owner)
+        worked = run_pending(self.store, self.make_executor, owner=self.owner, full_disks=self.full_disks)
         if not worked:
             self.check_prune()
         return worked
-
-    def _workdir_full(self, study_id: int, exc: WorkdirFull) -> None:
-        """Said once, when it starts: the study stays running, tried again every FULL_RETRY_S."""
-        if study_id not in self._full:
-            log.warning("%s; the study stays running, tried again every %.0f s until there is space",
-                        exc, FULL_RETRY_S)  # fmt: skip
-        self._full[study_id] = time.monotonic() + FULL_RETRY_S
 
     def stop_leftovers(self) -> None:
         """Cancel what cancelled studies left running: a study cancelled while no runner followed it (the

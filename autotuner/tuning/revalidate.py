@@ -58,7 +58,14 @@ from autotuner.store.configs import NotServed
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
 from autotuner.tuning.launch import run_launch
-from autotuner.tuning.lease import Lease, StoreUnavailable, StudyBusy, store_unavailable
+from autotuner.tuning.lease import (
+    FullDisks,
+    Lease,
+    StoreUnavailable,
+    StudyBusy,
+    WorkdirFull,
+    store_unavailable,
+)
 from autotuner.tuning.pairs import Setting, measured, over_limit
 from autotuner.tuning.pairs import compare as compare_settings
 from autotuner.tuning.plan import PlannedLaunch
@@ -192,7 +199,9 @@ class Revalidation:
             if row.state not in (ValidationState.QUEUED, ValidationState.RUNNING):
                 return row
             return self._run(row, config, lease)
-        except (StudyBusy, StoreUnavailable):  # another process took the lease over: it finishes this one
+        # StudyBusy: another process took the lease over, it finishes this one. A store away, a full disk
+        # at a submit: left running, resumed later (its rounds measured so far kept), not ended in error.
+        except (StudyBusy, StoreUnavailable, WorkdirFull):
             raise
         except Exception as exc:
             if store_unavailable(exc):  # left running: resumed when the store answers
@@ -493,12 +502,16 @@ def _setting(row: Config) -> tuple[Any, ...]:
 
 def run_pending(
     store: Store, make_executor: Any, *, owner: str | None = None, progress: Progress | None = None,
-    poll_s: float = 0.5,
+    poll_s: float = 0.5, full_disks: FullDisks | None = None,
 ) -> bool:  # fmt: skip
-    """Run the first queued (or abandoned) re-validation whose study's lease can be had."""
+    """Run the first queued (or abandoned) re-validation whose study's lease can be had, but one a full
+    disk stopped a moment ago (`full_disks`)."""
     from autotuner.tuning.settings import StudySettings
 
+    full_disks = full_disks or FullDisks()
     for row in store.pending_validations():
+        if full_disks.waiting(("re-validation", row.id)):
+            continue
         study = store.study(row.study_id) if row.study_id is not None else None
         if study is None:
             store.finish_validation(
@@ -513,6 +526,9 @@ def run_pending(
         except StoreUnavailable as exc:  # left running: resumed at a later tick, after a pause
             log.warning("%s", exc)
             return False
+        except WorkdirFull as exc:  # left running: tried again after a pause, the others meanwhile
+            full_disks.full(("re-validation", row.id), exc, f"re-validation {row.id}")
+            continue
         except Exception as exc:  # its study's rows cannot run it: this one ends with why, the others run
             if store_unavailable(exc):  # as it was taken up (its rows read, its lease taken): left pending
                 log.warning("re-validation %s: the store did not answer (%s: %s); tried again at a later tick",
@@ -524,6 +540,7 @@ def run_pending(
             except Exception:
                 log.exception("re-validation %s: could not record that it cannot run", row.id)
                 continue
+        full_disks.cleared(("re-validation", row.id))
         return True
     return False
 

@@ -3,6 +3,9 @@ landscape changes after it published (tests/tuning/test_revalidate.py makes both
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 from typer.testing import CliRunner
 
@@ -93,3 +96,34 @@ def test_a_study_whose_settings_no_longer_validate_ends_the_revalidation_with_wh
     (entry,) = store.validations("cpu-box", "small")
     assert entry.state == "error"
     assert entry.error.startswith("it cannot run: ValidationError")
+
+
+def test_a_full_disk_says_so_in_a_line_and_a_run_after_space_is_freed_concludes(
+    store,
+    published,  # noqa: F811
+    db,
+    monkeypatch,
+):
+    """Before, the re-validation ended in error for good (the version unvalidated until the schedule's
+    next turn), the OSError its only word."""
+    from autotuner.executors import ReplayExecutor
+
+    recorded, _ = published
+    landscape(recorded, NEW_STACK, gain=True)
+
+    def full(self, launch):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(launch.workdir / "spec.json"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ReplayExecutor, "submit", full)
+        result = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert result.exit_code == 3, result.output
+    assert "not submitted: no space left on device under " in result.output
+    assert "not measured, run it again once there is space there" in result.output
+    assert "Traceback" not in result.output
+    (entry,) = store.validations("cpu-box", "small")
+    assert entry.state == "running"  # not "error": the same run concludes it once there is space
+    again = runner.invoke(app, ["revalidate", "cpu-box", "small", "--db", db])
+    assert again.exit_code == 0, again.output
+    assert "held: still faster with 95% confidence" in again.output
+    assert [v.state for v in store.validations("cpu-box", "small")] == ["held"]

@@ -5,7 +5,10 @@ is pinned; an older version that still holds; the job's own settings; the schedu
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import sqlalchemy as sa
 from autotuner.executors import Landscape, ReplayExecutor
 from autotuner.store import NotFound, ValidationState, ValidationTrigger
 from autotuner.tuning import StudyDriver, StudySettings, create_study
+from autotuner.tuning.lease import FullDisks
 from autotuner.tuning.revalidate import (
     CannotRevalidate,
     Revalidation,
@@ -287,6 +291,54 @@ def test_a_store_that_does_not_answer_as_the_queue_takes_a_revalidation_up_leave
     assert not run_pending(store, make_executor, poll_s=0.01)  # nothing done: the queue pauses a tick
     assert store.validation(row.id).state == ValidationState.QUEUED
     assert run_pending(store, make_executor, poll_s=0.01)
+    assert store.validation(row.id).state == ValidationState.HELD
+
+
+def test_a_full_disk_at_a_revalidation_launch_leaves_it_running_and_the_queue_tries_it_again_later(
+    store, published, caplog
+):
+    """A full disk under the workdir as a re-validation submitted a launch ended it for good ("error",
+    the version left unvalidated until the schedule's next turn): it stays running, its rounds so far kept,
+    tried again after a pause (each try records a cancelled launch), said once."""
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=True)
+    row, _ = request(store, v1)
+    disk = {"full": True}
+
+    def on_full_disk(settings: StudySettings) -> ReplayExecutor:
+        executor = make_executor(settings)
+        submit = executor.submit
+
+        def refused(launch):
+            if disk["full"]:  # what the local executor's first write under the workdir raises
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(launch.workdir / "spec.json"))
+            return submit(launch)
+
+        executor.submit = refused  # type: ignore[method-assign]
+        return executor
+
+    now = [0.0]
+    disks = FullDisks(clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="autotuner")
+
+    def tries() -> list[str]:
+        return [la.state for la in store.launches(v1.study_id) if la.kind == "revalidate"]
+
+    assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)  # nothing concluded
+    assert store.validation(row.id).state == ValidationState.RUNNING  # was "error", for good
+    assert tries() == ["cancelled"]
+    assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)  # within its pause
+    assert tries() == ["cancelled"]
+    now[0] += FullDisks.RETRY_S  # the pause passed, the disk still full: tried again, not said again
+    assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)
+    assert tries() == ["cancelled", "cancelled"]
+    said = [r.getMessage() for r in caplog.records if "no space left on device" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"re-validation {row.id} stays running" in said[0]
+
+    disk["full"] = False
+    now[0] += FullDisks.RETRY_S
+    assert run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)
     assert store.validation(row.id).state == ValidationState.HELD
 
 

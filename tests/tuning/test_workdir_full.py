@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 import autotuner.executors.base as executor_base
-import autotuner.tuning.queue as queue_module
 from autotuner.cli.commands import app
 from autotuner.executors import LaunchRequest, LocalExecutor
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver
+from autotuner.tuning.lease import FullDisks
 from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
@@ -106,8 +106,8 @@ def test_the_queue_tries_a_study_whose_disk_is_full_again_after_a_pause_and_says
     study = study_with(store, tmp_path, trials=2)
     disk = Disk(monkeypatch, from_seq=2)
     clock = Later()
-    monkeypatch.setattr(queue_module, "time", clock)
     queue = StudyQueue(store, lambda settings: LocalOnFullDisk(disk), poll_s=0.01)
+    queue.full_disks = FullDisks(clock=clock.monotonic)
     caplog.set_level(logging.WARNING, logger="autotuner.queue")
 
     assert queue.run_once() is False  # nothing done: the loop waits its tick
