@@ -83,28 +83,32 @@ def disk_full(exc: BaseException) -> str | None:
 
 
 class FullDisks:
-    """What a full disk kept from submitting a launch (a study, a re-validation): each tried again only
-    after FULL_RETRY_S (each try records a cancelled launch: one a tick filled its list while nobody
-    freed space), the others run meanwhile; said once, when it starts."""
+    """What a full disk kept from submitting a launch (a study, a re-validation): each tried again after
+    a pause, the others run meanwhile; said once, when it starts. Each try records a cancelled launch:
+    one a tick filled its list while nobody freed space, so the pause doubles from FIRST_S up to MAX_S
+    (a weekend full adds some 200 rows, and space freed is seen within MAX_S)."""
 
-    RETRY_S = 60.0
+    FIRST_S, MAX_S = 60.0, 900.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._until: dict[Hashable, float] = {}
+        self._pauses: dict[Hashable, tuple[float, float]] = {}  # key: (until, the pause that led there)
 
     def waiting(self, key: Hashable) -> bool:
-        return self._clock() < self._until.get(key, -math.inf)
+        return self._clock() < self._pauses.get(key, (-math.inf, 0.0))[0]
 
     def full(self, key: Hashable, exc: WorkdirFull, what: str) -> None:
-        if key not in self._until:
-            log.warning("%s; %s stays running, tried again every %.0f s until there is space", exc, what,
-                        self.RETRY_S)  # fmt: skip
-        self._until[key] = self._clock() + self.RETRY_S
+        if key in self._pauses:
+            pause = min(self._pauses[key][1] * 2, self.MAX_S)
+        else:
+            pause = self.FIRST_S
+            log.warning("%s; %s stays running, tried again in %.0f s, then less often (every %.0f min at "
+                        "most) until there is space", exc, what, pause, self.MAX_S / 60)  # fmt: skip
+        self._pauses[key] = (self._clock() + pause, pause)
 
     def cleared(self, key: Hashable) -> None:
-        """It ran on: a full disk later is said again."""
-        self._until.pop(key, None)
+        """It ran on: a full disk later is said again, and paused from FIRST_S."""
+        self._pauses.pop(key, None)
 
 
 # What says the store is out of reach for now, not that a request of ours is wrong (SQLite raises

@@ -329,7 +329,7 @@ def test_a_full_disk_at_a_revalidation_launch_leaves_it_running_and_the_queue_tr
     assert tries() == ["cancelled"]
     assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)  # within its pause
     assert tries() == ["cancelled"]
-    now[0] += FullDisks.RETRY_S  # the pause passed, the disk still full: tried again, not said again
+    now[0] += FullDisks.FIRST_S  # the pause passed, the disk still full: tried again, not said again
     assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)
     assert tries() == ["cancelled", "cancelled"]
     said = [r.getMessage() for r in caplog.records if "no space left on device" in r.getMessage()]
@@ -337,7 +337,9 @@ def test_a_full_disk_at_a_revalidation_launch_leaves_it_running_and_the_queue_tr
     assert f"re-validation {row.id} stays running" in said[0]
 
     disk["full"] = False
-    now[0] += FullDisks.RETRY_S
+    now[0] += FullDisks.FIRST_S  # the second pause is twice the first: still waiting
+    assert not run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)
+    now[0] += FullDisks.FIRST_S
     assert run_pending(store, on_full_disk, poll_s=0.01, full_disks=disks)
     assert store.validation(row.id).state == ValidationState.HELD
 

@@ -21,7 +21,7 @@ from autotuner.cli.commands import app
 from autotuner.executors import LaunchRequest, LocalExecutor
 from autotuner.store import Store
 from autotuner.tuning import StudyDriver
-from autotuner.tuning.lease import FullDisks
+from autotuner.tuning.lease import FullDisks, WorkdirFull
 from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
@@ -180,3 +180,27 @@ def test_tune_on_a_full_disk_says_so_in_a_line_and_resumes_once_there_is_space(s
     result = runner.invoke(app, ["tune", "--study", "full", "--db", store.url])
     assert result.exit_code == 0, result.output
     assert store.study(study.id).state == "done"
+
+
+def test_the_pause_after_a_full_disk_doubles_up_to_its_cap_and_starts_over_once_it_ran(caplog):
+    """Each try on a disk still full records a cancelled launch: a fixed minute added 2,880 rows over a
+    weekend. The pause doubles, capped, so space freed is still seen within the cap."""
+    now = [0.0]
+    disks = FullDisks(clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="autotuner")
+    pauses = []
+    for _ in range(7):
+        disks.full("s", WorkdirFull("launch 2 not submitted"), "the study")
+        start = now[0]
+        while disks.waiting("s"):
+            now[0] += 1
+        pauses.append(now[0] - start)
+    assert pauses == [60, 120, 240, 480, 900, 900, 900]
+    assert len([r for r in caplog.records if "not submitted" in r.getMessage()]) == 1
+    assert not disks.waiting("other")  # one study's full disk pauses no other
+    disks.cleared("s")
+    disks.full("s", WorkdirFull("launch 9 not submitted"), "the study")
+    assert disks.waiting("s")
+    now[0] += FullDisks.FIRST_S
+    assert not disks.waiting("s")  # paused from the first step again
+    assert len([r for r in caplog.records if "not submitted" in r.getMessage()]) == 2  # said again
