@@ -225,6 +225,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         default_response_class=errors.JSONAnswer,
     )
     app.state.settings = settings
+    app.state.database_probe = system.DatabaseProbe(settings.ready_timeout_s)
     errors.install(app)
     docs.install(app)
     app.include_router(system.router)

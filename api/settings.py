@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import os
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from autotuner.paths import default_data_dir
 log = logging.getLogger("autotuner.api")
 
 SCOPES = ("read", "write", "admin")
+MAX_READY_TIMEOUT_S = 60.0  # a readiness answer later than a minute tells a prober nothing
 
 
 def _seconds(duration: str, *, unit_required: bool = False) -> float | None:
@@ -65,6 +67,10 @@ class Settings(BaseSettings):
     config_refresh_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
     # Re-validate every served config this often (`7d`, `12h`; empty: no schedule), and whenever jobs
     # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
+    # How long /readyz waits on the database's `SELECT 1` before it answers 503: a frozen server (SIGSTOP,
+    # a paused VM) whose kernel still ACKs trips none of libpq's deadlines, and the probe hung for good.
+    # Below the readinessProbe's timeoutSeconds (5 s, deploy/k8s): the kubelet reads the reason, not a timeout.
+    ready_timeout_s: float = 3.0
     revalidate_every: str = ""
     revalidate_on_mismatch: bool = True
     # Remove the launch directories of ended studies' launches this long after they ended (`30d`;
@@ -93,6 +99,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"AUTOTUNER_TOKENS entry {place} (scope {shown}): use secret:scope, "
                                  f"scope one of {SCOPES}")  # fmt: skip
         return value
+
+    @field_validator("ready_timeout_s", mode="before")
+    @classmethod
+    def _ready_timeout(cls, value: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not 0 < seconds <= MAX_READY_TIMEOUT_S:  # NaN too
+            raise ValueError(f"AUTOTUNER_READY_TIMEOUT_S={value!r}: seconds above 0 and at most "
+                             f"{MAX_READY_TIMEOUT_S:g} (below the readiness probe's own timeout)")  # fmt: skip
+        return seconds
 
     @field_validator("revalidate_every", "prune_runs_after")
     @classmethod

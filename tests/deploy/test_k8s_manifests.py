@@ -195,6 +195,8 @@ def test_deployment_runs_the_service_as_documented():
     assert port["containerPort"] == Settings.model_fields["port"].default == 8000
     routes = {r.path for r in router.routes}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
+    # /readyz answers its own 503 (the database did not answer) before the kubelet gives up on it
+    assert Settings.model_fields["ready_timeout_s"].default < container["readinessProbe"]["timeoutSeconds"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
