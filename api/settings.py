@@ -65,12 +65,12 @@ class Settings(BaseSettings):
     # How soon a publish by another replica is served (finite and positive: NaN or 0 polled the store
     # thousands of times a second, inf stopped the refresh).
     config_refresh_s: float = Field(1.0, gt=0, le=3600, allow_inf_nan=False)
-    # Re-validate every served config this often (`7d`, `12h`; empty: no schedule), and whenever jobs
-    # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
     # How long /readyz waits on the database's `SELECT 1` before it answers 503: a frozen server (SIGSTOP,
     # a paused VM) whose kernel still ACKs trips none of libpq's deadlines, and the probe hung for good.
     # Below the readinessProbe's timeoutSeconds (5 s, deploy/k8s): the kubelet reads the reason, not a timeout.
     ready_timeout_s: float = 3.0
+    # Re-validate every served config this often (`7d`, `12h`; empty: no schedule), and whenever jobs
+    # report a stack (driver, NCCL, aws-ofi-nccl, GPU) other than the one it was validated on.
     revalidate_every: str = ""
     revalidate_on_mismatch: bool = True
     # Remove the launch directories of ended studies' launches this long after they ended (`30d`;
