@@ -60,6 +60,9 @@ class DatabaseProbe:
             if self._waiter is None or self._waiter.get_loop() is not loop:
                 # one per probe thread and loop: a waiter per request would stay on a frozen one's callbacks
                 self._waiter = asyncio.wrap_future(self._running, loop=loop)
+                # read, whoever awaits it: a check that fails after every probe gave up on it is no error
+                # of asyncio's ("Future exception was never retrieved", logged with its traceback)
+                self._waiter.add_done_callback(_retrieved)
             return self._waiter
 
     def _run(self, store: Store, future: Future[None]) -> None:
@@ -69,6 +72,11 @@ class DatabaseProbe:
             future.set_exception(exc)
         else:
             future.set_result(None)
+
+
+def _retrieved(waiter: asyncio.Future[None]) -> None:
+    if not waiter.cancelled():
+        waiter.exception()
 
 
 def select_one(store: Store) -> None:

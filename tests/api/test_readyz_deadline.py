@@ -4,6 +4,8 @@ libpq's deadlines untripped. And a frozen store holds one probe thread, not one 
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import signal
 import threading
@@ -139,3 +141,28 @@ def test_a_frozen_postgresql_backend_is_a_503_in_time(tmp_path):
     finally:
         admin.dispose()
         store.dispose()
+
+
+def test_a_check_that_fails_after_its_probe_gave_up_on_it_logs_no_error(tmp_path, caplog):
+    """A probe that answered "no answer within N s" left its waiter unread: when the check then failed (a
+    frozen backend killed, the server restarted), asyncio logged "Future exception was never retrieved"
+    with a traceback at ERROR, as if readyz had crashed."""
+    release = threading.Event()
+
+    def fails_late(_store: Store) -> None:
+        assert release.wait(60), "the test never released the check"
+        raise sa.exc.OperationalError("SELECT 1", {}, ConnectionResetError())
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    with TestClient(create_app(Settings(data_dir=tmp_path, scheduler=False))) as client:
+        probe = client.app.state.database_probe = system.DatabaseProbe(0.2, check=fails_late)
+        assert client.get("/readyz").json()["database"] == "error: no answer within 0.2 s"
+        release.set()
+        deadline = time.monotonic() + 10
+        while probe_threads():
+            assert time.monotonic() < deadline, "the check did not end"
+            time.sleep(0.01)
+        probe.check = lambda _store: None  # a fresh check: the failed one's waiter let go
+        assert client.get("/readyz").json()["database"] == "ok"
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
