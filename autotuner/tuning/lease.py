@@ -78,7 +78,8 @@ def disk_full(exc: BaseException) -> str | None:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in FULL_DISK:
             return FULL_DISK[current.errno]
-        current = current.__cause__ or current.__context__
+        # the context too (an error raised while the full disk was handled), not one raised `from None`
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return None
 
 

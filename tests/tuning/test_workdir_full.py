@@ -204,3 +204,26 @@ def test_the_pause_after_a_full_disk_doubles_up_to_its_cap_and_starts_over_once_
     now[0] += FullDisks.FIRST_S
     assert not disks.waiting("s")  # paused from the first step again
     assert len([r for r in caplog.records if "not submitted" in r.getMessage()]) == 2  # said again
+
+
+def test_a_full_disk_an_error_was_raised_from_none_over_is_not_what_stopped_the_launch():
+    """`raise ... from None` says the error it was raised over is beside the point (Python's traceback
+    leaves it out); read anyway, an error of the submit's own raised `from None` while a full disk was
+    handled read as that full disk: the launch recorded cancelled, "not submitted: no space left on
+    device", and the study paused rather than failed with the submit's own error."""
+    from autotuner.tuning.lease import disk_full
+
+    def raised(suppress: bool) -> BaseException:
+        try:
+            try:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as full:
+                if suppress:
+                    raise ValueError("the submit's own error") from None
+                raise ValueError("the submit's own error") from full
+        except ValueError as exc:
+            return exc
+        raise AssertionError("unreachable")
+
+    assert disk_full(raised(suppress=False)) == "no space left on device"
+    assert disk_full(raised(suppress=True)) is None
