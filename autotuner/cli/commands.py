@@ -1065,7 +1065,7 @@ REVALIDATE_HELP = (
     "Re-check the served config against its baseline: exit 0 held, 1 failed, 2 no such config or version, "
     "3 not measured, 4 unresolved.\n\n"
     "1 failed: the config regressed (shown slower, or its gain shown gone). 3 not measured: it could not "
-    "run, or the store did not answer (run it again). 4 unresolved: measured, but the rounds cannot tell "
+    "run, or the store did not answer, or a full disk kept a launch back (run it again). 4 unresolved: measured, but the rounds cannot tell "
     "whether it still gains; it stays served.\n\n"
     "Its setting runs against its study's baseline in interleaved launches (the study's rounds, executor "
     "and settings), recorded as an entry of that version. Failed: a new version is published (the last "

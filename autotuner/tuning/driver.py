@@ -257,10 +257,10 @@ class StudyDriver:
 
     def _search_launches_done(self) -> int:
         # Not one Ctrl-C or SIGTERM cancelled, nor one a full disk kept from being submitted: it measured
-        # nothing and is never retried (one a SIGKILL left is, as attempt 2), so each stop of `autotuner
-        # tune` cost the study a search launch. A launch counts at its first attempt; an unspent end of
-        # any attempt (its last: none follows) takes it back (a retry stopped so left its first attempt
-        # counted, and the search one launch short).
+        # nothing and is never retried (one a SIGKILL left is, as attempt 2); counted, each stop of
+        # `autotuner tune` cost the study a search launch. A launch counts at its first attempt; an
+        # unspent end of any attempt (its last: none follows) takes it back (else a retry stopped so left
+        # its first attempt counted, and the search one launch short).
         search = [launch for launch in self.store.launches(self.study_id) if launch.kind == LaunchKind.SEARCH]
         first, stopped = sum(x.attempt == 1 for x in search), sum(unspent(x) for x in search)
         return first - stopped

@@ -104,7 +104,8 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
             # submit_in_turn gave it up: what sbatch queued meanwhile is cancelled there)
             cancel_interrupted(ctx, launch, backend_id, request)
         raise
-    except Exception as exc:  # the study fails with it; its launch must not read "running" for ever
+    except Exception as exc:  # the study fails with it (but a store away, a full disk); its launch must
+        # not read "running" for ever
         if store_unavailable(exc):  # nothing can be written; the launch runs on, followed again on resume
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
         if stage == SUBMITTING and (full := disk_full(exc)) is not None:

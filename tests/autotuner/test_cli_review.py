@@ -179,7 +179,7 @@ def test_revalidate_says_not_measured_when_the_store_does_not_answer(tuned, db, 
     assert midway.exit_code == 3, midway.output
     assert "not measured, run it again when the store answers" in midway.stderr
     helped = " ".join(runner.invoke(app, ["revalidate", "--help"]).output.split())
-    assert "3 not measured: it could not run, or the store did not answer" in helped
+    assert "3 not measured: it could not run, or the store did not answer, or a full disk" in helped
     docs = " ".join((REPO / "docs" / "operations.md").read_text().split())
     assert "3 not measured (it could not run, or the store did not answer" in docs
 
