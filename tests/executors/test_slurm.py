@@ -610,3 +610,22 @@ def test_module_imports_without_slurm_installed(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}
     code = "import autotuner.executors.slurm.executor as s; s.SlurmExecutor(partition='gpu')"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def test_a_trial_srun_could_not_start_for_an_unreachable_controller_is_cancelled_not_failed(
+    slurm, tmp_path, monkeypatch
+):
+    """Recorded on the real cluster: slurmctld stopped as job 12 began, its srun could not confirm the
+    allocation, and the batch script wrote srun's exit 1. Read as a trial that failed, a search launch
+    quarantined an env config that never ran."""
+    monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
+    slurm.scontrol["12"] = (DATA / "scontrol-failed-srun-unreached.txt").read_text()
+    launch = _workdir(tmp_path, exit_code=1)
+    launch.log_path.write_text((DATA / "srun-controller-down.log").read_text())
+    outcome = SlurmExecutor().wait("12", launch, started=time.monotonic())
+    assert outcome.state == LaunchState.CANCELLED, outcome.reason
+    assert "srun could not start the trial" in outcome.reason
+    assert "Unable to contact slurm controller" in outcome.reason
+    # srun's line for a task that ran and failed says nothing of the sort: that launch failed
+    launch.log_path.write_text("srun: error: vm: task 0: Exited with exit code 1\n")
+    assert SlurmExecutor().wait("12", launch, started=time.monotonic()).state == LaunchState.FAILED

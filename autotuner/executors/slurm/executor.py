@@ -105,6 +105,8 @@ _TRANSIENT_SBATCH = re.compile(
 # Left in the launch's directory when sbatch went unanswered (SubmitLater): the job may have been queued.
 UNANSWERED = "sbatch-unanswered"
 JOB_ID = "job_id"  # the id sbatch answered, written before the store records it
+# srun's failures before any task started: allocation not confirmed, step not created.
+_SRUN_UNREACHED = re.compile(r"^srun: error: Unable to (confirm allocation|create step) for job ")
 _SUBMIT_LIMIT = re.compile(r"(qos|assoc)(max|grp)\w*submit\w*limit", re.IGNORECASE)
 
 
@@ -375,6 +377,9 @@ class SlurmExecutor(Executor):
             return None
         return parse_sacct(proc.stdout, job_id)
 
+    def not_started(self, log: str) -> str | None:
+        return srun_unreached(log)
+
     def how_cancelled(self, backend_id: str) -> str:
         return f"scancel {backend_id}"
 
@@ -421,6 +426,19 @@ class SlurmExecutor(Executor):
 
 
 Run = Callable[[list[str]], subprocess.CompletedProcess[str]]  # SlurmExecutor._run
+
+
+def srun_unreached(log: str) -> str | None:
+    """srun's own line when the controller did not answer it before the step started (seen: slurmctld
+    down as the job began, "Unable to confirm allocation for job 12: Unable to contact slurm controller"):
+    the batch script wrote srun's exit 1, read before as a trial that failed (its env config quarantined)."""
+    line = next(
+        (x for x in log.splitlines() if _SRUN_UNREACHED.match(x) and _TRANSIENT_SBATCH.search(x)), None
+    )
+    if line is None:
+        return None
+    said = line.strip().removeprefix("srun: error: ")
+    return f"srun could not start the trial, Slurm did not answer it (not the config's fault): {said}"
 
 
 def _cancel_elsewhere(run: Run, job: OtherClusterError) -> None:
