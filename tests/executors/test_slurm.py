@@ -416,9 +416,18 @@ def test_describe_falls_back_to_scontrol_then_to_the_exit_code_file(slurm, tmp_p
     # nobody remembers job 9 (no accounting either): the trial's own exit code
     assert executor.describe("9", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
     assert [a[0] for a, _ in slurm.calls[-3:]] == ["squeue", "scontrol", "sacct"]
-    (tmp_path / "exit_code").unlink()
-    gone = executor.describe("9", _workdir(tmp_path))
-    assert gone.state == LaunchState.FAILED
+
+
+def test_a_job_gone_without_an_exit_code_is_cancelled_not_failed(slurm, tmp_path):
+    """Recorded on the real cluster: job 24 scancelled while its tuner was down (SIGKILL), the tuner back
+    after MinJobAge, no accounting (squeue and scontrol no longer know it). The batch script writes the
+    trial's exit code whatever the trial did: none means Slurm killed the script itself. Failed, the
+    resumed study quarantined the env config of a search launch so ended; the local executor's launch
+    gone without an exit code is cancelled (and retried on resume)."""
+    slurm.squeue = (DATA / "squeue-22.05-job-purged.json").read_text()
+    gone = SlurmExecutor().describe("24", _workdir(tmp_path))
+    assert [a[0] for a, _ in slurm.calls] == ["squeue", "scontrol", "sacct"]
+    assert gone.state == LaunchState.CANCELLED, gone.reason
     assert "MinJobAge" in gone.reason
 
 

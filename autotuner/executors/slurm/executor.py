@@ -313,11 +313,9 @@ class SlurmExecutor(Executor):
             return describe_exit(exit_code)
         if unreachable:
             return Description(LaunchState.UNKNOWN, None, f"Slurm did not answer: {unreachable}")
-        return Description(
-            LaunchState.FAILED,
-            None,
-            f"Slurm job {job_id} is gone (ended more than MinJobAge ago, no accounting) and left no exit code",
-        )
+        # The script writes the trial's exit code whatever the trial did: none, Slurm killed the script
+        # (scancel, a node lost). Failed, a resumed study quarantined a config that broke nothing.
+        return Description(LaunchState.CANCELLED, None, _GONE.format(job_id))
 
     def job_info(self, job_id: str) -> JobInfo | None:
         """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting).
@@ -598,6 +596,8 @@ def _describe(info: JobInfo, exit_code: int | None) -> Description:
     )
 
 
+_GONE = ("Slurm job {} is gone (ended more than MinJobAge ago, no accounting) and left no exit code: Slurm "
+         "ended it before the trial did (nothing says its config did)")  # fmt: skip
 _NOT_SEEN = ("Slurm says {} but the launch's exit_code file is not visible on this host (on NFS, mount the "
              "launch directory with lookupcache=positive or a short actimeo)")  # fmt: skip
 
