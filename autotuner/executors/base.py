@@ -157,10 +157,12 @@ class Executor(ABC):
         its study was cancelled): undo what a refused submit may have left running. Nothing by default."""
         return None
 
-    def not_started(self, log: str) -> str | None:
-        """Why the backend itself kept a launch that wrote no result from starting its trial, from the
-        launch's log tail (None: nothing says so, and the launch failed). None by default."""
-        return None
+    def blameless(self, log: str) -> str | None:
+        """Why a launch that wrote no result measured nothing through no fault of its env config, as its
+        log tail says (None: nothing says so, and the launch failed): the trial could not write its
+        result (a full disk). An executor adds its backend's own words for a trial it kept from starting."""
+        unwritten = _unwritten(log)
+        return f"its result could not be written: {unwritten}" if unwritten else None
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         return log_tail(launch.log_path, tail_lines)
@@ -308,14 +310,11 @@ class Executor(ABC):
         log = self.logs(backend_id, launch) if result is None else None
         if state == LaunchState.CANCELLED:
             pass
-        elif result is None and state != LaunchState.TIMEOUT and (unwritten := _unwritten(log or "")):
-            # It measured, but its result could not be written (a full disk): no env config is to
-            # blame. Failed, it was quarantined on the cluster (the baseline's own env, on a full disk).
-            state, reason = LaunchState.CANCELLED, f"its result could not be written: {unwritten}"
-        elif result is None and state != LaunchState.TIMEOUT and (fault := self.not_started(log or "")):
-            # The backend kept the trial from starting (srun could not reach the Slurm controller): it
-            # measured nothing, and failed, it quarantined an env config that never ran.
-            state, reason = LaunchState.CANCELLED, fault
+        elif result is None and state != LaunchState.TIMEOUT and (why := self.blameless(log or "")):
+            # Its result could not be written (a full disk), or the backend kept the trial from starting
+            # (srun could not reach the Slurm controller): no env config is to blame. Failed, it was
+            # quarantined on the cluster (the baseline's own env, on a full disk).
+            state, reason = LaunchState.CANCELLED, why
         elif result is None:  # a launch its scheduler timed out stays a timeout (killed before it wrote)
             state = LaunchState.TIMEOUT if state == LaunchState.TIMEOUT else LaunchState.FAILED
             reason = (

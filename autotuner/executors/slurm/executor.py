@@ -375,8 +375,8 @@ class SlurmExecutor(Executor):
             return None
         return parse_sacct(proc.stdout, job_id)
 
-    def not_started(self, log: str) -> str | None:
-        return srun_unreached(log)
+    def blameless(self, log: str) -> str | None:
+        return srun_unreached(log) or super().blameless(log)
 
     def how_cancelled(self, backend_id: str) -> str:
         return f"scancel {backend_id}"
