@@ -222,7 +222,8 @@ class Executor(ABC):
         followed again after a restart) or after a poll that could not read its state, else from
         `started`; `queue_timeout_s` bounds the wait before that. A poll that could not read the state
         (UNKNOWN) tells nothing either way: it starts no run clock, stops none, and times nothing out
-        (a timeout is called only on a readable answer that the launch has not ended); answers unreadable
+        (a timeout is called only on a readable answer that the launch has not ended, the queue's only
+        on one that it still waits: a job may start while the controller is down); answers unreadable
         for a whole `timeout_s` end the wait, cancelled. A busy or unreachable cluster must not turn
         every launch into a timeout and every env config into a quarantined one. An ended launch whose
         files are not visible yet (`settling`) is polled again for up to `settle_s`, then collected.
@@ -251,13 +252,13 @@ class Executor(ABC):
     ) -> Outcome | None:
         """The outcome of a launch still pending or running that is not waited on any longer, if so."""
         if (
-            clock.running_since is None
+            desc.state == LaunchState.PENDING  # said to wait still, not merely unread: it may have started
+            and clock.running_since is None
             and self.queue_timeout_s is not None
             and now - clock.started > self.queue_timeout_s
         ):
             self.cancel(backend_id, launch)
-            waiting = "still queued" if desc.state == LaunchState.PENDING else "not seen running"
-            reason = f"{waiting} after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+            reason = f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
             return Outcome(
                 LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
             )

@@ -126,13 +126,43 @@ def test_queue_time_is_not_run_time_and_an_unread_poll_keeps_it_queued(clock, tm
     assert outcome.state == LaunchState.SUCCEEDED, outcome.reason
 
 
-def test_a_launch_never_seen_running_is_given_up_at_queue_timeout_s(clock, tmp_path):
+def test_a_launch_still_queued_at_queue_timeout_s_is_given_up(clock, tmp_path):
+    ex = Scripted(clock, after((0, QUEUED)))
+    ex.queue_timeout_s = 300
+    outcome, elapsed = follow(ex, tmp_path)
+    assert (outcome.state, outcome.given_up) == (LaunchState.CANCELLED, True)
+    assert outcome.reason == "still queued after 300 s (queue_timeout_s): Slurm PENDING: Priority"
+    assert 300 < elapsed <= 310
+    assert ex.cancelled == ["7"]
+
+
+def test_a_job_that_started_while_its_state_was_unreadable_is_not_cancelled_as_queued(clock, tmp_path):
+    """Queued, then the controller down past queue_timeout_s, and the job ran meanwhile: it was cancelled
+    as "not seen running" at 300 s (scancel failing too, with the controller down: a job left to run on,
+    unfollowed), though nothing said it still waited."""
+    ex = Scripted(clock, after((0, QUEUED), (100, UNREAD), (500, RUNS), (700, DONE)), result_at=700)
+    ex.queue_timeout_s = 300
+    outcome, elapsed = follow(ex, tmp_path)
+    assert (outcome.state, outcome.result) == (LaunchState.SUCCEEDED, RESULT), outcome.reason
+    assert ex.cancelled == []
+    assert 700 <= elapsed <= 710
+
+
+def test_queue_timeout_s_is_called_on_the_first_answer_that_says_it_still_waits(clock, tmp_path):
+    ex = Scripted(clock, after((0, QUEUED), (100, UNREAD), (500, QUEUED)))
+    ex.queue_timeout_s = 300
+    outcome, elapsed = follow(ex, tmp_path)
+    assert outcome.reason.startswith("still queued after 300 s (queue_timeout_s)"), outcome.reason
+    assert 500 <= elapsed <= 510
+
+
+def test_a_launch_whose_state_is_never_readable_is_given_up_after_its_timeout_not_its_queues(clock, tmp_path):
     ex = Scripted(clock, after((0, UNREAD)))
     ex.queue_timeout_s = 300
     outcome, elapsed = follow(ex, tmp_path)
-    assert outcome.state == LaunchState.CANCELLED
-    assert outcome.reason.startswith("not seen running after 300 s (queue_timeout_s): slurm_load_jobs")
-    assert 300 < elapsed <= 310
+    assert (outcome.state, outcome.given_up) == (LaunchState.CANCELLED, True)
+    assert outcome.reason.startswith("its state could not be read for 600 s: slurm_load_jobs")
+    assert 600 < elapsed <= 610
 
 
 # ------------------------------------------------------------------------------ ended, files not seen yet
