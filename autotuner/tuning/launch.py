@@ -13,7 +13,7 @@ from typing import Any
 from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
 from autotuner.executors.base import LaunchState, SubmitLater
 from autotuner.executors.results import clip
-from autotuner.store import Candidate, Launch
+from autotuner.store import Candidate, Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.lease import (
@@ -96,7 +96,9 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         outcome = wait(ctx, backend_id, request, launch, started, queued=waited)
         outcome.request = dryrun.rendered
         stage = RECORDING
-        return ingest(ctx, launch, outcome, plan, search)
+        rows = ingest(ctx, launch, outcome, plan, search)
+        if not tried_again(ctx, launch, outcome):
+            return rows
     except (StudyCancelled, StudyBusy):  # cancelled: recorded so; lost: the lease's new holder follows it
         raise
     except KeyboardInterrupt:  # Ctrl-C of `autotuner tune`: its trial ran on, unfollowed, beside the next
@@ -115,6 +117,27 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
                                 error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
+    log.info("study %s: launch %s %s: trying it again (attempt %d of %d)", ctx.study_id, launch.seq,
+             outcome.reason or "was cancelled", launch.attempt + 1, ctx.settings.max_attempts)  # fmt: skip
+    return run_launch(ctx, plan, search, attempt=launch.attempt + 1)
+
+
+# A launch cancelled through no fault of its config (preempted, a node lost, srun unable to reach the
+# controller, scancel by hand) measured nothing: retried at once, as a resumed study retries one left
+# behind. A baseline so cancelled failed its study for good; a search launch spent its budget on nothing.
+# Comparisons (confirm, ladder, re-validation) launch their missing rounds again themselves.
+RETRIED_AT_ONCE = (LaunchKind.BASELINE, LaunchKind.SEARCH, LaunchKind.QUALITY, LaunchKind.SCALING)
+
+
+def tried_again(ctx: StudyContext, launch: Launch, outcome: Outcome) -> bool:
+    """Whether a launch that ended so is run again now: cancelled, not given up (its queue_timeout_s,
+    an unreadable state: the cluster's answer to that is not to queue it again), attempts left."""
+    return (
+        outcome.state == LaunchState.CANCELLED
+        and not outcome.given_up
+        and launch.kind in RETRIED_AT_ONCE
+        and launch.attempt < ctx.settings.max_attempts
+    )
 
 
 SUBMITTING = "it could not be submitted"

@@ -190,7 +190,12 @@ class StudySettings(RequestSettings):
     # re-validation's test) still load; a request is held to RequestSettings'.
     trials: int | None = Field(6, ge=0, le=10_000)
     launch_timeout_s: float = Field(900, gt=0, le=86400, allow_inf_nan=False)
-    max_attempts: int = Field(2, ge=1, le=5, description="tries of a launch interrupted by a tuner crash")
+    max_attempts: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description="tries of a launch interrupted by a tuner crash or cancelled by its cluster (preempted, a node lost)",
+    )
     workdir: str | None = Field(None, description="where launch directories go (shared with the nodes)")
     executor_options: dict[str, Any] = Field(default_factory=dict)
 
