@@ -195,12 +195,13 @@ class FakeSlurm:
         self.sinfo = (0, "(null)\n", "")
         self.down = False  # the controller does not answer
         self.scontrol_down = False
+        self.accounting_up = False  # slurmdbd answers sacct while the controller is down
 
     def __call__(self, argv, **kwargs):
         assert isinstance(argv, list), "Slurm is called with an argument list, never a shell string"
         assert not kwargs.get("shell")
         self.calls.append((list(argv), kwargs))
-        if self.down:
+        if self.down and not (argv[0] == "sacct" and self.accounting_up):
             return self._done(
                 argv, 1, "", f"{argv[0]}: error: Unable to contact slurm controller (connect failure)"
             )
@@ -451,6 +452,22 @@ def test_a_controller_that_does_not_answer_is_unknown_not_failed(slurm, tmp_path
     assert "Failed while looking for jobs" in desc.reason
     assert not desc.state.is_terminal()  # the tuner keeps following the job
     assert SlurmExecutor().describe("2", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
+
+
+def test_accounting_alone_is_believed_only_when_it_says_the_job_ended(slurm, tmp_path):
+    """slurmctld paused on the test cluster, slurmdbd up: sacct said PENDING of a job that ran (it hears
+    of the start from the controller), and a launch whose queue_timeout_s passed was cancelled as
+    "still queued" while it ran."""
+    slurm.down, slurm.accounting_up = True, True
+    slurm.sacct = (0, "2|PENDING|0:0\n", "")
+    desc = SlurmExecutor().describe("2", _workdir(tmp_path))
+    assert desc.state == LaunchState.UNKNOWN, desc.reason
+    assert "accounting says PENDING, maybe not yet told it started" in desc.reason
+    assert "Unable to contact slurm controller" in desc.reason
+    slurm.sacct = (0, "2|COMPLETED|0:0\n", "")
+    assert SlurmExecutor().describe("2", _workdir(tmp_path, exit_code=0)).state == LaunchState.SUCCEEDED
+    slurm.sacct = (0, "2|NODE_FAIL|0:0\n", "")
+    assert SlurmExecutor().describe("2", _workdir(tmp_path)).state == LaunchState.CANCELLED
 
 
 def test_a_fresh_executor_reattaches_from_the_job_id_alone(slurm, tmp_path):

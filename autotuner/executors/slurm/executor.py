@@ -319,7 +319,9 @@ class SlurmExecutor(Executor):
 
     def job_info(self, job_id: str) -> JobInfo | None:
         """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting).
-        None: Slurm answered and does not know the job. Raises _Unreachable if nobody answered."""
+        None: Slurm answered and does not know the job. Raises _Unreachable if nobody answered, or only
+        accounting did and not with an end: slurmdbd hears of a job's start from the controller, so with
+        the controller down it can say PENDING of a job that runs (seen on the test cluster)."""
         errors, answered = [], False
         for source in (self._squeue, self._scontrol):
             try:
@@ -331,11 +333,11 @@ class SlurmExecutor(Executor):
                 return info
             answered = True
         info = self._sacct(job_id)
-        if info is not None:
+        if answered or (info is not None and _ended(info)):
             return info
-        if not answered:  # a controller that does not answer says nothing about the job
-            raise _Unreachable("; ".join(errors))
-        return None
+        if info is not None:
+            errors.append(f"accounting says {info.state}, maybe not yet told it started")
+        raise _Unreachable("; ".join(errors))  # a controller that does not answer says nothing of the job
 
     def _query(self, argv: list[str]) -> str | None:
         """What a job query printed; None: Slurm answered and does not know the job."""
@@ -398,7 +400,7 @@ class SlurmExecutor(Executor):
                 info = self.job_info(job_id)
             except _Unreachable:
                 info = None
-            if info is None or SLURM_STATES.get(info.state, LaunchState.UNKNOWN).is_terminal():
+            if info is None or _ended(info):
                 return
             time.sleep(0.5)
         log.warning("Slurm job %s still not ended %.0f s after scancel", job_id, self.cancel_grace_s)
@@ -424,6 +426,10 @@ class SlurmExecutor(Executor):
 
 
 Run = Callable[[list[str]], subprocess.CompletedProcess[str]]  # SlurmExecutor._run
+
+
+def _ended(info: JobInfo) -> bool:
+    return SLURM_STATES.get(info.state, LaunchState.UNKNOWN).is_terminal()
 
 
 def srun_unreached(log: str) -> str | None:
