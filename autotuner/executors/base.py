@@ -150,7 +150,10 @@ class Executor(ABC):
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description: ...
 
     @abstractmethod
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None: ...
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
+        """Stop the launch, waiting up to cancel_grace_s for its end. None: it ended (or nothing was
+        left to stop); else, for the operator, what may still run and how to stop it by hand (the
+        scheduler did not answer): the caller stores it with the launch's error."""
 
     def abandon(self, launch: LaunchRequest) -> None:
         """A launch refused for now (SubmitLater) will not be submitted again (its turn did not come, or
@@ -257,16 +260,18 @@ class Executor(ABC):
             and self.queue_timeout_s is not None
             and now - clock.started > self.queue_timeout_s
         ):
-            self.cancel(backend_id, launch)
-            reason = f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}"
+            left = self.cancel(backend_id, launch)
+            reason = _also(
+                f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}", left
+            )
             return Outcome(
                 LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
             )
         if clock.blind_since is not None and now - clock.blind_since > launch.timeout_s:
             # Not one readable answer for a whole run's time: given up, not a timeout (nothing says it
             # ran on: its env config is not to blame; the controller or the API may be down).
-            self.cancel(backend_id, launch)
-            reason = f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}"
+            left = self.cancel(backend_id, launch)
+            reason = _also(f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}", left)
             return Outcome(
                 LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
             )
@@ -275,13 +280,16 @@ class Executor(ABC):
             and clock.running_since is not None
             and now - clock.running_since > launch.timeout_s
         ):
-            self.cancel(backend_id, launch)
+            left = self.cancel(backend_id, launch)
             result, _ = self._result(backend_id, launch)
             return Outcome(
                 LaunchState.TIMEOUT,
                 backend_id,
                 result,
-                f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
+                _also(
+                    f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
+                    left,
+                ),
                 self.logs(backend_id, launch),
             )
         return None
@@ -338,6 +346,11 @@ class Executor(ABC):
         elif log is None:
             log = self.logs(backend_id, launch)
         return Outcome(state, backend_id, result, reason, log)
+
+
+def _also(reason: str, left: str | None) -> str:
+    """A given-up launch's reason, and what its cancel may have left running (`Executor.cancel`)."""
+    return f"{reason}; {left}" if left else reason
 
 
 def _unwritten(log: str) -> str | None:

@@ -189,5 +189,5 @@ class ReplayExecutor(Executor):
             return Description(LaunchState.RUNNING)
         return Description(LaunchState.SUCCEEDED, 0)
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         return None

@@ -152,7 +152,7 @@ WORKDIR_FULL = tuple(f"not submitted: {words} under " for words in FULL_DISK.val
 def unspent(launch: Launch) -> bool:
     """Whether a launch ended before it measured anything for a reason no env config is to blame for,
     and none retries it (Ctrl-C, a full disk at its submit): it spends no search launch."""
-    return launch.error == CTRL_C or (launch.error or "").startswith(WORKDIR_FULL)
+    return (launch.error or "").startswith((CTRL_C, *WORKDIR_FULL))  # CTRL_C; what its cancel left
 
 
 def not_submitted(ctx: StudyContext, launch: Launch, full: str, exc: Exception) -> WorkdirFull:
@@ -228,13 +228,14 @@ def heartbeat(
     ctx: StudyContext,
     launch: Launch,
     then: Callable[[], None],
-    on_cancel: Callable[[], None] = lambda: None,
+    on_cancel: Callable[[], str | None] = lambda: None,
     *,
     force: bool = False,
 ) -> None:
     """Renew the lease (and the launch's heartbeat) when due (or `force`), then `then`. A cancel seen:
-    `on_cancel`, the launch recorded cancelled, StudyCancelled raised. A store that does not answer
-    delays the beat, not the launch: tried again at the next call."""
+    `on_cancel`, the launch recorded cancelled (its error: what on_cancel says may still run),
+    StudyCancelled raised. A store that does not answer delays the beat, not the launch: tried again at
+    the next call."""
     try:
         if force or ctx.lease.due():
             ctx.store.update_launch(launch.id, heartbeat_at=ctx.store.now())
@@ -242,8 +243,9 @@ def heartbeat(
         ctx.lease.beat(force=force)
         then()
     except StudyCancelled:
-        on_cancel()
-        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now())
+        left = on_cancel()
+        ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
+                                **({"error": left} if left else {}))  # fmt: skip
         raise
     except Exception as exc:
         if not store_unavailable(exc):
@@ -266,21 +268,26 @@ def cancel_interrupted(
     ctx: StudyContext, launch: Launch, backend_id: str | None, request: LaunchRequest
 ) -> None:
     """A launch whose follower was interrupted (Ctrl-C, SIGTERM as Ctrl-C) is cancelled and recorded so:
-    else its job runs on, unfollowed, beside the next."""
-    _cancel_quietly(ctx, backend_id, request)
+    else its job runs on, unfollowed, beside the next. A cancel not confirmed says so in the row's error."""
+    left = _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                            error=CTRL_C)  # fmt: skip
+                            error=f"{CTRL_C}; {left}" if left else CTRL_C)  # fmt: skip
 
 
-def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> None:
+def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> str | None:
     """Cancel a launch on the way out of an error: a cancel that fails too is logged, and the error
-    that brought us here is the one raised."""
+    that brought us here is the one raised. What the cancel may have left running (`Executor.cancel`)
+    is logged and returned."""
     if backend_id is None:
-        return
+        return None
     try:
-        ctx.executor.cancel(backend_id, request)
+        left = ctx.executor.cancel(backend_id, request)
     except Exception:
         log.warning("study %s: could not cancel %s after an error", ctx.study_id, backend_id, exc_info=True)
+        return None
+    if left is not None:
+        log.warning("study %s: launch %s: %s", ctx.study_id, request.name, left)
+    return left
 
 
 def record_backend_id(
@@ -292,7 +299,7 @@ def record_backend_id(
     try:
         ctx.store.update_launch(launch.id, backend_id=backend_id, request=rendered)
     except Exception:
-        ctx.executor.cancel(backend_id, request)
+        _cancel_quietly(ctx, backend_id, request)
         raise
 
 

@@ -92,10 +92,12 @@ def stop_leftovers(ctx: StudyContext) -> int:
     states = [LaunchState.PENDING.value, LaunchState.RUNNING.value]
     left = [x for x in ctx.store.launches(ctx.study_id, states=states) if x.kind != LaunchKind.REVALIDATE]
     for launch in left:
+        error = "its study ended while no runner followed it: cancelled"
         if launch.backend_id:
-            ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
+            running = ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
+            error = f"{error}; {running}" if running else error
         else:
             abandon_quietly(ctx, request_of(ctx, launch))
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                                error="its study ended while no runner followed it: cancelled")  # fmt: skip
+                                error=error)  # fmt: skip
     return len(left)

@@ -33,6 +33,7 @@ class Scripted(Executor):
         self.clock, self.script, self.result_at = clock, script, result_at
         self.began = clock.now
         self.cancelled: list[str] = []
+        self.left: str | None = None  # what cancel says may still run
 
     def dryrun(self, launch: LaunchRequest) -> AppDryrun[Any]:
         raise AssertionError("not sent")
@@ -43,8 +44,9 @@ class Scripted(Executor):
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
         return self.script(self.clock.now - self.began)
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         self.cancelled.append(backend_id)
+        return self.left
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         return ""
@@ -163,6 +165,20 @@ def test_a_launch_whose_state_is_never_readable_is_given_up_after_its_timeout_no
     assert (outcome.state, outcome.given_up) == (LaunchState.CANCELLED, True)
     assert outcome.reason.startswith("its state could not be read for 600 s: slurm_load_jobs")
     assert 600 < elapsed <= 610
+
+
+def test_a_launch_given_up_whose_end_is_not_confirmed_says_what_may_still_run(clock, tmp_path):
+    """Its cancel could not reach the scheduler: the launch read "cancelled", and nobody was told a job
+    may still hold GPU nodes."""
+    ex = Scripted(clock, after((0, QUEUED)))
+    ex.queue_timeout_s = 300
+    ex.left = "Slurm job 7 may still run: scancel did not reach the controller: run `scancel 7` by hand"
+    outcome, _ = follow(ex, tmp_path)
+    assert (outcome.state, outcome.given_up) == (LaunchState.CANCELLED, True)
+    assert outcome.reason == (
+        "still queued after 300 s (queue_timeout_s): Slurm PENDING: Priority; Slurm job 7 may still run: "
+        "scancel did not reach the controller: run `scancel 7` by hand"
+    )
 
 
 # ------------------------------------------------------------------------------ ended, files not seen yet

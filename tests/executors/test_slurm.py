@@ -194,6 +194,8 @@ class FakeSlurm:
         self.sbatch = (0, "4242\n", "")  # ";cluster" follows only with --clusters (test_option_edges.py)
         self.sinfo = (0, "(null)\n", "")
         self.down = False  # the controller does not answer
+        self.hang: dict[str, int] = {}  # command -> how many of its next calls time out
+        self.scancel_next: list[tuple[int, str, str]] = []  # answers for the next scancel calls
         self.scontrol_down = False
         self.accounting_up = False  # slurmdbd answers sacct while the controller is down
 
@@ -201,6 +203,10 @@ class FakeSlurm:
         assert isinstance(argv, list), "Slurm is called with an argument list, never a shell string"
         assert not kwargs.get("shell")
         self.calls.append((list(argv), kwargs))
+        if self.hang.get(argv[0], 0) > 0:
+            self.hang[argv[0]] -= 1
+            time.sleep(kwargs["timeout"])
+            raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
         if self.down and not (argv[0] == "sacct" and self.accounting_up):
             return self._done(
                 argv, 1, "", f"{argv[0]}: error: Unable to contact slurm controller (connect failure)"
@@ -219,7 +225,7 @@ class FakeSlurm:
         if argv[0] == "sacct":
             return self._done(argv, *self.sacct)
         if argv[0] == "scancel":
-            return self._done(argv, 0, "", "")
+            return self._done(argv, *(self.scancel_next.pop(0) if self.scancel_next else (0, "", "")))
         if argv[0] == "sinfo":
             return self._done(argv, *self.sinfo)
         raise AssertionError(f"unexpected command {argv}")
@@ -505,6 +511,54 @@ def test_cancel_runs_scancel_and_waits_for_the_end(slurm, tmp_path):
     assert time.monotonic() - started < 4
 
 
+UNREACHED = (
+    1,
+    "",
+    "scancel: error: Kill job error on job id 2: Unable to contact slurm controller (connect failure)",
+)
+
+
+@pytest.mark.parametrize("blip", ["timed out", "could not contact"])
+def test_a_scancel_that_did_not_reach_the_controller_is_sent_again(slurm, tmp_path, blip):
+    """A controller blip as the launch was given up: the one scancel was lost, and the job ran on (or
+    started later from the queue), unfollowed, on GPU nodes until its time limit, its launch "cancelled"."""
+    executor = SlurmExecutor()
+    executor.cancel_grace_s, executor.command_timeout_s = 5, 0.2
+    if blip == "timed out":
+        slurm.hang["scancel"] = 1
+    else:
+        slurm.scancel_next = [UNREACHED]
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()  # the second one took
+    assert executor.cancel("2", _workdir(tmp_path)) is None  # its end confirmed
+    assert slurm.commands("scancel") == [["scancel", "2"]] * 2
+
+
+def test_a_scancel_that_never_reaches_the_controller_names_the_job_that_may_still_run(slurm, tmp_path):
+    """Before, a warning in the log and the launch said cancelled: nobody was told the job may still run."""
+    executor = SlurmExecutor()
+    executor.cancel_grace_s, executor.command_timeout_s = 1.0, 0.3
+    slurm.hang["scancel"] = 1_000
+    started = time.monotonic()
+    left = executor.cancel("2", _workdir(tmp_path))
+    took = time.monotonic() - started
+    assert left is not None
+    assert left.startswith("Slurm job 2 may still run: scancel did not reach the controller")
+    assert "`scancel 2`" in left
+    assert took < 1.0 + 0.3 + 0.2  # the grace window, one command timeout, and the fake's overhead
+    assert 2 <= len(slurm.commands("scancel")) <= 3  # tried again, half a second apart, not in a tight loop
+    assert slurm.commands("squeue") == []  # a controller scancel does not reach is not asked for the state
+
+
+def test_a_job_still_running_after_the_grace_window_is_named(slurm, tmp_path):
+    """scancel taken, but the job not seen ended: only a log line said so."""
+    executor = SlurmExecutor()
+    executor.cancel_grace_s = 0.6  # job 2 stays RUNNING in the recording
+    left = executor.cancel("2", _workdir(tmp_path))
+    assert left is not None
+    assert left.startswith("Slurm job 2 may still run: Slurm still says RUNNING 1 s after scancel")
+    assert "`squeue --jobs 2`" in left
+
+
 def test_wait_does_not_count_queue_time_and_cancels_at_the_timeout(slurm, tmp_path, monkeypatch):
     monkeypatch.setattr(SlurmExecutor, "min_poll_s", 0.0)
     executor = SlurmExecutor()
@@ -593,6 +647,7 @@ def test_a_followed_launch_whose_state_stays_unreadable_is_given_up_after_its_ti
     executor = SlurmExecutor()
     executor.cancel_grace_s = 0
     _polls(executor, monkeypatch, [None] * 10_000)
+    slurm.squeue = (DATA / "squeue-22.05-ended.json").read_text()  # the scancel took: its end is confirmed
     started = time.monotonic()
     outcome = executor.wait("2", request(tmp_path, timeout_s=0.3), started=started, queued=True, poll_s=0.05)
     assert outcome.state == LaunchState.CANCELLED  # nothing says it ran: no timeout, no quarantine

@@ -20,6 +20,7 @@ class Interrupted:
 
     def __init__(self, error: BaseException | None = None) -> None:
         self.inner, self.polls, self.cancelled = replay(), 0, []
+        self.left: str | None = None  # what cancel says may still run
         self.error = error or KeyboardInterrupt()
 
     def __getattr__(self, name: str):
@@ -31,8 +32,9 @@ class Interrupted:
             raise self.error
         return Description(LaunchState.RUNNING)
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         self.cancelled.append(backend_id)
+        return self.left
 
     def wait(self, *args, **kwargs):  # the base class's loop, with this describe
         return type(self.inner).wait(self, *args, **kwargs)
@@ -56,12 +58,14 @@ class Recording:
 
     def __init__(self) -> None:
         self.inner, self.cancelled, self.abandoned = replay(), [], []
+        self.left: str | None = None  # what cancel says may still run
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         self.cancelled.append((backend_id, launch.name))
+        return self.left
 
     def abandon(self, launch: LaunchRequest) -> None:
         self.abandoned.append(launch.name)
@@ -98,6 +102,36 @@ def test_a_study_cancelled_while_no_runner_followed_it_has_its_launches_stopped(
     executor.cancelled.clear()
     StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
     assert executor.cancelled == []  # once
+
+
+LEFT = "Slurm job 12 may still run: scancel did not reach the controller: run `scancel 12` by hand"
+
+
+def test_a_leftover_whose_cancel_is_not_confirmed_says_so_in_its_error(store: Store, tmp_path):
+    """The executor could not confirm the job ended: its row said "cancelled" and nothing more."""
+    study = study_with(store, tmp_path, name="left")
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="running", backend_id="12")
+    store.move_study(study.id, StudyState.CANCELLED)
+    executor = Recording()
+    executor.left = LEFT
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    stopped = store.launch(launch.id)
+    assert (stopped.state, stopped.error) == (
+        "cancelled",
+        f"its study ended while no runner followed it: cancelled; {LEFT}",
+    )
+
+
+def test_a_launch_interrupted_whose_cancel_is_not_confirmed_says_so_in_its_error(store: Store, tmp_path):
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    executor = Interrupted()
+    executor.left = LEFT
+    with pytest.raises(KeyboardInterrupt):
+        StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    [launch] = store.launches(study.id)
+    assert (launch.state, launch.error) == ("cancelled", f"{CTRL_C}; {LEFT}")
 
 
 def test_a_launch_that_cannot_be_followed_is_cancelled_before_the_study_fails(store: Store, tmp_path):
@@ -183,6 +217,7 @@ class StoppedAt:
 
     def __init__(self, seq: int, error: BaseException) -> None:
         self.inner, self.seq, self.error, self.cancelled = replay(), seq, error, []
+        self.left: str | None = None
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -193,8 +228,9 @@ class StoppedAt:
             raise error
         return self.inner.describe(backend_id, launch)
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         self.cancelled.append(backend_id)
+        return self.left
 
     def wait(self, *args, **kwargs):
         return type(self.inner).wait(self, *args, **kwargs)

@@ -255,12 +255,13 @@ class KubernetesExecutor(Executor):
     def how_cancelled(self, backend_id: str) -> str:
         return f"deleted Job {self.options.namespace}/{backend_id}"
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """Delete the Job (Foreground: its pods go first), Service and ConfigMap. Errors are logged, not
-        raised: the Job's activeDeadlineSeconds stops it anyway, and a study must not die of a clean-up."""
+        raised (None): the Job's activeDeadlineSeconds stops it anyway; a study must not die of a clean-up."""
         self._waiting.pop(backend_id, None)
         self._disrupted.pop(backend_id, None)
         self._delete(backend_id, self.options.namespace, ["job", "service", "configmap"])
+        return None
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         # The API server tails the lines, but one of them may be as long as the pod likes.

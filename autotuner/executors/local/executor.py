@@ -252,8 +252,9 @@ class LocalExecutor(Executor):
     def how_cancelled(self, backend_id: str) -> str:
         return f"SIGTERM then SIGKILL to process tree {backend_id}"
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
-        self._stop(int(backend_id), launch)
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
+        self._stop(int(backend_id), launch)  # SIGKILLs what SIGTERM left: the end is known
+        return None
 
     def abandon(self, launch: LaunchRequest) -> None:
         """A launch started whose pid the store never got (the tuner killed between the two): its

@@ -229,7 +229,7 @@ class SlurmExecutor(Executor):
         unanswered.unlink(missing_ok=True)
         if found is not None:
             log.warning("launch %s given up: cancelling job %s, %s", launch.name, found, how)
-            self.cancel(found, launch)
+            self.cancel(found, launch)  # a job it cannot confirm ended, it names in the log
 
     def _submit(self, req: ScriptRequest, launch: LaunchRequest) -> str:
         """sbatch, tried again after a failure that passes (one socket timeout failed the whole study,
@@ -317,39 +317,40 @@ class SlurmExecutor(Executor):
         # (scancel, a node lost). Failed, a resumed study quarantined a config that broke nothing.
         return Description(LaunchState.CANCELLED, None, _GONE.format(job_id))
 
-    def job_info(self, job_id: str) -> JobInfo | None:
-        """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting).
-        None: Slurm answered and does not know the job. Raises _Unreachable if nobody answered, or only
-        accounting did and not with an end: slurmdbd hears of a job's start from the controller, so with
-        the controller down it can say PENDING of a job that runs (seen on the test cluster)."""
+    def job_info(self, job_id: str, until: float | None = None) -> JobInfo | None:
+        """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting),
+        each before `until` if given (see _run). None: Slurm answered and does not know the job. Raises
+        _Unreachable if nobody answered, or only accounting did and not with an end: slurmdbd hears of a
+        job's start from the controller, so with the controller down it can say PENDING of a job that runs
+        (seen on the test cluster)."""
         errors, answered = [], False
         for source in (self._squeue, self._scontrol):
             try:
-                info = source(job_id)
+                info = source(job_id, until)
             except _Unreachable as exc:
                 errors.append(str(exc))
                 continue
             if info is not None:
                 return info
             answered = True
-        info = self._sacct(job_id)
-        if answered or (info is not None and _ended(info)):
+        info = self._sacct(job_id, until)
+        if answered or (info is not None and _job_ended(info)):
             return info
         if info is not None:
             errors.append(f"accounting says {info.state}, maybe not yet told it started")
         raise _Unreachable("; ".join(errors))  # a controller that does not answer says nothing of the job
 
-    def _query(self, argv: list[str]) -> str | None:
+    def _query(self, argv: list[str], until: float | None) -> str | None:
         """What a job query printed; None: Slurm answered and does not know the job."""
-        proc = self._run(argv)
+        proc = self._run(argv, until=until)
         if proc.returncode == 0:
             return proc.stdout
         if _invalid_job(proc):
             return None
         raise _Unreachable(f"{argv[0]} exit {proc.returncode}: {_text(proc)}")
 
-    def _squeue(self, job_id: str) -> JobInfo | None:
-        out = self._query(["squeue", "--json", "--jobs", job_id])
+    def _squeue(self, job_id: str, until: float | None = None) -> JobInfo | None:
+        out = self._query(["squeue", "--json", "--jobs", job_id], until)
         if out is None:
             return None
         try:
@@ -362,15 +363,15 @@ class SlurmExecutor(Executor):
             raise _Unreachable(f"squeue: {_json_errors(data['errors'])}")
         return info
 
-    def _scontrol(self, job_id: str) -> JobInfo | None:
-        out = self._query(["scontrol", "show", "job", job_id])
+    def _scontrol(self, job_id: str, until: float | None = None) -> JobInfo | None:
+        out = self._query(["scontrol", "show", "job", job_id], until)
         return None if out is None else parse_scontrol(out, job_id)
 
-    def _sacct(self, job_id: str) -> JobInfo | None:
+    def _sacct(self, job_id: str, until: float | None = None) -> JobInfo | None:
         """Accounting, for jobs older than MinJobAge. Most test clusters have none: that is 'unknown'."""
         try:
             proc = self._run(["sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2",
-                              "--format=JobID,State,ExitCode"])  # fmt: skip
+                              "--format=JobID,State,ExitCode"], until=until)  # fmt: skip
         except SlurmError:
             return None
         if proc.returncode != 0:
@@ -383,35 +384,27 @@ class SlurmExecutor(Executor):
     def how_cancelled(self, backend_id: str) -> str:
         return f"scancel {backend_id}"
 
-    def cancel(self, backend_id: str, launch: LaunchRequest) -> None:
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
-        free and nothing writes into the launch directory any more."""
-        job_id = _checked_id(backend_id)
-        try:
-            proc = self._run(["scancel", job_id])
-        except SlurmError as exc:
-            log.warning("scancel %s: %s", job_id, exc)
-            return
-        if proc.returncode != 0:  # e.g. already finished: "Job/step already completing or completed"
-            log.info("scancel %s: exit %s: %s", job_id, proc.returncode, _text(proc))
-        deadline = time.monotonic() + self.cancel_grace_s
-        while time.monotonic() < deadline:
-            try:
-                info = self.job_info(job_id)
-            except _Unreachable:
-                info = None
-            if info is None or _ended(info):
-                return
-            time.sleep(0.5)
-        log.warning("Slurm job %s still not ended %.0f s after scancel", job_id, self.cancel_grace_s)
+        free and nothing writes into the launch directory any more (`_Cancel`). None: the end is
+        confirmed; else which job may still run and what to type, for the launch's stored error."""
+        return _Cancel(self, _checked_id(backend_id)).run()
 
-    def _run(self, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, argv: list[str], env: Mapping[str, str] | None = None, until: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`argv`'s answer within command_timeout_s, and before `until` (a time.monotonic()) if given."""
+        timeout = self.command_timeout_s
+        if until is not None:
+            timeout = min(timeout, until - time.monotonic())
+            if timeout <= 0:
+                raise _Unreachable(f"{argv[0]} not run: no time left")
         try:
             return subprocess.run(
                 argv,
                 capture_output=True,
                 text=True,
-                timeout=self.command_timeout_s,
+                timeout=timeout,
                 env=dict(env) if env is not None else None,
                 stdin=subprocess.DEVNULL,
                 check=False,
@@ -419,7 +412,74 @@ class SlurmExecutor(Executor):
         except FileNotFoundError as exc:
             raise _NotInstalled(f"{argv[0]} is not installed here (not on PATH)") from exc
         except subprocess.TimeoutExpired as exc:
-            raise _Unreachable(f"{argv[0]} did not answer within {self.command_timeout_s:.0f} s") from exc
+            raise _Unreachable(f"{argv[0]} did not answer within {timeout:.0f} s") from exc
+
+
+class _Cancel:
+    """One cancel of a job. A scancel that did not reach the controller is sent again, each half second
+    of the grace window: given up at once, a controller blip of a few seconds left the job running (or
+    starting later from the queue) on GPU nodes until its time limit, unfollowed, its launch said
+    cancelled. Then Slurm is polled until it says the job ended. No command runs past the window's end
+    plus one command_timeout_s: a cancel takes at most cancel_grace_s + command_timeout_s."""
+
+    def __init__(self, ex: SlurmExecutor, job_id: str) -> None:
+        self.ex, self.job_id = ex, job_id
+        self.started = time.monotonic()
+        self.grace_end = self.started + ex.cancel_grace_s
+        self.limit = self.grace_end + ex.command_timeout_s
+
+    def run(self) -> str | None:
+        """None: Slurm says the job ended (or knows it no more); else why it may still run."""
+        unreached, tries = self._scancel(), 1
+        # one not installed is not found by a later try
+        while unreached is not None and not isinstance(unreached, _NotInstalled) and self._open():
+            self._pause()
+            unreached, tries = self._scancel(), tries + 1
+        if unreached is None:
+            return self._ended()
+        log.warning("scancel %s: %s (%d tries)", self.job_id, unreached, tries)
+        return (f"Slurm job {self.job_id} may still run: scancel did not reach the controller ({unreached}; "
+                f"tried {tries} time(s) in {time.monotonic() - self.started:.0f} s): run `scancel {self.job_id}` by "
+                "hand")  # fmt: skip
+
+    def _scancel(self) -> _Unreachable | None:
+        """One scancel; why it did not reach the controller (None: it did, whatever it answered)."""
+        try:
+            proc = self.ex._run(["scancel", self.job_id], until=self.limit)
+        except _Unreachable as exc:
+            return exc
+        said = _text(proc)
+        if proc.returncode != 0 and _TRANSIENT_SBATCH.search(said):  # "Unable to contact slurm controller"
+            return _Unreachable(f"scancel exit {proc.returncode}: {said}")
+        if proc.returncode != 0:  # e.g. already finished: "Job/step already completing or completed"
+            log.info("scancel %s: exit %s: %s", self.job_id, proc.returncode, said)
+        return None
+
+    def _ended(self) -> str | None:
+        """Poll (at least once) until Slurm says the job ended (None), up to the window's end; else why
+        it may still run. A poll nobody answered confirms nothing."""
+        while True:
+            try:
+                info, why = self.ex.job_info(self.job_id, until=self.limit), ""
+            except _Unreachable as exc:
+                info, why = JobInfo("UNKNOWN"), f"Slurm did not answer whether it ended ({exc})"
+            if info is None or _job_ended(info):
+                return None
+            if not self._open():
+                break
+            self._pause()
+        why = why or f"Slurm still says {info.state}"
+        grace = self.ex.cancel_grace_s
+        log.warning("Slurm job %s not seen ended %.0f s after scancel: %s", self.job_id, grace, why)
+        return (f"Slurm job {self.job_id} may still run: {why} {grace:.0f} s after scancel; check `squeue "
+                f"--jobs {self.job_id}` and run `scancel {self.job_id}` if it is there")  # fmt: skip
+
+    def _open(self) -> bool:
+        return time.monotonic() < self.grace_end
+
+    def _pause(self) -> None:
+        """Half a second between tries (a controller is not hammered), never past the window's end."""
+        time.sleep(max(0.0, min(0.5, self.grace_end - time.monotonic())))
 
 
 # ---------------------------------------------------------------------- reading Slurm's answers
@@ -428,7 +488,7 @@ class SlurmExecutor(Executor):
 Run = Callable[[list[str]], subprocess.CompletedProcess[str]]  # SlurmExecutor._run
 
 
-def _ended(info: JobInfo) -> bool:
+def _job_ended(info: JobInfo) -> bool:
     return SLURM_STATES.get(info.state, LaunchState.UNKNOWN).is_terminal()
 
 
