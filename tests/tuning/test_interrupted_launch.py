@@ -10,7 +10,7 @@ import pytest
 from autotuner.executors import Description, LaunchRequest, LaunchState
 from autotuner.store import Store, StudyState
 from autotuner.tuning import Progress, StudyDriver
-from autotuner.tuning.launch import CTRL_C
+from autotuner.tuning.launch import CTRL_C, unspent
 from autotuner.tuning.queue import StudyQueue
 from tests.autotuner.test_driver import replay, study_with
 
@@ -132,6 +132,14 @@ def test_a_launch_interrupted_whose_cancel_is_not_confirmed_says_so_in_its_error
         StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
     [launch] = store.launches(study.id)
     assert (launch.state, launch.error) == ("cancelled", f"{CTRL_C}; {LEFT}")
+
+
+def test_a_ctrl_c_whose_cancel_is_not_confirmed_spends_no_search_launch_either(store: Store, tmp_path):
+    study = study_with(store, tmp_path)
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="cancelled", error=f"{CTRL_C}; {LEFT}")
+    assert unspent(store.launch(launch.id))
 
 
 def test_a_launch_that_cannot_be_followed_is_cancelled_before_the_study_fails(store: Store, tmp_path):
