@@ -278,6 +278,10 @@ class ConfigCache:
                 raise StoreUnanswered("another load of this worker still waits on the store")
         return served
 
+    def published(self) -> list[tuple[str, str]]:
+        """The (cluster, workload) keys held now, from memory: what a 404 names as the closest."""
+        return list(self._served)
+
     def all(self) -> list[dict[str, Any]]:
         return [s.config for s in self.entries()]
 

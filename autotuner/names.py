@@ -11,6 +11,8 @@ Standard library only: the pre-job hook may import it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from difflib import SequenceMatcher
 
 NAME_MAX_LEN = 128
 NAME_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -43,3 +45,29 @@ def check_name(kind: str, value: object) -> str:
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+HINT_NAMES = 5  # published names a "not published" answer suggests: a hint, never the whole listing
+
+
+def published_hint(cluster: str, workload: str, published: Iterable[tuple[str, str]]) -> str:
+    """Why (cluster, workload) finds nothing, said against what is published: whether the cluster has any
+    config at all, and the few published cluster/workload names closest to the one asked, the cluster's
+    own first. A typo'd AUTOTUNER_CLUSTER in a hook.env untunes every job that reads it; the answer
+    that says "no config published" is where the typo shows. Suggestions only: `autotuner configs` and
+    GET /v1/configs (read scope, as the fetch) list everything."""
+    pairs = sorted(set(published))
+    if not pairs:
+        return "none is published yet"
+    asked = f"{cluster}/{workload}"
+    ranked = sorted(
+        pairs, key=lambda p: (p[0] != cluster, -SequenceMatcher(None, asked, f"{p[0]}/{p[1]}").ratio(), p)
+    )
+    closest = ", ".join(f"{c}/{w}" for c, w in ranked[:HINT_NAMES]) + (
+        ", ..." if len(ranked) > HINT_NAMES else ""
+    )
+    if all(c != cluster for c, _ in pairs):
+        return f"no config is published for cluster {cluster} at all; closest published: {closest}"
+    if (cluster, workload) not in pairs:
+        return f"cluster {cluster} is known, workload {workload} is not published for it; closest published: {closest}"
+    return f"published: {closest}"  # the pair is, at other node counts than asked

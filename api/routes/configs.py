@@ -24,9 +24,9 @@ from api.schemas import (
     salvaged,
 )
 from autotuner.cli.claim_report import evidence_claim
-from autotuner.job.exports import MEDIA_TYPES
+from autotuner.job.exports import MEDIA_TYPES, NOT_PUBLISHED_HEADER
 from autotuner.job.fingerprint import HEADER
-from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE
+from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, published_hint
 from autotuner.store import ServedChanged, ValidationTrigger
 from autotuner.store.validations import brief, unshowable
 from autotuner.tuning.lease import store_unavailable
@@ -80,7 +80,8 @@ def _claim(config: dict) -> Any:
     "/{cluster}/{workload}",
     response_model=ConfigPublic,
     responses={200: {"content": {"text/plain": {}}, "description": "the config (JSON, or export lines)"},
-               404: {"description": "nothing published for this cluster and workload"},
+               404: {"description": "nothing published for this cluster and workload (header `X-Autotuner-Config: none`; "
+                           "`detail` says whether the cluster has any config and names the closest published)"},
                503: {"description": "the store did not answer and nothing for this key is loaded (Retry-After)"},
                500: {"description": "the config published for it cannot be served (why, in `detail`)"}},
 )  # fmt: skip
@@ -119,7 +120,8 @@ async def fetch(
     result = "miss" if served is None else "error" if served.error else "hit"
     request.app.state.metrics.config_fetches.labels(format, result).inc()
     if served is None:
-        raise HTTPException(404, f"no config published for {cluster}/{workload}")
+        # off the event loop: the hint compares the name with every published one
+        raise await run_in_threadpool(_not_published, cluster, workload, cache.published())
     if served.error:  # one row that cannot be rendered: said on its own key, every other is served
         raise HTTPException(500, served.error)
     if fingerprint is None:
@@ -129,6 +131,19 @@ async def fetch(
     if match.stale:
         note_stale(request.app.state, served.id, header, match.diff)
     return Response(match.body[format], media_type=MEDIA_TYPES[format])
+
+
+def _not_published(cluster: str, workload: str, published: list[tuple[str, str]]) -> HTTPException:
+    """The 404 of a key with nothing published, in words that show a typo (whether the cluster has any
+    config, the few closest published names: a read token may list them all with GET /v1/configs), and
+    marked as the service's own (NOT_PUBLISHED_HEADER): the hook drops its cached config on this answer
+    only, never on a 404 that some other server at its address gave."""
+    hint = published_hint(cluster, workload, published)
+    return HTTPException(
+        404,
+        f"no config published for {cluster}/{workload} ({hint}; GET /v1/configs lists them)",
+        headers=dict([NOT_PUBLISHED_HEADER]),
+    )
 
 
 @router.get("/{cluster}/{workload}/history", response_model=list[ConfigPublic])
@@ -198,7 +213,9 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
     re-validation of the versions at its node count, and the stacks jobs reported."""
     served = store.served_config(cluster, workload, nodes)
     if served is None:
-        raise HTTPException(404, f"no config published for {cluster}/{workload}")
+        raise _not_published(
+            cluster, workload, [(c.cluster.name, c.workload.name) for c in store.served_configs()]
+        )
     versions = store.config_versions(cluster, workload, served.nodes)
     # The re-validations first, what they made of the version after: the reads are separate, and one
     # that ended in between must not read "held" in the list beside the old `validated_on`.

@@ -31,6 +31,7 @@ from autotuner.cli.terminal import Name, labelled, shown, stdout_console
 from autotuner.executors.results import finite
 from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
+from autotuner.names import published_hint
 from autotuner.paths import default_database_url
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.store.validations import unshowable
@@ -858,14 +859,10 @@ def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dic
 
 
 def _not_published(store: Any, cluster: str, workload: str, nodes: int | None) -> str:
-    served = sorted({f"{c.cluster.name}/{c.workload.name}" for c in store.served_configs()})
+    published = [(c.cluster.name, c.workload.name) for c in store.served_configs()]
     at = f" at {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else ""
-    listed = (
-        f"published: {', '.join(served[:5])}{', ...' if len(served) > 5 else ''}"
-        if served
-        else "none is published yet"
-    )
-    return f"no config published for {cluster}/{workload}{at} ({listed}; `autotuner configs` lists them)"
+    hint = published_hint(cluster, workload, published)
+    return f"no config published for {cluster}/{workload}{at} ({hint}; `autotuner configs` lists them)"
 
 
 @configs_app.command("history")

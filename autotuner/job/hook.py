@@ -15,7 +15,8 @@ name, a name with '=', a value with a newline or a NUL, ...) is dropped, with wh
 takes together with it, named on stderr and in a comment line. Only a checked config is ever used,
 printed or cached. Trouble is said by its cause: a refused token or request (with the service's
 `detail`), a malformed answer, a service unreachable; names and a node count the service would refuse
-are said before asking.
+are said before asking. Only the service's own 404 (NotPublished: its shape and header) means nothing is
+published and forgets the cached config; a 404 from anything else at that address is trouble too.
 `https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
 
 It says what the job runs on (autotuner.job.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
@@ -48,14 +49,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
+from autotuner.job.exports import FORMATS, NOT_PUBLISHED_HEADER, checked_config, mismatch_note, render
 from autotuner.job.fingerprint import HEADER, compare, encode, stack_changed, timed_detect
 from autotuner.names import BadName, is_name
 from autotuner.text import printable
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 MAX_TIMEOUT_S = 10.0  # a job's start waits at most this long on the service, whatever --timeout says
-NOT_PUBLISHED = object()  # the service's 404 (a 200 saying `null` is a malformed answer)
 
 
 MAX_CACHE_BYTES = 64 << 10  # a config is a few hundred bytes
@@ -175,7 +175,8 @@ def fetch_from_server(
     fingerprint: str = "",
 ) -> Any:
     """GET /v1/configs/{cluster}/{workload} within a hard deadline: the decoded answer, unchecked,
-    or NOT_PUBLISHED (404). `fingerprint`: the job's, as the header's value ("": not sent)."""
+    or NotPublished (the service's own 404; any other 404 raises NotTheService). `fingerprint`: the
+    job's, as the header's value ("": not sent)."""
     _usable(server, token)
     path = f"/v1/configs/{urllib.parse.quote(cluster, safe='')}/{urllib.parse.quote(workload, safe='')}"
     query = f"?nodes={nodes}" if nodes is not None else ""
@@ -186,7 +187,8 @@ def fetch_from_server(
         request.add_header("Authorization", f"Bearer {token}")
     if fingerprint:
         request.add_header(HEADER, fingerprint)
-    return _within(timeout_s, lambda: _read(request, ca_file, timeout_s))
+    asked = f"no config published for {cluster}/{workload}"
+    return _within(timeout_s, lambda: _read(request, ca_file, timeout_s, asked))
 
 
 class LocalFault(Exception):
@@ -282,17 +284,37 @@ class Refused(Exception):
         self.code, self.said = code, said
 
 
+class NotPublished:
+    """The service's own 404 for the key asked: nothing is published for it (the cached config, if any,
+    was withdrawn). `said`: its `detail`, printable and bounded (a hint at a typo'd name, from a service
+    that gives one)."""
+
+    def __init__(self, said: str) -> None:
+        self.said = said
+
+
+class NotTheService(Exception):
+    """A 404 that is not the service's "nothing published": another web app or an ingress's default
+    backend at the server's address, a load balancer mid-deploy, a wrong path prefix. Trouble, like an
+    outage (the cache is served and kept), said as what answered."""
+
+
 class Malformed(ValueError):
     """A 200 whose body is no JSON document (not UTF-8, cut short, nested past the parser's depth)."""
 
 
-def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float) -> Any:
+def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float, asked: str) -> Any:
+    """The decoded answer; for a 404, NotPublished where it is the service's own (`asked`: the words its
+    detail starts with), else NotTheService."""
     try:
         with _opener(request.full_url, ca_file).open(request, timeout=timeout_s) as response:
             body = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return NOT_PUBLISHED
+            try:
+                return _not_published(exc, asked)
+            finally:
+                exc.close()
         said = _what_it_said(exc)
         exc.close()
         raise Refused(exc.code, said) from None
@@ -304,6 +326,47 @@ def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float
         raise Malformed("not a config: JSON nested deeper than the parser follows") from None
     except ValueError as exc:  # not JSON, not UTF-8, an integer of 900,000 digits
         raise Malformed(f"not JSON: {str(exc)[:120]}") from None
+
+
+MAX_DETAIL_CHARS = 600  # what of a 404's detail is said: the service's hint names 5 cluster/workload pairs
+EXCERPT_CHARS = 160  # what of an answer not the service's is said: enough to tell which app it was
+
+
+def _not_published(exc: urllib.error.HTTPError, asked: str) -> NotPublished:
+    """A 404 is the service's "nothing published" only in its exact shape: JSON whose `detail` is `asked`
+    ("no config published for c/w") and the service's hint in parentheses, under NOT_PUBLISHED_HEADER.
+    From a service older than that header, the `detail` exactly `asked` (no hint, no header) is still
+    believed: withdrawing a config must keep working while the hooks are upgraded first, and no other
+    server says those words for this key in FastAPI's shape. Anything else raises NotTheService: a
+    misrouted 404 would have dropped the cache just before the outage it is kept for."""
+    kind = exc.headers.get("Content-Type", "")
+    raw = exc.read(64 << 10)  # within the fetch's deadline; a 1 MB error page is not read whole
+    try:
+        detail = (
+            json.loads(raw).get("detail")
+            if kind.split(";")[0].strip().lower() == "application/json"
+            else None
+        )
+    except Exception:  # not JSON, not an object, cut at 64 KiB
+        detail = None
+    marked = exc.headers.get(NOT_PUBLISHED_HEADER[0], "").strip() == NOT_PUBLISHED_HEADER[1]
+    if isinstance(detail, str) and (detail == asked or (marked and detail.startswith(asked + " ("))):
+        return NotPublished(_clipped(printable(detail), MAX_DETAIL_CHARS))
+    url = printable(urllib.parse.urlsplit(exc.url or "")._replace(query="").geturl())
+    raise NotTheService(f"HTTP 404 from {_clipped(url, EXCERPT_CHARS)}, not the config service's answer "
+                        f"({_clipped(printable(kind), 60) or 'no content type'}: {_excerpt(raw)})")  # fmt: skip
+
+
+def _excerpt(raw: bytes) -> str:
+    """The start of a body someone else wrote, as one short line: its whitespace runs as one space,
+    control and format characters (escapes, bidi overrides) left out, the rest printable ASCII."""
+    text = raw[: EXCERPT_CHARS * 4].decode("utf-8", "replace")
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return f'"{_clipped(printable(text), EXCERPT_CHARS)}"' if text else "an empty body"
+
+
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _what_it_said(exc: urllib.error.HTTPError) -> str:
@@ -358,6 +421,8 @@ def _trouble(exc: Exception, elapsed: float) -> str:
         return f"config service {what} (HTTP {exc.code}: {exc.said})"
     if isinstance(exc, Malformed):
         return f"the config service's answer is malformed ({printable(str(exc))})"
+    if isinstance(exc, NotTheService):
+        return f"{exc}: check --server or AUTOTUNER_SERVER"
     if isinstance(exc, LocalFault):
         return f"no request was made ({exc})"
     # http.client's own errors (LineTooLong, over 100 headers), but a dropped connection (an OSError)
@@ -420,10 +485,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         return _from_cache(cache, trouble, args), {}
     except Exception as exc:  # down, slow, 5xx, a refused token, garbage: the job starts anyway
         return _from_cache(cache, _trouble(exc, time.monotonic() - started), args), {}
-    if answer is NOT_PUBLISHED:
-        _warn(
-            f"no config published for {args.cluster}/{args.workload}: starting with the job's own environment"
-        )
+    if isinstance(answer, NotPublished):
+        _warn(f"{answer.said}: starting with the job's own environment")
         if cache is not None:
             args.cache_update = (
                 "remove the withdrawn config from the cache",

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +138,139 @@ def test_wrong_token_is_a_warning_not_a_failure(published, tmp_path):
     # said as what it is, with what to set (it read "config service unreachable (HTTPError ... 401")
     assert "the config service refused the token (HTTP 401: set --token or AUTOTUNER_TOKEN" in proc.stderr
     assert "unreachable" not in proc.stderr
+
+
+def _cache_at(server_url: str, cache_dir: Path, cluster: str = "cpu-box", workload: str = "small") -> Path:
+    """The file the hook keeps its config for (server, cluster, workload) in, under `cache_dir`."""
+    key = hashlib.sha256(f"{server_url}|{cluster}|{workload}|None".encode()).hexdigest()[:32]
+    return cache_dir / f"hook-{os.geteuid()}" / f"{key}.json"
+
+
+@contextmanager
+def another_web_app(port: int = 0) -> Iterator[str]:
+    """Python's own file server on `port` (0: a free one), serving an empty directory: every path a
+    404 page in HTML. Stands for what else may answer at the service's address (another web app, an
+    ingress's default backend, a load balancer mid-deploy)."""
+    with tempfile.TemporaryDirectory() as empty:
+        handler = functools.partial(_Quiet, directory=empty)
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_port}"
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_foreign_404_before_an_outage_serves_and_keeps_the_cache(published, tmp_path):
+    """The reviewer's reproduction: a config fetched and cached; the service stopped and another web
+    server on its port (it answers 404); then nothing at all. The 404 dropped the cache, and the outage
+    after it found none: every later job started untuned."""
+    env = {"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache")}
+    fresh, _ = hook(published.url, *PATIENT, env=env)
+    cache = _cache_at(published.url, tmp_path / "cache")
+    kept = cache.read_text()
+    published.kill()
+    try:
+        with another_web_app(published.port):
+            foreign, _ = hook(published.url, *PATIENT, env=env)
+        down, _ = hook(published.url, env=env)
+    finally:
+        published.start()
+    assert (foreign.returncode, foreign.stdout) == (0, fresh.stdout)
+    assert foreign.stderr.count("\n") == 1, foreign.stderr  # one line, naming the answer
+    assert (
+        f"HTTP 404 from {published.url}/v1/configs/cpu-box/small, not the config service's answer"
+        in foreign.stderr
+    )
+    assert "(text/html" in foreign.stderr
+    assert "Error response" in foreign.stderr
+    assert "using the cached config cpu-box/small/1n/v1" in foreign.stderr
+    assert cache.read_text() == kept
+    assert (down.returncode, down.stdout) == (0, fresh.stdout)
+    assert "unreachable" in down.stderr
+    assert "using the cached config cpu-box/small/1n/v1" in down.stderr
+
+
+def test_a_wrong_path_prefix_is_not_a_withdrawal(published, tmp_path):
+    """`--server http://host:port/v1` asks /v1/v1/configs/...: the service's own 404 for a path it
+    does not have (FastAPI's "Not Found"), not its "no config published" for the key."""
+    env = {"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache")}
+    fresh, _ = hook(published.url, *PATIENT, env=env)
+    wrong = f"{published.url}/v1"
+    cache = _cache_at(wrong, tmp_path / "cache")
+    _cache_at(published.url, tmp_path / "cache").rename(cache)  # what an earlier job under it kept
+    proc, _ = hook(wrong, *PATIENT, env=env)
+    assert (proc.returncode, proc.stdout) == (0, fresh.stdout)
+    assert f"HTTP 404 from {wrong}/v1/configs/cpu-box/small, not the config service's answer" in proc.stderr
+    assert '(application/json: "{"detail":"Not Found"}"): check --server or AUTOTUNER_SERVER' in proc.stderr
+    assert cache.exists()
+
+
+def test_a_foreign_404_without_a_cache_starts_the_job_with_its_own_environment(tmp_path):
+    with another_web_app() as url:
+        proc, _ = hook(url, *PATIENT, env={"AUTOTUNER_CACHE_DIR": str(tmp_path)})
+    assert (proc.returncode, proc.stdout) == (0, "")
+    assert f"HTTP 404 from {url}/v1/configs/cpu-box/small, not the config service's answer" in proc.stderr
+    assert "and no cached config: starting the job with its own environment" in proc.stderr
+    assert "no config published" not in proc.stderr
+
+
+def test_the_services_own_404_says_why_and_forgets_the_withdrawn_config(published, tmp_path):
+    """The service's "no config published" (its X-Autotuner-Config: none) is a withdrawal, as before:
+    the job starts with its own environment and the config cached for the key is removed."""
+    env = {"AUTOTUNER_CACHE_DIR": str(tmp_path / "cache")}
+    hook(published.url, *PATIENT, env=env)
+    withdrawn = _cache_at(published.url, tmp_path / "cache", workload="nope")
+    config = json.loads(_cache_at(published.url, tmp_path / "cache").read_text())
+    config["exports"]["AUTOTUNER_CONFIG"] = "cpu-box/nope/1n/v1"
+    withdrawn.write_text(json.dumps(config))
+    proc, _ = hook(published.url, *PATIENT, "--workload", "nope", env=env)
+    assert (proc.returncode, proc.stdout) == (0, "")
+    assert ("no config published for cpu-box/nope (cluster cpu-box is known, workload nope is not published "
+            "for it; closest published: cpu-box/small") in proc.stderr  # fmt: skip
+    assert "starting with the job's own environment" in proc.stderr
+    assert not withdrawn.exists()
+
+
+@pytest.mark.parametrize(
+    ("cluster", "workload", "hint"),
+    [
+        ("cpu-bx", "small", "no config is published for cluster cpu-bx at all; closest published: cpu-box/small"),
+        ("cpu-box", "smal", "cluster cpu-box is known, workload smal is not published for it; "
+                            "closest published: cpu-box/small"),
+    ],
+    ids=["typoed-cluster", "unknown-workload"],
+)  # fmt: skip
+def test_the_404_says_whether_the_cluster_is_known_and_names_the_closest(published, tmp_path, cluster,
+                                                                           workload, hint):  # fmt: skip
+    answer = published.client("read").get(f"/v1/configs/{cluster}/{workload}")
+    assert answer.status_code == 404
+    assert answer.headers["X-Autotuner-Config"] == "none"
+    assert answer.json()["detail"].startswith(f"no config published for {cluster}/{workload} ({hint}")
+    assert answer.json()["detail"].endswith("; GET /v1/configs lists them)")
+    proc, _ = hook(published.url, *PATIENT, "--cluster", cluster, "--workload", workload,
+                   env={"AUTOTUNER_CACHE_DIR": str(tmp_path)})  # fmt: skip
+    assert hint in proc.stderr  # the hook passes the service's words on
+
+
+def test_the_hint_names_a_handful_closest_first():
+    from autotuner.names import published_hint  # here: the module's other tests run without it
+
+    published = [(f"box{i}", f"load{j}") for i in range(30) for j in range(30)]
+    hint = published_hint("box7", "lod3", published)
+    said, closest = hint.split("; closest published: ")
+    assert said == "cluster box7 is known, workload lod3 is not published for it"
+    names = closest.split(", ")
+    assert names[0] == "box7/load3"  # the closest first, five of the cluster's own, never all 900
+    assert names[5:] == ["..."]
+    assert all(name.startswith("box7/") for name in names[:5])
+    assert published_hint("bx7", "load3", published).startswith(
+        "no config is published for cluster bx7 at all; closest published: box7/load3, "
+    )
+    assert published_hint("a", "b", []) == "none is published yet"

@@ -82,7 +82,9 @@ def test_nothing_to_revalidate_names_what_is_published(db, args):
     # as `autotuner configs history/show/validations` do (docs/operations.md says so of every CLI command)
     result = runner.invoke(app, ["revalidate", *args, "--db", db])
     assert result.exit_code == 2, result.output
-    assert "(published: cpu-box/small;" in result.output.replace("\n", "")
+    assert "published: cpu-box/small;" in result.output.replace(
+        "\n", ""
+    )  # closest published, or at another count
 
 
 def test_a_study_whose_settings_no_longer_validate_ends_the_revalidation_with_why(store, published, db):  # noqa: F811

@@ -65,7 +65,10 @@ def test_an_unknown_config_exits_2_and_names_what_is_published(tuned, db, sub): 
     result = runner.invoke(app, ["configs", sub, "cpu-box", "nope", "--db", db])
     assert result.exit_code == 2, result.output
     said = result.output.replace("\n", "")
-    assert "no config published for cpu-box/nope (published: cpu-box/small;" in said
+    hint = (
+        "cluster cpu-box is known, workload nope is not published for it; closest published: cpu-box/small;"
+    )
+    assert f"no config published for cpu-box/nope ({hint}" in said
 
 
 def test_config_tables_fit_80_columns_and_keep_numbers_and_dates_whole(tuned, db, monkeypatch):  # noqa: F811

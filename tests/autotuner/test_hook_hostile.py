@@ -65,16 +65,20 @@ def test_an_answer_that_is_not_a_config_is_none(answer):
 
 
 class FakeServer:
-    """Answers every GET with `status` and `body` (bytes), over http or https."""
+    """Answers every GET with `status` and `body` (bytes), as `content_type` with `headers`, over http
+    or https."""
 
-    def __init__(self, body: bytes, status: int = 200, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, body: bytes, status: int = 200, tls: tuple[Path, Path] | None = None,
+                 content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:  # fmt: skip
         outer = self
         self.body, self.status = body, status
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # http.server's name
                 self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(outer.body)))
                 self.end_headers()
                 self.wfile.write(outer.body)
@@ -529,3 +533,27 @@ def test_a_ca_file_that_cannot_be_used_is_said_as_the_job_s_own_setting(tmp_path
     assert "no request was made" in proc.stderr
     assert path in proc.stderr
     assert "AUTOTUNER_CA_FILE" in proc.stderr
+
+
+HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u202e\r\n"  # a clipboard write, a screen clear, a bidi override
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "headers", "said"),
+    [
+        ((HOSTILE * 70_000).encode(), "text/html", {}, "HTTP 404 from http://127.0.0.1:"),
+        (json.dumps({"detail": "no config published for c/w (" + HOSTILE * 500 + ")"}).encode(),
+         "application/json", {"X-Autotuner-Config": "none"}, "no config published for c/w (\\x1b]52;c;"),
+    ],
+    ids=["another-servers-1MB-page", "the-services-shape-with-a-hostile-detail"],
+)  # fmt: skip
+def test_a_hostile_404_is_said_in_one_short_printable_line(tmp_path, serve, body, kind, headers, said):
+    """A 404's body is the server's to write: its excerpt or detail is said without a control or format
+    character a terminal or log would obey, and cut short (a 1 MB page is not read whole)."""
+    server = serve(body, status=404, content_type=kind, headers=headers)
+    proc = hook(tmp_path, server.url)
+    assert (proc.returncode, proc.stdout) == (0, "")
+    assert said in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr[:2000]
+    assert len(proc.stderr) < 1000, proc.stderr[:2000]
+    assert all(c == "\n" or " " <= c <= "~" for c in proc.stderr)
