@@ -1156,20 +1156,22 @@ def _print_validation(done: Any) -> None:
 
 @app.command()
 def lint(
-    file: Annotated[Path | None, typer.Argument(help="search space file (YAML or JSON)")] = None,
+    file: Annotated[
+        str | None, typer.Argument(help="search space file (YAML or JSON) or preset: socket, efa")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable)")] = None,
     allow_risky: Annotated[list[str] | None, typer.Option(help="risky variables you accept")] = None,
 ) -> None:
     """Check a search space file, or a set of KEY=VALUE variables for a job. Exit 2 on errors."""
     from autotuner.envvars import lint_env, parse_assignments
-    from autotuner.space import allow_risky_problems, lint_space
+    from autotuner.space import allow_risky_problems, lint_space, no_such_source, source_path
 
     if file is None and not env:
         raise _fail("give a space FILE, or --env KEY=VALUE ...")
     problems = []
     if file is not None:
-        if not file.exists():
-            raise _fail(f"{file}: no such file")
+        if not source_path(file).exists():  # the same reading of FILE as `tune --space`
+            raise _fail(f"{file}: {no_such_source()}")
         problems += lint_space(file)
     if env:
         try:

@@ -23,7 +23,7 @@ from autotuner.space.model import (
     Threads,
 )
 from autotuner.space.schema import declaration_schema
-from autotuner.space.sources import PRESET_DIR, PRESETS
+from autotuner.space.sources import PRESET_DIR, PRESETS, no_such_source, source_path
 
 __all__ = [
     "FIELDS",
@@ -46,6 +46,8 @@ __all__ = [
     "declaration_schema",
     "lint_space",
     "load_space",
+    "no_such_source",
+    "source_path",
     "stored_space",
     "schema_problems",
     "to_env_strings",

@@ -67,14 +67,23 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+def source_path(source: str | Path) -> Path:
+    """The file a --space value names: a preset's own file for a preset name, else the path itself."""
+    if isinstance(source, str) and source in PRESETS:
+        return PRESETS[source]
+    return Path(source)
+
+
+def no_such_source() -> str:
+    """What a --space value that is neither a file nor a preset is told."""
+    return f"no such file or preset (presets: {', '.join(PRESETS)})"
+
+
 def read_source(source: str | Path) -> dict[str, Any]:
     """A preset name or a file path -> the declaration it holds, as decoded (not yet validated)."""
-    if isinstance(source, str) and source in PRESETS:
-        return read_file(PRESETS[source])
-    path = Path(source)
+    path = source_path(source)
     if not path.exists() and path.suffix == "" and isinstance(source, str):
-        names = ", ".join(PRESETS)
-        raise SpaceError([Problem(str(source), "schema", f"no such file or preset (presets: {names})")])
+        raise SpaceError([Problem(str(source), "schema", no_such_source())])
     return read_file(path)
 
 

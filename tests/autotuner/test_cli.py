@@ -192,6 +192,16 @@ def test_lint_file(tmp_path):
     assert runner.invoke(app, ["lint", str(tmp_path / "missing.yaml")]).exit_code == 2
 
 
+def test_lint_reads_a_preset_name_as_tune_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no file named efa here: the name is the preset's
+    result = runner.invoke(app, ["lint", "efa"])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output
+    missing = runner.invoke(app, ["lint", "nosuch"])
+    assert missing.exit_code == 2
+    assert "no such file or preset (presets: efa, socket)" in " ".join(missing.output.split())
+
+
 def test_tune_rejects_bad_input_with_a_clear_message(tmp_path, db):
     workload = tmp_path / "w.json"
     workload.write_text('{"name": "w", "tables": []}')
