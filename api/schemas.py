@@ -20,10 +20,11 @@ from pydantic import (
     field_validator,
 )
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from autotuner.cli.claim_report import ClaimText, claim_text
 from autotuner.executors.results import finite
-from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, check_name
+from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, BadName, check_name
 from autotuner.space import PRESETS, declaration_schema
 from autotuner.store import Candidate, Launch, Study, StudyState
 from autotuner.store.configs import MAX_VERSION
@@ -47,33 +48,38 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-NAME_FIELD: dict[str, Any] = {
-    "min_length": 1,
-    "max_length": NAME_MAX_LEN,
-    "pattern": NAME_PATTERN,
-    "description": NAME_RULE,
-}
 PresetName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(PRESETS)})]
 SpaceObject = Annotated[dict[str, Any], WithJsonSchema(declaration_schema())]  # load_space judges it
 UNREAD_DATE = "when it was created; null only where its stored date cannot be read (`error` says so)"
 NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME_MAX_LEN, "pattern": NAME_PATTERN}
 
 
+def _name_in_words(kind: str, value: str) -> str:
+    """check_name, refused in its own words, as the CLI says them (a pattern's error showed the regex;
+    a ValueError's is prefixed "Value error, ")."""
+    try:
+        return check_name(kind, value)
+    except BadName as exc:
+        raise PydanticCustomError("value_error", str(exc)) from None
+
+
+NAME_JSON = WithJsonSchema({**NAME_SCHEMA, "description": NAME_RULE})
+ClusterName = Annotated[str, AfterValidator(partial(_name_in_words, "cluster")), NAME_JSON]
+WorkloadName = Annotated[str, AfterValidator(partial(_name_in_words, "workload")), NAME_JSON]
+StudyName = Annotated[str, AfterValidator(partial(_name_in_words, "study")), NAME_JSON]
+
+
 class WorkloadCreate(WorkloadSpec):
     """The trial spec's workload (trials.spec.WorkloadSpec), named under the one rule for names."""
 
-    name: Annotated[
-        str,
-        AfterValidator(partial(check_name, "workload")),
-        WithJsonSchema({**NAME_SCHEMA, "description": NAME_RULE}),
-    ]
+    name: WorkloadName
 
 
 class StudyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, **NAME_FIELD)
-    cluster: str = Field(**NAME_FIELD)
+    name: StudyName | None = None
+    cluster: ClusterName
     workload: WorkloadCreate = Field(description="the job as it runs today (the trial spec's workload)")
     space: SpaceObject | PresetName = Field(
         description=f"a search space object, or a preset name ({', '.join(PRESETS)}); never a path on the server"

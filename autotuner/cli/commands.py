@@ -450,6 +450,10 @@ def _new_study(store: Any, options: dict[str, Any], request: RequestSettings) ->
     from autotuner.tuning.study import StudyExists
 
     executor_options = _executor_options(options["executor_option"], options["landscape"])
+    # the engine's own words name executor_options.landscape, which this command line spells otherwise
+    if request.executor == "replay" and "landscape" not in executor_options:
+        raise _fail("the replay executor needs a recorded landscape: give --landscape FILE "
+                    "(or --executor-option landscape=FILE)")  # fmt: skip
     # kept absolute, as the landscape; by default a folder of this store's own (two stores never share one)
     workdir = str(options["workdir"].absolute() if options["workdir"] else default_workdir(store.url))
     try:

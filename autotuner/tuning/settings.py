@@ -117,7 +117,7 @@ class RequestSettings(BaseModel):
     fabric: str | None = Field(
         None,
         max_length=16,
-        pattern=FABRIC_PATTERN,
+        json_schema_extra={"pattern": FABRIC_PATTERN},  # checked by _fabric_rate, in words
         description="local only: emulate a fabric of this rate, e.g. 2gbit",
     )
     publish: bool = Field(True, description="publish the confirmed config")
@@ -155,6 +155,14 @@ class RequestSettings(BaseModel):
         if any(n < 1 or n > 4096 for n in nodes) or len(set(nodes)) != len(nodes):
             raise ValueError("distinct node counts between 1 and 4096, e.g. [1, 2, 4]")
         return nodes
+
+    @field_validator("fabric")
+    @classmethod
+    def _fabric_rate(cls, fabric: str | None) -> str | None:
+        # pydantic's own pattern error showed the regex
+        if fabric is not None and re.fullmatch(FABRIC_PATTERN, fabric) is None:
+            raise ValueError("a rate such as 2gbit, 500mbit or 100kbit")
+        return fabric
 
     @field_validator("confirm_rounds", "ladder_rounds")
     @classmethod

@@ -187,3 +187,20 @@ def test_a_replay_study_where_the_operator_set_no_landscape_says_where_it_is_set
     [error] = response.json()["detail"]
     assert error["loc"] == ["body", "settings", "executor"]
     assert "set in AUTOTUNER_EXECUTOR_OPTIONS" in error["msg"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("name", "my study"), ("cluster", "a b"), ("name", "x" * 129)])
+def test_a_bad_name_is_refused_in_the_cli_s_words(module_server, field, value):
+    """A study's or cluster's name was refused with the regex of the rule ("String should match pattern
+    '^[A-Za-z0-9]...'"), where the CLI and the workload's name say the rule in words."""
+    from autotuner.names import NAME_RULE
+
+    body = {**replay_study_body(None), field: value}
+    response = module_server.client("write").post("/v1/studies", json=body)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    kind = "study" if field == "name" else "cluster"
+    assert error["loc"] == ["body", field]
+    assert error["type"] == "value_error"
+    assert error["msg"].startswith(f"{kind} name ")
+    assert error["msg"].endswith(f"is invalid: {NAME_RULE}")

@@ -216,6 +216,25 @@ def test_tune_rejects_bad_input_with_a_clear_message(tmp_path, db):
     assert "cluster name" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [(["--fabric", "2gb"], "--fabric: a rate such as 2gbit, 500mbit or 100kbit"),
+     (["--executor", "replay"], "the replay executor needs a recorded landscape: give --landscape FILE "
+                                "(or --executor-option landscape=FILE)")],
+    ids=["fabric", "replay"],
+)  # fmt: skip
+def test_tune_says_what_to_give_in_the_options_words(tmp_path, db, args, said):
+    """It said the regex of --fabric, and executor_options.landscape, which the command line has no option of."""
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    result = runner.invoke(app, ["tune", "--cluster", "c", "--workload", str(workload), "--space", "socket",
+                                 "--db", db, *args])  # fmt: skip
+    assert result.exit_code == 2
+    assert said in " ".join(result.output.split())
+    assert "pattern" not in result.output
+    assert "executor_options" not in result.output
+
+
 def test_hook_entry_point_skips_heavy_imports(tmp_path):
     """`autotuner env` runs at every job start: no Typer, Rich, SQLAlchemy or torch on the service path."""
     code = (
