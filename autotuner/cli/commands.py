@@ -508,7 +508,10 @@ def _progress_bar(total: int) -> Iterator[Any]:
                 bar.update(task, total=done, completed=done)  # it stayed at 2/4 through confirm and ladder
             bar.update(task, description=name)
 
-        yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting, on_phase=phase)
+        def note(line: str) -> None:
+            bar.console.print(shown(line), highlight=False)  # above the bar, which redraws below it
+
+        yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting, on_phase=phase, on_note=note)
 
 
 def _print_outcome(store: Any, study: Any) -> None:

@@ -30,6 +30,8 @@ class Progress:
     on_launch_waiting: Callable[[Launch, str], None] = lambda launch, why: None
     on_launch_end: Callable[[Launch, list[Candidate]], None] = lambda launch, rows: None
     on_phase: Callable[[str], None] = lambda phase: None
+    # a line the study's log has at INFO that someone watching the run is told too (an early end)
+    on_note: Callable[[str], None] = lambda line: None
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -71,7 +71,9 @@ def plan_launch(ctx: StudyContext, search: Search, rng: random.Random) -> Planne
         if plan.points:
             return by_sharding(plan)
     if _exhausted(ctx, search, quarantined):  # a small space (the demo's on CPU): nothing is left to do
-        log.info("study %s: every runnable point of its space is measured: the search ends", ctx.study_id)
+        said = "every runnable point of its space is measured: the search ends"
+        log.info("study %s: %s", ctx.study_id, said)
+        ctx.progress.on_note(said)  # `tune` shows no INFO log: "launches 1/2" was left unexplained
     else:
         log.warning("study %s: %d proposals in a row were invalid, quarantined or exhausted", ctx.study_id,
                     MAX_PROPOSALS)  # fmt: skip

@@ -270,6 +270,22 @@ def test_the_progress_line_of_a_quality_launch_has_no_throughput_and_says_its_co
     assert "launch 7 quality: 2/2 ok, 2 models trained in 42 s" in capsys.readouterr().err
 
 
+def test_tune_says_once_that_the_search_ended_early(tmp_path, db):
+    """The service's log said it at INFO; `tune` said nothing, and `studies` then read "launches 2/10"."""
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
+    space = tmp_path / "space.yaml"  # 2 env points x 2 in-process points
+    space.write_text("env:\n  NCCL_NSOCKS_PERTHREAD: [null, 4]\nprecisions: [[fp32, fp32], [fp16, fp16]]\n"
+                     "batch_sizes: [64]\nforce_inert: [NCCL_NSOCKS_PERTHREAD]\n")  # fmt: skip
+    result = runner.invoke(app, ["tune", "--cluster", "cpu-box", "--workload", str(workload), "--space", str(space),
+                                 "--executor", "replay", "--landscape", str(LANDSCAPE), "--trials", "10",
+                                 "--confirm-rounds", "2", "--ladder-rounds", "0", "--quality-samples", "0",
+                                 "--workdir", str(tmp_path / "runs"), "--db", db])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert said.count("every runnable point of its space is measured: the search ends") == 1, result.output
+
+
 def test_env_from_a_store_that_is_not_there_says_so_and_creates_nothing(tmp_path):
     # before: an empty SQLite file was created there and a multi-line "no such table" error printed
     missing = tmp_path / "typo.db"
