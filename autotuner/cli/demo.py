@@ -51,7 +51,10 @@ def _port(wanted: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="autotuner.cli.demo", description=__doc__.splitlines()[0])
+    # the docstring's first paragraph, whole: its first line stopped mid-sentence
+    parser = argparse.ArgumentParser(
+        prog="autotuner.cli.demo", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--keep", action="store_true", help="keep the service running afterwards")
     args = parser.parse_args(argv)

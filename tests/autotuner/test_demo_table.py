@@ -3,6 +3,7 @@ terminal show): nothing is cut to "…", and a precision that ran as another say
 
 import io
 
+import pytest
 from rich.console import Console
 
 import autotuner.cli.demo as demo
@@ -125,3 +126,14 @@ def test_the_demos_browse_again_command_runs_as_printed(tmp_path):
     assert Path(words[2]) == Path(sys.executable).parent / "autotuner"
     assert Path(words[2]).exists()
     assert words[3:] == ["serve", "--port", "8123"]
+
+
+def test_the_demos_help_says_a_whole_sentence(capsys):
+    """It took the docstring's first line, which stopped at "a small study on 2 local CPU ranks, the"."""
+    with pytest.raises(SystemExit):
+        demo.main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "2 local CPU ranks, the dashboard URL while it runs, and the tuned export lines a job would get when it ends."
+        in said
+    )
