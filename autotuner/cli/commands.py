@@ -469,38 +469,48 @@ def _new_study(store: Any, options: dict[str, Any], request: RequestSettings) ->
         raise _fail(str(exc)) from exc
 
 
+def _launch_status(launch: Any, rows: list[Any], best_yet: list[float]) -> str:
+    """How a launch went, in a line; `best_yet` holds the study's best measured so far (each launch's
+    own best jumped up and down)."""
+    ok = [r for r in rows if r.state == CandidateState.OK]
+    # a quality launch trains and scores models: its rows have no throughput
+    best = max((r.samples_per_s for r in ok if r.samples_per_s), default=None)
+    best_yet[0] = max(best_yet[0], best or 0.0)
+    status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
+        f", {best:,.0f} samples/s (best so far {best_yet[0]:,.0f})" if best else ""
+    )
+    wall = (launch.summary or {}).get("wall_s")
+    if launch.kind == LaunchKind.QUALITY and wall:  # the convergence check's cost, said as it ends
+        status += f", {len(rows)} models trained in {wall:.0f} s"
+    return status
+
+
+def _waiting_status(launch: Any, why: str) -> str:
+    said = f"queued: {displayed(why)}" if why else "running"  # the scheduler's words: shown, not obeyed
+    return f"launch {launch.seq} {launch.kind} {said}"
+
+
 @contextmanager
 def _progress_bar(total: int) -> Iterator[Any]:
-    """A bar over the baseline and search launches; its status line says how each launch went."""
+    """A bar over the baseline and search launches; its status line says how each launch went. Off a
+    terminal, the same words as plain lines (_progress_lines)."""
     from autotuner.tuning import Progress as DriverProgress
 
+    if not err.is_terminal:  # rich's bar draws nothing off a terminal (CI, `| tee`): silent for minutes
+        yield _progress_lines()
+        return
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}", markup=False), console=err, transient=False,
     ) as bar:  # fmt: skip
         task = bar.add_task("baseline", total=total, status="")
-        best_yet = [0.0]  # the study's best measured so far (each launch's own best jumped up and down)
+        best_yet = [0.0]
 
         def ended(launch: Any, rows: list[Any]) -> None:
-            ok = [r for r in rows if r.state == CandidateState.OK]
-            # a quality launch trains and scores models: its rows have no throughput
-            best = max((r.samples_per_s for r in ok if r.samples_per_s), default=None)
-            best_yet[0] = max(best_yet[0], best or 0.0)
-            status = f"launch {launch.seq} {launch.kind}: {len(ok)}/{len(rows)} ok" + (
-                f", {best:,.0f} samples/s (best so far {best_yet[0]:,.0f})" if best else ""
-            )
-            wall = (launch.summary or {}).get("wall_s")
-            if launch.kind == LaunchKind.QUALITY and wall:  # the convergence check's cost, said as it ends
-                status += f", {len(rows)} models trained in {wall:.0f} s"
+            status = _launch_status(launch, rows, best_yet)
             if launch.kind in (LaunchKind.BASELINE, LaunchKind.SEARCH):
                 bar.advance(task)
             bar.update(task, status=status)
-
-        def waiting(launch: Any, why: str) -> None:
-            said = (
-                f"queued: {displayed(why)}" if why else "running"
-            )  # the scheduler's words: shown, not obeyed
-            bar.update(task, status=f"launch {launch.seq} {launch.kind} {said}")
 
         def phase(name: str) -> None:
             if name not in ("baseline", "search"):  # the search is over: the bar ends where it did
@@ -511,7 +521,27 @@ def _progress_bar(total: int) -> Iterator[Any]:
         def note(line: str) -> None:
             bar.console.print(shown(line), highlight=False)  # above the bar, which redraws below it
 
+        def waiting(launch: Any, why: str) -> None:
+            bar.update(task, status=_waiting_status(launch, why))
+
         yield DriverProgress(on_launch_end=ended, on_launch_waiting=waiting, on_phase=phase, on_note=note)
+
+
+def _progress_lines() -> Any:
+    """The bar's words as plain lines: one a phase, a finished launch, a change of a launch's wait."""
+    from autotuner.tuning import Progress as DriverProgress
+
+    best_yet = [0.0]
+
+    def say(line: str) -> None:
+        err.print(shown(line), highlight=False, soft_wrap=True)  # a log's line, not wrapped at 80 columns
+
+    return DriverProgress(
+        on_launch_end=lambda launch, rows: say(_launch_status(launch, rows, best_yet)),
+        on_launch_waiting=lambda launch, why: say(_waiting_status(launch, why)),
+        on_phase=lambda name: say(f"phase: {name}"),
+        on_note=say,
+    )
 
 
 def _print_outcome(store: Any, study: Any) -> None:

@@ -141,21 +141,43 @@ def _create(client: httpx.Client) -> dict | None:
 
 def _follow(client: httpx.Client, study: dict) -> dict:
     """A progress bar over the search launches until the study ends."""
+    if not console.is_terminal:  # rich's bar draws nothing off a terminal (CI, `| tee`): silent for minutes
+        return _follow_in_lines(client, study)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[best]}"), console=console) as bar:  # fmt: skip
         task = bar.add_task("queued", total=DEMO_SETTINGS["trials"], best="")
         while study["state"] not in TERMINAL:
             time.sleep(1)
             study = client.get(f"/v1/studies/{study['id']}").json()
-            best = study["best"]["samples_per_s"] if study["best"] else None
-            said = f"best {best:,.0f} samples/s" if best else ""
-            if study["state"] == StudyState.CONFIRMING:
-                said = _quality_progress(client, study["id"]) or said
-            done = study["launches_done"]
-            if study["state"] in (StudyState.CONFIRMING, StudyState.DONE):  # the search is over: it may
-                bar.update(task, total=done)  # have measured every point before its budget of launches
-            bar.update(task, description=study["state"], completed=done, best=said)
+            done, total, said = _standing(client, study)
+            bar.update(task, description=study["state"], completed=done, total=total, best=said)
     return study
+
+
+def _follow_in_lines(client: httpx.Client, study: dict) -> dict:
+    """The bar's words, one plain line each time they change (a phase, a launch ended), not each poll."""
+    last = None
+    while study["state"] not in TERMINAL:
+        time.sleep(1)
+        study = client.get(f"/v1/studies/{study['id']}").json()
+        done, total, said = _standing(client, study)
+        line = f"{study['state']} {done}/{total}" + (f" {said}" if said else "")
+        if line != last:
+            console.print(shown(line), highlight=False, soft_wrap=True)
+            last = line
+    return study
+
+
+def _standing(client: httpx.Client, study: dict) -> tuple[int, int, str]:
+    """Search launches done, of how many, and the best so far (or the convergence check's progress)."""
+    best = study["best"]["samples_per_s"] if study["best"] else None
+    said = f"best {best:,.0f} samples/s" if best else ""
+    if study["state"] == StudyState.CONFIRMING:
+        said = _quality_progress(client, study["id"]) or said
+    done = study["launches_done"]
+    # the search is over: it may have measured every point before its budget of launches
+    over = study["state"] in (StudyState.CONFIRMING, StudyState.DONE)
+    return done, done if over else DEMO_SETTINGS["trials"], said
 
 
 def _quality_progress(client: httpx.Client, study_id: int) -> str | None:

@@ -270,8 +270,8 @@ def test_the_progress_line_of_a_quality_launch_has_no_throughput_and_says_its_co
     assert "launch 7 quality: 2/2 ok, 2 models trained in 42 s" in capsys.readouterr().err
 
 
-def test_tune_says_once_that_the_search_ended_early(tmp_path, db):
-    """The service's log said it at INFO; `tune` said nothing, and `studies` then read "launches 2/10"."""
+def tune_a_small_space(tmp_path, db):
+    """A replay study whose search measures its 4 points in 2 of its 10 launches."""
     workload = tmp_path / "w.json"
     workload.write_text(json.dumps(json.loads(LANDSCAPE.read_text())["workload"]))
     space = tmp_path / "space.yaml"  # 2 env points x 2 in-process points
@@ -282,8 +282,25 @@ def test_tune_says_once_that_the_search_ended_early(tmp_path, db):
                                  "--confirm-rounds", "2", "--ladder-rounds", "0", "--quality-samples", "0",
                                  "--workdir", str(tmp_path / "runs"), "--db", db])  # fmt: skip
     assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
-    assert said.count("every runnable point of its space is measured: the search ends") == 1, result.output
+    return result
+
+
+def test_tune_says_once_that_the_search_ended_early(tmp_path, db):
+    """The service's log said it at INFO; `tune` said nothing, and `studies` then read "launches 2/10"."""
+    said = " ".join(tune_a_small_space(tmp_path, db).output.split())
+    assert said.count("every runnable point of its space is measured: the search ends") == 1, said
+
+
+def test_tune_off_a_terminal_says_each_phase_and_launch_in_a_line(tmp_path, db):
+    """Off a terminal (CI, `| tee`) rich's bar drew nothing until the study ended: minutes of silence."""
+    lines = tune_a_small_space(tmp_path, db).output.splitlines()
+    progress = [line for line in lines if line.startswith(("phase: ", "launch ", "every runnable"))]
+    assert [line.split(":")[0] for line in progress] == [
+        "phase", "launch 1 baseline", "phase", "launch 2 search", "launch 3 search", "every runnable point of its space is measured",
+        "phase", "launch 4 confirm",
+    ], lines  # fmt: skip
+    assert progress[0] == "phase: baseline"
+    assert progress[1].startswith("launch 1 baseline: 1/1 ok, ")
 
 
 def test_env_from_a_store_that_is_not_there_says_so_and_creates_nothing(tmp_path):
@@ -388,8 +405,8 @@ def test_the_tune_bar_ends_with_the_search_and_keeps_the_studys_best(monkeypatch
 
     import autotuner.cli.commands as commands
 
-    shown = io.StringIO()
-    monkeypatch.setattr(commands, "err", Console(file=shown, width=200, force_terminal=False))
+    console = Console(file=io.StringIO(), width=200, force_terminal=True, record=True)  # the bar's
+    monkeypatch.setattr(commands, "err", console)
 
     def row(samples_per_s: float) -> SimpleNamespace:
         return SimpleNamespace(state="ok", samples_per_s=samples_per_s)
@@ -401,8 +418,8 @@ def test_the_tune_bar_ends_with_the_search_and_keeps_the_studys_best(monkeypatch
         progress.on_launch_end(SimpleNamespace(seq=2, kind="search", summary={}), [row(68_000.0)])
         progress.on_launch_end(SimpleNamespace(seq=3, kind="search", summary={}), [row(40_000.0)])
         progress.on_phase("confirm")
-    last = shown.getvalue().strip().splitlines()[-1]
-    assert last.startswith("confirm ")
+    drawn = console.export_text().strip()  # a terminal's redraws, recorded one after another
+    last = "confirm " + drawn.rpartition("confirm ")[2]
     assert " 3/3 " in last  # the search ended after 3 of the 5 launches budgeted: the bar ends there
     assert last.endswith("launch 3 search: 1/1 ok, 40,000 samples/s (best so far 68,000)")
 

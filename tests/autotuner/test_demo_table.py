@@ -100,16 +100,35 @@ class _Studies:
 
 def test_a_search_that_ends_early_fills_its_bar(monkeypatch):
     # the demo's space on CPU is measured whole in 2 of its 3 search launches: it said "done 2/3"
-    console = Console(width=80, record=True, file=io.StringIO())
+    console = Console(width=80, record=True, file=io.StringIO(), force_terminal=True)  # the bar's
     monkeypatch.setattr(demo, "console", console)
     monkeypatch.setattr(demo.time, "sleep", lambda s: None)
     study = {"id": 7, "state": "running", "launches_done": 0, "best": None}
     states = [{**study, "launches_done": 2}, {**study, "state": "confirming", "launches_done": 2},
               {**study, "state": "done", "launches_done": 2}]  # fmt: skip
     assert demo._follow(_Studies(states), study)["state"] == "done"
-    last = console.export_text().strip().splitlines()[-1]
-    assert last.startswith("done")
-    assert "2/2" in last
+    drawn = console.export_text().strip()  # a terminal's redraws, recorded one after another
+    assert "done " in drawn
+    assert "2/2" in drawn.rpartition("done ")[2]
+
+
+def test_off_a_terminal_the_demo_says_a_line_each_time_its_standing_changes(monkeypatch):
+    """rich's bar draws nothing off a terminal (CI, `make demo | tee`): minutes of silence."""
+    console = Console(width=80, record=True, file=io.StringIO())
+    monkeypatch.setattr(demo, "console", console)
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+    study = {"id": 7, "state": "queued", "launches_done": 0, "best": None}
+    best = {"samples_per_s": 12345.0}
+    states = [{**study, "state": "running"}, {**study, "state": "running"}, {**study, "state": "running"},
+              {**study, "state": "running", "launches_done": 1, "best": best},
+              {**study, "state": "running", "launches_done": 1, "best": best},
+              {**study, "state": "confirming", "launches_done": 2, "best": best},
+              {**study, "state": "done", "launches_done": 2, "best": best}]  # fmt: skip
+    assert demo._follow(_Studies(states), study)["state"] == "done"
+    assert console.export_text().splitlines() == [
+        "running 0/3", "running 1/3 best 12,345 samples/s", "confirming 2/2 best 12,345 samples/s",
+        "done 2/2 best 12,345 samples/s",
+    ]  # fmt: skip
 
 
 def test_the_demos_browse_again_command_runs_as_printed(tmp_path):
