@@ -10,6 +10,7 @@ Standard library only: the pre-job hook may import it.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable
 from difflib import SequenceMatcher
@@ -52,22 +53,28 @@ HINT_NAMES = 5  # published names a "not published" answer suggests: a hint, nev
 
 def published_hint(cluster: str, workload: str, published: Iterable[tuple[str, str]]) -> str:
     """Why (cluster, workload) finds nothing, said against what is published: whether the cluster has any
-    config at all, and the few published cluster/workload names closest to the one asked, the cluster's
-    own first. A typo'd AUTOTUNER_CLUSTER in a hook.env untunes every job that reads it; the answer
+    config at all, and the few published cluster/workload names closest to the one asked (of the cluster
+    asked, when it has any). A typo'd AUTOTUNER_CLUSTER in a hook.env untunes every job that reads it; the answer
     that says "no config published" is where the typo shows. Suggestions only: `autotuner configs` and
     GET /v1/configs (read scope, as the fetch) list everything."""
     pairs = sorted(set(published))
     if not pairs:
         return "none is published yet"
-    asked = f"{cluster}/{workload}"
-    ranked = sorted(
-        pairs, key=lambda p: (p[0] != cluster, -SequenceMatcher(None, asked, f"{p[0]}/{p[1]}").ratio(), p)
-    )
-    closest = ", ".join(f"{c}/{w}" for c, w in ranked[:HINT_NAMES]) + (
-        ", ..." if len(ranked) > HINT_NAMES else ""
-    )
-    if all(c != cluster for c, _ in pairs):
+    workloads: dict[str, list[str]] = {}
+    for c, w in pairs:
+        workloads.setdefault(c, []).append(w)
+    # Named cluster by cluster (the asked one, else the closest few), so a 404 compares the asked names
+    # with each distinct name once, not with every published pair (seconds of CPU at 10k configs).
+    clusters = [cluster] if cluster in workloads else _closest(cluster, list(workloads))
+    ranked = [(c, w) for c in clusters for w in _closest(workload, workloads[c])][:HINT_NAMES]
+    closest = ", ".join(f"{c}/{w}" for c, w in ranked) + (", ..." if len(pairs) > len(ranked) else "")
+    if cluster not in workloads:
         return f"no config is published for cluster {cluster} at all; closest published: {closest}"
     if (cluster, workload) not in pairs:
         return f"cluster {cluster} is known, workload {workload} is not published for it; closest published: {closest}"
     return f"published: {closest}"  # the pair is, at other node counts than asked
+
+
+def _closest(name: str, names: list[str]) -> list[str]:
+    """The HINT_NAMES of `names` most like `name`, the most alike first."""
+    return heapq.nsmallest(HINT_NAMES, names, key=lambda x: (-SequenceMatcher(None, name, x).ratio(), x))

@@ -24,7 +24,7 @@ from api.schemas import (
     salvaged,
 )
 from autotuner.cli.claim_report import evidence_claim
-from autotuner.job.exports import MEDIA_TYPES, NOT_PUBLISHED_HEADER
+from autotuner.job.exports import MEDIA_TYPES
 from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, published_hint
 from autotuner.store import ServedChanged, ValidationTrigger
@@ -80,8 +80,7 @@ def _claim(config: dict) -> Any:
     "/{cluster}/{workload}",
     response_model=ConfigPublic,
     responses={200: {"content": {"text/plain": {}}, "description": "the config (JSON, or export lines)"},
-               404: {"description": "nothing published for this cluster and workload (header `X-Autotuner-Config: none`; "
-                           "`detail` says whether the cluster has any config and names the closest published)"},
+               404: {"description": "nothing published for this cluster and workload (`detail` says whether the cluster has any config and names the closest published)"},
                503: {"description": "the store did not answer and nothing for this key is loaded (Retry-After)"},
                500: {"description": "the config published for it cannot be served (why, in `detail`)"}},
 )  # fmt: skip
@@ -135,14 +134,12 @@ async def fetch(
 
 def _not_published(cluster: str, workload: str, published: list[tuple[str, str]]) -> HTTPException:
     """The 404 of a key with nothing published, in words that show a typo (whether the cluster has any
-    config, the few closest published names: a read token may list them all with GET /v1/configs), and
-    marked as the service's own (NOT_PUBLISHED_HEADER): the hook drops its cached config on this answer
-    only, never on a 404 that some other server at its address gave."""
+    config, the few closest published names: a read token may list them all with GET /v1/configs). The
+    hook drops its cached config on these words for the key it asked only, never on a 404 that some other
+    server at its address gave."""
     hint = published_hint(cluster, workload, published)
     return HTTPException(
-        404,
-        f"no config published for {cluster}/{workload} ({hint}; GET /v1/configs lists them)",
-        headers=dict([NOT_PUBLISHED_HEADER]),
+        404, f"no config published for {cluster}/{workload} ({hint}; GET /v1/configs lists them)"
     )
 
 

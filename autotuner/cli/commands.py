@@ -508,7 +508,8 @@ def _progress_bar(total: int) -> Iterator[Any]:
 
         def ended(launch: Any, rows: list[Any]) -> None:
             status = _launch_status(launch, rows, best_yet)
-            if launch.kind in (LaunchKind.BASELINE, LaunchKind.SEARCH):
+            # a launch tried again counts once, as the study's budget counts it (a bar at 3/2 otherwise)
+            if launch.kind in (LaunchKind.BASELINE, LaunchKind.SEARCH) and launch.attempt == 1:
                 bar.advance(task)
             bar.update(task, status=status)
 

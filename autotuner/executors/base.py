@@ -23,6 +23,10 @@ from autotuner.executors.results import ResultError, parse_result
 from autotuner.limits import limits
 from trials.result import UNWRITTEN
 
+# A trial that could not write its result (a full disk): measured nothing, and run again at once would
+# meet the same disk.
+RESULT_UNWRITTEN = "its result could not be written"
+
 T = TypeVar("T")
 
 
@@ -96,6 +100,9 @@ class Description:
     # Ended, but what it left in the launch directory is not visible here yet (a network file system's
     # cache can hide a file a node just wrote): polled again, up to the executor's `settle_s`.
     settling: bool = False
+    # Ended by the executor's own rule for a launch that never ran (a Kubernetes Job whose deadline
+    # passed in the queue), as queue_timeout_s gives one up: not to be queued again.
+    given_up: bool = False
 
 
 @dataclass
@@ -165,7 +172,7 @@ class Executor(ABC):
         log tail says (None: nothing says so, and the launch failed): the trial could not write its
         result (a full disk). An executor adds its backend's own words for a trial it kept from starting."""
         unwritten = _unwritten(log)
-        return f"its result could not be written: {unwritten}" if unwritten else None
+        return f"{RESULT_UNWRITTEN}: {unwritten}" if unwritten else None
 
     def logs(self, backend_id: str, launch: LaunchRequest, tail_lines: int = 60) -> str:
         return log_tail(launch.log_path, tail_lines)
@@ -261,7 +268,7 @@ class Executor(ABC):
             and now - clock.started > self.queue_timeout_s
         ):
             left = self.cancel(backend_id, launch)
-            reason = _also(
+            reason = also_left(
                 f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}", left
             )
             return Outcome(
@@ -271,7 +278,9 @@ class Executor(ABC):
             # Not one readable answer for a whole run's time: given up, not a timeout (nothing says it
             # ran on: its env config is not to blame; the controller or the API may be down).
             left = self.cancel(backend_id, launch)
-            reason = _also(f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}", left)
+            reason = also_left(
+                f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}", left
+            )
             return Outcome(
                 LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
             )
@@ -286,7 +295,7 @@ class Executor(ABC):
                 LaunchState.TIMEOUT,
                 backend_id,
                 result,
-                _also(
+                also_left(
                     f"killed after the {launch.timeout_s:.0f} s timeout ({self.how_cancelled(backend_id)})",
                     left,
                 ),
@@ -345,11 +354,11 @@ class Executor(ABC):
             log = ""
         elif log is None:
             log = self.logs(backend_id, launch)
-        return Outcome(state, backend_id, result, reason, log)
+        return Outcome(state, backend_id, result, reason, log, given_up=desc.given_up)
 
 
-def _also(reason: str, left: str | None) -> str:
-    """A given-up launch's reason, and what its cancel may have left running (`Executor.cancel`)."""
+def also_left(reason: str, left: str | None) -> str:
+    """Why a launch was cancelled, and what its cancel may have left running (`Executor.cancel`)."""
     return f"{reason}; {left}" if left else reason
 
 

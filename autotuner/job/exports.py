@@ -22,10 +22,6 @@ MEDIA_TYPES = {
     "env": "text/plain; charset=utf-8",
     "slurm": "text/plain; charset=utf-8",
 }
-# The service's own "nothing published for this key" (a 404) carries this header: the hook drops its
-# cached config on that answer alone. A 404 from anything else at the server's address (another web app,
-# an ingress's default backend, a wrong path prefix) is trouble, and the cache is served.
-NOT_PUBLISHED_HEADER = ("X-Autotuner-Config", "none")
 # Everything a config sets beside the NCCL variables travels as AUTOTUNER_* so a training script can
 # adopt it (autotuner.job.qcomms turns them into TorchRec objects).
 AUTOTUNER_KEYS = {

@@ -15,8 +15,8 @@ name, a name with '=', a value with a newline or a NUL, ...) is dropped, with wh
 takes together with it, named on stderr and in a comment line. Only a checked config is ever used,
 printed or cached. Trouble is said by its cause: a refused token or request (with the service's
 `detail`), a malformed answer, a service unreachable; names and a node count the service would refuse
-are said before asking. Only the service's own 404 (NotPublished: its shape and header) means nothing is
-published and forgets the cached config; a 404 from anything else at that address is trouble too.
+are said before asking. Only the service's own 404 (NotPublished: its words for the key asked) means
+nothing is published and forgets the cached config; a 404 from anything else at that address is trouble too.
 `https://` servers are verified against the system's CAs, or the file AUTOTUNER_CA_FILE names.
 
 It says what the job runs on (autotuner.job.fingerprint: driver, GPU model, NCCL and aws-ofi-nccl from
@@ -49,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autotuner.job.exports import FORMATS, NOT_PUBLISHED_HEADER, checked_config, mismatch_note, render
+from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
 from autotuner.job.fingerprint import HEADER, compare, encode, stack_changed, timed_detect
 from autotuner.names import BadName, is_name
 from autotuner.text import printable
@@ -334,11 +334,10 @@ EXCERPT_CHARS = 160  # what of an answer not the service's is said: enough to te
 
 def _not_published(exc: urllib.error.HTTPError, asked: str) -> NotPublished:
     """A 404 is the service's "nothing published" only in its exact shape: JSON whose `detail` is `asked`
-    ("no config published for c/w") and the service's hint in parentheses, under NOT_PUBLISHED_HEADER.
-    From a service older than that header, the `detail` exactly `asked` (no hint, no header) is still
-    believed: withdrawing a config must keep working while the hooks are upgraded first, and no other
-    server says those words for this key in FastAPI's shape. Anything else raises NotTheService: a
-    misrouted 404 would have dropped the cache just before the outage it is kept for."""
+    ("no config published for c/w"), then the service's hint in parentheses (an older service's: no
+    hint). No other server says those words for this key in FastAPI's shape, and a header a proxy may drop
+    would leave a withdrawn config served from the cache for ever. Anything else raises NotTheService: a misrouted 404 would have dropped the cache just before the
+    outage it is kept for."""
     kind = exc.headers.get("Content-Type", "")
     raw = exc.read(64 << 10)  # within the fetch's deadline; a 1 MB error page is not read whole
     try:
@@ -349,8 +348,7 @@ def _not_published(exc: urllib.error.HTTPError, asked: str) -> NotPublished:
         )
     except Exception:  # not JSON, not an object, cut at 64 KiB
         detail = None
-    marked = exc.headers.get(NOT_PUBLISHED_HEADER[0], "").strip() == NOT_PUBLISHED_HEADER[1]
-    if isinstance(detail, str) and (detail == asked or (marked and detail.startswith(asked + " ("))):
+    if isinstance(detail, str) and (detail == asked or detail.startswith(asked + " (")):
         return NotPublished(_clipped(printable(detail), MAX_DETAIL_CHARS))
     url = printable(urllib.parse.urlsplit(exc.url or "")._replace(query="").geturl())
     raise NotTheService(f"HTTP 404 from {_clipped(url, EXCERPT_CHARS)}, not the config service's answer "

@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
-from autotuner.executors.base import LaunchState, SubmitLater
+from autotuner.executors.base import RESULT_UNWRITTEN, LaunchState, SubmitLater, also_left
 from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, LaunchKind
 from autotuner.tuning.context import StudyContext
@@ -117,9 +117,22 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
                                 error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
         raise
-    log.info("study %s: launch %s %s: trying it again (attempt %d of %d)", ctx.study_id, launch.seq,
-             outcome.reason or "was cancelled", launch.attempt + 1, ctx.settings.max_attempts)  # fmt: skip
-    return run_launch(ctx, plan, search, attempt=launch.attempt + 1)
+    said = (f"launch {launch.seq} {launch.kind} was cancelled ({outcome.reason or 'by its cluster'}): trying "
+            f"it again (attempt {launch.attempt + 1} of {ctx.settings.max_attempts})")  # fmt: skip
+    log.info("study %s: %s", ctx.study_id, said)
+    ctx.progress.on_note(said)
+    return run_again(ctx, launch, plan, search)
+
+
+def run_again(
+    ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Search | None
+) -> list[Candidate]:
+    """`launch` run again, as its next attempt: its stored spec and node count (a plan rebuilt on resume
+    knows only its env and points), `plan` saying what the search asked of it."""
+    ctx.lease.beat(force=True)
+    retry = ctx.store.add_launch(study_id=ctx.study_id, kind=launch.kind, env=launch.env, spec=launch.spec,
+                                 executor=ctx.executor.name, attempt=launch.attempt + 1, nnodes=launch.nnodes)  # fmt: skip
+    return execute(ctx, retry, plan, search)
 
 
 # A launch cancelled through no fault of its config (preempted, a node lost, srun unable to reach the
@@ -131,10 +144,12 @@ RETRIED_AT_ONCE = (LaunchKind.BASELINE, LaunchKind.SEARCH, LaunchKind.QUALITY, L
 
 def tried_again(ctx: StudyContext, launch: Launch, outcome: Outcome) -> bool:
     """Whether a launch that ended so is run again now: cancelled, not given up (its queue_timeout_s,
-    an unreadable state: the cluster's answer to that is not to queue it again), attempts left."""
+    an unreadable state: the cluster's answer to that is not to queue it again), not for a full disk,
+    attempts left."""
     return (
         outcome.state == LaunchState.CANCELLED
         and not outcome.given_up
+        and not outcome.reason.startswith(RESULT_UNWRITTEN)
         and launch.kind in RETRIED_AT_ONCE
         and launch.attempt < ctx.settings.max_attempts
     )
@@ -271,7 +286,7 @@ def cancel_interrupted(
     else its job runs on, unfollowed, beside the next. A cancel not confirmed says so in the row's error."""
     left = _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                            error=f"{CTRL_C}; {left}" if left else CTRL_C)  # fmt: skip
+                            error=also_left(CTRL_C, left))  # fmt: skip
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> str | None:

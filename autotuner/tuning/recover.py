@@ -7,11 +7,11 @@ import logging
 import time
 
 from autotuner.executors import Outcome
-from autotuner.executors.base import LaunchState
+from autotuner.executors.base import LaunchState, also_left
 from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.launch import abandon_quietly, cancel_interrupted, execute, request_of, wait
+from autotuner.tuning.launch import abandon_quietly, cancel_interrupted, request_of, run_again, wait
 from autotuner.tuning.plan import PlannedLaunch
 
 log = logging.getLogger("autotuner.tuning")
@@ -81,9 +81,7 @@ def _reattach(ctx: StudyContext, launch: Launch) -> Outcome | None:
 
 def _retry(ctx: StudyContext, launch: Launch) -> None:
     points = [point_of(c) for c in launch.spec["candidates"]]
-    retry = ctx.store.add_launch(study_id=ctx.study_id, kind=launch.kind, env=launch.env, spec=launch.spec,
-                                 executor=ctx.executor.name, attempt=launch.attempt + 1, nnodes=launch.nnodes)  # fmt: skip
-    execute(ctx, retry, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), None)
+    run_again(ctx, launch, PlannedLaunch.of(launch.env, points, LaunchKind(launch.kind)), None)
 
 
 def stop_leftovers(ctx: StudyContext) -> int:
@@ -95,7 +93,7 @@ def stop_leftovers(ctx: StudyContext) -> int:
         error = "its study ended while no runner followed it: cancelled"
         if launch.backend_id:
             running = ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
-            error = f"{error}; {running}" if running else error
+            error = also_left(error, running)
         else:
             abandon_quietly(ctx, request_of(ctx, launch))
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),

@@ -91,7 +91,7 @@ def test_exec_runs_the_command_though_the_cache_cannot_be_read_nor_written(tmp_p
 
 
 def test_a_withdrawn_config_is_said_though_the_cache_cannot_forget_it(tmp_path, serve):  # noqa: F811
-    # a service from before the X-Autotuner-Config header: its plain detail is believed
+    # a service from before the hint: its plain detail is believed
     server = serve({"detail": "no config published for c/w"}, status=404)
     proc, _ = run_hung(tmp_path / "cache", "env", "--server", server.url, "--cluster", "c", "--workload",
                        "w", "--timeout", "5")  # fmt: skip

@@ -543,7 +543,7 @@ HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\u202e\r\n"  # a clipboard write, a 
     [
         ((HOSTILE * 70_000).encode(), "text/html", {}, "HTTP 404 from http://127.0.0.1:"),
         (json.dumps({"detail": "no config published for c/w (" + HOSTILE * 500 + ")"}).encode(),
-         "application/json", {"X-Autotuner-Config": "none"}, "no config published for c/w (\\x1b]52;c;"),
+         "application/json", {}, "no config published for c/w (\\x1b]52;c;"),
     ],
     ids=["another-servers-1MB-page", "the-services-shape-with-a-hostile-detail"],
 )  # fmt: skip

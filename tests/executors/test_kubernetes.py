@@ -1422,6 +1422,7 @@ def test_a_job_past_its_deadline_with_pods_still_queued_never_ran(cluster):
     outcome = ex.wait(job, request, started=time.monotonic(), poll_s=0.01)
     assert outcome.state == LaunchState.CANCELLED
     assert outcome.reason == f"{NEVER_RAN}: pod {pod0} unschedulable: {NO_GPUS}"
+    assert outcome.given_up  # its queue allowance spent: a study does not queue it again for another day
 
 
 def test_a_job_whose_pods_are_gone_at_its_deadline_never_ran_if_its_last_poll_saw_it_queued(

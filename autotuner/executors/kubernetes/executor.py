@@ -244,7 +244,7 @@ class KubernetesExecutor(Executor):
             queued = self._never_ran(backend_id, launch.nnodes)
             if queued:  # nothing was measured: not the env config's failure (no quarantine)
                 desc = Description(LaunchState.CANCELLED, None, f"never ran: still queued when its Job "
-                                   f"reached activeDeadlineSeconds ({desc.reason}): {queued}")  # fmt: skip
+                                   f"reached activeDeadlineSeconds ({desc.reason}): {queued}", given_up=True)  # fmt: skip
         if desc.state in (LaunchState.FAILED, LaunchState.TIMEOUT):
             desc = self._ended(backend_id, desc, failed_by_policy(job.status))
         if desc.state.is_terminal():
