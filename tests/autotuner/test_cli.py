@@ -411,17 +411,21 @@ def test_the_tune_bar_ends_with_the_search_and_keeps_the_studys_best(monkeypatch
     def row(samples_per_s: float) -> SimpleNamespace:
         return SimpleNamespace(state="ok", samples_per_s=samples_per_s)
 
+    def launch(seq: int, kind: str, attempt: int = 1) -> SimpleNamespace:
+        return SimpleNamespace(seq=seq, kind=kind, attempt=attempt, summary={})
+
     with commands._progress_bar(5) as progress:
         progress.on_phase("baseline")
-        progress.on_launch_end(SimpleNamespace(seq=1, kind="baseline", summary={}), [row(27_000.0)])
+        progress.on_launch_end(launch(1, "baseline"), [row(27_000.0)])
         progress.on_phase("search")
-        progress.on_launch_end(SimpleNamespace(seq=2, kind="search", summary={}), [row(68_000.0)])
-        progress.on_launch_end(SimpleNamespace(seq=3, kind="search", summary={}), [row(40_000.0)])
+        progress.on_launch_end(launch(2, "search"), [row(68_000.0)])
+        progress.on_launch_end(launch(3, "search"), [SimpleNamespace(state="failed", samples_per_s=None)])
+        progress.on_launch_end(launch(4, "search", attempt=2), [row(40_000.0)])  # 3, cancelled, again
         progress.on_phase("confirm")
     drawn = console.export_text().strip()  # a terminal's redraws, recorded one after another
     last = "confirm " + drawn.rpartition("confirm ")[2]
     assert " 3/3 " in last  # the search ended after 3 of the 5 launches budgeted: the bar ends there
-    assert last.endswith("launch 3 search: 1/1 ok, 40,000 samples/s (best so far 68,000)")
+    assert last.endswith("launch 4 search: 1/1 ok, 40,000 samples/s (best so far 68,000)")
 
 
 def test_lint_says_each_problem_in_a_table_with_its_severity_and_counts_them():
