@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from difflib import SequenceMatcher
 
+from autotuner.text import shortened
+
 NAME_MAX_LEN = 128
 NAME_RULE = "1-128 characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
 # For JSON schemas and pydantic (whose Rust engine reads `$` as the end of the text); code calls
@@ -44,8 +46,7 @@ def check_name(kind: str, value: object) -> str:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shortened(repr(value), 60)
 
 
 HINT_NAMES = 5  # published names a "not published" answer suggests: a hint, never the whole listing

@@ -17,6 +17,11 @@ def printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else _escape(c) for c in text)
 
 
+def shortened(text: str, limit: int) -> str:
+    """`text`, cut to at most `limit` characters, the cut said by "..."."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def printable_lines(text: str) -> str:
     """Printable ASCII that keeps its line breaks: a multi-line message (a traceback) as it reads."""
     return "\n".join(printable(line) for line in text.split("\n"))

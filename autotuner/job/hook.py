@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 from autotuner.job.exports import FORMATS, checked_config, mismatch_note, render
 from autotuner.job.fingerprint import HEADER, compare, encode, stack_changed, timed_detect
 from autotuner.names import BadName, is_name
-from autotuner.text import printable
+from autotuner.text import printable, shortened
 
 DEFAULT_TIMEOUT_S = 1.5  # the whole fetch; the hook's bound (2 s) leaves room for start-up
 MAX_TIMEOUT_S = 10.0  # a job's start waits at most this long on the service, whatever --timeout says
@@ -328,6 +328,7 @@ def _read(request: urllib.request.Request, ca_file: str | None, timeout_s: float
         raise Malformed(f"not JSON: {str(exc)[:120]}") from None
 
 
+ERROR_BODY_BYTES = 64 << 10  # what of an error answer is read: its detail is a sentence or a few
 MAX_DETAIL_CHARS = 600  # what of a 404's detail is said: the service's hint names 5 cluster/workload pairs
 EXCERPT_CHARS = 160  # what of an answer not the service's is said: enough to tell which app it was
 
@@ -336,23 +337,16 @@ def _not_published(exc: urllib.error.HTTPError, asked: str) -> NotPublished:
     """A 404 is the service's "nothing published" only in its exact shape: JSON whose `detail` is `asked`
     ("no config published for c/w"), then the service's hint in parentheses (an older service's: no
     hint). No other server says those words for this key in FastAPI's shape, and a header a proxy may drop
-    would leave a withdrawn config served from the cache for ever. Anything else raises NotTheService: a misrouted 404 would have dropped the cache just before the
-    outage it is kept for."""
+    would leave a withdrawn config served from the cache for ever. Anything else raises NotTheService: a
+    misrouted 404 would have dropped the cache just before the outage it is kept for."""
     kind = exc.headers.get("Content-Type", "")
-    raw = exc.read(64 << 10)  # within the fetch's deadline; a 1 MB error page is not read whole
-    try:
-        detail = (
-            json.loads(raw).get("detail")
-            if kind.split(";")[0].strip().lower() == "application/json"
-            else None
-        )
-    except Exception:  # not JSON, not an object, cut at 64 KiB
-        detail = None
+    raw = exc.read(ERROR_BODY_BYTES)  # within the fetch's deadline; a 1 MB error page is not read whole
+    detail = _detail(raw) if kind.split(";")[0].strip().lower() == "application/json" else None
     if isinstance(detail, str) and (detail == asked or detail.startswith(asked + " (")):
-        return NotPublished(_clipped(printable(detail), MAX_DETAIL_CHARS))
+        return NotPublished(shortened(printable(detail), MAX_DETAIL_CHARS))
     url = printable(urllib.parse.urlsplit(exc.url or "")._replace(query="").geturl())
-    raise NotTheService(f"HTTP 404 from {_clipped(url, EXCERPT_CHARS)}, not the config service's answer "
-                        f"({_clipped(printable(kind), 60) or 'no content type'}: {_excerpt(raw)})")  # fmt: skip
+    raise NotTheService(f"HTTP 404 from {shortened(url, EXCERPT_CHARS)}, not the config service's answer "
+                        f"({shortened(printable(kind), 60) or 'no content type'}: {_excerpt(raw)})")  # fmt: skip
 
 
 def _excerpt(raw: bytes) -> str:
@@ -360,11 +354,7 @@ def _excerpt(raw: bytes) -> str:
     control and format characters (escapes, bidi overrides) left out, the rest printable ASCII."""
     text = raw[: EXCERPT_CHARS * 4].decode("utf-8", "replace")
     text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return f'"{_clipped(printable(text), EXCERPT_CHARS)}"' if text else "an empty body"
-
-
-def _clipped(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return f'"{shortened(printable(text), EXCERPT_CHARS)}"' if text else "an empty body"
 
 
 def _what_it_said(exc: urllib.error.HTTPError) -> str:
@@ -373,12 +363,21 @@ def _what_it_said(exc: urllib.error.HTTPError) -> str:
     if 300 <= exc.code < 400:
         return f"a redirect to {exc.headers.get('Location', 'nowhere said')}, which the hook never follows"
     try:
-        detail = json.loads(exc.read(64 << 10)).get("detail")
-    except Exception:  # no body, not JSON, not an object: the status says it
-        detail = None
+        body = exc.read(ERROR_BODY_BYTES)
+    except Exception:  # cut off on the way: the status says it
+        body = b""
+    detail = _detail(body)
     if isinstance(detail, list):
         detail = "; ".join(_one_error(item) for item in detail[:5])
     return printable(str(detail if detail else exc.reason))[:300]
+
+
+def _detail(body: bytes) -> Any:
+    """An error answer's JSON `detail` (FastAPI's), or None: no body, not JSON, not an object."""
+    try:
+        return json.loads(body).get("detail")
+    except Exception:  # cut at ERROR_BODY_BYTES, a page of HTML, a list
+        return None
 
 
 def _one_error(item: object) -> str:

@@ -460,15 +460,16 @@ class _Cancel:
         it may still run. A poll nobody answered confirms nothing."""
         while True:
             try:
-                info, why = self.ex.job_info(self.job_id, until=self.limit), ""
+                info = self.ex.job_info(self.job_id, until=self.limit)
             except _Unreachable as exc:
-                info, why = JobInfo("UNKNOWN"), f"Slurm did not answer whether it ended ({exc})"
-            if info is None or _job_ended(info):
-                return None
+                why = f"Slurm did not answer whether it ended ({exc})"
+            else:
+                if info is None or _job_ended(info):
+                    return None
+                why = f"Slurm still says {info.state}"
             if not self._open():
                 break
             self._pause()
-        why = why or f"Slurm still says {info.state}"
         grace = self.ex.cancel_grace_s
         log.warning("Slurm job %s not seen ended %.0f s after scancel: %s", self.job_id, grace, why)
         return (f"Slurm job {self.job_id} may still run: {why} {grace:.0f} s after scancel; check `squeue "
