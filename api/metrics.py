@@ -33,6 +33,11 @@ class StoreCollector(Collector):
                 trials.add_metric([state], n)
         yield studies
         yield trials
+        left = GaugeMetricFamily("autotuner_launches_left_running",
+                                 "Ended launches whose cancel was not confirmed: they may still hold nodes (the "
+                                 "scheduler cancels them again until they are seen ended)")  # fmt: skip
+        left.add_metric([], self.store.count_left_running())
+        yield left
 
 
 class ValidationCollector(Collector):

@@ -116,6 +116,7 @@ class Outcome:
     log_tail: str = ""
     request: str = ""
     given_up: bool = False  # cancelled by its queue_timeout_s or an unreadable state: not to run again
+    left_running: str | None = None  # its cancel not confirmed: what may still run (`Executor.cancel`)
 
 
 class SubmitLater(RuntimeError):
@@ -271,9 +272,8 @@ class Executor(ABC):
             reason = also_left(
                 f"still queued after {self.queue_timeout_s:.0f} s (queue_timeout_s): {desc.reason}", left
             )
-            return Outcome(
-                LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
-            )
+            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch),
+                           given_up=True, left_running=left)  # fmt: skip
         if clock.blind_since is not None and now - clock.blind_since > launch.timeout_s:
             # Not one readable answer for a whole run's time: given up, not a timeout (nothing says it
             # ran on: its env config is not to blame; the controller or the API may be down).
@@ -281,9 +281,8 @@ class Executor(ABC):
             reason = also_left(
                 f"its state could not be read for {launch.timeout_s:.0f} s: {desc.reason}", left
             )
-            return Outcome(
-                LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch), given_up=True
-            )
+            return Outcome(LaunchState.CANCELLED, backend_id, None, reason, self.logs(backend_id, launch),
+                           given_up=True, left_running=left)  # fmt: skip
         if (
             desc.state != LaunchState.UNKNOWN  # said to run on (or queued again), not merely unread
             and clock.running_since is not None
@@ -300,6 +299,7 @@ class Executor(ABC):
                     left,
                 ),
                 self.logs(backend_id, launch),
+                left_running=left,
             )
         return None
 

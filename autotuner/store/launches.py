@@ -108,6 +108,29 @@ class LaunchRecords(StoreBase):
                 query = query.where(Launch.state.in_(states))
             return list(s.scalars(query))
 
+    def left_running(self, *, after_id: int = 0, limit: int = 100) -> list[Launch]:
+        """Ended launches whose cancel was not confirmed (`Launch.left_running`), by id from `after_id`:
+        the study queue cancels each again until its backend says it ended."""
+        with self.session() as s:
+            query = (
+                select(Launch)
+                .options(defer(Launch.log_tail))
+                .where(Launch.left_running.is_not(None), Launch.backend_id.is_not(None), Launch.id > after_id)
+                .order_by(Launch.id)
+                .limit(limit)
+            )
+            rows = list(s.scalars(query))
+            for row in rows:  # deferred, and never to be loaded from a closed session
+                set_committed_value(row, "log_tail", None)
+            return rows
+
+    def count_left_running(self) -> int:
+        with self.session() as s:
+            return (
+                s.scalar(select(func.count()).select_from(Launch).where(Launch.left_running.is_not(None)))
+                or 0
+            )
+
     def launch_page(
         self, study_id: int, *, states: Sequence[str] = (), ids: Sequence[int] = (), newest_first: bool = False,
         limit: int = 100, offset: int = 0,

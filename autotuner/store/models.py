@@ -196,6 +196,9 @@ class Launch(Base):
     # The trial result's launch-level facts (versions, env seen, NCCL effective, setup and wall time).
     summary: Mapped[dict[str, Any] | None] = mapped_column(StoredJSON)
     error: Mapped[str | None] = mapped_column(Text)
+    # Ended, but its cancel was not confirmed: what may still run (the study queue cancels it again
+    # until the backend says it ended, then clears this).
+    left_running: Mapped[str | None] = mapped_column(Text)
     log_tail: Mapped[str | None] = mapped_column(Text)
     waiting_on: Mapped[str | None] = mapped_column(Text)  # while queued: why, in the scheduler's words
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

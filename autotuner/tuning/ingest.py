@@ -34,6 +34,7 @@ def ingest(
     ctx.lease.beat(force=True)  # only the lease's holder records (a runner paused past it has a successor)
     saved = ctx.store.finish_launch(launch.id, rows, state=outcome.state.value, finished_at=ctx.store.now(), summary=summary,
                                     error=clip(outcome.reason) if outcome.reason else None,
+                                    left_running=outcome.left_running,
                                     log_tail=clip(outcome.log_tail) if outcome.log_tail else None)  # fmt: skip
     if saved is None:
         raise StudyBusy(f"launch {launch.seq} of study {ctx.study_id} was recorded by another runner")

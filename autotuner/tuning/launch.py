@@ -27,6 +27,7 @@ from autotuner.tuning.lease import (
 )
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.search import Search
+from autotuner.tuning.settings import StudySettings
 from trials.spec import parse_spec
 
 log = logging.getLogger("autotuner.tuning")
@@ -51,15 +52,20 @@ def spec_of(ctx: StudyContext, plan: PlannedLaunch) -> dict[str, Any]:
 
 
 def request_of(ctx: StudyContext, launch: Launch) -> LaunchRequest:
+    return launch_request(ctx.study_id, ctx.settings, launch)
+
+
+def launch_request(study_id: int, settings: StudySettings, launch: Launch) -> LaunchRequest:
+    """What a stored launch was submitted as: the request its executor follows, collects and cancels."""
     return LaunchRequest(
-        name=f"s{ctx.study_id}-l{launch.seq}",
+        name=f"s{study_id}-l{launch.seq}",
         spec=launch.spec,
         env=launch.env,
-        workdir=ctx.workdir / f"launch-{launch.seq:04d}",
-        nproc_per_node=ctx.settings.nproc_per_node,
-        nnodes=launch.nnodes or ctx.settings.nnodes,
-        timeout_s=ctx.settings.launch_timeout_s,
-        options=ctx.settings.executor_options,
+        workdir=settings.study_dir(study_id) / f"launch-{launch.seq:04d}",
+        nproc_per_node=settings.nproc_per_node,
+        nnodes=launch.nnodes or settings.nnodes,
+        timeout_s=settings.launch_timeout_s,
+        options=settings.executor_options,
     )
 
 
@@ -112,10 +118,11 @@ def execute(ctx: StudyContext, launch: Launch, plan: PlannedLaunch, search: Sear
             raise StoreUnavailable(f"the store did not answer: {type(exc).__name__}: {exc}") from exc
         if stage == SUBMITTING and (full := disk_full(exc)) is not None:
             raise not_submitted(ctx, launch, full, exc) from exc
-        if stage == FOLLOWING:  # nobody will follow it now: it must not run on beside the next launch
-            _cancel_quietly(ctx, backend_id, request)
+        # nobody will follow it now: it must not run on beside the next launch
+        left = _cancel_quietly(ctx, backend_id, request) if stage == FOLLOWING else None
         ctx.store.update_launch(launch.id, state=LaunchState.FAILED, finished_at=ctx.store.now(),
-                                error=clip(f"{stage}: {type(exc).__name__}: {exc}"))  # fmt: skip
+                                error=clip(also_left(f"{stage}: {type(exc).__name__}: {exc}", left)),
+                                left_running=left)  # fmt: skip
         raise
     said = (f"launch {launch.seq} {launch.kind} was cancelled ({outcome.reason or 'by its cluster'}): trying "
             f"it again (attempt {launch.attempt + 1} of {ctx.settings.max_attempts})")  # fmt: skip
@@ -260,7 +267,7 @@ def heartbeat(
     except StudyCancelled:
         left = on_cancel()
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                                **({"error": left} if left else {}))  # fmt: skip
+                                left_running=left, **({"error": left} if left else {}))  # fmt: skip
         raise
     except Exception as exc:
         if not store_unavailable(exc):
@@ -286,7 +293,7 @@ def cancel_interrupted(
     else its job runs on, unfollowed, beside the next. A cancel not confirmed says so in the row's error."""
     left = _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                            error=also_left(CTRL_C, left))  # fmt: skip
+                            error=also_left(CTRL_C, left), left_running=left)  # fmt: skip
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> str | None:
@@ -297,9 +304,9 @@ def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRe
         return None
     try:
         left = ctx.executor.cancel(backend_id, request)
-    except Exception:
+    except Exception as exc:  # nothing confirmed: it may run on, as after a cancel that said so
         log.warning("study %s: could not cancel %s after an error", ctx.study_id, backend_id, exc_info=True)
-        return None
+        return clip(f"{backend_id} may still run: its cancel failed ({type(exc).__name__}: {exc})")
     if left is not None:
         log.warning("study %s: launch %s: %s", ctx.study_id, request.name, left)
     return left

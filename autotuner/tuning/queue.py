@@ -1,6 +1,7 @@
 """The study queue: runs queued studies (and resumes interrupted ones), one at a time, then queued
 re-validations of published configs, and asks for the re-validations the schedule says are due.
 
+Between studies it also cancels again the launches whose cancel was not confirmed (left_running.py).
 When idle, it also removes the launch directories of ended studies that are old enough, if the
 operator said after how long (the service's AUTOTUNER_PRUNE_RUNS_AFTER).
 
@@ -31,6 +32,7 @@ from autotuner.tuning.lease import (
     owner_is_dead,
     store_unavailable,
 )
+from autotuner.tuning.left_running import LeftRunning
 from autotuner.tuning.prune import prune
 from autotuner.tuning.revalidate import run_pending, schedule_due
 from autotuner.tuning.settings import StudySettings
@@ -68,6 +70,7 @@ class StudyQueue:
         self._thread: threading.Thread | None = None
         self._away_since: float | None = None  # since when the store has not answered a tick
         self.full_disks = FullDisks()  # studies and re-validations a full disk stopped: tried again later
+        self.left_running = LeftRunning(store, make_executor)  # launches whose cancel was not confirmed
 
     @property
     def alive(self) -> bool:
@@ -96,6 +99,7 @@ class StudyQueue:
 
     def run_once(self) -> bool:
         self.stop_leftovers()
+        self.left_running.check()
         for study in self.runnable():
             if self.full_disks.waiting(("study", study.id)):
                 continue

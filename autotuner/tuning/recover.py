@@ -90,12 +90,12 @@ def stop_leftovers(ctx: StudyContext) -> int:
     states = [LaunchState.PENDING.value, LaunchState.RUNNING.value]
     left = [x for x in ctx.store.launches(ctx.study_id, states=states) if x.kind != LaunchKind.REVALIDATE]
     for launch in left:
-        error = "its study ended while no runner followed it: cancelled"
+        error, running = "its study ended while no runner followed it: cancelled", None
         if launch.backend_id:
             running = ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
             error = also_left(error, running)
         else:
             abandon_quietly(ctx, request_of(ctx, launch))
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
-                                error=error)  # fmt: skip
+                                error=error, left_running=running)  # fmt: skip
     return len(left)

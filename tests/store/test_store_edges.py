@@ -22,7 +22,7 @@ from tests.helpers import skip_or_fail
 
 runner = CliRunner()
 FIELDS = dict(env={}, fwd_precision="fp16", bwd_precision="fp16", batch_size=512, sharding="table_wise")
-NEWER = "this store was written by a newer nccl-autotuner (schema 0015; this version knows up to 0014): upgrade nccl-autotuner"
+NEWER = "this store was written by a newer nccl-autotuner (schema 0016; this version knows up to 0015): upgrade nccl-autotuner"
 HUGE = "99999999999999999999"
 
 
@@ -39,7 +39,7 @@ def written_by_a_newer_version(url: str) -> None:
     published(url)
     engine = make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0015'"))
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '0016'"))
     engine.dispose()
 
 

@@ -1,0 +1,149 @@
+"""A launch whose cancel was not confirmed (a scancel that did not reach the controller) keeps what may
+still run on its row, and the study queue cancels it again until its backend says it ended. Before, the
+sentence in its error was all: the job could hold GPU nodes until its time limit."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings
+from autotuner.executors import Description, LaunchRequest, LaunchState
+from autotuner.store import Store, StudyState
+from autotuner.tuning import StudyDriver, left_running
+from autotuner.tuning.queue import StudyQueue
+from tests.autotuner.test_driver import study_with
+from tests.tuning.test_interrupted_launch import LEFT, Queued, Recording, StoppedAt
+
+
+class Answers(Recording):
+    """A replay executor whose cancels answer, in turn, what `answers` says (None: seen ended)."""
+
+    def __init__(self, *answers: str | None | Exception) -> None:
+        super().__init__()
+        self.answers = list(answers)
+
+    def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
+        self.cancelled.append((backend_id, launch.name))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def left_by_a_cancelled_study(store: Store, tmp_path, name: str = "left", backend_id: str = "12"):
+    """A launch the queue stopped for its cancelled study, its cancel not confirmed."""
+    study = study_with(store, tmp_path, name=name)
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="running", backend_id=backend_id)
+    store.move_study(study.id, StudyState.CANCELLED)
+    return study, launch
+
+
+def test_a_cancel_not_confirmed_is_sent_again_until_the_job_is_seen_ended(store: Store, tmp_path):
+    study, launch = left_by_a_cancelled_study(store, tmp_path)
+    still = (
+        "Slurm job 12 may still run: Slurm still says COMPLETING 30 s after scancel; check `squeue --jobs 12`"
+    )
+    executor = Answers(LEFT, still, None)
+    queue = StudyQueue(store, lambda settings: executor, poll_s=0.01)
+    queue.run_once()  # the leftover stopped, unconfirmed: then, in the same tick, the first pass
+    row = store.launch(launch.id)
+    assert (row.state, row.left_running) == ("cancelled", still)
+    assert executor.cancelled == [("12", f"s{study.id}-l1")] * 2
+    queue.run_once()  # a pass at most every CHECK_S: none yet
+    assert len(executor.cancelled) == 2
+    assert queue.left_running.check(force=True) == 1
+    row = store.launch(launch.id)
+    assert row.left_running is None
+    assert row.error == (f"its study ended while no runner followed it: cancelled; {LEFT}; "
+                         "12 since seen ended: cancelled again by the study queue")  # fmt: skip
+    assert queue.left_running.check(force=True) == 0
+    assert len(executor.cancelled) == 3  # not again once seen ended
+
+
+def test_a_cancel_that_raises_is_tried_again_and_the_others_meanwhile(store: Store, tmp_path):
+    _, first = left_by_a_cancelled_study(store, tmp_path, "first", "11")
+    _, second = left_by_a_cancelled_study(store, tmp_path, "second", "12")
+    for launch in (first, second):
+        store.update_launch(launch.id, state="cancelled", left_running=LEFT)
+    executor = Answers(RuntimeError("the controller answered something new"), None, None)
+    sweep = left_running.LeftRunning(store, lambda settings: executor)
+    assert sweep.check(force=True) == 1
+    assert (
+        store.launch(first.id).left_running
+        == "11 may still run: its cancel failed (RuntimeError: the controller answered something new)"
+    )
+    assert store.launch(second.id).left_running is None
+    assert sweep.check(force=True) == 1
+    assert store.launch(first.id).left_running is None
+
+
+def test_a_job_that_never_ends_does_not_hold_up_the_others(store: Store, tmp_path, monkeypatch):
+    """Each cancel may wait out its grace window: a pass starts no cancel past PASS_S, and the next pass
+    starts after the last one tried (else the first row alone was ever tried)."""
+    monkeypatch.setattr(left_running, "PASS_S", 0.0)
+    launches = [left_by_a_cancelled_study(store, tmp_path, f"s{i}", str(10 + i))[1] for i in range(3)]
+    for launch in launches:
+        store.update_launch(launch.id, state="cancelled", left_running=LEFT)
+    executor = Answers(LEFT, None, None, LEFT)
+    sweep = left_running.LeftRunning(store, lambda settings: executor)
+    for _ in range(4):
+        sweep.check(force=True)
+    assert [backend for backend, _ in executor.cancelled] == ["10", "11", "12", "10"]
+    assert [store.launch(x.id).left_running for x in launches] == [LEFT, None, None]
+
+
+def test_every_way_a_launch_is_cancelled_keeps_what_may_still_run(store: Store, tmp_path):
+    """Its queue timeout (the executor's own give-up), a study cancelled while it ran (the heartbeat), an
+    error while following it."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0)
+    with pytest.raises(KeyboardInterrupt):  # the runner stopped at the first search launch
+        StudyDriver(store, study.id, StoppedAt(2, KeyboardInterrupt()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [search] = [x for x in store.launches(study.id) if x.kind == "search"]
+    store.update_launch(search.id, state="running", backend_id="queued", error=None)
+    queued = Queued()
+    queued.inner.cancel = lambda backend_id, launch: LEFT  # what wait()'s give-up calls
+    StudyDriver(store, study.id, queued, poll_s=0.01).run()  # type: ignore[arg-type]
+    row = store.launch(search.id)
+    assert "queue_timeout_s" in (row.error or "")
+    assert row.left_running == LEFT
+
+    cancelled = study_with(store, tmp_path, name="cancelled", trials=1, confirm_rounds=0, ladder_rounds=0)
+
+    class CancelledWhileRunning(Recording):
+        def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+            store.move_study(cancelled.id, StudyState.CANCELLED)
+            return Description(LaunchState.RUNNING)
+
+        def wait(self, *args, **kwargs):
+            return type(self.inner).wait(self, *args, **kwargs)
+
+    executor = CancelledWhileRunning()
+    executor.left = LEFT
+    StudyDriver(store, cancelled.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    [launch] = store.launches(cancelled.id)
+    assert (launch.state, launch.error, launch.left_running) == ("cancelled", LEFT, LEFT)
+
+    unfollowed = study_with(store, tmp_path, name="unfollowed", trials=1, confirm_rounds=0, ladder_rounds=0)
+    executor = StoppedAt(1, RuntimeError("the scheduler answered something new"))
+    executor.left = LEFT
+    assert StudyDriver(store, unfollowed.id, executor, poll_s=0.01).run().state == "failed"  # type: ignore[arg-type]
+    [launch] = store.launches(unfollowed.id)
+    assert (launch.state, launch.left_running) == ("failed", LEFT)
+    assert (
+        launch.error
+        == f"it could not be followed: RuntimeError: the scheduler answered something new; {LEFT}"
+    )
+
+
+def test_the_service_counts_the_launches_that_may_still_run(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    _, launch = left_by_a_cancelled_study(store, tmp_path)
+    store.update_launch(launch.id, state="cancelled", left_running=LEFT)
+    settings = Settings(data_dir=tmp_path, scheduler=False)
+    with TestClient(create_app(settings, store=store)) as client:
+        assert "\nautotuner_launches_left_running 1.0\n" in client.get("/metrics").text
+    store.dispose()
