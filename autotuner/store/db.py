@@ -107,6 +107,10 @@ def _enter_wal(cur: Any) -> None:
             time.sleep(0.01)
 
 
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("json_serializer", stored_json)
     if is_sqlite(url):
@@ -121,6 +125,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            # A byte that is not UTF-8 (a row edited by hand) read as U+FFFD: sqlite3 raised for the whole
+            # query, and one such row stopped serving every config (its key alone is refused, as a bad name)
+            dbapi_conn.text_factory = _lenient_text
             cur = dbapi_conn.cursor()
             _enter_wal(cur)
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")

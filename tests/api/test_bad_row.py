@@ -28,7 +28,12 @@ BAD_ROWS = {
     "env is a list": "UPDATE at_configs SET env = '[1, 2]' WHERE {bad}",
     # the config's own fields set AUTOTUNER_*; from env one would be served where its field is empty
     "an AUTOTUNER_ variable in env": """UPDATE at_configs SET env = '{"AUTOTUNER_NUM_THREADS": "4"}' WHERE {bad}""",
+    # sqlite3 raised on the whole query: every key answered 503, "the store did not answer"
+    "a byte not UTF-8 in the cluster name": "UPDATE at_clusters SET name = 'evil' || x'ff' WHERE name = 'evil'",
+    "a byte not UTF-8 in a value": """UPDATE at_configs SET env = '{"NCCL_SOCKET_IFNAME": "eth' || x'ff' || '"}'
+                                      WHERE {bad}""",
 }
+UNNAMEABLE = ("newline in the cluster name", "a byte not UTF-8 in the cluster name")  # no URL names its key
 BAD_ID = "id = (SELECT max(id) FROM at_configs)"
 
 
@@ -63,10 +68,38 @@ def test_every_other_config_is_served_and_the_bad_one_says_why(tmp_path, bad_row
         listing = client.get("/v1/configs").json()
         assert sorted((c["cluster"], c["workload"]) for c in listing) == sorted(GOOD)
         assert unservable(client.get("/metrics").text) == 1
-        if bad_row != "newline in the cluster name":  # that key no URL can name
+        if bad_row not in UNNAMEABLE:
             response = client.get("/v1/configs/evil/bad")
             assert response.status_code == 500
             assert "cannot be served" in response.json()["detail"]
+    store.dispose()
+
+
+def test_a_byte_not_utf8_in_a_row_it_serves_or_lists_stops_nothing(tmp_path):
+    """In a config's note (served as is) and a study's name: read as U+FFFD, shown, and everything
+    else served and listed (one row stopped the config cache, the studies listing and /metrics)."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    populate(store, "a name with '='")
+    for name in ("fine", "edited"):
+        store.create_study(name=name, cluster="cpu-box", workload_name="plain", workload_spec={}, space={},
+                           settings={}, state="done")  # fmt: skip
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE at_configs SET note = 'hand-edited ' || x'ff' WHERE {BAD_ID}"))
+        conn.execute(text("UPDATE at_config_generation SET generation = generation + 1"))
+        conn.execute(text("UPDATE at_studies SET name = 'edited' || x'ff', state = 'done' || x'ff' "
+                          "WHERE name = 'edited'"))  # fmt: skip
+    settings = Settings(data_dir=tmp_path, tokens="r-token:read", scheduler=False)
+    with TestClient(create_app(settings, store=store), headers={"Authorization": "Bearer r-token"}) as client:
+        for cluster, workload in GOOD:
+            assert client.get(f"/v1/configs/{cluster}/{workload}").status_code == 200
+        assert unservable(client.get("/metrics").text) == 1  # the "A=B" env of the edited row
+        listed = client.get("/v1/studies")
+        assert listed.status_code == 200, listed.text
+        assert sorted((s["name"], s["state"]) for s in listed.json()["data"]) == [
+            ("edited\ufffd", "done\ufffd"),
+            ("fine", "done"),
+        ]
+        assert client.get("/metrics").status_code == 200  # studies counted by state, the odd one too
     store.dispose()
 
 
