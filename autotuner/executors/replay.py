@@ -81,9 +81,15 @@ class Landscape:
     def load(cls, path: str | Path) -> Landscape:
         """A recorded landscape; OSError if the file cannot be read, ValueError if it is not one."""
         try:
-            data = json.loads(read_bounded(Path(path), MAX_LANDSCAPE_BYTES, follow_links=True))
+            raw = read_bounded(Path(path), MAX_LANDSCAPE_BYTES, follow_links=True)
+        except OSError as exc:  # its words name the file alone ("tmp is not a regular file")
+            raise OSError(f"landscape {path}: {exc.strerror or exc}") from exc
+        try:
+            data = json.loads(raw)
         except RecursionError:
             raise ValueError(f"landscape {path}: its JSON is nested too deeply") from None
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise ValueError(f"landscape {path} is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("points"), list):
             raise ValueError(f"landscape {path}: not a recorded landscape (an object with a list of points)")
         return cls(data)

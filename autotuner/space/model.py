@@ -34,6 +34,7 @@ from autotuner.limits import limits, over
 from autotuner.space.checks import INPROC_FIELDS, SpaceError, check_declaration, schema_problems
 from autotuner.space.dims import InProcPoint, IntRange, to_env_strings
 from autotuner.space.sources import with_preset
+from autotuner.text import shortened
 from trials.choices import Pipeline, Precision, Sharding
 from trials.spec import MAX_BATCH  # a typo must not allocate a terabyte
 
@@ -201,7 +202,11 @@ def _newer_rules(space: SearchSpace) -> list[Problem]:
     stored space (accepted before these rules) only warned of, so the study resumes and its configs
     stay re-validatable."""
     problems = [
-        Problem("force_inert", "not-searched", f"{name} is not a variable of env (what this space searches)")
+        Problem(
+            "force_inert",
+            "not-searched",
+            f"{shortened(name, 80)} is not a variable of env (what this space searches)",
+        )
         for name in space.force_inert
         if name not in space.env
     ]  # a typo there would search nothing more

@@ -74,6 +74,15 @@ def test_a_file_that_is_not_a_landscape_is_refused_naming_the_point(store, tmp_p
     bad.write_text("[]")
     with pytest.raises(StudyError, match="not a recorded landscape"):
         create(store, "replay", {"landscape": str(bad)})
+    # the file named whole, and what is wrong with it (was "Expecting value: line 1 ...", "tmp is not ...")
+    bad.write_text("{not json")
+    with pytest.raises(StudyError, match=f"landscape {bad} is not valid JSON: Expecting property name"):
+        create(store, "replay", {"landscape": str(bad)})
+    bad.write_bytes(b'{"points": ["\xff"]}')
+    with pytest.raises(StudyError, match=f"landscape {bad} is not valid JSON: 'utf-8' codec"):
+        create(store, "replay", {"landscape": str(bad)})
+    with pytest.raises(StudyError, match=f"landscape {tmp_path}: {tmp_path.name} is not a regular file"):
+        create(store, "replay", {"landscape": str(tmp_path)})
     assert store.count_studies() == 0
 
 
