@@ -83,7 +83,7 @@ class Landscape:
         try:
             raw = read_bounded(Path(path), MAX_LANDSCAPE_BYTES, follow_links=True)
         except OSError as exc:  # its words name the file alone ("tmp is not a regular file")
-            raise OSError(f"landscape {path}: {exc.strerror or exc}") from exc
+            raise type(exc)(f"landscape {path}: {exc.strerror or exc}") from exc  # FileNotFoundError kept
         try:
             data = json.loads(raw)
         except RecursionError:
