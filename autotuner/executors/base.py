@@ -157,6 +157,12 @@ class Executor(ABC):
     @abstractmethod
     def describe(self, backend_id: str, launch: LaunchRequest) -> Description: ...
 
+    def owns(self, backend_id: str, launch: LaunchRequest) -> bool | None:
+        """Whether `backend_id` still names this launch's job, asked before a cancel sent long after the
+        launch ended (None: the backend cannot say now). A backend that gives a forgotten job's id to a
+        new one says, so that cancel never stops another job."""
+        return True
+
     @abstractmethod
     def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """Stop the launch, waiting up to cancel_grace_s for its end. None: it ended (or nothing was

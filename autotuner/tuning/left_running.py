@@ -57,15 +57,24 @@ class LeftRunning:
         """1: its backend now says it ended, and its row says so; 0: it may still run."""
         study = self.store.study(launch.study_id)
         assert launch.backend_id is not None and study is not None  # the query's, and a foreign key's
+        backend_id, ended = (
+            launch.backend_id,
+            f"later seen ended ({launch.backend_id}, cancelled again by the study queue)",
+        )
         try:
             settings = StudySettings.model_validate(study.settings)
-            left = self.make_executor(settings).cancel(
-                launch.backend_id, launch_request(study.id, settings, launch)
-            )
+            request, executor = launch_request(study.id, settings, launch), self.make_executor(settings)
+            # Asked first: its id may name another job by now, which this cancel must not stop.
+            owned = executor.owns(backend_id, request)
+            if owned is None:
+                left = f"{launch.left_running} (its backend cannot say now whether {backend_id} is still its job)"
+            elif not owned:
+                left, ended = None, f"later seen ended ({backend_id} is no longer this launch's job)"
+            else:
+                left = executor.cancel(backend_id, request)
         except Exception as exc:  # a row or an executor it cannot use: the others meanwhile
-            left = clip(f"{launch.backend_id} may still run: its cancel failed ({type(exc).__name__}: {exc})")
+            left = clip(f"{backend_id} may still run: its cancel failed ({type(exc).__name__}: {exc})")
         if left is None:
-            ended = f"{launch.backend_id} since seen ended: cancelled again by the study queue"
             self.store.update_launch(
                 launch.id,
                 left_running=None,
@@ -78,6 +87,6 @@ class LeftRunning:
             self._said.add(launch.id)
             log.warning("study %s: launch %s: %s (cancelled again every %.0f s until it is seen ended)",
                         study.id, launch.seq, left, CHECK_S)  # fmt: skip
-        if left != launch.left_running:
+        if owned is not None and left != launch.left_running:  # an unanswered check changes nothing
             self.store.update_launch(launch.id, left_running=clip(left))
         return 0

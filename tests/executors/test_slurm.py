@@ -476,6 +476,35 @@ def test_accounting_alone_is_believed_only_when_it_says_the_job_ended(slurm, tmp
     assert SlurmExecutor().describe("2", _workdir(tmp_path)).state == LaunchState.CANCELLED
 
 
+def test_accounting_that_says_pending_of_a_job_the_controller_lost_is_not_believed(slurm, tmp_path):
+    """slurmctld killed (SIGKILL) on the test cluster while job 309 ran, then started again: it had not
+    saved the job ("Invalid job id specified"), and sacct said PENDING of it for good. The launch waited
+    out its queue timeout, and a cancel of it was never confirmed (cancelled again every minute)."""
+    slurm.squeue = (DATA / "squeue-22.05-job-purged.json").read_text()
+    slurm.sacct = (0, "24|PENDING|0:0\n", "")
+    assert SlurmExecutor().job_info("24") is None
+    gone = SlurmExecutor().describe("24", _workdir(tmp_path))
+    assert gone.state == LaunchState.CANCELLED, gone.reason
+    assert SlurmExecutor().cancel("24", _workdir(tmp_path)) is None  # the end confirmed
+    slurm.sacct = (0, "24|COMPLETED|0:0\n", "")  # an end it says is still read, for its exit code
+    assert SlurmExecutor().job_info("24").state == "COMPLETED"
+
+
+def test_a_job_id_is_owned_only_while_slurm_knows_it_under_the_launchs_name(slurm, tmp_path):
+    """A controller that lost its state gave job 309's id to the next job (the test cluster): a cancel
+    sent later by that id stopped the other job."""
+    ours, other = request(tmp_path, name="rec-run"), request(tmp_path, name="s1-l7")
+    assert SlurmExecutor().owns("2", ours) is True  # squeue --json (recorded): job 2 is "rec-run"
+    assert SlurmExecutor().owns("2", other) is False
+    slurm.squeue = (DATA / "squeue-22.05-job-purged.json").read_text()
+    slurm.scontrol["2"] = (DATA / "scontrol-running.txt").read_text()  # scontrol's answer: JobName=rec-run
+    assert SlurmExecutor().owns("2", ours) is True
+    assert SlurmExecutor().owns("2", other) is False
+    assert SlurmExecutor().owns("24", other) is False  # known no more
+    slurm.down = True
+    assert SlurmExecutor().owns("2", ours) is None
+
+
 def test_a_fresh_executor_reattaches_from_the_job_id_alone(slurm, tmp_path):
     """What a tuner restarted after SIGKILL has: the job id from the database and the launch directory."""
     first = SlurmExecutor(gpus_per_node=0)

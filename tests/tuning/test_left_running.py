@@ -59,7 +59,7 @@ def test_a_cancel_not_confirmed_is_sent_again_until_the_job_is_seen_ended(store:
     row = store.launch(launch.id)
     assert row.left_running is None
     assert row.error == (f"its study ended while no runner followed it: cancelled; {LEFT}; "
-                         "12 since seen ended: cancelled again by the study queue")  # fmt: skip
+                         "later seen ended (12, cancelled again by the study queue)")  # fmt: skip
     assert queue.left_running.check(force=True) == 0
     assert len(executor.cancelled) == 3  # not again once seen ended
 
@@ -79,6 +79,26 @@ def test_a_cancel_that_raises_is_tried_again_and_the_others_meanwhile(store: Sto
     assert store.launch(second.id).left_running is None
     assert sweep.check(force=True) == 1
     assert store.launch(first.id).left_running is None
+
+
+def test_an_id_that_names_another_job_by_now_is_not_cancelled(store: Store, tmp_path):
+    """Slurm gives the ids of jobs a crashed controller forgot to new ones: a cancel sent by id a minute
+    later would stop another job. Where the backend cannot say, nothing is sent and nothing changes."""
+    _, launch = left_by_a_cancelled_study(store, tmp_path)
+    store.update_launch(launch.id, state="cancelled", error=LEFT, left_running=LEFT)
+    executor = Answers()
+    executor.owns = lambda backend_id, request: None  # the controller does not answer
+    sweep = left_running.LeftRunning(store, lambda settings: executor)
+    assert sweep.check(force=True) == 0
+    assert (executor.cancelled, store.launch(launch.id).left_running) == ([], LEFT)
+    executor.owns = lambda backend_id, request: request.name != f"s{launch.study_id}-l1"
+    assert sweep.check(force=True) == 1
+    assert executor.cancelled == []
+    row = store.launch(launch.id)
+    assert (row.left_running, row.error) == (
+        None,
+        f"{LEFT}; later seen ended (12 is no longer this launch's job)",
+    )
 
 
 def test_a_job_that_never_ends_does_not_hold_up_the_others(store: Store, tmp_path, monkeypatch):

@@ -119,6 +119,7 @@ class JobInfo:
     exit_code: int | None = None  # of the batch script
     signal: int | None = None
     source: str = "squeue"
+    name: str | None = None  # the job's name, where the controller says it (not accounting)
 
 
 class SlurmExecutor(Executor):
@@ -319,10 +320,11 @@ class SlurmExecutor(Executor):
 
     def job_info(self, job_id: str, until: float | None = None) -> JobInfo | None:
         """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting),
-        each before `until` if given (see _run). None: Slurm answered and does not know the job. Raises
-        _Unreachable if nobody answered, or only accounting did and not with an end: slurmdbd hears of a
-        job's start from the controller, so with the controller down it can say PENDING of a job that runs
-        (seen on the test cluster)."""
+        each before `until` if given (see _run). None: Slurm answered and does not know the job. Accounting
+        is believed only when it says the job ended: slurmdbd hears of a job's start and end from the
+        controller, so with the controller down it can say PENDING of a job that runs, and of a job the
+        controller lost (killed, its state not saved) PENDING for good (both seen on the test cluster).
+        Raises _Unreachable if nobody answered, or only accounting did and not with an end."""
         errors, answered = [], False
         for source in (self._squeue, self._scontrol):
             try:
@@ -333,9 +335,11 @@ class SlurmExecutor(Executor):
             if info is not None:
                 return info
             answered = True
-        info = self._sacct(job_id, until)
-        if answered or (info is not None and _job_ended(info)):
+        info = self._sacct(job_id, until)  # None where it did not answer either
+        if info is not None and _job_ended(info):
             return info
+        if answered:  # the controller does not know the job: it neither waits nor runs
+            return None
         if info is not None:
             errors.append(f"accounting says {info.state}, maybe not yet told it started")
         raise _Unreachable("; ".join(errors))  # a controller that does not answer says nothing of the job
@@ -383,6 +387,17 @@ class SlurmExecutor(Executor):
 
     def how_cancelled(self, backend_id: str) -> str:
         return f"scancel {backend_id}"
+
+    def owns(self, backend_id: str, launch: LaunchRequest) -> bool | None:
+        """Executor.owns: a controller that lost its state (killed before it saved it) gives the ids of
+        the jobs it forgot to new ones (seen on the test cluster: job 309 twice)."""
+        try:
+            info = self.job_info(_checked_id(backend_id))
+        except _Unreachable:
+            return None
+        if info is None:  # Slurm knows it no more: nothing runs under that id
+            return False
+        return info.name is None or info.name == job_name(launch.name)
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
@@ -572,7 +587,9 @@ def parse_squeue_json(data: Mapping[str, Any], job_id: str) -> JobInfo | None:
         state = next((s for s in states if s in SLURM_STATES and s != "COMPLETING"), states[0])
         exit_code, signal = _exit_status(job.get("exit_code"))
         reason = job.get("state_reason") or ""
-        return JobInfo(state, "" if reason == "None" else str(reason), exit_code, signal, "squeue")
+        name = job.get("name")
+        return JobInfo(state, "" if reason == "None" else str(reason), exit_code, signal, "squeue",
+                       name if isinstance(name, str) else None)  # fmt: skip
     return None
 
 
@@ -611,7 +628,9 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     state = fields_.get("JobState", "UNKNOWN")
     reason = fields_.get("Reason", "")
     code, signal = _split_exit(fields_.get("ExitCode", ""))
-    return JobInfo(state, "" if reason == "None" else reason, code, signal, "scontrol")
+    return JobInfo(
+        state, "" if reason == "None" else reason, code, signal, "scontrol", fields_.get("JobName")
+    )
 
 
 def parse_sacct(text: str, job_id: str) -> JobInfo | None:
