@@ -26,7 +26,7 @@ from autotuner.cli.claim_report import ClaimText, claim_text
 from autotuner.executors.results import finite
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, BadName, check_name
 from autotuner.space import PRESETS, declaration_schema
-from autotuner.store import Candidate, Launch, Study, StudyState
+from autotuner.store import Candidate, Launch, Study, StudyState, name_of
 from autotuner.store.configs import MAX_VERSION
 from autotuner.tuning import RequestSettings
 from autotuner.tuning.outcome import Outcome
@@ -289,6 +289,7 @@ class FingerprintReportPublic(BaseModel):
     first_seen: str
     last_seen: str
     validation_id: int | None
+    error: str | None = Field(None, description="why a stored field of this report cannot be shown")
 
 
 class ValidationStatus(BaseModel):
@@ -309,6 +310,7 @@ class ValidationStatus(BaseModel):
         description="of every version at this node count, newest first"
     )
     reports: list[FingerprintReportPublic]
+    error: str | None = Field(None, description="why a stored field of the served version cannot be shown")
 
 
 def _unshown(char: str) -> bool:
@@ -527,7 +529,8 @@ def study_public(
     forced = _object(row.space).get("force_inert")
     claim = claim_text(said.ladder or [], said.quality, inert, forced if isinstance(forced, list) else [])
     return salvaged(StudyPublic, dict(
-        id=row.id, name=row.name, cluster=row.cluster.name, workload=row.workload.name, state=row.state,
+        # a missing cluster or workload row fails validation: named in `error`, the study still listed
+        id=row.id, name=row.name, cluster=name_of(row.cluster), workload=name_of(row.workload), state=row.state,
         settings=public_settings(row.settings), space=row.space, launches_done=row.launches_done, progress=progress,
         trial_counts=counts, best=brief(best), baseline=brief(baseline), published=brief(published),
         outcome=outcome, claim=claim, error=error,

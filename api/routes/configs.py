@@ -16,6 +16,7 @@ from api.fastpath import note_stale
 from api.schemas import (
     ERRORS,
     ConfigPublic,
+    FingerprintReportPublic,
     PinRequest,
     RevalidateRequest,
     RollbackRequest,
@@ -28,7 +29,7 @@ from autotuner.job.exports import MEDIA_TYPES
 from autotuner.job.fingerprint import HEADER
 from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, published_hint
 from autotuner.store import ServedChanged, ValidationTrigger
-from autotuner.store.validations import brief, unshowable
+from autotuner.store.validations import brief, report_brief, unshowable
 from autotuner.tuning.lease import store_unavailable
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
@@ -186,7 +187,7 @@ NO_BODY_REVALIDATE, NO_BODY_ROLLBACK = RevalidateRequest(), RollbackRequest()
              responses={200: {"model": ValidationPublic, "description": "one already queued or running for it"},
                         409: {"description": "the version was not published by a study"}})  # fmt: skip
 def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, response: Response, _: WriteAccess,
-               body: RevalidateRequest = NO_BODY_REVALIDATE) -> dict:  # fmt: skip
+               body: RevalidateRequest = NO_BODY_REVALIDATE) -> ValidationPublic:  # fmt: skip
     """Re-validate the served config (or `version`): its setting against the study's baseline in
     interleaved launches, the study's rounds and executor settings, run by the scheduler. Answers the
     queued re-validation (202), or the one already queued or running for that version (200). Held:
@@ -204,7 +205,7 @@ def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, response: 
 
 @router.get("/{cluster}/{workload}/validations", response_model=ValidationStatus)
 def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings: SettingsDep, _: ReadAccess,
-                nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> dict:  # fmt: skip
+                nodes: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> ValidationStatus:  # fmt: skip
     """The served version's validation: when and on what, stale or not (jobs on another stack since,
     a failed re-validation kept by a pin, older than AUTOTUNER_REVALIDATE_EVERY), every
     re-validation of the versions at its node count, and the stacks jobs reported."""
@@ -228,22 +229,22 @@ def validations(cluster: Cluster, workload: Workload, store: StoreDep, settings:
     reports = store.fingerprint_reports([served.id])[served.id]
     every = settings.revalidate_every_s
     stale = staleness(public, reports, every)
-    return {
+    # Each entry, and the status itself, as history shows its rows: what does not fit the schema (a row
+    # written by hand) is named in its own `error`; it failed the response's validation, a bare 500.
+    return salvaged(ValidationStatus, {
         "cluster": cluster, "workload": workload, "nodes": served.nodes, "version": served.version,
         "validated_at": public["validated_at"], "validated_on": public["validated_on"], "age_s": stale["age_s"],
         "stale": stale["stale"], "stale_reasons": stale["reasons"], "revalidate_every_s": every,
-        "validations": entries,
-        "reports": [{"fingerprint": r.fingerprint, "diff": r.diff, "jobs": r.jobs, "first_seen": r.first_seen.isoformat(),
-                     "last_seen": r.last_seen.isoformat(), "validation_id": r.validation_id} for r in reports],
-    }  # fmt: skip
+        "validations": entries, "reports": [salvaged(FingerprintReportPublic, report_brief(r)) for r in reports],
+    })  # fmt: skip
 
 
-def _validation(row: Any, versions: dict[int, int]) -> dict:
-    return {
+def _validation(row: Any, versions: dict[int, int | None]) -> ValidationPublic:
+    return salvaged(ValidationPublic, {
         **brief(row),
         "version": versions.get(row.config_id),
         "new_version": versions.get(row.new_config_id),
-    }
+    })  # fmt: skip
 
 
 @router.post("/{cluster}/{workload}/pin", response_model=ConfigPublic)

@@ -33,6 +33,7 @@ from autotuner.files import read_bounded
 from autotuner.job.exports import FORMATS, render
 from autotuner.names import published_hint
 from autotuner.paths import default_database_url
+from autotuner.store.models import name_of
 from autotuner.store.states import CandidateState, LaunchKind, StudyState
 from autotuner.store.validations import unshowable
 from autotuner.text import displayed
@@ -689,9 +690,9 @@ def _study_cells(store: Any, s: Any, outcome: Outcome | None, runner_lost: bool 
     elif outcome and outcome.speedup and outcome.ci_low is None and kept_baseline(outcome):
         speedup += f" {BASELINE_KEPT}"
     state = f"{shown(s.state)}, no runner" if runner_lost else shown(s.state)
-    return [str(s.id), Name(s.name), Name(s.cluster.name), Name(s.workload.name), state,
+    return [str(s.id), Name(s.name), Name(name_of(s.cluster) or "?"), Name(name_of(s.workload) or "?"), state,
             f"{s.launches_done}/{trials if isinstance(trials, int) else '-'}",
-            f"{best.samples_per_s:,.0f}" if best and best.samples_per_s else "-", Name(speedup)]  # fmt: skip
+            _figure(best.samples_per_s if best else None, ",.0f"), Name(speedup)]  # fmt: skip
 
 
 def _why_line(s: Any, outcome: Outcome | None) -> Text | None:
@@ -783,13 +784,36 @@ def configs(
     _config_table(store, rows, "served configs")
 
 
-def _speedup_cell(figures: dict[str, Any]) -> str:
+def _figure(value: Any, spec: str) -> str:
+    """A stored figure as `spec` formats it: "-" where none is stored, "?" where what is stored is no
+    finite number (a row an older version or a hand wrote: the rest of the table is still printed)."""
+    if value is None:
+        return "-"
+    return format(value, spec) if finite(value) else "?"
+
+
+def _speedup_cell(figures: Any) -> str:
     """A speedup over the baseline, then its 95% CI: below it where the column wraps (a narrow terminal),
-    beside it where there is room (it went below it at any width)."""
-    speed = f"{figures['speedup']:.2f}x" if figures.get("speedup") else "-"
-    if figures.get("ci_low") and figures.get("ci_high"):
-        speed += f" [{figures['ci_low']:.2f}-{figures['ci_high']:.2f}]"
+    beside it where there is room (it went below it at any width). Stored figures that are not a JSON
+    object of numbers (evidence or a result written by hand) are "?"."""
+    if not isinstance(figures, dict):
+        return "?"
+    speedup, ci = figures.get("speedup"), (figures.get("ci_low"), figures.get("ci_high"))
+    if speedup is None or speedup == 0:  # none measured (0: as an empty speedup always read)
+        return "-"
+    if not finite(speedup):
+        return "?"
+    speed = f"{speedup:.2f}x"
+    if all(finite(v) and v for v in ci):
+        speed += f" [{ci[0]:.2f}-{ci[1]:.2f}]"
+    elif any(v is not None and not finite(v) for v in ci):
+        speed += " [?]"
     return speed
+
+
+def _version_cell(version: Any) -> str:
+    """v3; "v?" for a version stored as no whole number (a hand's: the row is still listed)."""
+    return f"v{version}" if isinstance(version, int) and not isinstance(version, bool) else "v?"
 
 
 def _when(moment: Any) -> str:
@@ -823,7 +847,7 @@ def _config_table(store: Any, rows: list[Any], title: str, served: set[int] | No
     for c in rows:
         flagged = (views.get(c.id) or {}).get("flagged")
         table.add_row(Name(c.cluster.name), Name(c.workload.name), str(c.nodes),
-                      Text.assemble(f"v{c.version}", "\npinned" if c.pinned else "",
+                      Text.assemble(_version_cell(c.version), "\npinned" if c.pinned else "",
                                     ("\nflagged", "bold yellow") if flagged else "",
                                     ("\nstale", "bold yellow") if stale.get(c.id) else ""),
                       shown(_env_text(c.env) or "-"), shown(f"{c.fwd_precision}/{c.bwd_precision}"),
@@ -888,7 +912,7 @@ def _say_served_stale(store: Any, row: Any, skip: tuple[str, ...] = ("failed",))
     )
 
 
-def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dict[int, int]:
+def _versions(store: Any, cluster: str, workload: str, nodes: int | None) -> dict[int, int | None]:
     """{id: version} of a (cluster, workload); none is an error naming what is published."""
     versions = store.config_versions(cluster, workload, nodes)
     if not versions:
@@ -1081,7 +1105,7 @@ def configs_validations(
         table.add_column(col, overflow="fold", no_wrap=col in ("id", "version"),
                          justify="right" if col in ("id", "speedup") else "left")  # fmt: skip
     for v in store.validations(config_ids=list(versions)):
-        table.add_row(str(v.id), f"v{versions[v.config_id]}", shown(v.trigger), shown(v.state), _speedup_cell(v.result or {}),
+        table.add_row(str(v.id), _version_cell(versions[v.config_id]), shown(v.trigger), shown(v.state), _speedup_cell(v.result or {}),
                       shown(describe(v.fingerprint) if v.fingerprint else "-"), shown(v.action or v.reason or ""),
                       _when(v.finished_at or v.created_at))  # fmt: skip
     if (served := store.served_config(cluster, workload, nodes)) is not None:  # as REST's validations

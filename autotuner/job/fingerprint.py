@@ -354,6 +354,8 @@ def describe_diff(diff: Mapping[str, Any]) -> str:
 def describe(fingerprint: Mapping[str, Any] | None) -> str:
     """`NVIDIA H100 80GB HBM3, driver 550.54.15, NCCL 2.21.5, aws-ofi-nccl 1.9.1, 2 nodes` (printable
     ASCII on one line, whatever a trial recorded: it goes into comment lines, logs and terminals)"""
+    if fingerprint is not None and not isinstance(fingerprint, Mapping):  # a stored one written by hand
+        return "an unreadable stack"
     fp = fingerprint or {}
     parts = [str(fp["gpu"])] if fp.get("gpu") else []
     parts += [f"{LABELS[k]} {fp[k]}" for k in ("driver", "nccl", "aws_ofi_nccl") if fp.get(k)]

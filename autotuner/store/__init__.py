@@ -10,6 +10,7 @@ from autotuner.store.models import (
     Quarantine,
     Study,
     Workload,
+    name_of,
     unreadable_columns,
     utcnow,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Study",
     "Workload",
     "env_hash",
+    "name_of",
     "pick_served",
     "servable",
     "unreadable_columns",

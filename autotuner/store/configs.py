@@ -89,11 +89,12 @@ class ConfigRecords(StudyRecords):
         with self.session() as s:
             return list(s.scalars(_history(Config.id, cluster, workload, nodes).offset(offset).limit(limit)))
 
-    def config_versions(self, cluster: str, workload: str, nodes: int | None = None) -> dict[int, int]:
-        """{id: version} of (cluster, workload)'s configs, without loading their rows."""
+    def config_versions(self, cluster: str, workload: str, nodes: int | None = None) -> dict[int, int | None]:
+        """{id: version} of (cluster, workload)'s configs, without loading their rows; None for a version
+        stored as no whole number (SQLite keeps a hand's 'x'): the others are still listed by it."""
         with self.session() as s:
             rows = s.execute(select(Config.id, Config.version).where(*_of(cluster, workload, nodes)))
-            return {int(i): int(v) for i, v in rows}
+            return {int(i): v if isinstance(v, int) and not isinstance(v, bool) else None for i, v in rows}
 
     @staticmethod
     def _head_ids(*filters: Any) -> Any:

@@ -99,6 +99,12 @@ def unreadable_columns(row: Any) -> str:
     return ", ".join(bad)
 
 
+def name_of(related: Any) -> str | None:
+    """The name of a study's cluster or workload row; None where that row is gone (the sqlite3 shell
+    checks no foreign key: a hand's UPDATE or DELETE there leaves the study pointing at nothing)."""
+    return None if related is None else str(related.name)
+
+
 class Label(TypeDecorator[str]):
     """A state or kind: written as its plain string value, whatever enum carries it (a driver may
     dump an enum by its name otherwise)."""

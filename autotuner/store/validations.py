@@ -370,6 +370,12 @@ def brief(row: ConfigValidation, *, store: str = "") -> dict[str, Any]:
     }
 
 
+def report_brief(row: FingerprintReport) -> dict[str, Any]:
+    """What jobs reported against a version, as REST shows it (a date stored as no date: None)."""
+    return {"fingerprint": row.fingerprint, "diff": row.diff, "jobs": row.jobs, "first_seen": _iso(row.first_seen),
+            "last_seen": _iso(row.last_seen), "validation_id": row.validation_id}  # fmt: skip
+
+
 def _iso(at: datetime | None) -> str | None:
     """A stored date as ISO text; None where none is stored, or its stored text is no date."""
     return at.isoformat() if isinstance(at, datetime) else None

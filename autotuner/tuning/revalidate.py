@@ -613,6 +613,9 @@ def staleness(
     validated_on = config.get("validated_on") or {}
     seen = []
     for report in reports:
+        # a report written by hand with no readable date or stack says nothing of what jobs run on
+        if not isinstance(report.last_seen, datetime) or not isinstance(report.fingerprint, dict):
+            continue
         if report.last_seen <= validated_at:
             continue
         match, diff = compare(validated_on, report.fingerprint)

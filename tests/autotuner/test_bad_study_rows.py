@@ -152,3 +152,59 @@ def test_autotuner_studies_lists_a_study_it_cannot_read_beside_the_rest(tmp_path
     rows = {line.split()[1]: line for line in result.output.splitlines() if line.strip()[:1].isdigit()}
     assert set(rows) == {"good", "broken"}
     assert rows["broken"].split()[-1] == ("-" if column == "settings" else "?")
+
+
+def studies_rows(db: str) -> dict[str, list[str]]:
+    """`autotuner studies`: each row's cells by study name (wide enough for one line a row)."""
+    from autotuner.cli.commands import app
+    from tests.autotuner.test_cli import runner
+
+    result = runner.invoke(app, ["studies", "--db", db], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return {
+        line.split()[1]: line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()
+    }
+
+
+@pytest.mark.parametrize("parent", ["cluster", "workload"])
+def test_autotuner_studies_lists_a_study_whose_parent_row_is_gone_with_a_question_mark(tmp_path, parent):
+    # before: AttributeError ('NoneType' has no attribute 'name') and no study was listed
+    import sqlite3
+
+    db = f"sqlite:///{tmp_path / 'raw.db'}"
+    store = Store(db)
+    good = study_with(store, tmp_path, name="good")
+    orphan = study_with(store, tmp_path, name="orphan")
+    store.dispose()
+    with sqlite3.connect(tmp_path / "raw.db") as conn:  # the sqlite3 shell: foreign keys off
+        conn.execute(f"UPDATE at_studies SET {parent}_id = 999 WHERE id = {orphan.id}")
+    conn.close()
+    workload = RECORDED["workload"]["name"]
+    assert studies_rows(db) == {
+        "good": [str(good.id), "good", "cpu-box", workload, "queued", "0/3", "-", "-"],
+        "orphan": [str(orphan.id), "orphan", "?" if parent == "cluster" else "cpu-box",
+                   "?" if parent == "workload" else workload, "queued", "0/3", "-", "-"],
+    }  # fmt: skip
+
+
+def test_autotuner_studies_shows_a_best_throughput_stored_as_text_as_a_question_mark(tmp_path):
+    # before: ValueError (Unknown format code 'f' for object of type 'str') and no study was listed
+    db = f"sqlite:///{tmp_path / 'raw.db'}"
+    store = Store(db)
+    best, ids = {}, {}
+    for name in ("good", "broken"):
+        study = study_with(store, tmp_path, name=name)
+        launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec={"candidates": []},
+                                  executor="replay")  # fmt: skip
+        (row,) = store.add_candidates([{"study_id": study.id, "launch_id": launch.id, "index": 0, "kind": "baseline",
+                                        "env": {}, "state": "ok", "fwd_precision": "fp32", "bwd_precision": "fp32",
+                                        "batch_size": 64, "sharding": "table_wise", "samples_per_s": 1234.4}])  # fmt: skip
+        store.update_study(study.id, best_candidate_id=row.id)
+        best[name], ids[name] = row.id, study.id
+    write_raw(store, "at_candidates", best["broken"], "samples_per_s", "fast")
+    store.dispose()
+    workload = RECORDED["workload"]["name"]
+    assert studies_rows(db) == {
+        name: [str(ids[name]), name, "cpu-box", workload, "queued", "0/3", shown, "-"]
+        for name, shown in (("good", "1,234"), ("broken", "?"))
+    }
