@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -320,11 +321,10 @@ class SlurmExecutor(Executor):
 
     def job_info(self, job_id: str, until: float | None = None) -> JobInfo | None:
         """Ask squeue, then scontrol (both keep a job MinJobAge after its end), then sacct (accounting),
-        each before `until` if given (see _run). None: Slurm answered and does not know the job. Accounting
-        is believed only when it says the job ended: slurmdbd hears of a job's start and end from the
-        controller, so with the controller down it can say PENDING of a job that runs, and of a job the
-        controller lost (killed, its state not saved) PENDING for good (both seen on the test cluster).
-        Raises _Unreachable if nobody answered, or only accounting did and not with an end."""
+        each before `until` (see _run). None: Slurm answered and does not know the job. Accounting counts
+        only when it says the job ended: it hears of starts and ends from the controller, so it said PENDING
+        of a job that ran while the controller was down, and for good of one a controller killed before
+        saving its state lost (test cluster). _Unreachable: nobody answered, or accounting not with an end."""
         errors, answered = [], False
         for source in (self._squeue, self._scontrol):
             try:
@@ -335,7 +335,7 @@ class SlurmExecutor(Executor):
             if info is not None:
                 return info
             answered = True
-        info = self._sacct(job_id, until)  # None where it did not answer either
+        info = _sacct(partial(self._run, until=until), job_id)  # None where it did not answer either
         if info is not None and _job_ended(info):
             return info
         if answered:  # the controller does not know the job: it neither waits nor runs
@@ -371,17 +371,6 @@ class SlurmExecutor(Executor):
         out = self._query(["scontrol", "show", "job", job_id], until)
         return None if out is None else parse_scontrol(out, job_id)
 
-    def _sacct(self, job_id: str, until: float | None = None) -> JobInfo | None:
-        """Accounting, for jobs older than MinJobAge. Most test clusters have none: that is 'unknown'."""
-        try:
-            proc = self._run(["sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2",
-                              "--format=JobID,State,ExitCode"], until=until)  # fmt: skip
-        except SlurmError:
-            return None
-        if proc.returncode != 0:
-            return None
-        return parse_sacct(proc.stdout, job_id)
-
     def blameless(self, log: str) -> str | None:
         return srun_unreached(log) or super().blameless(log)
 
@@ -389,15 +378,13 @@ class SlurmExecutor(Executor):
         return f"scancel {backend_id}"
 
     def owns(self, backend_id: str, launch: LaunchRequest) -> bool | None:
-        """Executor.owns: a controller that lost its state (killed before it saved it) gives the ids of
-        the jobs it forgot to new ones (seen on the test cluster: job 309 twice)."""
+        """Executor.owns: a controller that lost its state gives the ids of the jobs it forgot to new ones
+        (the test cluster's job 309, twice). Slurm that knows the id no more: nothing runs under it."""
         try:
             info = self.job_info(_checked_id(backend_id))
         except _Unreachable:
             return None
-        if info is None:  # Slurm knows it no more: nothing runs under that id
-            return False
-        return info.name is None or info.name == job_name(launch.name)
+        return info is not None and info.name in (None, job_name(launch.name))
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
@@ -631,6 +618,18 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     return JobInfo(
         state, "" if reason == "None" else reason, code, signal, "scontrol", fields_.get("JobName")
     )
+
+
+def _sacct(run: Run, job_id: str) -> JobInfo | None:
+    """Accounting, for jobs older than MinJobAge. Most test clusters have none: that is 'unknown'."""
+    try:
+        proc = run(["sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2",
+                    "--format=JobID,State,ExitCode"])  # fmt: skip
+    except SlurmError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return parse_sacct(proc.stdout, job_id)
 
 
 def parse_sacct(text: str, job_id: str) -> JobInfo | None:
