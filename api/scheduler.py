@@ -231,7 +231,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
     queue = StudyQueue(Store(settings.url), revalidate_every_s=settings.revalidate_every_s,
-                       revalidate_every=settings.revalidate_every, prune_after_s=settings.prune_runs_after_s)  # fmt: skip
+                       revalidate_every=settings.revalidate_every, prune_after_s=settings.prune_runs_after_s,
+                       executors=settings.allowed_executors)  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # launches live on; the next scheduler re-attaches
     log.info("scheduler %s running studies from %s", queue.owner, shown_url(settings.url))  # no password
     queue.start()

@@ -185,15 +185,26 @@ NO_BODY_REVALIDATE, NO_BODY_ROLLBACK = RevalidateRequest(), RollbackRequest()
 
 @router.post("/{cluster}/{workload}/revalidate", response_model=ValidationPublic, status_code=202,
              responses={200: {"model": ValidationPublic, "description": "one already queued or running for it"},
-                        409: {"description": "the version was not published by a study"}})  # fmt: skip
-def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, response: Response, _: WriteAccess,
-               body: RevalidateRequest = NO_BODY_REVALIDATE) -> ValidationPublic:  # fmt: skip
+                        409: {"description": "the version was not published by a study, or its study's "
+                                             "executor is not enabled here"}})  # fmt: skip
+def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, settings: SettingsDep, response: Response,
+               _: WriteAccess, body: RevalidateRequest = NO_BODY_REVALIDATE) -> ValidationPublic:  # fmt: skip
     """Re-validate the served config (or `version`): its setting against the study's baseline in
     interleaved launches, the study's rounds and executor settings, run by the scheduler. Answers the
     queued re-validation (202), or the one already queued or running for that version (200). Held:
     the version gains the entry; failed: a new version (the last that still holds, else the
     baseline) unless the version is pinned (then flagged)."""
     config = config_to_revalidate(store, cluster, workload, body.nodes, body.version)
+    study = store.study(config.study_id) if config.study_id is not None else None
+    executor = (
+        study.settings.get("executor") if study is not None and isinstance(study.settings, dict) else None
+    )
+    if (
+        executor is not None and executor not in settings.allowed_executors
+    ):  # the scheduler would never run it
+        raise HTTPException(409, f"v{config.version} was measured on executor {executor!r}, which is not enabled here "
+                                 f"(enabled: {', '.join(settings.allowed_executors)}): re-validate it with "
+                                 f"`autotuner revalidate {cluster} {workload}` where that executor runs")  # fmt: skip
     try:
         row, created = ask(store, config, ValidationTrigger.MANUAL, body.reason or "requested over REST")
     except CannotRevalidate as exc:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import Any
 
 from autotuner.executors import Executor, make_executor
 from autotuner.store import ACTIVE, Store
+from autotuner.text import printable
 from autotuner.tuning.driver import UNRUNNABLE, cannot_run, driver_for
 from autotuner.tuning.lease import (
     FullDisks,
@@ -53,8 +54,13 @@ class StudyQueue:
         revalidate_every_s: float | None = None,
         revalidate_every: str = "",
         prune_after_s: float | None = None,
+        executors: Collection[str] | None = None,
     ) -> None:
         self.store = store
+        # The executors this queue runs (None: any). A service runs only those it enables: a study that an
+        # `autotuner tune --executor local` left (interrupted, killed) ran torchrun on the service's host.
+        self.executors = executors
+        self._not_here: set[int] = set()  # studies said to use an executor not run here (said once)
         self.prune_after_s = prune_after_s  # None: launch directories are kept
         self._pruned_at = float("-inf")
         self.revalidate_every_s = revalidate_every_s  # None: no schedule
@@ -95,7 +101,19 @@ class StudyQueue:
         for study in self.store.studies(states=ACTIVE, limit=1000):
             if study.id not in claimable and (study.owner == self.owner or owner_is_dead(study.owner)):
                 claimable[study.id] = study
-        return sorted(claimable.values(), key=lambda s: s.id)
+        return sorted((s for s in claimable.values() if self.runs(s)), key=lambda s: s.id)
+
+    def runs(self, study: Any) -> bool:
+        """Whether this queue runs `study`'s executor (one it does not is said once, and left alone)."""
+        executor = study.settings.get("executor") if isinstance(study.settings, dict) else None
+        if self.executors is None or executor in self.executors:
+            return True
+        if study.id not in self._not_here:
+            self._not_here.add(study.id)
+            log.warning("study %s (%s) runs on executor %s, which this service does not run (AUTOTUNER_EXECUTORS: "
+                        "%s): left to `autotuner tune --study %s` where it can run", study.id, printable(study.name),
+                        printable(str(executor)), ", ".join(self.executors), printable(study.name))  # fmt: skip
+        return False
 
     def run_once(self) -> bool:
         self.stop_leftovers()
@@ -130,7 +148,8 @@ class StudyQueue:
             self.full_disks.cleared(("study", study.id))
             return True
         self.check_schedule()
-        worked = run_pending(self.store, self.make_executor, owner=self.owner, full_disks=self.full_disks)
+        worked = run_pending(self.store, self.make_executor, owner=self.owner, full_disks=self.full_disks,
+                             runs=self.runs)  # fmt: skip
         if not worked:
             self.check_prune()
         return worked
@@ -159,7 +178,9 @@ class StudyQueue:
         if not force and now - self._schedule_checked < every_check:
             return
         self._schedule_checked = now
-        for row in schedule_due(self.store, self.revalidate_every_s, text=self.revalidate_every):
+        for row in schedule_due(
+            self.store, self.revalidate_every_s, text=self.revalidate_every, runs=self.runs
+        ):
             log.info("config %s: re-validation %s queued: %s", row.config_id, row.id, row.reason)
 
     def check_prune(self) -> None:

@@ -502,10 +502,10 @@ def _setting(row: Config) -> tuple[Any, ...]:
 
 def run_pending(
     store: Store, make_executor: Any, *, owner: str | None = None, progress: Progress | None = None,
-    poll_s: float = 0.5, full_disks: FullDisks | None = None,
+    poll_s: float = 0.5, full_disks: FullDisks | None = None, runs: Callable[[Any], bool] = lambda study: True,
 ) -> bool:  # fmt: skip
     """Run the first queued (or abandoned) re-validation whose study's lease can be had, but one a full
-    disk stopped a moment ago (`full_disks`)."""
+    disk stopped a moment ago (`full_disks`) or whose study's executor is not run here (`runs`)."""
     from autotuner.tuning.settings import StudySettings
 
     full_disks = full_disks or FullDisks()
@@ -518,6 +518,8 @@ def run_pending(
                 row.id, ValidationState.ERROR, error="its study is gone", action="nothing changed"
             )
             return True
+        if not runs(study):
+            continue
         try:
             executor = make_executor(StudySettings.model_validate(study.settings))
             Revalidation(store, row.id, executor, owner=owner, progress=progress, poll_s=poll_s).run()
@@ -554,11 +556,15 @@ def end_unrunnable(store: Store, validation_id: int, exc: Exception) -> str:
 
 
 def schedule_due(
-    store: Store, every_s: float, now: datetime | None = None, text: str = ""
-) -> list[ConfigValidation]:
-    """Ask for a re-validation of every served version last validated (or last tried) `every_s` ago."""
+    store: Store, every_s: float, now: datetime | None = None, text: str = "",
+    runs: Callable[[Any], bool] = lambda study: True,
+) -> list[ConfigValidation]:  # fmt: skip
+    """Ask for a re-validation of every served version last validated (or last tried) `every_s` ago,
+    but of those whose study's executor is not run here (`runs`: it would wait in the queue for good)."""
     now = now or utcnow()
     served = [c for c in store.served_configs() if c.study_id is not None]
+    studies = {i: store.study(i) for i in {c.study_id for c in served if c.study_id is not None}}
+    served = [c for c in served if (study := studies.get(c.study_id or 0)) is not None and runs(study)]
     views = store.validation_views(served)
     tried: dict[int, datetime] = {}
     for v in store.validations(config_ids=[c.id for c in served], limit=100_000):
