@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from autotuner.executors import Executor
+from autotuner.executors import Executor, LaunchState
 from autotuner.executors.results import clip
 from autotuner.names import BadName, check_name
 from autotuner.store import (
@@ -119,7 +119,7 @@ class StudyDriver:
                 self._move(StudyState.RUNNING, started_at=self.store.now())  # the budget's clock
             recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
-                return self._fail("the baseline (the job's own settings) did not run: see its launch log")
+                return self._fail(self._why_no_baseline())
             self._settle_inert()
             self._search(Search(self.ctx))
             return self._conclude()
@@ -156,6 +156,22 @@ class StudyDriver:
             plan = PlannedLaunch.of(self.ctx.space.fixed_env, [self.ctx.baseline_point], LaunchKind.BASELINE)
             run_launch(self.ctx, plan, None)
         return self.ctx.baseline() is not None
+
+    def _why_no_baseline(self) -> str:
+        """Why the study has no baseline, from its last baseline launch: the launch's own error, else
+        its candidate's (a launch that ran but could not measure the job's setting: an OOM, a refused
+        pipeline; "see its launch log" pointed at a log that said nothing of it)."""
+        head = "the baseline (the job's own settings) did not run"
+        launches = [x for x in self.store.launches(self.study_id) if x.kind == LaunchKind.BASELINE]
+        if not launches:
+            return head
+        last = launches[-1]
+        why = last.error or next(
+            (c.error for c in self.store.candidates(self.study_id, launch_id=last.id) if c.error), ""
+        )
+        where = f" (its log: {last.log_path})" if last.log_path else ""
+        how = "ran but measured nothing" if last.state == LaunchState.SUCCEEDED else last.state
+        return clip(f"{head}: launch {last.seq} {how}{f': {why}' if why else ''}{where}")
 
     def _settle_inert(self) -> None:
         """What the baseline's report says of where launches run: the knobs that cannot act there

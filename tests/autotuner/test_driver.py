@@ -312,3 +312,17 @@ def test_a_cancel_between_heartbeats_stands_and_nothing_is_published(store, tmp_
     assert final.finished_at is not None
     assert store.served_configs("cpu-box", RECORDED["workload"]["name"]) == []
     assert store.move_study(study.id, "done") is None  # ended: no state moves it again
+
+
+def test_a_baseline_that_ran_but_measured_nothing_says_why(store, tmp_path):
+    """Its launch succeeded and its one candidate failed (an OOM, a refused pipeline; here a point the
+    recording lacks): the study said "did not run: see its launch log", whose log said nothing of it."""
+    workload = {**RECORDED["workload"], "batch_size": 32}
+    study = create_study(store, cluster="cpu-box", workload=workload, space=SPACE, name="unmeasured",
+                         settings=StudySettings(executor="replay", trials=1, workdir=str(tmp_path / "runs"),
+                                                executor_options={"landscape": str(LANDSCAPE)}))  # fmt: skip
+    final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
+    [launch] = store.launches(study.id)
+    assert (final.state, launch.state) == ("failed", "succeeded")
+    assert final.error == ("the baseline (the job's own settings) did not run: launch 1 ran but measured nothing: "
+                           f"point not in the recorded landscape (its log: {launch.log_path})")  # fmt: skip

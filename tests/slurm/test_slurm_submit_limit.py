@@ -142,8 +142,9 @@ def test_a_submit_limit_that_never_clears_ends_at_queue_timeout_s_naming_it(
         final = StudyDriver(store, study_id, executor, poll_s=0.2).run()
     assert not rival.took_it
     assert final.state == StudyState.FAILED
-    assert final.error == "the baseline (the job's own settings) did not run: see its launch log"
     [launch] = store.launches(study_id)
+    assert final.error == (f"the baseline (the job's own settings) did not run: launch 1 cancelled: {launch.error} "
+                           f"(its log: {launch.log_path})")  # fmt: skip
     assert launch.state == "cancelled"
     assert launch.backend_id is None
     assert launch.error == (f"not submitted after 3 s (queue_timeout_s 3 s): sbatch refused launch s{study_id}-l1 "
