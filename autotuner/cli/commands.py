@@ -316,6 +316,9 @@ def _executor_options(items: list[str] | None, landscape: Path | None) -> dict[s
 def _new_study_request(options: dict[str, Any]) -> RequestSettings:
     """A new study's settings, or exit 2 saying what is missing or wrong."""
     if options["cluster"] is None or options["workload"] is None or options["space"] is None:
+        if options["study"] is not None:  # a typo'd name to resume reads as a new study's
+            raise _fail(f"no study {options['study']!r} in this store: `autotuner studies` lists them; to "
+                        "create it, give --cluster, --workload and --space too")  # fmt: skip
         raise _fail("--cluster, --workload and --space are required for a new study")
     return settings_from_options({k: options[k] for k in RequestSettings.model_fields})
 
@@ -367,8 +370,11 @@ def tune(**options: Any) -> None:
             raise _fail(f"{exc}: the study stays running, no trial spent; free space there, then resume it "
                         f"with autotuner tune --study {row.name}", 1) from exc  # fmt: skip
         except KeyboardInterrupt as exc:
-            raise _fail(f"interrupted: the running launch was cancelled; resume the study with autotuner tune "
-                        f"--study {row.name}", 130) from exc  # fmt: skip
+            # what else may run it: a service's scheduler on this store takes up a study nobody runs
+            raise _fail(f"interrupted: the running launch was cancelled; the study stays {StudyState.RUNNING}: "
+                        f"resume it with `autotuner tune --study {row.name}`, or end it with `autotuner cancel "
+                        f"{row.name}` (until then a service's scheduler on this store that runs its executor "
+                        "may take it up)", 130) from exc  # fmt: skip
     _print_outcome(store, final)
     if final.state != StudyState.DONE:
         raise typer.Exit(1)
@@ -629,6 +635,37 @@ def _env_text(env: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------- studies
+
+
+@app.command()
+def cancel(
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="its name, or its id")],
+    db: DbOption = None,
+) -> None:
+    """Cancel a queued or running study: it publishes nothing. Its running launch is stopped by its
+    runner at the next heartbeat, here where nothing runs it. Exit 1 if it ended first."""
+    from autotuner.executors import make_executor
+    from autotuner.tuning import StudyBusy
+    from autotuner.tuning.driver import driver_for
+
+    store = _store(db)
+    row = store.study(study) or (store.study(int(study)) if study.isdigit() else None)
+    if row is None:
+        raise _fail(f"no study {study!r} in this store: `autotuner studies` lists them")
+    if store.move_study(row.id, StudyState.CANCELLED) is None:  # only one that has not ended: atomic
+        raise _fail(f"study {row.name} (id {row.id}) is already {store.study(row.id).state}", 1)
+    err.print(Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) cancelled"), highlight=False)
+    if row.id not in {s.id for s in store.cancelled_with_live_launches()}:
+        return  # none left running, or its runner lives and stops its own launch
+    try:
+        stopped = driver_for(store, row, make_executor).stop_leftovers()
+    except StudyBusy:  # a runner took it up meanwhile: it stops its launch itself
+        return
+    except Exception as exc:  # the study stays cancelled; a service's scheduler tries again
+        raise _fail(
+            f"its launches left running could not be stopped: {type(exc).__name__}: {exc}", 1
+        ) from exc
+    err.print(f"stopped {stopped} launch(es) it left running", highlight=False)
 
 
 @app.command()

@@ -17,10 +17,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 from autotuner.limits import SettingError
 from autotuner.store import Store, StudyState
+from autotuner.text import printable, shortened
 
 log = logging.getLogger("autotuner.tuning")
 
@@ -207,6 +209,28 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
+def described(owner: str | None) -> str:
+    """A lease holder as an operator can find it: its command line, when it runs on this host (a
+    service's scheduler or an `autotuner tune`; "host:pid:nonce:ns" alone said nothing)."""
+    host, pid, *rest = (owner or "").split(":") + [""]
+    here = host == socket.gethostname() and pid.isdigit() and rest[1:2] in ([""], [_pid_namespace()])
+    try:
+        command = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if here
+            else ""
+        )
+    except OSError:
+        command = ""
+    if not command.strip():
+        return str(owner)
+    scheduler = " -m api.scheduler" in command
+    what = (
+        "the scheduler of an `autotuner serve`" if scheduler else shortened(printable(command.strip()), 120)
+    )
+    return f"{owner} (pid {pid} on this host: {what})"
+
+
 class Lease:
     def __init__(
         self, store: Store, study_id: int, owner: str | None = None, *, cancellable: bool = True
@@ -224,7 +248,7 @@ class Lease:
         if owner_is_dead(holder) and self.store.take_over_study(self.study_id, holder, self.owner, LEASE_S):  # type: ignore[arg-type]
             log.info("study %s: took over from %s, which is no longer running", self.study_id, holder)
             return
-        raise StudyBusy(f"study {self.study_id} is being run by {holder}")
+        raise StudyBusy(f"study {self.study_id} is being run by {described(holder)}")
 
     def due(self) -> bool:
         return time.monotonic() - self.last_beat >= HEARTBEAT_EVERY_S

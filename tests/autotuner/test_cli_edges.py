@@ -97,6 +97,52 @@ def test_a_cancelled_study_resumed_says_so(tmp_path):
     assert "study q1 was cancelled before it concluded: nothing was published" in result.output
 
 
+def test_cancel_ends_a_study_and_stops_what_no_runner_follows(tmp_path):
+    """The CLI had no cancel: a study an interrupted `autotuner tune` left running could only be resumed
+    (or cancelled over REST), and a service's scheduler on the store took it up meanwhile."""
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    store = Store(db)
+    study = create_study(store, cluster="c", workload=RECORDED["workload"], space=SPACE, name="left",
+                         settings=StudySettings(executor="replay", workdir=str(tmp_path / "runs"),
+                                                executor_options={"landscape": str(LANDSCAPE)}))  # fmt: skip
+    store.move_study(study.id, "running")
+    launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="running", backend_id="replay-1")  # its runner killed meanwhile
+    result = runner.invoke(app, ["cancel", str(study.id), "--db", db])  # by id, or by name
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"study left (id {study.id}) cancelled",
+                                          "stopped 1 launch(es) it left running"]  # fmt: skip
+    assert store.study(study.id).state == "cancelled"
+    assert (store.launch(launch.id).state, store.launch(launch.id).error) == (
+        "cancelled",
+        "its study ended while no runner followed it: cancelled",
+    )
+    again = runner.invoke(app, ["cancel", "left", "--db", db])
+    assert (again.exit_code, again.stderr.strip()) == (
+        1,
+        f"error: study left (id {study.id}) is already cancelled",
+    )
+    unknown = runner.invoke(app, ["cancel", "lefft", "--db", db])
+    assert (unknown.exit_code, unknown.stderr.strip()) == (
+        2,
+        "error: no study 'lefft' in this store: `autotuner studies` lists them",
+    )
+    store.dispose()
+
+
+def test_a_study_name_to_resume_that_is_not_there_is_said_so(tmp_path):
+    """It read as a new study missing its options: "--cluster, --workload and --space are required"."""
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    Store(db).dispose()
+    result = runner.invoke(app, ["tune", "--study", "lefft", "--db", db])
+    assert result.exit_code == 2
+    assert " ".join(result.stderr.split()) == (
+        "error: no study 'lefft' in this store: `autotuner studies` lists them; to create it, give --cluster, "
+        "--workload and --space too"
+    )
+
+
 def landscape_with(tmp_path, **changes) -> str:
     recorded = {**json.loads(LANDSCAPE.read_text()), **changes}
     path = tmp_path / "landscape.json"

@@ -137,4 +137,11 @@ def test_sigterm_stops_the_tuner_as_ctrl_c_does_and_lets_the_study_go(tmp_path):
     assert "autotuner tune --study termed" in output
     study = store.study("termed")
     assert (study.state, study.owner) == ("running", None)  # let go at once: resumable anywhere
+    # or ended for good (a service's scheduler on the store would take it up): the message says how
+    assert "or end it with `autotuner cancel termed`" in " ".join(output.split())
+    ended = subprocess.run([sys.executable, "-m", "autotuner", "cancel", "termed", "--db", db],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ended.returncode == 0, ended.stderr
+    assert f"study termed (id {study.id}) cancelled" in ended.stderr
+    assert store.study("termed").state == "cancelled"
     store.dispose()

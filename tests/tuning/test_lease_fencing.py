@@ -77,3 +77,30 @@ def test_a_lease_let_go_by_its_successor_is_not_renewed_by_a_runner_that_lost_it
     with pytest.raises(StudyBusy):
         lease.beat(force=True)
     assert store.study(study.id).owner is None
+
+
+def test_a_busy_study_names_its_holder_as_an_operator_finds_it(tmp_path):
+    """`autotuner tune --study` of a study a service's scheduler had taken up said "being run by
+    vm:2426:929300ec:4026531836", and nothing said that was the service."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from autotuner.tuning.lease import _pid_namespace, described, owner_id
+
+    mine = owner_id()
+    assert described(mine).startswith(f"{mine} (pid {os.getpid()} on this host: ")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "api.scheduler"],
+                              stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        scheduler = f"{socket.gethostname()}:{holder.pid}:ab12cd34:{_pid_namespace()}"
+        assert (
+            described(scheduler)
+            == f"{scheduler} (pid {holder.pid} on this host: the scheduler of an `autotuner serve`)"
+        )
+    finally:
+        holder.communicate(timeout=30)
+    assert described(scheduler) == scheduler  # gone: its id alone
+    assert described("another-host:12:ab12cd34:1") == "another-host:12:ab12cd34:1"
+    assert described(None) == "None"
