@@ -22,7 +22,7 @@ from api.fingerprints import FingerprintReports
 from api.metrics import Metrics
 from api.routes import configs, studies, system
 from api.scheduler import RunningScheduler, SchedulerProcess, die_with_parent, scheduler_env
-from api.settings import Settings
+from api.settings import Settings, log_to_stderr
 from autotuner import __version__
 from autotuner.store import Store
 
@@ -247,6 +247,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
 
 def app_from_env() -> FastAPI:
     """Factory for uvicorn workers: settings from the AUTOTUNER_* environment `autotuner serve` set."""
+    # the service's own lines (a study queued, a config pinned) at INFO, as the supervisor's: uvicorn's
+    # log level (warning) sets its own loggers only, and a worker's root logger had no handler
+    log_to_stderr()
     supervisor = os.environ.get("AUTOTUNER_SUPERVISOR_PID")
     if supervisor:  # a worker must not outlive a SIGKILLed supervisor (it would hold the port)
         die_with_parent(parent=int(supervisor))

@@ -49,3 +49,8 @@ def require(scope: str, *, public: bool = True):  # a FastAPI dependency factory
 ReadAccess = Annotated[str | None, require("read")]
 WriteAccess = Annotated[str | None, require("write")]
 AdminAccess = Annotated[str | None, require("admin")]
+
+
+def by(scope: str | None) -> str:
+    """Who asked, for the service's log: the scope of the token it gave (tokens are not named)."""
+    return f"by {'an' if scope.startswith('a') else 'a'} {scope} token" if scope else "no token required"

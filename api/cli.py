@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import fcntl
-import logging
 import os
 import shutil
 import tempfile
@@ -15,7 +14,7 @@ from typing import IO, Annotated, Any
 import typer
 from rich.console import Console
 
-from api.settings import Settings
+from api.settings import Settings, log_to_stderr
 from autotuner.cli.terminal import labelled, shown
 from autotuner.store.db import shown_url
 
@@ -51,7 +50,7 @@ def serve(
     except ValueError as exc:
         err.print(labelled("error:", _one_line(exc)), highlight=False, soft_wrap=True)  # shown, not read
         raise typer.Exit(2) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = hold_data_dir(settings.data_dir)  # held until this process ends
     if isinstance(lock, str):

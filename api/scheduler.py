@@ -226,9 +226,9 @@ def die_with_parent(nice: int = 0, parent: int | None = None) -> None:
 
 def main() -> None:
     """Child entry point: settings from the same AUTOTUNER_* environment as the service."""
-    from api.settings import Settings
+    from api.settings import Settings, log_to_stderr
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     settings = Settings()
     queue = StudyQueue(Store(settings.url), revalidate_every_s=settings.revalidate_every_s,
                        revalidate_every=settings.revalidate_every, prune_after_s=settings.prune_runs_after_s,

@@ -219,3 +219,9 @@ def check_settings_file(path: Path) -> None:
         log.warning("AUTOTUNER_SETTINGS_FILE=%s: %s not in force: read from the process's environment, not from "
                     "this file (set them where the service starts, e.g. systemd's EnvironmentFile)",
                     path, ", ".join(unread))  # fmt: skip
+
+
+def log_to_stderr() -> None:
+    """The service's processes (supervisor, workers, scheduler) log at INFO in one format to stderr
+    (the journal): a study queued or ended, a config pinned, the scheduler's turns."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.auth import AdminAccess, ReadAccess, WriteAccess, require
+from api.auth import AdminAccess, ReadAccess, WriteAccess, by, require
 from api.cache import CATCH_UP_WAIT_S, StoreUnanswered, store_away
 from api.deps import CacheDep, SettingsDep, StoreDep
 from api.fastpath import note_stale
@@ -188,7 +188,7 @@ NO_BODY_REVALIDATE, NO_BODY_ROLLBACK = RevalidateRequest(), RollbackRequest()
                         409: {"description": "the version was not published by a study, or its study's "
                                              "executor is not enabled here"}})  # fmt: skip
 def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, settings: SettingsDep, response: Response,
-               _: WriteAccess, body: RevalidateRequest = NO_BODY_REVALIDATE) -> ValidationPublic:  # fmt: skip
+               scope: WriteAccess, body: RevalidateRequest = NO_BODY_REVALIDATE) -> ValidationPublic:  # fmt: skip
     """Re-validate the served config (or `version`): its setting against the study's baseline in
     interleaved launches, the study's rounds and executor settings, run by the scheduler. Answers the
     queued re-validation (202), or the one already queued or running for that version (200). Held:
@@ -211,6 +211,15 @@ def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, settings: 
         raise HTTPException(409, str(exc)) from exc
     if not created:
         response.status_code = 200
+    else:
+        log.info(
+            "config %s/%s v%s: re-validation %s queued (%s)",
+            cluster,
+            workload,
+            config.version,
+            row.id,
+            by(scope),
+        )
     return _validation(row, {config.id: config.version})
 
 
@@ -260,7 +269,7 @@ def _validation(row: Any, versions: dict[int, int | None]) -> ValidationPublic:
 
 @router.post("/{cluster}/{workload}/pin", response_model=ConfigPublic)
 def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep, cache: CacheDep,
-        _: AdminAccess) -> dict:  # fmt: skip
+        scope: AdminAccess) -> dict:  # fmt: skip
     """Serve one version regardless of newer publishes (`version: null` unpins). A version that
     cannot be served is refused (409), nothing changed."""
     if body.version is not None:
@@ -268,11 +277,13 @@ def pin(cluster: Cluster, workload: Workload, body: PinRequest, store: StoreDep,
     row = store.pin_config(cluster, workload, body.nodes, body.version)
     cache.refresh()
     assert row is not None
+    done = f"pinned to v{body.version}" if body.version is not None else f"unpinned: serves v{row.version}"
+    log.info("config %s/%s at %s node(s) %s (%s)", cluster, workload, body.nodes, done, by(scope))
     return store.public_config(row)
 
 
 @router.post("/{cluster}/{workload}/rollback", response_model=ConfigPublic)
-def rollback(cluster: Cluster, workload: Workload, store: StoreDep, cache: CacheDep, _: AdminAccess,
+def rollback(cluster: Cluster, workload: Workload, store: StoreDep, cache: CacheDep, scope: AdminAccess,
              body: RollbackRequest = NO_BODY_ROLLBACK) -> dict:  # fmt: skip
     """Serve the version before the current one (pins it). One that cannot be served is refused
     (409), nothing changed."""
@@ -284,6 +295,8 @@ def rollback(cluster: Cluster, workload: Workload, store: StoreDep, cache: Cache
         raise HTTPException(409, str(exc)) from exc
     cache.refresh()
     assert row is not None
+    log.info("config %s/%s at %s node(s) rolled back: v%s to v%s, pinned (%s)", cluster, workload, body.nodes,
+             served, older, by(scope))  # fmt: skip
     return store.public_config(row)
 
 

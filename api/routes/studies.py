@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from api.auth import ReadAccess, WriteAccess
+from api.auth import ReadAccess, WriteAccess, by
 from api.deps import SettingsDep, StoreDep
 from api.errors import invalid
 from api.schemas import (
@@ -31,6 +32,7 @@ from autotuner.tuning import best_and_baseline, create_study, study_settings
 from autotuner.tuning.insights import ImportanceCache, study_insights
 from autotuner.tuning.settings import default_workdir
 
+log = logging.getLogger("autotuner.api")
 router = APIRouter(prefix="/v1/studies", tags=["studies"], responses=ERRORS)
 StudyId = Annotated[int, Path(ge=1, le=2**31)]
 
@@ -73,7 +75,7 @@ QUEUE_FULL_RETRY_S = 60  # a study runs for minutes: sooner, the queue is as ful
     response_model=StudyPublic,
     responses={429: {"description": "the queue is full (AUTOTUNER_MAX_QUEUED): retry after Retry-After"}},
 )
-def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAccess) -> StudyPublic:
+def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, scope: WriteAccess) -> StudyPublic:
     """Queue a tuning study; the service's scheduler runs it."""
     queued, cap = store.count_studies(states=[StudyState.QUEUED]), limits().max_queued
     if queued >= cap:  # a client in a loop must not grow the store and the queue without end
@@ -103,6 +105,8 @@ def create(body: StudyCreate, store: StoreDep, settings: SettingsDep, _: WriteAc
     workload = body.workload.model_dump(mode="json", exclude_unset=True)  # stored as the request gave it
     study = create_study(store, cluster=body.cluster, workload=workload, space=space,
                          settings=study_settings_, name=body.name)  # fmt: skip
+    log.info("study %s (%s) queued: %s/%s on executor %s (%s)", study.id, study.name, body.cluster,
+             study.workload.name, executor, by(scope))  # fmt: skip
     return to_public(store, study)
 
 
@@ -125,7 +129,7 @@ def show(study_id: StudyId, store: StoreDep, _: ReadAccess) -> StudyPublic:
 
 
 @router.post("/{study_id}/cancel", response_model=StudyPublic)
-def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
+def cancel(study_id: StudyId, store: StoreDep, scope: WriteAccess) -> StudyPublic:
     """Stop a queued or running study; its running launch is killed at the next heartbeat, and it
     publishes nothing. 409 if it ended first. A cancel in the instant after it published leaves that
     version published (roll it back if unwanted)."""
@@ -133,6 +137,7 @@ def cancel(study_id: StudyId, store: StoreDep, _: WriteAccess) -> StudyPublic:
     cancelled = store.move_study(study_id, StudyState.CANCELLED)  # only one that has not ended: atomic
     if cancelled is None:  # it ended (or was cancelled) first, perhaps a moment ago
         raise HTTPException(409, f"study {study_id} is already {get_study(store, study_id).state}")
+    log.info("study %s (%s) cancelled (%s)", study_id, cancelled.name, by(scope))
     return to_public(store, cancelled)
 
 

@@ -117,6 +117,8 @@ class StudyDriver:
                 return self._fail(f"{bad}: this study cannot run (its config could not be served)")
             if study.state == StudyState.QUEUED:
                 self._move(StudyState.RUNNING, started_at=self.store.now())  # the budget's clock
+            log.info("study %s (%s): %s by %s", self.study_id, study.name,
+                     "started" if study.state == StudyState.QUEUED else f"resumed ({study.state})", self.lease.owner)  # fmt: skip
             recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
                 return self._fail(self._why_no_baseline())
@@ -124,6 +126,7 @@ class StudyDriver:
             self._search(Search(self.ctx))
             return self._conclude()
         except StudyCancelled:
+            log.info("study %s: cancelled; it publishes nothing", self.study_id)
             return self.store.update_study(self.study_id, finished_at=self.store.now())  # its state says so
         except (StudyBusy, StoreUnavailable, WorkdirFull):  # left running, resumed: none says it failed
             raise
@@ -219,7 +222,9 @@ class StudyDriver:
             self.store.update_study(self.study_id, outcome=outcome.dump())
         if self.ctx.settings.scaling_nodes:
             outcome.scaling = scaling_curve(self.ctx, self._chosen(outcome), baseline)
-        return self._move(StudyState.DONE, outcome=outcome.dump(), finished_at=self.store.now())
+        done = self._move(StudyState.DONE, outcome=outcome.dump(), finished_at=self.store.now())
+        log.info("study %s done: %s", self.study_id, outcome.decision or "nothing decided")
+        return done
 
     def _claim(self, best: Candidate, baseline: Candidate) -> Outcome:
         """Confirm, then (a finalist adopted) climb the ladder and check quality, then publish."""
@@ -257,6 +262,7 @@ class StudyDriver:
         return chosen
 
     def _fail(self, error: str) -> Study:
+        log.warning("study %s failed: %s", self.study_id, error)
         failed = self.store.move_study(
             self.study_id, StudyState.FAILED, error=error, finished_at=self.store.now()
         )

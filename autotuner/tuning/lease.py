@@ -209,10 +209,10 @@ def owner_is_dead(owner: str | None) -> bool:
     return False
 
 
-def described(owner: str | None) -> str:
+def described(owner: object) -> str:
     """A lease holder as an operator can find it: its command line, when it runs on this host (a
     service's scheduler or an `autotuner tune`; "host:pid:nonce:ns" alone said nothing)."""
-    host, pid, *rest = (owner or "").split(":") + [""]
+    host, pid, *rest = (owner if isinstance(owner, str) else "").split(":") + [""]
     here = host == socket.gethostname() and pid.isdigit() and rest[1:2] in ([""], [_pid_namespace()])
     try:
         command = (

@@ -5,12 +5,15 @@ exported: a config never carries a knob that was not shown to help."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from autotuner.store import Candidate, Config
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.outcome import Outcome
 from autotuner.tuning.quality import lr_factor
+
+log = logging.getLogger("autotuner.tuning")
 
 
 def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
@@ -34,7 +37,7 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
         )
     if emulated:
         evidence["emulation"] = f"emulated {', '.join(emulated)}: not a real cluster measurement"
-    return ctx.store.publish_config(
+    config = ctx.store.publish_config(
         cluster=ctx.cluster_name, workload=ctx.workload_name, nodes=ctx.settings.nnodes,
         env={k: v for k, v in chosen.env.items() if k not in (outcome.inert or {})},
         fwd_precision=chosen.fwd_precision, bwd_precision=chosen.bwd_precision, batch_size=chosen.batch_size,
@@ -42,6 +45,10 @@ def publish(ctx: StudyContext, chosen: Candidate, outcome: Outcome) -> Config:
         lr_scale=lr_scale(outcome, chosen.batch_size, ctx.baseline_point.batch_size),
         evidence=evidence, study_id=ctx.study_id,
     )  # fmt: skip
+    speedup = f"{outcome.speedup:.2f}x" if outcome.speedup else "no speedup claimed"
+    log.info("study %s: published %s/%s v%s at %s node(s): %s", ctx.study_id, ctx.cluster_name, ctx.workload_name,
+             config.version, ctx.settings.nnodes, speedup)  # fmt: skip
+    return config
 
 
 def lr_scale(outcome: Outcome, batch: int, baseline_batch: int) -> float | None:
