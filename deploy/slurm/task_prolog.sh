@@ -64,8 +64,15 @@ limit=${AUTOTUNER_HOOK_TIMEOUT:-5}
 case "$limit" in ''|*[!0-9]*) limit=5 ;; esac
 limit=${limit#"${limit%%[!0]*}"}  # no leading zeros
 case "$limit" in '') limit=5 ;; ?|[1-5]?|60) ;; *) limit=60 ;; esac
+# The hook's own wait on the service (its --timeout), so that on a service that never answers its
+# fallback (the cached config) still fits in the limit: the limit = Python's start + this wait (the node's
+# stack read included) + the cache read (hook.CACHE_S, 0.25 s) + exit. Left at the hook's default (1.5 s)
+# that did not fit in 1 s and the hook was killed before it served the cache. At least 0.6 s is left to
+# the rest; a larger limit never lengthens the wait past the default: it is room for a slow start (a
+# cold venv on NFS), not for a slower service.
+case "$limit" in 1) wait_s=0.4 ;; 2) wait_s=1 ;; *) wait_s=1.5 ;; esac
 set -- "$hook" env --format slurm --server "$AUTOTUNER_SERVER" --cluster "$AUTOTUNER_CLUSTER" \
-  --workload "$AUTOTUNER_WORKLOAD"
+  --workload "$AUTOTUNER_WORKLOAD" --timeout "$wait_s"
 case "${SLURM_JOB_NUM_NODES:-}" in ''|*[!0-9]*) ;; *) set -- "$@" --nodes "$SLURM_JOB_NUM_NODES" ;; esac
 # The token travels in the environment (AUTOTUNER_TOKEN), not on a command line that `ps` shows.
 errors=$(mktemp 2>/dev/null) || errors=/dev/null
