@@ -7,14 +7,16 @@
 # slurm`.
 #
 # Settings, from the job's environment first, else from $AUTOTUNER_HOOK_ENV (default
-# /etc/autotuner/hook.env, KEY=value lines, see hook.env.example):
+# /etc/autotuner/hook.env, KEY=value or `export KEY=value` lines, LF or CRLF, see hook.env.example; a line
+# that is neither is said, by its number, and skipped):
 #   AUTOTUNER_SERVER, AUTOTUNER_TOKEN (a read-scope token), AUTOTUNER_CLUSTER, AUTOTUNER_WORKLOAD,
 #   AUTOTUNER_HOOK (the autotuner executable; default: `autotuner` on PATH),
 #   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, 1-60, default 5), AUTOTUNER_DISABLE=1 to opt a job out,
 #   AUTOTUNER_CA_FILE (the CA that signs an https:// service's certificate),
 #   AUTOTUNER_FINGERPRINT (what the jobs run on, where the hook cannot see it; see hook.env.example).
 #
-# It never fails the task: always exit 0, bounded time, and nothing at all is printed when unconfigured.
+# It never fails the task: always exit 0, bounded time, and nothing at all is printed when unconfigured
+# (but a hook.env line it could not read, with AUTOTUNER_HOOK_VERBOSE=1).
 # Slurm discards a TaskProlog's stderr: the hook's warnings (service down, no config published) go to
 # syslog (`logger -t autotuner-prolog`) and, with AUTOTUNER_HOOK_VERBOSE=1, to the stdout of the job's
 # first task (`print` lines).
@@ -22,16 +24,26 @@
 conf=${AUTOTUNER_HOOK_ENV:-/etc/autotuner/hook.env}
 
 # Defaults from the file, without running it as shell code; the job's own values win.
+cr=$(printf '\r')
+unread=  # numbers of the lines that are not KEY=value: said once warn() can say it (below)
+n=0
 if [ -r "$conf" ]; then
   while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    line=${line%"$cr"}  # a file saved with CRLF: the CR would end every value (a path, VERBOSE=1)
+    line=${line#"${line%%[![:blank:]]*}"}
     case "$line" in ''|'#'*) continue ;; esac
+    # `export KEY=value`, as a file also sourced by a shell writes it
+    case "$line" in export[[:blank:]]*) line=${line#export}; line=${line#"${line%%[![:blank:]]*}"} ;; esac
     key=${line%%=*}
     value=${line#*=}
     case "$key" in
       AUTOTUNER_SERVER|AUTOTUNER_TOKEN|AUTOTUNER_CLUSTER|AUTOTUNER_WORKLOAD|AUTOTUNER_HOOK|\
       AUTOTUNER_HOOK_TIMEOUT|AUTOTUNER_HOOK_VERBOSE|AUTOTUNER_CACHE_DIR|AUTOTUNER_DISABLE|AUTOTUNER_CA_FILE|\
       AUTOTUNER_FINGERPRINT) ;;
-      *) continue ;;
+      # no `=`, or not a name before it (`KEY = value`): the number only, the line may hold the token
+      "$line"|''|[0-9]*|*[!A-Za-z0-9_]*) unread="$unread $n"; continue ;;
+      *) continue ;;  # another setting: not the prolog's
     esac
     # one level of surrounding quotes is allowed in the file
     case "$value" in
@@ -44,7 +56,6 @@ if [ -r "$conf" ]; then
 fi
 
 [ "${AUTOTUNER_DISABLE:-0}" = 1 ] && exit 0
-[ -n "${AUTOTUNER_SERVER:-}" ] && [ -n "${AUTOTUNER_CLUSTER:-}" ] && [ -n "${AUTOTUNER_WORKLOAD:-}" ] || exit 0
 
 warn() {
   command -v logger >/dev/null 2>&1 && logger -t autotuner-prolog -- "job ${SLURM_JOB_ID:-?}: $1" 2>/dev/null
@@ -52,6 +63,10 @@ warn() {
     printf 'print %s\n' "$1" | tr -d '\r'
   fi
 }
+
+# Said even where the file left the prolog unconfigured: the unread line may be AUTOTUNER_SERVER's.
+[ -z "$unread" ] || warn "autotuner task prolog: $conf line(s)$unread not KEY=value (no spaces around =): ignored"
+[ -n "${AUTOTUNER_SERVER:-}" ] && [ -n "${AUTOTUNER_CLUSTER:-}" ] && [ -n "${AUTOTUNER_WORKLOAD:-}" ] || exit 0
 
 hook=${AUTOTUNER_HOOK:-$(command -v autotuner 2>/dev/null)}
 if [ -z "$hook" ] || [ ! -x "$hook" ]; then
