@@ -78,9 +78,42 @@ def cache_dir() -> Path | None:
 
 
 def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> Path | None:
-    key = hashlib.sha256(f"{server}|{cluster}|{workload}|{nodes}".encode()).hexdigest()[:32]
+    """Where the config for this key is cached (None: no cache directory)."""
+    paths = _cache_paths(server, cluster, workload, nodes)
+    return paths[0] if paths else None
+
+
+def _cache_paths(server: str, cluster: str, workload: str, nodes: int | None) -> list[Path]:
+    """Where the config is cached, keyed on the normalized server URL; then, if it differs, where an
+    older hook cached it, keyed on the literal --server text: read when the first is missing, else the
+    upgrade would orphan every node's cache and the next outage would start every job untuned."""
     where = cache_dir()
-    return where / f"{key}.json" if where is not None else None
+    if where is None:
+        return []
+    urls = dict.fromkeys((_normalized(server), server))  # in that order, once each
+    return [where / f"{hashlib.sha256(f'{url}|{cluster}|{workload}|{nodes}'.encode()).hexdigest()[:32]}.json"
+            for url in urls]  # fmt: skip
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _normalized(server: str) -> str:
+    """The server URL as one service is written whatever way it is given: scheme and host lower-cased,
+    the scheme's default port and trailing slashes dropped (`HTTP://Host:80/` is `http://host`). Names
+    are not resolved (localhost stays apart from 127.0.0.1). A URL the hook would refuse is kept as given."""
+    try:
+        url = urllib.parse.urlsplit(server)
+        port = url.port
+    except ValueError:
+        return server
+    scheme, host = url.scheme.lower(), url.hostname
+    if scheme not in DEFAULT_PORTS or not host or url.username is not None or url.password is not None:
+        return server
+    netloc = f"[{host}]" if ":" in host else host  # an IPv6 address keeps its brackets
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit((scheme, netloc, url.path.rstrip("/"), url.query, url.fragment))
 
 
 def _private_dir(path: Path) -> None:
@@ -89,6 +122,16 @@ def _private_dir(path: Path) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise ValueError(f"{path} is not a directory of this user's that only it may write")
+
+
+def _read_first(caches: list[Path]) -> tuple[Path, Any]:
+    """The first of `caches` that exists, and its JSON (FileNotFoundError: none does)."""
+    for cache in caches[:-1]:
+        try:
+            return cache, _read_cache(cache)
+        except FileNotFoundError:
+            continue
+    return caches[-1], _read_cache(caches[-1])
 
 
 def _read_cache(cache: Path) -> Any:
@@ -470,7 +513,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
             _warn(f"no config published for {args.cluster}/{args.workload} in the store: starting with the job's "
                   "own environment")  # fmt: skip
         return _checked(answer, "the store", args)
-    cache = _cache_path(args.server, args.cluster, args.workload, args.nodes)
+    caches = _cache_paths(args.server, args.cluster, args.workload, args.nodes)
+    cache = caches[0] if caches else None
     started = time.monotonic()
     try:
         answer = fetch_from_server(args.server, args.token, args.cluster, args.workload, args.nodes,
@@ -479,25 +523,27 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any] | None, Dropped]:
         trouble = _trouble(
             TimeoutError(f"no answer within {round(args.timeout, 2):g} s"), time.monotonic() - started
         )
-        return _from_cache(cache, trouble, args), {}
+        return _from_cache(caches, trouble, args), {}
     except Exception as exc:  # down, slow, 5xx, a refused token, garbage: the job starts anyway
-        return _from_cache(cache, _trouble(exc, time.monotonic() - started), args), {}
+        return _from_cache(caches, _trouble(exc, time.monotonic() - started), args), {}
     if isinstance(answer, NotPublished):
         _warn(f"{answer.said}: starting with the job's own environment")
-        if cache is not None:
-            args.cache_update = (
-                "remove the withdrawn config from the cache",
-                lambda: cache.unlink(missing_ok=True),
-            )
+        if caches:
+
+            def forget() -> None:  # under the old key too: the next outage would serve it from there
+                for path in caches:
+                    path.unlink(missing_ok=True)
+
+            args.cache_update = ("remove the withdrawn config from the cache", forget)
         return None, {}
     config, dropped = checked_config(answer)
     if config is None:  # a 200 that is not a config: as if the service had failed
         reason = f"the config service's answer is malformed ({dropped['']})"
-        return _from_cache(cache, reason, args), {"": reason}
+        return _from_cache(caches, reason, args), {"": reason}
     other = _anothers(config, args, dropped)
     if other:  # a proxy's, a misrouted or a stale answer: never exported, never cached
         reason = f"the config service answered with {other} (refused)"
-        return _from_cache(cache, reason, args), {"": reason}
+        return _from_cache(caches, reason, args), {"": reason}
     _warn_dropped(dropped, "the service's answer")
     if cache is not None:
         args.cache_update = ("cache the config", lambda: _write_cache(cache, config))
@@ -551,17 +597,17 @@ def _anothers(config: dict[str, Any], args: argparse.Namespace, dropped: Dropped
     return printable(f"the config of {label[0]}/{label[1]}, not of {asked}")
 
 
-def _from_cache(cache: Path | None, trouble: str, args: argparse.Namespace) -> dict[str, Any] | None:
+def _from_cache(caches: list[Path], trouble: str, args: argparse.Namespace) -> dict[str, Any] | None:
     """The cached config, if there is one, it passes the gate whole (the hook only ever writes
     checked configs: anything else in that file was put there by someone else) and it is the config
     of the cluster and workload asked for (a file moved to another key would serve another's)."""
     trouble = printable(trouble)
     try:
-        if cache is None:
+        if not caches:
             raise FileNotFoundError("no cache directory")
         # what the fetch left of its deadline (a refusal, most of it), at least CACHE_S (a timeout, none)
         wait = max(CACHE_S, args.deadline - time.monotonic())
-        cached = _within(wait, lambda: _read_cache(cache))
+        cache, cached = _within(wait, lambda: _read_first(caches))
     except TimeoutError:  # a hung NFS home: the job starts without it
         _warn(f"{trouble} and the cache directory did not answer within {round(wait, 2):g} s: starting the "
               "job with its own environment")  # fmt: skip
