@@ -1,9 +1,11 @@
 """The service settings the deploy files ship are settings the service accepts (a typo there would
-stop `autotuner serve` at start on every install that copied it)."""
+stop `autotuner serve` at start on every install that copied it), and the Slurm hook files name the
+install the compute nodes have."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,14 @@ def test_the_shipped_settings_load(settings, monkeypatch):
     loaded = Settings()
     assert loaded.prune_runs_after_s == 30 * 86400  # launch directories do not grow without end
     assert str(loaded.data_dir) == "/var/lib/nccl-autotuner"
+
+
+def test_the_slurm_hook_files_name_the_compute_nodes_install():
+    # hook.env.example and the TaskProlog line named the head node's /opt/nccl-autotuner, which
+    # docs/operations.md installs on the head node alone: on the nodes, "no autotuner executable".
+    ops = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    (nodes,) = set(re.findall(r'"python": "(/[^"]+)/\.venv/bin/python"', ops))
+    assert nodes != "/opt/nccl-autotuner"
+    assert env_file(DEPLOY / "slurm" / "hook.env.example")["AUTOTUNER_HOOK"] == f"{nodes}/.venv/bin/autotuner"
+    readme = (DEPLOY / "slurm" / "README.md").read_text()
+    assert re.findall(r"^TaskProlog=(.*)$", readme, re.M) == [f"{nodes}/deploy/slurm/task_prolog.sh"]
