@@ -58,3 +58,15 @@ def test_the_service_image_offers_replay_alone_unless_told(monkeypatch):
     assert Settings().allowed_executors == ["replay"]
     k8s = (REPO / "deploy" / "k8s" / "base" / "settings.yaml").read_text()
     assert "AUTOTUNER_EXECUTORS: kubernetes" in k8s  # the ConfigMap the pods take their environment from
+
+
+def test_what_the_service_writes_is_not_world_readable():
+    # The SQLite store (0644) and its directory (0755) were world-readable: the study settings hold
+    # executor options.
+    unit = (REPO / "deploy" / "systemd" / "nccl-autotuner.service").read_text()
+    service = unit.split("[Service]", 1)[1].split("\n[", 1)[0]
+    assert re.findall(r"^UMask=(.*)$", service, re.M) == ["0027"]
+    docs = (REPO / "docs" / "operations.md").read_text()
+    install = docs.split("## Install on a head node", 1)[1].split("```", 2)[1]
+    # mkdir made the data dir 0755, and a umask covers only what is created after it
+    assert "sudo chmod 750 /var/lib/nccl-autotuner" in install
