@@ -680,7 +680,9 @@ def studies(
 ) -> None:
     """List studies with their state and progress, newest first.
 
-    "best samples/s": the fastest setting measured, published or not; the speedup: the published one's."""
+    "searched": search launches done, of the study's --trials (the baseline, confirmation and ladder
+    launches are not counted); "best samples/s": the fastest setting measured, published or not; the
+    speedup: the published one's."""
     store = _store(db)
     states = [state] if state else None
     rows, total = store.studies(states=states, limit=limit, offset=offset), store.count_studies(states=states)
@@ -693,10 +695,10 @@ def studies(
         return
     table = _narrow_table("studies")
     # names break only between words (Name); the speedup wraps its CI below it only when it must
-    for col in ("id", "name", "cluster", "workload", "state", "launches", "best samples/s", "speedup"):
-        numeric = col in ("id", "launches", "best samples/s", "speedup")
+    for col in ("id", "name", "cluster", "workload", "state", "searched", "best samples/s", "speedup"):
+        numeric = col in ("id", "searched", "best samples/s", "speedup")
         table.add_column(col, justify="right" if numeric else "left", overflow="fold",
-                         no_wrap=col in ("id", "state", "launches", "best samples/s"))  # fmt: skip
+                         no_wrap=col in ("id", "state", "searched", "best samples/s"))  # fmt: skip
     lost = store.runnerless([s.id for s in rows])
     outcomes = {s.id: _outcome_of(s) for s in rows}  # each read once, for its cells and its line below
     for s in rows:

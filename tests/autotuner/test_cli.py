@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -289,6 +290,12 @@ def test_tune_says_once_that_the_search_ended_early(tmp_path, db):
     """The service's log said it at INFO; `tune` said nothing, and `studies` then read "launches 2/10"."""
     said = " ".join(tune_a_small_space(tmp_path, db).output.split())
     assert said.count("every runnable point of its space is measured: the search ends") == 1, said
+    # and its column says what it counts: search launches of --trials, not every launch the study ran
+    listed = runner.invoke(app, ["studies", "--db", db], env={"COLUMNS": "200"})
+    header, row = [line for line in listed.stdout.splitlines() if "searched" in line or "done" in line][:2]
+    assert header.split()[header.split().index("searched")] == "searched"
+    assert "launches" not in header
+    assert re.search(r" 2/\d+ ", row), row
 
 
 def test_tune_off_a_terminal_says_each_phase_and_launch_in_a_line(tmp_path, db):
