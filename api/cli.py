@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import os
 import shutil
+import signal
+import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -26,6 +30,9 @@ _HELP = {
                                  ("workers", "API processes", "AUTOTUNER_WORKERS"))
 }  # fmt: skip
 err = Console(stderr=True)
+# The settings an option of `serve` sets, by the option's name: a refused value is named as the user gave
+# it (`--port 99999` was reported as AUTOTUNER_PORT). Not --db: its option reads AUTOTUNER_DATABASE_URL too.
+_FLAGS = {"host": "--host", "port": "--port", "workers": "--workers"}
 
 
 @app.command()
@@ -37,10 +44,8 @@ def serve(
     scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
 ) -> None:  # fmt: skip
     """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
-    import uvicorn
-
     from api.cache import SharedGeneration
-    from api.scheduler import SchedulerProcess, scheduler_env
+    from api.scheduler import SchedulerProcess, restarts_file, scheduler_env
 
     overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port, "workers": workers,
                                                    "database_url": db, "scheduler": scheduler}.items()
@@ -48,13 +53,18 @@ def serve(
     try:
         settings = Settings(**overrides)
     except ValueError as exc:
-        err.print(labelled("error:", _one_line(exc)), highlight=False, soft_wrap=True)  # shown, not read
+        flags = {field: flag for field, flag in _FLAGS.items() if field in overrides}
+        err.print(labelled("error:", _one_line(exc, flags)), highlight=False, soft_wrap=True)  # fmt: skip
         raise typer.Exit(2) from exc
     log_to_stderr()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     lock = hold_data_dir(settings.data_dir)  # held until this process ends
     if isinstance(lock, str):
         err.print(labelled("error:", lock), highlight=False, soft_wrap=True)  # a path: one line
+        raise typer.Exit(2)
+    taken = cannot_listen(settings.host, settings.port, settings.workers)  # before the scheduler starts
+    if taken is not None:
+        err.print(labelled("error:", taken), highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     _export_for_workers(settings)
     _create_schemas(settings.url)
@@ -65,23 +75,102 @@ def serve(
     if settings.scheduler:
         pid_file = settings.data_dir / "scheduler.pid"  # the workers read it: a restart writes another pid
         pid_file.unlink(missing_ok=True)
+        restarts_file(pid_file).unlink(missing_ok=True)  # counted afresh for each start
         runner = SchedulerProcess(scheduler_env(settings), pid_file)
         runner.start()
         os.environ["AUTOTUNER_SCHEDULER_PID_FILE"] = str(pid_file)
-    err.print(shown(f"nccl-autotuner serving on http://{settings.host}:{settings.port} "
-                    f"({settings.workers} workers, store {shown_url(settings.url)})"), highlight=False)  # fmt: skip
+    processes = f"{settings.workers} worker{'s' if settings.workers > 1 else ''}"
+    err.print(shown(f"nccl-autotuner serving on {_address(settings.host, settings.port)} "
+                    f"({processes}, store {shown_url(settings.url)})"), highlight=False)  # fmt: skip
     for note in access_notes(settings):
         err.print(labelled("note:", note, "yellow"), highlight=False)
     try:
-        uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                    workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
+        run_http(settings, on_stop=runner.service_stopping if runner is not None else lambda: None)
     finally:
         if runner is not None:
             runner.stop()
 
 
-def _one_line(exc: ValueError) -> str:
-    """A refused setting as one line naming it (pydantic's own text spans four, with a web address)."""
+def run_http(settings: Any, on_stop: Callable[[], None]) -> None:
+    """uvicorn.run for serve's case (an import string, no reload), with `on_stop` called as soon as a
+    stop signal (SIGTERM, SIGINT) comes: sent to the whole process group (`kill -- -PGID`, GNU timeout,
+    systemd's control-group stop) it ends the scheduler too, which must not pass for a crash and be
+    started again while the service stops."""
+    import inspect
+
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
+                            workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
+    if config.workers > 1:
+        sock = config.bind_socket()
+        # an older uvicorn's takes the workers' target too; each sets its signal handlers here (>= 0.30)
+        older = "target" in inspect.signature(Multiprocess).parameters
+        target = {"target": uvicorn.Server(config).run} if older else {}
+        supervisor = Multiprocess(config, sockets=[sock], **target)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            _first(sig, on_stop)
+        supervisor.run()
+        return
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_stop()
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # as uvicorn.run
+        pass
+    if not server.started:
+        raise typer.Exit(3)  # uvicorn.run's code for a server that never started
+
+
+def _first(sig: int, hook: Callable[[], None]) -> None:
+    """Call `hook`, then the handler `sig` has now."""
+    handler = signal.getsignal(sig)
+    if not callable(handler):
+        return
+
+    def both(number: int, frame: Any) -> None:
+        hook()
+        handler(number, frame)
+
+    signal.signal(sig, both)
+
+
+def _address(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def cannot_listen(host: str, port: int, workers: int) -> str | None:
+    """Why the service cannot listen on host:port, or None: found before anything starts (uvicorn said
+    `[Errno 98] Address already in use` with no address, after "serving on", and exited 3). Bound as
+    uvicorn binds: one family for several workers, each address the host resolves to for one."""
+    where = _address(host, port)
+    family = (socket.AF_INET6 if ":" in host else socket.AF_INET) if workers > 1 else socket.AF_UNSPEC
+    try:
+        for af, kind, proto, _, address in socket.getaddrinfo(host or None, port, family, socket.SOCK_STREAM,
+                                                              0, socket.AI_PASSIVE):  # fmt: skip
+            with socket.socket(af, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is free
+                if af == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+    except OSError as exc:  # socket.gaierror too: a host name that does not resolve
+        if exc.errno == errno.EADDRINUSE:
+            return (f"cannot listen on {where}: the address is already in use (another service?): give a free "
+                    "port with --port or AUTOTUNER_PORT")  # fmt: skip
+        why = exc.strerror or str(exc)
+        return f"cannot listen on {where}: {why} (set with --host/AUTOTUNER_HOST and --port/AUTOTUNER_PORT)"
+    return None
+
+
+def _one_line(exc: ValueError, flags: dict[str, str] | None = None) -> str:
+    """A refused setting as one line naming it (pydantic's own text spans four, with a web address), by
+    the option that gave it where `flags` (setting: option) says one did, else by its variable."""
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError) or not exc.errors():
@@ -89,6 +178,9 @@ def _one_line(exc: ValueError) -> str:
     first = exc.errors()[0]
     msg = " ".join(first["msg"].removeprefix("Value error, ").split())
     field = ".".join(map(str, first["loc"]))
+    flag = (flags or {}).get(field)
+    if flag is not None:
+        return f"{flag} {first.get('input')}: {msg}"  # what the user typed (no secret: host, port, workers)
     return msg if not field or "AUTOTUNER_" in msg else f"AUTOTUNER_{field.upper()}: {msg}"
 
 

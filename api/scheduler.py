@@ -27,13 +27,17 @@ from autotuner.tuning import StudyQueue
 
 log = logging.getLogger("autotuner.scheduler")
 RESTART_DELAYS_S = (1.0, 60.0)  # after the first death, then doubling up to the second
+# How long an end a stop signal gives waits for the service to say it stops too, before it is called a
+# crash: a signal to the whole group reaches both at once, and the service's handler may run a moment later.
+STOP_GRACE_S = 1.0
 
 
 class SchedulerProcess:
     """The scheduler as a child process that dies with its parent (PR_SET_PDEATHSIG on Linux), and is
     started again when it dies on its own (killed for memory, say): studies and re-validations must not
-    stop for good while the API keeps answering. Its pid and the restarts so far go to `pid_file`, where
-    workers look (readiness, and /metrics: a scheduler in a crash loop shows there, not only in the log)."""
+    stop for good while the API keeps answering. Its pid goes to `pid_file` and the restarts so far to
+    `restarts_file(pid_file)`, where workers look (readiness, and /metrics: a scheduler in a crash loop
+    shows there, not only in the log)."""
 
     def __init__(self, env: dict[str, str], pid_file: Path | None = None) -> None:
         self.env = env
@@ -68,13 +72,15 @@ class SchedulerProcess:
                 self._write_pid_file()
 
     def _write_pid_file(self) -> None:
-        """Whole or not at all (a reader never sees half a pid); a full disk is logged, never raised:
-        the supervisor must outlive it (its thread's end would take the child with it, PDEATHSIG)."""
+        """The pid alone, as every tool reads a pid file (`kill -9 $(cat scheduler.pid)` killed the
+        operator's own process group with a count of 0 on a second line); the count first, so a reader
+        never pairs the new pid with the old count. Each whole or not at all (a reader never sees half
+        a pid); a full disk is logged, never raised: the supervisor must outlive it (its thread's end
+        would take the child with it, PDEATHSIG)."""
         assert self.pid_file is not None and self.proc is not None
-        part = self.pid_file.with_name(f".{self.pid_file.name}.{os.getpid()}")
         try:
-            part.write_text(f"{self.proc.pid}\n{self.restarts}\n")
-            os.replace(part, self.pid_file)
+            _replace(restarts_file(self.pid_file), f"{self.restarts}\n")
+            _replace(self.pid_file, f"{self.proc.pid}\n")
         except OSError as exc:
             log.error(
                 "could not write the scheduler's pid to %s: %s (readiness will say stopped)",
@@ -82,23 +88,32 @@ class SchedulerProcess:
                 exc,
             )
 
+    def service_stopping(self) -> None:
+        """The service got its stop signal: a scheduler that ends from now on ended with it (the same
+        signal reaches it when sent to the whole process group), and is neither a crash nor started
+        again. stop() still ends one that runs on."""
+        self._stopping.set()
+
     def _supervise(self) -> None:
         """Reap the child when it dies and start another, waiting longer each time it dies young."""
         delay = RESTART_DELAYS_S[0]
         while True:
             assert self.proc is not None
             code = self.proc.wait()  # reaped: never left a zombie that looks alive
-            if self._stopping.is_set():
-                return
             if time.monotonic() - self._started > RESTART_DELAYS_S[-1]:
                 delay = RESTART_DELAYS_S[0]  # it had lived a while: not a crash loop
+            # its SIGTERM handler exits 0: the service may be stopping, and say so a moment later
+            grace = min(STOP_GRACE_S, delay) if _stop_signal(code) else 0.0
+            if self._stopping.wait(grace):
+                log.info("the scheduler process %s ended with the service (%s)", self.proc.pid, _how(code))
+                return
             log.warning(
-                "the scheduler process %s ended (%s): starting another in %.0f s",
+                "the scheduler process %s ended (%s): starting another %s",
                 self.proc.pid,
                 _how(code),
-                delay,
+                f"in {delay - grace:.0f} s" if delay - grace >= 0.5 else "now",
             )
-            if self._stopping.wait(delay):
+            if self._stopping.wait(delay - grace):
                 return
             self.restarts += 1  # before the spawn, which writes it beside the new pid
             delay = min(delay * 2, RESTART_DELAYS_S[-1])
@@ -132,6 +147,23 @@ class SchedulerProcess:
                     self.proc.kill()
 
 
+def restarts_file(pid_file: Path) -> Path:
+    """Where the supervisor keeps its restart count: beside the pid file (scheduler.restarts)."""
+    return pid_file.with_name(f"{pid_file.stem}.restarts")
+
+
+def _replace(path: Path, text: str) -> None:
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.write_text(text)
+    os.replace(part, path)
+
+
+def _stop_signal(code: int) -> bool:
+    """Whether a child's end is what a stop signal gives: its SIGTERM handler's exit 0, or the signal
+    itself (before the handler was set)."""
+    return code in (0, -signal.SIGTERM, -signal.SIGHUP, -signal.SIGQUIT)
+
+
 def _how(code: int) -> str:
     """A child's end in words: its exit code, or the signal that killed it (one Python has no name for
     too: the supervisor must not die of its own log line)."""
@@ -145,22 +177,23 @@ def _how(code: int) -> str:
 
 class RunningScheduler:
     """A scheduler started by someone else (`autotuner serve`), seen from a worker: alive or not, and
-    how often it was started again. Read from the file each time: the supervisor writes a new pid when
-    it starts another (and, since, the restarts on the second line)."""
+    how often it was started again. Read from the files each time: the supervisor writes a new pid when
+    it starts another. A pid file of a version before the count's own file (the pid, then the count on
+    a second line) is read too: a worker started again after an upgrade may find one."""
 
     def __init__(self, pid_file: Path) -> None:
         self.pid_file = pid_file
 
-    def _lines(self) -> list[int]:
+    def _lines(self, path: Path) -> list[int]:
         try:
-            return [int(x) for x in self.pid_file.read_text().split()]
+            return [int(x) for x in path.read_text().split()]
         except (OSError, ValueError):  # no file yet, or a torn write
             return []
 
     @property
     def alive(self) -> bool:
-        lines = self._lines()
-        if not lines:
+        lines = self._lines(self.pid_file)
+        if not lines or lines[0] <= 1:  # never signal a process group (0) or init
             return False
         try:
             os.kill(lines[0], 0)
@@ -170,7 +203,10 @@ class RunningScheduler:
 
     @property
     def restarts(self) -> int:
-        lines = self._lines()
+        count = self._lines(restarts_file(self.pid_file))
+        if count:
+            return count[0]
+        lines = self._lines(self.pid_file)  # an older supervisor's: the count on the second line
         return lines[1] if len(lines) > 1 else 0
 
     def start(self) -> None:

@@ -34,13 +34,14 @@ class Server:
     proc: subprocess.Popen | None = None
     log: Path = field(default_factory=Path)
     args: list[str] = field(default_factory=list)  # of `autotuner serve`
+    session: bool = False  # in a process group of its own (signalled whole, as systemd or timeout do)
 
     def launch(self) -> None:
         """Start `autotuner serve`, not waiting for it."""
         self.log = self.data_dir / f"server-{int(time.time() * 1000)}.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "serve", *self.args], env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=self.session)  # fmt: skip
 
     def start(self, timeout_s: float = 30) -> None:
         self.launch()

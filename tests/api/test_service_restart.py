@@ -116,6 +116,73 @@ def test_a_scheduler_that_dies_is_started_again_and_runs_studies(tmp_path):
         server.kill()
 
 
+def test_the_pid_file_holds_the_pid_alone(tmp_path):
+    """`kill $(cat data/scheduler.pid)` signals the scheduler alone: the file held the restart count on
+    a second line, so the shell ran `kill -9 PID 0` (the operator's own process group) or `kill -9 PID 1`
+    (init). The count is in scheduler.restarts; the supervisor starts a scheduler so killed again."""
+    server = make_server(tmp_path, replay_delay_s=0)
+    server.start()
+    try:
+        pid_file, count = server.data_dir / "scheduler.pid", server.data_dir / "scheduler.restarts"
+        (first,) = _schedulers(server.proc.pid)
+        assert pid_file.read_text() == f"{first}\n"
+        assert count.read_text() == "0\n"
+        # as an operator would; in a session of its own, so that a `kill PID 0` could not reach pytest
+        subprocess.run(["sh", "-c", f"kill $(cat {pid_file})"], check=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (
+            (now := _schedulers(server.proc.pid)) and now != [first] and pid_file.read_text() == f"{now[0]}\n"
+        ):
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.05)
+        assert count.read_text() == "1\n"
+        log = server.log.read_text()
+        assert f"the scheduler process {first} ended" in log
+        assert f"the scheduler process {now[0]} started (restart 1)" in log
+        for _ in range(4):  # every worker reads the count from its own file
+            assert (
+                "autotuner_scheduler_restarts_total 1.0" in httpx.get(f"{server.url}/metrics", timeout=5).text
+            )
+    finally:
+        server.kill()
+
+
+def test_readers_take_the_count_from_its_file_and_never_a_group_for_a_pid(tmp_path):
+    from api.scheduler import RunningScheduler
+
+    pid_file = tmp_path / "scheduler.pid"
+    seen = RunningScheduler(pid_file)
+    pid_file.write_text(f"{os.getpid()}\n")
+    (tmp_path / "scheduler.restarts").write_text("3\n")
+    assert seen.alive
+    assert seen.restarts == 3  # before: 0, from a pid file with no second line
+    for pid in ("0", "1", "-1"):  # os.kill(0, 0) answers for the reader's own group: not a scheduler
+        pid_file.write_text(f"{pid}\n")
+        assert not seen.alive
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stop_signal_to_the_whole_group_is_no_scheduler_crash(tmp_path, workers):
+    """SIGTERM to the service's process group (`kill -TERM -- -PGID`, GNU timeout, systemd's control-group
+    stop) reaches the scheduler as well as the service: it was logged as a crash, `WARNING ... ended
+    (exit code 0): starting another in 1 s`, and started again if the service took longer to stop."""
+    server = make_server(tmp_path, AUTOTUNER_WORKERS=str(workers))
+    server.session = True  # a group of its own, signalled whole
+    server.start()
+    try:
+        (scheduler,) = _schedulers(server.proc.pid)
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        server.proc.wait(timeout=30)
+        log = server.log.read_text()
+        assert "WARNING autotuner.scheduler" not in log
+        assert f"INFO autotuner.scheduler: the scheduler process {scheduler} ended with the service" in log
+        assert "started (restart" not in log
+        said = " ".join(log.split())  # the start line is folded at 80 columns
+        assert f"({workers} worker{'s' if workers > 1 else ''}, store" in said  # before: "(1 workers"
+    finally:
+        server.kill()
+
+
 def test_readiness_says_stopped_while_no_scheduler_runs(tmp_path):
     """The workers' view of the scheduler: its pid file, and a process that is neither gone nor a zombie."""
     from api.scheduler import RunningScheduler

@@ -20,9 +20,10 @@ RULES = REPO / "deploy" / "prometheus" / "autotuner-alerts.yaml"
 
 def test_every_rule_reads_metrics_the_service_exports(tmp_path, monkeypatch):
     # a worker of `autotuner serve`: the scheduler beside it is named by its pid file (this process
-    # stands in for it), whose second line counts its restarts
+    # stands in for it), and its restarts by the count beside it
     pid_file = tmp_path / "scheduler.pid"
-    pid_file.write_text(f"{os.getpid()}\n3\n")
+    pid_file.write_text(f"{os.getpid()}\n")
+    (tmp_path / "scheduler.restarts").write_text("3\n")
     monkeypatch.setenv("AUTOTUNER_SCHEDULER_PID_FILE", str(pid_file))
     store = Store(f"sqlite:///{tmp_path / 'at.db'}")
     store.upsert_workload("w", {"name": "w", "tables": []})
