@@ -8,10 +8,8 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import socket
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -44,6 +42,8 @@ def serve(
     scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
 ) -> None:  # fmt: skip
     """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
+    import uvicorn
+
     from api.cache import SharedGeneration
     from api.scheduler import SchedulerProcess, restarts_file, scheduler_env
 
@@ -85,60 +85,11 @@ def serve(
     for note in access_notes(settings):
         err.print(labelled("note:", note, "yellow"), highlight=False)
     try:
-        run_http(settings, on_stop=runner.service_stopping if runner is not None else lambda: None)
+        uvicorn.run("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
+                    workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
     finally:
         if runner is not None:
             runner.stop()
-
-
-def run_http(settings: Any, on_stop: Callable[[], None]) -> None:
-    """uvicorn.run for serve's case (an import string, no reload), with `on_stop` called as soon as a
-    stop signal (SIGTERM, SIGINT) comes: sent to the whole process group (`kill -- -PGID`, GNU timeout,
-    systemd's control-group stop) it ends the scheduler too, which must not pass for a crash and be
-    started again while the service stops."""
-    import inspect
-
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
-
-    config = uvicorn.Config("api.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                            workers=settings.workers, log_level="warning", access_log=False)  # fmt: skip
-    if config.workers > 1:
-        sock = config.bind_socket()
-        # an older uvicorn's takes the workers' target too; each sets its signal handlers here (>= 0.30)
-        older = "target" in inspect.signature(Multiprocess).parameters
-        target = {"target": uvicorn.Server(config).run} if older else {}
-        supervisor = Multiprocess(config, sockets=[sock], **target)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            _first(sig, on_stop)
-        supervisor.run()
-        return
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            on_stop()
-            super().handle_exit(sig, frame)
-
-    server = Server(config)
-    try:
-        server.run()
-    except KeyboardInterrupt:  # as uvicorn.run
-        pass
-    if not server.started:
-        raise typer.Exit(3)  # uvicorn.run's code for a server that never started
-
-
-def _first(sig: int, hook: Callable[[], None]) -> None:
-    """Call `hook`, then the handler `sig` has now."""
-    handler = signal.getsignal(sig)
-    if not callable(handler):
-        return
-
-    def both(number: int, frame: Any) -> None:
-        hook()
-        handler(number, frame)
-
-    signal.signal(sig, both)
 
 
 def _address(host: str, port: int) -> str:

@@ -27,9 +27,6 @@ from autotuner.tuning import StudyQueue
 
 log = logging.getLogger("autotuner.scheduler")
 RESTART_DELAYS_S = (1.0, 60.0)  # after the first death, then doubling up to the second
-# How long an end a stop signal gives waits for the service to say it stops too, before it is called a
-# crash: a signal to the whole group reaches both at once, and the service's handler may run a moment later.
-STOP_GRACE_S = 1.0
 
 
 class SchedulerProcess:
@@ -88,12 +85,6 @@ class SchedulerProcess:
                 exc,
             )
 
-    def service_stopping(self) -> None:
-        """The service got its stop signal: a scheduler that ends from now on ended with it (the same
-        signal reaches it when sent to the whole process group), and is neither a crash nor started
-        again. stop() still ends one that runs on."""
-        self._stopping.set()
-
     def _supervise(self) -> None:
         """Reap the child when it dies and start another, waiting longer each time it dies young."""
         delay = RESTART_DELAYS_S[0]
@@ -102,18 +93,19 @@ class SchedulerProcess:
             code = self.proc.wait()  # reaped: never left a zombie that looks alive
             if time.monotonic() - self._started > RESTART_DELAYS_S[-1]:
                 delay = RESTART_DELAYS_S[0]  # it had lived a while: not a crash loop
-            # its SIGTERM handler exits 0: the service may be stopping, and say so a moment later
-            grace = min(STOP_GRACE_S, delay) if _stop_signal(code) else 0.0
-            if self._stopping.wait(grace):
-                log.info("the scheduler process %s ended with the service (%s)", self.proc.pid, _how(code))
+            if self._stopping.is_set():
                 return
-            log.warning(
-                "the scheduler process %s ended (%s): starting another %s",
+            # A stop signal's end (its SIGTERM handler exits 0) is no crash: sent to the whole process group
+            # (systemd's control-group stop, GNU timeout) it reaches the scheduler as the service stops.
+            log.log(
+                logging.INFO if _stop_signal(code) else logging.WARNING,
+                "the scheduler process %s ended (%s): starting another in %.0f s%s",
                 self.proc.pid,
                 _how(code),
-                f"in {delay - grace:.0f} s" if delay - grace >= 0.5 else "now",
+                delay,
+                " unless the service is stopping" if _stop_signal(code) else "",
             )
-            if self._stopping.wait(delay - grace):
+            if self._stopping.wait(delay):
                 return
             self.restarts += 1  # before the spawn, which writes it beside the new pid
             delay = min(delay * 2, RESTART_DELAYS_S[-1])

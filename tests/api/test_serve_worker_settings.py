@@ -36,19 +36,22 @@ def environ():
 def serve(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run `autotuner serve ARGV` up to uvicorn: what uvicorn was asked to run, and the settings a
     worker it starts then has."""
-    from api import cli
+    import uvicorn
+
+    from api.cli import main
 
     seen: dict[str, Any] = {}
 
-    def run(settings: Any, on_stop: Any) -> None:
-        seen["uvicorn"] = {"host": settings.host, "port": settings.port, "workers": settings.workers}
+    def run(app: str, **kwargs: Any) -> None:
+        assert app == "api.app:app_from_env"
+        seen["uvicorn"] = kwargs
         worker = subprocess.run([sys.executable, "-c", WORKER], cwd=REPO, capture_output=True, text=True,
                                 timeout=120)  # fmt: skip
         assert worker.returncode == 0, worker.stderr
         seen["worker"] = json.loads(worker.stdout.splitlines()[-1])
 
-    monkeypatch.setattr(cli, "run_http", run)
-    assert cli.main(argv) == 0
+    monkeypatch.setattr(uvicorn, "run", run)
+    assert main(argv) == 0
     return seen["uvicorn"], seen["worker"]
 
 
