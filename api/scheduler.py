@@ -27,6 +27,7 @@ from autotuner.tuning import StudyQueue
 
 log = logging.getLogger("autotuner.scheduler")
 RESTART_DELAYS_S = (1.0, 60.0)  # after the first death, then doubling up to the second
+STOPPED_RESTART_S = 15.0  # after an end a stop signal gives: longer than the service takes to stop
 
 
 class SchedulerProcess:
@@ -96,16 +97,14 @@ class SchedulerProcess:
             if self._stopping.is_set():
                 return
             # A stop signal's end (its SIGTERM handler exits 0) is no crash: sent to the whole process group
-            # (systemd's control-group stop, GNU timeout) it reaches the scheduler as the service stops.
-            log.log(
-                logging.INFO if _stop_signal(code) else logging.WARNING,
-                "the scheduler process %s ended (%s): starting another in %.0f s%s",
-                self.proc.pid,
-                _how(code),
-                delay,
-                " unless the service is stopping" if _stop_signal(code) else "",
-            )
-            if self._stopping.wait(delay):
+            # (systemd's control-group stop, GNU timeout) it reaches the scheduler as the service stops,
+            # whose workers may take seconds to drain: none is started meanwhile.
+            stopped = _stop_signal(code)
+            wait = max(delay, STOPPED_RESTART_S) if stopped else delay
+            log.log(logging.INFO if stopped else logging.WARNING,
+                    "the scheduler process %s ended (%s): starting another in %.0f s%s", self.proc.pid, _how(code),
+                    wait, " unless the service is stopping" if stopped else "")  # fmt: skip
+            if self._stopping.wait(wait):
                 return
             self.restarts += 1  # before the spawn, which writes it beside the new pid
             delay = min(delay * 2, RESTART_DELAYS_S[-1])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from autotuner.executors import AppDryrun, Description, LaunchRequest, Outcome
+from autotuner.executors import AppDryrun, Description, Executor, LaunchRequest, Outcome
 from autotuner.executors.base import RESULT_UNWRITTEN, LaunchState, SubmitLater, also_left
 from autotuner.executors.results import clip
 from autotuner.store import Candidate, Launch, LaunchKind
@@ -294,6 +294,22 @@ def cancel_interrupted(
     left = _cancel_quietly(ctx, backend_id, request)
     ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),
                             error=also_left(CTRL_C, left), left_running=left)  # fmt: skip
+
+
+def cancel_if_ours(executor: Executor, backend_id: str, request: LaunchRequest) -> tuple[str | None, str]:
+    """A cancel sent long after the launch ended (a study cancelled while no runner followed it, a cancel
+    not confirmed then): its id may name another job by now (Slurm gives a lost job's id to the next),
+    which must not be stopped, so the executor is asked first (`Executor.owns`). What may still run
+    (None: nothing of it), and how that was seen."""
+    owned = executor.owns(backend_id, request)
+    if owned is None:
+        return (
+            f"{backend_id} may still run: its backend could not say now whether it is still this launch's job",
+            "",
+        )
+    if not owned:
+        return None, f"{backend_id} no longer names a live job of this launch"
+    return executor.cancel(backend_id, request), "cancelled"
 
 
 def _cancel_quietly(ctx: StudyContext, backend_id: str | None, request: LaunchRequest) -> str | None:

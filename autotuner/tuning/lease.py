@@ -210,25 +210,30 @@ def owner_is_dead(owner: str | None) -> bool:
 
 
 def described(owner: object) -> str:
-    """A lease holder as an operator can find it: its command line, when it runs on this host (a
-    service's scheduler or an `autotuner tune`; "host:pid:nonce:ns" alone said nothing)."""
+    """A lease holder as an operator can find it, when it runs on this host: a service's scheduler, or
+    the autotuner command and study it runs ("host:pid:nonce:ns" alone said nothing). Never its whole
+    command line: a --db URL there may hold a password."""
     host, pid, *rest = (owner if isinstance(owner, str) else "").split(":") + [""]
     here = host == socket.gethostname() and pid.isdigit() and rest[1:2] in ([""], [_pid_namespace()])
     try:
-        command = (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if here
-            else ""
-        )
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if here else []
     except OSError:
-        command = ""
-    if not command.strip():
+        argv = []
+    if not any(argv):
         return str(owner)
-    scheduler = " -m api.scheduler" in command
-    what = (
-        "the scheduler of an `autotuner serve`" if scheduler else shortened(printable(command.strip()), 120)
-    )
-    return f"{owner} (pid {pid} on this host: {what})"
+    return f"{owner} (pid {pid} on this host: {_program(argv)})"
+
+
+def _program(argv: list[str]) -> str:
+    """`autotuner tune --study NAME`, the scheduler of an `autotuner serve`, or the program's name."""
+    if "api.scheduler" in argv:
+        return "the scheduler of an `autotuner serve`"
+    at = next((i for i, arg in enumerate(argv) if arg == "autotuner" or arg.endswith("/autotuner")), None)
+    if at is None:
+        return printable(Path(argv[0]).name)
+    command = argv[at + 1 : at + 2]
+    study = [f"--study {argv[i + 1]}" for i, arg in enumerate(argv[:-1]) if arg == "--study"][:1]
+    return printable(shortened(" ".join(["autotuner", *command, *study]), 120))
 
 
 class Lease:

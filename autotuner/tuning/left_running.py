@@ -8,13 +8,14 @@ error was all: the job could hold GPU nodes until its time limit unless an opera
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 from autotuner.executors import Executor
-from autotuner.executors.results import clip
+from autotuner.executors.results import MAX_TEXT, clip
 from autotuner.store import Launch, Store
-from autotuner.tuning.launch import launch_request
+from autotuner.tuning.launch import cancel_if_ours, launch_request
 from autotuner.tuning.settings import StudySettings
 
 log = logging.getLogger("autotuner.queue")
@@ -25,16 +26,36 @@ BATCH = 100  # launches read at a time
 
 class LeftRunning:
     """The passes of one queue: which launch the next pass starts after (round robin, so one job that
-    never ends does not hold up the others), and the launches already said to still run (said once)."""
+    never ends does not hold up the others), and the launches already said to still run (said once).
+    A pass runs between studies and, with `loop`, beside a study that runs for hours (its own launch
+    given up at its queue timeout may start meanwhile, beside the study's next)."""
 
     def __init__(self, store: Store, make_executor: Callable[[StudySettings], Executor]) -> None:
         self.store, self.make_executor = store, make_executor
         self._checked = float("-inf")
         self._after = 0
         self._said: set[int] = set()
+        self._busy = threading.Lock()  # one pass at a time: the loop's and the queue's
+
+    def loop(self, stop: threading.Event) -> None:
+        """A pass every CHECK_S until `stop`; one that fails (the store away) is logged and tried again."""
+        while not stop.wait(CHECK_S):
+            try:
+                self.check()
+            except Exception as exc:
+                log.warning("launches left running: a pass failed (%s: %s); tried again in %.0f s",
+                            type(exc).__name__, exc, CHECK_S)  # fmt: skip
 
     def check(self, force: bool = False) -> int:
-        """A pass, when due (or `force`): how many launches it saw ended."""
+        """A pass, when due (or `force`) and none runs: how many launches it saw ended."""
+        if not self._busy.acquire(blocking=False):
+            return 0
+        try:
+            return self._pass(force)
+        finally:
+            self._busy.release()
+
+    def _pass(self, force: bool) -> int:
         now = time.monotonic()
         if not force and now - self._checked < CHECK_S:
             return 0
@@ -44,8 +65,8 @@ class LeftRunning:
             self._after = 0
             rows = self.store.left_running(limit=BATCH)
         for launch in rows:
+            self._after = launch.id  # first: a row that fails holds up no later one
             ended += self._cancel_again(launch)
-            self._after = launch.id
             if time.monotonic() > deadline:
                 break
         else:
@@ -54,39 +75,33 @@ class LeftRunning:
         return ended
 
     def _cancel_again(self, launch: Launch) -> int:
-        """1: its backend now says it ended, and its row says so; 0: it may still run."""
-        study = self.store.study(launch.study_id)
-        assert launch.backend_id is not None and study is not None  # the query's, and a foreign key's
-        backend_id, ended = (
-            launch.backend_id,
-            f"later seen ended ({launch.backend_id}, cancelled again by the study queue)",
-        )
+        """1: it is seen ended (or no job of its runs under its id), and its row says so; 0: it may still
+        run (or could not be asked: a row or an executor it cannot use, said once)."""
+        assert launch.backend_id is not None  # the query's
         try:
+            study = self.store.study(launch.study_id)
+            if study is None:
+                raise LookupError(f"its study {launch.study_id} is gone")
             settings = StudySettings.model_validate(study.settings)
-            request, executor = launch_request(study.id, settings, launch), self.make_executor(settings)
-            # Asked first: its id may name another job by now, which this cancel must not stop.
-            owned = executor.owns(backend_id, request)
-            if owned is None:
-                left = f"{launch.left_running} (its backend cannot say now whether {backend_id} is still its job)"
-            elif not owned:
-                left, ended = None, f"later seen ended ({backend_id} is no longer this launch's job)"
-            else:
-                left = executor.cancel(backend_id, request)
-        except Exception as exc:  # a row or an executor it cannot use: the others meanwhile
-            left = clip(f"{backend_id} may still run: its cancel failed ({type(exc).__name__}: {exc})")
+            request = launch_request(study.id, settings, launch)
+            left, how = cancel_if_ours(self.make_executor(settings), launch.backend_id, request)
+        except Exception as exc:
+            self._say(launch, f"could not be cancelled again ({type(exc).__name__}: {exc}); tried again")
+            return 0
         if left is None:
-            self.store.update_launch(
-                launch.id,
-                left_running=None,
-                error=clip(f"{launch.error}; {ended}" if launch.error else ended),
-            )
-            log.info("study %s: launch %s: %s", study.id, launch.seq, ended)
+            how = f"{launch.backend_id}, cancelled again by the study queue" if how == "cancelled" else how
+            ended = f"later seen ended ({how})"
+            error = f"{clip(launch.error, MAX_TEXT - len(ended) - 2)}; {ended}" if launch.error else ended
+            self.store.update_launch(launch.id, left_running=None, error=error)
+            log.info("study %s: launch %s: %s", launch.study_id, launch.seq, ended)
             self._said.discard(launch.id)
             return 1
-        if launch.id not in self._said:
-            self._said.add(launch.id)
-            log.warning("study %s: launch %s: %s (cancelled again every %.0f s until it is seen ended)",
-                        study.id, launch.seq, left, CHECK_S)  # fmt: skip
-        if owned is not None and left != launch.left_running:  # an unanswered check changes nothing
+        self._say(launch, f"{left} (cancelled again every {CHECK_S:.0f} s until it is seen ended)")
+        if how and left != launch.left_running:  # an unanswered question changes nothing stored
             self.store.update_launch(launch.id, left_running=clip(left))
         return 0
+
+    def _say(self, launch: Launch, what: str) -> None:
+        if launch.id not in self._said:
+            self._said.add(launch.id)
+            log.warning("study %s: launch %s: %s", launch.study_id, launch.seq, what)

@@ -85,6 +85,10 @@ class StudyQueue:
     def start(self) -> None:
         self._thread = threading.Thread(target=self.loop, name="study-queue", daemon=True)
         self._thread.start()
+        # beside a study that runs for hours: a launch it gave up on may start meanwhile
+        threading.Thread(
+            target=self.left_running.loop, args=(self._stop,), name="left-running", daemon=True
+        ).start()
 
     def stop(self) -> None:
         self._stop.set()

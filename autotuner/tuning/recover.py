@@ -11,7 +11,14 @@ from autotuner.executors.base import LaunchState, also_left
 from autotuner.store import Launch, LaunchKind
 from autotuner.tuning.context import StudyContext, point_of
 from autotuner.tuning.ingest import ingest
-from autotuner.tuning.launch import abandon_quietly, cancel_interrupted, request_of, run_again, wait
+from autotuner.tuning.launch import (
+    abandon_quietly,
+    cancel_if_ours,
+    cancel_interrupted,
+    request_of,
+    run_again,
+    wait,
+)
 from autotuner.tuning.plan import PlannedLaunch
 
 log = logging.getLogger("autotuner.tuning")
@@ -91,9 +98,9 @@ def stop_leftovers(ctx: StudyContext) -> int:
     left = [x for x in ctx.store.launches(ctx.study_id, states=states) if x.kind != LaunchKind.REVALIDATE]
     for launch in left:
         error, running = "its study ended while no runner followed it: cancelled", None
-        if launch.backend_id:
-            running = ctx.executor.cancel(launch.backend_id, request_of(ctx, launch))
-            error = also_left(error, running)
+        if launch.backend_id:  # perhaps days later: its id may name another job by now
+            running, how = cancel_if_ours(ctx.executor, launch.backend_id, request_of(ctx, launch))
+            error = also_left(error if how in ("", "cancelled") else f"{error} ({how})", running)
         else:
             abandon_quietly(ctx, request_of(ctx, launch))
         ctx.store.update_launch(launch.id, state=LaunchState.CANCELLED, finished_at=ctx.store.now(),

@@ -493,9 +493,14 @@ def test_accounting_that_says_pending_of_a_job_the_controller_lost_is_not_believ
 def test_a_job_id_is_owned_only_while_slurm_knows_it_under_the_launchs_name(slurm, tmp_path):
     """A controller that lost its state gave job 309's id to the next job (the test cluster): a cancel
     sent later by that id stopped the other job."""
-    ours, other = request(tmp_path, name="rec-run"), request(tmp_path, name="s1-l7")
-    assert SlurmExecutor().owns("2", ours) is True  # squeue --json (recorded): job 2 is "rec-run"
+    ours, other = request(Path("/tmp/rec"), name="rec-run"), request(Path("/tmp/rec"), name="s1-l7")
+    assert SlurmExecutor().owns("2", ours) is True  # squeue --json (recorded): job 2 is "rec-run" in /tmp/rec
     assert SlurmExecutor().owns("2", other) is False
+    # the same name in another directory: another store's launch (every store has an s1-l1)
+    assert SlurmExecutor().owns("2", request(tmp_path, name="rec-run")) is False
+    assert (
+        SlurmExecutor().owns("1", request(Path("/tmp"), name="python3")) is False
+    )  # it ended: nothing to stop
     slurm.squeue = (DATA / "squeue-22.05-job-purged.json").read_text()
     slurm.scontrol["2"] = (DATA / "scontrol-running.txt").read_text()  # scontrol's answer: JobName=rec-run
     assert SlurmExecutor().owns("2", ours) is True
@@ -503,6 +508,8 @@ def test_a_job_id_is_owned_only_while_slurm_knows_it_under_the_launchs_name(slur
     assert SlurmExecutor().owns("24", other) is False  # known no more
     slurm.down = True
     assert SlurmExecutor().owns("2", ours) is None
+    slurm.accounting_up, slurm.sacct = True, (0, "2|COMPLETED|0:0\n", "")  # accounting alone: it ended
+    assert SlurmExecutor().owns("2", ours) is False  # nothing to stop: no scancel by a name unseen
 
 
 def test_a_fresh_executor_reattaches_from_the_job_id_alone(slurm, tmp_path):

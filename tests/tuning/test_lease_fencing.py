@@ -84,15 +84,13 @@ def test_a_busy_study_names_its_holder_as_an_operator_finds_it(tmp_path):
     vm:2426:929300ec:4026531836", and nothing said that was the service."""
     import os
     import socket
-    import subprocess
     import sys
 
     from autotuner.tuning.lease import _pid_namespace, described, owner_id
 
     mine = owner_id()
     assert described(mine).startswith(f"{mine} (pid {os.getpid()} on this host: ")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "api.scheduler"],
-                              stdin=subprocess.PIPE)  # fmt: skip
+    holder = started([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "api.scheduler"])
     try:
         scheduler = f"{socket.gethostname()}:{holder.pid}:ab12cd34:{_pid_namespace()}"
         assert (
@@ -102,5 +100,27 @@ def test_a_busy_study_names_its_holder_as_an_operator_finds_it(tmp_path):
     finally:
         holder.communicate(timeout=30)
     assert described(scheduler) == scheduler  # gone: its id alone
+    # a tune's command and study, never its whole command line: a --db URL may hold a password
+    tuner = started([sys.executable, "-c", "import sys; sys.stdin.read()", "autotuner", "tune", "--db",
+                     "postgresql://tuner:hunter2@db/at", "--study", "s1"])  # fmt: skip
+    try:
+        owner = f"{socket.gethostname()}:{tuner.pid}:ab12cd34:{_pid_namespace()}"
+        assert described(owner) == f"{owner} (pid {tuner.pid} on this host: autotuner tune --study s1)"
+    finally:
+        tuner.communicate(timeout=30)
     assert described("another-host:12:ab12cd34:1") == "another-host:12:ab12cd34:1"
     assert described(None) == "None"
+
+
+def started(argv: list[str]):
+    """A process that waits on its stdin, once /proc shows its command line (empty a moment after exec)."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc

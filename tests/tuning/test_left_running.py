@@ -4,8 +4,11 @@ sentence in its error was all: the job could hold GPU nodes until its time limit
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from api.app import create_app
 from api.settings import Settings
@@ -72,10 +75,7 @@ def test_a_cancel_that_raises_is_tried_again_and_the_others_meanwhile(store: Sto
     executor = Answers(RuntimeError("the controller answered something new"), None, None)
     sweep = left_running.LeftRunning(store, lambda settings: executor)
     assert sweep.check(force=True) == 1
-    assert (
-        store.launch(first.id).left_running
-        == "11 may still run: its cancel failed (RuntimeError: the controller answered something new)"
-    )
+    assert store.launch(first.id).left_running == LEFT  # as it was: the failed cancel confirmed nothing
     assert store.launch(second.id).left_running is None
     assert sweep.check(force=True) == 1
     assert store.launch(first.id).left_running is None
@@ -97,8 +97,58 @@ def test_an_id_that_names_another_job_by_now_is_not_cancelled(store: Store, tmp_
     row = store.launch(launch.id)
     assert (row.left_running, row.error) == (
         None,
-        f"{LEFT}; later seen ended (12 is no longer this launch's job)",
+        f"{LEFT}; later seen ended (12 no longer names a live job of this launch)",
     )
+
+
+def test_a_row_it_cannot_use_holds_up_no_other_and_stops_no_pass(store: Store, tmp_path, caplog):
+    """Stored settings that no longer load (a landscape deleted, a row edited), a study row gone: the
+    pass raised on the first such row, every minute, and the rows after it were never cancelled again
+    (the queue's tick logged a traceback instead, and ran no study)."""
+    _, broken = left_by_a_cancelled_study(store, tmp_path, "broken", "11")
+    _, fine = left_by_a_cancelled_study(store, tmp_path, "fine", "12")
+    for launch in (broken, fine):
+        store.update_launch(launch.id, state="cancelled", left_running=LEFT)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE at_studies SET settings = '{\"trials\": \"many\"}' WHERE id = :id"),
+                     {"id": broken.study_id})  # fmt: skip
+    executor = Answers(None)
+    sweep = left_running.LeftRunning(store, lambda settings: executor)
+    with caplog.at_level(logging.WARNING, "autotuner.queue"):
+        assert sweep.check(force=True) == 1
+        assert sweep.check(force=True) == 0
+    assert [backend for backend, _ in executor.cancelled] == ["12"]
+    assert store.launch(broken.id).left_running == LEFT  # kept as it was: nothing was asked
+    assert store.launch(fine.id).left_running is None
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith(
+        f"study {broken.study_id}: launch 1: could not be cancelled again (ValidationError: "
+    )
+    assert said.endswith("; tried again")
+
+
+def test_leftovers_of_a_study_cancelled_long_ago_are_cancelled_only_if_still_theirs(store: Store, tmp_path):
+    """stop_leftovers (the queue, `autotuner cancel`) runs days after the cancel: it sent scancel by the
+    stored id, which Slurm may have given another job since."""
+    from autotuner.tuning.queue import StudyQueue
+
+    study, launch = left_by_a_cancelled_study(store, tmp_path)
+    executor = Answers()
+    executor.owns = lambda backend_id, request: False
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    row = store.launch(launch.id)
+    assert executor.cancelled == []
+    assert (row.state, row.left_running, row.error) == (
+        "cancelled", None,
+        "its study ended while no runner followed it: cancelled (12 no longer names a live job of this launch)",
+    )  # fmt: skip
+    _, unsure = left_by_a_cancelled_study(store, tmp_path, "unsure", "13")
+    executor.owns = lambda backend_id, request: None  # the controller does not answer: nothing sent
+    StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
+    row = store.launch(unsure.id)
+    assert executor.cancelled == []
+    assert row.left_running == ("13 may still run: its backend could not say now whether it is still this "
+                                "launch's job")  # fmt: skip
 
 
 def test_a_job_that_never_ends_does_not_hold_up_the_others(store: Store, tmp_path, monkeypatch):

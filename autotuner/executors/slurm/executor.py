@@ -120,7 +120,8 @@ class JobInfo:
     exit_code: int | None = None  # of the batch script
     signal: int | None = None
     source: str = "squeue"
-    name: str | None = None  # the job's name, where the controller says it (not accounting)
+    name: str | None = None  # the job's name and directory, where the controller says them (not accounting)
+    workdir: str | None = None
 
 
 class SlurmExecutor(Executor):
@@ -379,12 +380,13 @@ class SlurmExecutor(Executor):
 
     def owns(self, backend_id: str, launch: LaunchRequest) -> bool | None:
         """Executor.owns: a controller that lost its state gives the ids of the jobs it forgot to new ones
-        (the test cluster's job 309, twice). Slurm that knows the id no more: nothing runs under it."""
+        (the test cluster's job 309, twice). Ours: the controller knows it, running or queued, under the
+        launch's job name and directory (the name alone is every store's s1-l1)."""
         try:
             info = self.job_info(_checked_id(backend_id))
         except _Unreachable:
             return None
-        return info is not None and info.name in (None, job_name(launch.name))
+        return info is not None and not _job_ended(info) and _of_launch(info, launch)
 
     def cancel(self, backend_id: str, launch: LaunchRequest) -> str | None:
         """scancel, then wait (up to cancel_grace_s) until Slurm reports the job ended, so the nodes are
@@ -491,6 +493,11 @@ class _Cancel:
 Run = Callable[[list[str]], subprocess.CompletedProcess[str]]  # SlurmExecutor._run
 
 
+def _of_launch(info: JobInfo, launch: LaunchRequest) -> bool:
+    """Whether the controller's job is this launch's: its name, and its directory (sbatch --chdir)."""
+    return info.name == job_name(launch.name) and info.workdir in (None, str(launch.workdir))
+
+
 def _job_ended(info: JobInfo) -> bool:
     return SLURM_STATES.get(info.state, LaunchState.UNKNOWN).is_terminal()
 
@@ -574,9 +581,9 @@ def parse_squeue_json(data: Mapping[str, Any], job_id: str) -> JobInfo | None:
         state = next((s for s in states if s in SLURM_STATES and s != "COMPLETING"), states[0])
         exit_code, signal = _exit_status(job.get("exit_code"))
         reason = job.get("state_reason") or ""
-        name = job.get("name")
+        name, workdir = job.get("name"), job.get("current_working_directory")
         return JobInfo(state, "" if reason == "None" else str(reason), exit_code, signal, "squeue",
-                       name if isinstance(name, str) else None)  # fmt: skip
+                       name if isinstance(name, str) else None, workdir if isinstance(workdir, str) else None)  # fmt: skip
     return None
 
 
@@ -615,9 +622,8 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     state = fields_.get("JobState", "UNKNOWN")
     reason = fields_.get("Reason", "")
     code, signal = _split_exit(fields_.get("ExitCode", ""))
-    return JobInfo(
-        state, "" if reason == "None" else reason, code, signal, "scontrol", fields_.get("JobName")
-    )
+    return JobInfo(state, "" if reason == "None" else reason, code, signal, "scontrol", fields_.get("JobName"),
+                   fields_.get("WorkDir"))  # fmt: skip
 
 
 def _sacct(run: Run, job_id: str) -> JobInfo | None:
