@@ -194,7 +194,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.store = store or open_store(settings.url)
         # `autotuner serve` gives its workers one generation file: what one has served, all serve.
         shared = os.environ.get("AUTOTUNER_GENERATION_FILE")
-        reports = FingerprintReports(app.state.store, trigger=settings.revalidate_on_mismatch)
+        reports = FingerprintReports(app.state.store, trigger=settings.revalidate_on_mismatch,
+                                     executors=settings.allowed_executors)  # fmt: skip
         app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s,
                                       SharedGeneration(Path(shared)) if shared else None, reports)  # fmt: skip
         app.state.cache.start()

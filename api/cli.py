@@ -107,7 +107,9 @@ def cannot_listen(host: str, port: int, workers: int) -> str | None:
                                                               0, socket.AI_PASSIVE):  # fmt: skip
             with socket.socket(af, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is free
-                if af == socket.AF_INET6:
+                if (
+                    af == socket.AF_INET6 and family == socket.AF_UNSPEC
+                ):  # as asyncio's server: one per family
                     probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind(address)
     except OSError as exc:  # socket.gaierror too: a host name that does not resolve

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
 from autotuner.job.fingerprint import decode, describe_diff
 from autotuner.store import NotFound, Store, ValidationTrigger, utcnow
+from autotuner.tuning.settings import executor_of
 
 log = logging.getLogger("autotuner.api.fingerprints")
 MAX_PENDING = 10_000  # distinct (version, stack) pairs held between two writes; more are dropped
@@ -26,9 +28,12 @@ REASK_AFTER = timedelta(hours=6)
 
 
 class FingerprintReports:
-    def __init__(self, store: Store, *, trigger: bool = True) -> None:
+    def __init__(
+        self, store: Store, *, trigger: bool = True, executors: Collection[str] | None = None
+    ) -> None:
         self.store = store
         self.trigger = trigger
+        self.executors = executors  # a version measured on another executor: the scheduler would never run it
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, bytes], list[Any]] = {}  # (config id, header) -> [jobs, diff]
 
@@ -68,6 +73,12 @@ class FingerprintReports:
         if last is not None and utcnow() - last < REASK_AFTER:
             log.info("config %s: %s; not re-validated: jobs asked for one at %s (one per %s at most)",
                      report.config_id, reason, last.isoformat(timespec="seconds"), REASK_AFTER)  # fmt: skip
+            return
+        configs = self.store.configs_by_id([report.config_id])
+        study = self.store.study(configs[0].study_id) if configs and configs[0].study_id is not None else None
+        if study is not None and self.executors is not None and executor_of(study) not in self.executors:
+            log.info("config %s: %s; not re-validated: measured on executor %s, which this service does not run",
+                     report.config_id, reason, executor_of(study))  # fmt: skip
             return
         try:
             validation, created = self.store.request_validation(

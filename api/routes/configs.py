@@ -33,6 +33,7 @@ from autotuner.store.validations import brief, report_brief, unshowable
 from autotuner.tuning.lease import store_unavailable
 from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
 from autotuner.tuning.revalidate import request as ask
+from autotuner.tuning.settings import executor_of
 
 log = logging.getLogger("autotuner.api")
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
@@ -196,15 +197,14 @@ def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, settings: 
     baseline) unless the version is pinned (then flagged)."""
     config = config_to_revalidate(store, cluster, workload, body.nodes, body.version)
     study = store.study(config.study_id) if config.study_id is not None else None
-    executor = (
-        study.settings.get("executor") if study is not None and isinstance(study.settings, dict) else None
-    )
-    if (
-        executor is not None and executor not in settings.allowed_executors
-    ):  # the scheduler would never run it
+    executor = executor_of(study) if study is not None else None
+    if study is not None and executor not in settings.allowed_executors:  # the scheduler would never run it
+        where = "".join(
+            f" --{k} {v}" for k, v in (("nodes", body.nodes), ("version", body.version)) if v is not None
+        )
         raise HTTPException(409, f"v{config.version} was measured on executor {executor!r}, which is not enabled here "
                                  f"(enabled: {', '.join(settings.allowed_executors)}): re-validate it with "
-                                 f"`autotuner revalidate {cluster} {workload}` where that executor runs")  # fmt: skip
+                                 f"`autotuner revalidate {cluster} {workload}{where}` where that executor runs")  # fmt: skip
     try:
         row, created = ask(store, config, ValidationTrigger.MANUAL, body.reason or "requested over REST")
     except CannotRevalidate as exc:

@@ -649,7 +649,8 @@ def cancel(
     from autotuner.tuning.driver import driver_for
 
     store = _store(db)
-    row = store.study(study) or (store.study(int(study)) if study.isdigit() else None)
+    an_id = study.isascii() and study.isdigit() and int(study) < 2**31  # "²" is a digit; SQLite's ints end
+    row = store.study(study) or (store.study(int(study)) if an_id else None)
     if row is None:
         raise _fail(f"no study {study!r} in this store: `autotuner studies` lists them")
     if store.move_study(row.id, StudyState.CANCELLED) is None:  # only one that has not ended: atomic

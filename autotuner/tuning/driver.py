@@ -164,7 +164,7 @@ class StudyDriver:
         """Why the study has no baseline, from its last baseline launch: the launch's own error, else
         its candidate's (a launch that ran but could not measure the job's setting: an OOM, a refused
         pipeline; "see its launch log" pointed at a log that said nothing of it)."""
-        head = "the baseline (the job's own settings) did not run"
+        head = "the baseline (the job's own settings) was not measured"
         launches = [x for x in self.store.launches(self.study_id) if x.kind == LaunchKind.BASELINE]
         if not launches:
             return head

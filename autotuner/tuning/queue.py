@@ -36,7 +36,7 @@ from autotuner.tuning.lease import (
 from autotuner.tuning.left_running import LeftRunning
 from autotuner.tuning.prune import prune
 from autotuner.tuning.revalidate import run_pending, schedule_due
-from autotuner.tuning.settings import StudySettings
+from autotuner.tuning.settings import StudySettings, executor_of
 
 log = logging.getLogger("autotuner.queue")
 SCHEDULE_CHECK_S = 60.0  # how often (at most) the schedule looks for versions due for re-validation
@@ -109,14 +109,16 @@ class StudyQueue:
 
     def runs(self, study: Any) -> bool:
         """Whether this queue runs `study`'s executor (one it does not is said once, and left alone)."""
-        executor = study.settings.get("executor") if isinstance(study.settings, dict) else None
+        executor = executor_of(study)
         if self.executors is None or executor in self.executors:
             return True
         if study.id not in self._not_here:
             self._not_here.add(study.id)
             log.warning("study %s (%s) runs on executor %s, which this service does not run (AUTOTUNER_EXECUTORS: "
-                        "%s): left to `autotuner tune --study %s` where it can run", study.id, printable(study.name),
-                        printable(str(executor)), ", ".join(self.executors), printable(study.name))  # fmt: skip
+                        "%s): neither it nor its configs' re-validations run here; run them where %s runs "
+                        "(`autotuner tune --study %s`, `autotuner revalidate`)", study.id, printable(study.name),
+                        printable(str(executor)), ", ".join(self.executors), printable(str(executor)),
+                        printable(study.name))  # fmt: skip
         return False
 
     def run_once(self) -> bool:

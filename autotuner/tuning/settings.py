@@ -230,3 +230,10 @@ class StudySettings(RequestSettings):
                 "the replay executor needs executor_options.landscape (a recorded landscape file)"
             )
         return self
+
+
+def executor_of(study: Any) -> str | None:
+    """The executor a stored study's launches (and its configs' re-validations) run on; None where its
+    stored settings do not say (a row written by hand)."""
+    executor = study.settings.get("executor") if isinstance(study.settings, dict) else None
+    return executor if isinstance(executor, str) else None

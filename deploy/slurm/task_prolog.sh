@@ -35,14 +35,17 @@ if [ -r "$conf" ]; then
     case "$line" in ''|'#'*) continue ;; esac
     # `export KEY=value`, as a file also sourced by a shell writes it
     case "$line" in export[[:blank:]]*) line=${line#export}; line=${line#"${line%%[![:blank:]]*}"} ;; esac
+    # no `=`: not a setting, even of a known name (AUTOTUNER_TOKEN alone set the token to its own name);
+    # the number only, the line may hold the token
+    case "$line" in *=*) ;; *) unread="$unread $n"; continue ;; esac
     key=${line%%=*}
     value=${line#*=}
     case "$key" in
       AUTOTUNER_SERVER|AUTOTUNER_TOKEN|AUTOTUNER_CLUSTER|AUTOTUNER_WORKLOAD|AUTOTUNER_HOOK|\
       AUTOTUNER_HOOK_TIMEOUT|AUTOTUNER_HOOK_VERBOSE|AUTOTUNER_CACHE_DIR|AUTOTUNER_DISABLE|AUTOTUNER_CA_FILE|\
       AUTOTUNER_FINGERPRINT) ;;
-      # no `=`, or not a name before it (`KEY = value`): the number only, the line may hold the token
-      "$line"|''|[0-9]*|*[!A-Za-z0-9_]*) unread="$unread $n"; continue ;;
+      # not a name before the `=` (`KEY = value`): the number only
+      ''|[0-9]*|*[!A-Za-z0-9_]*) unread="$unread $n"; continue ;;
       *) continue ;;  # another setting: not the prolog's
     esac
     # one level of surrounding quotes is allowed in the file

@@ -37,7 +37,8 @@ def test_a_queue_runs_only_the_executors_it_enables_and_says_so_once(store: Stor
         queue.run_once()
     said = [r.getMessage() for r in caplog.records if "does not run" in r.getMessage()]
     assert said == [f"study {study.id} (cli-left) runs on executor replay, which this service does not run "
-                    "(AUTOTUNER_EXECUTORS: slurm): left to `autotuner tune --study cli-left` where it can run"]  # fmt: skip
+                    "(AUTOTUNER_EXECUTORS: slurm): neither it nor its configs' re-validations run here; run them "
+                    "where replay runs (`autotuner tune --study cli-left`, `autotuner revalidate`)"]  # fmt: skip
     assert store.launches(study.id) == []
     assert store.study(study.id).state == StudyState.RUNNING
     # where it is enabled (and for `autotuner tune`, which enables any) it runs
@@ -91,3 +92,20 @@ def test_the_service_leaves_a_study_on_an_executor_it_does_not_enable(tmp_path):
     finally:
         server.kill()
         store.dispose()
+
+
+def test_jobs_on_a_new_stack_ask_no_revalidation_the_service_could_not_run(store: Store, tmp_path, caplog):
+    from api.fingerprints import FingerprintReports
+
+    config = published_by_replay(store, tmp_path)
+    for executors, asked in ((["slurm"], 0), (["replay"], 1)):
+        reports = FingerprintReports(store, executors=executors)
+        with caplog.at_level(logging.INFO, "autotuner.api.fingerprints"):
+            reports.note(
+                config.id, f"driver=999.{asked}&nodes=1".encode(), {"driver": ["550.54.15", "999.0"]}
+            )
+            reports.flush()
+        assert (
+            len([v for v in store.validations(config_ids=[config.id]) if v.trigger == "fingerprint"]) == asked
+        )
+    assert "not re-validated: measured on executor replay, which this service does not run" in caplog.text

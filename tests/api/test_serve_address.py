@@ -62,3 +62,18 @@ def test_a_refused_option_is_named_as_the_user_gave_it(tmp_path, args, env, said
     result = _serve(server, *args)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [said]
+
+
+def test_a_port_taken_on_ipv4_is_found_for_a_dual_stack_host():
+    """Several workers on `::` bind one dual-stack socket (uvicorn sets no IPV6_V6ONLY), which an IPv4
+    listener on the port refuses: the probe bound v6-only, passed, and uvicorn then failed after "serving on"."""
+    from api.cli import cannot_listen
+
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        said = cannot_listen("::", port, workers=2)
+    assert said == (f"cannot listen on http://[::]:{port}: the address is already in use (another service?): give "
+                    "a free port with --port or AUTOTUNER_PORT")  # fmt: skip

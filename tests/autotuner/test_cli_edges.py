@@ -123,11 +123,11 @@ def test_cancel_ends_a_study_and_stops_what_no_runner_follows(tmp_path):
         1,
         f"error: study left (id {study.id}) is already cancelled",
     )
-    unknown = runner.invoke(app, ["cancel", "lefft", "--db", db])
-    assert (unknown.exit_code, unknown.stderr.strip()) == (
-        2,
-        "error: no study 'lefft' in this store: `autotuner studies` lists them",
-    )
+    for name in ("lefft", "99999999999999999999", "\u00b2"):  # a traceback for the last two
+        unknown = runner.invoke(app, ["cancel", name, "--db", db])
+        assert (unknown.exit_code, unknown.stderr.strip()) == (
+            2, f"error: no study {name!r} in this store: `autotuner studies` lists them"
+        )  # fmt: skip
     store.dispose()
 
 

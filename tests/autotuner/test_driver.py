@@ -324,5 +324,5 @@ def test_a_baseline_that_ran_but_measured_nothing_says_why(store, tmp_path):
     final = StudyDriver(store, study.id, replay(), poll_s=0.01).run()
     [launch] = store.launches(study.id)
     assert (final.state, launch.state) == ("failed", "succeeded")
-    assert final.error == ("the baseline (the job's own settings) did not run: launch 1 ran but measured nothing: "
+    assert final.error == ("the baseline (the job's own settings) was not measured: launch 1 ran but measured nothing: "
                            f"point not in the recorded landscape (its log: {launch.log_path})")  # fmt: skip

@@ -79,3 +79,14 @@ def test_a_file_that_leaves_the_prolog_unconfigured_still_says_why(tmp_path):
     assert proc.stdout.splitlines() == [
         f"print autotuner task prolog: {tmp_path / 'hook.env'} line(s) 1 not KEY=value (no spaces around =): ignored"
     ]
+
+
+def test_a_known_name_without_a_value_is_no_setting(tmp_path):
+    """`AUTOTUNER_TOKEN` alone on a line set the token to the string "AUTOTUNER_TOKEN" (and
+    `AUTOTUNER_DISABLE` alone did not disable), in silence."""
+    proc = run_prolog(tmp_path, [*SITE[:2], "AUTOTUNER_TOKEN", *SITE[3:]], AUTOTUNER_TOKEN="from-the-job")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "export SEEN_TOKEN=from-the-job" in lines
+    assert [line for line in lines if line.startswith(f"print autotuner task prolog: {tmp_path / 'hook.env'} "
+                                                      "line(s) 3 not KEY=value")], lines  # fmt: skip

@@ -143,7 +143,7 @@ def test_a_submit_limit_that_never_clears_ends_at_queue_timeout_s_naming_it(
     assert not rival.took_it
     assert final.state == StudyState.FAILED
     [launch] = store.launches(study_id)
-    assert final.error == (f"the baseline (the job's own settings) did not run: launch 1 cancelled: {launch.error} "
+    assert final.error == (f"the baseline (the job's own settings) was not measured: launch 1 cancelled: {launch.error} "
                            f"(its log: {launch.log_path})")  # fmt: skip
     assert launch.state == "cancelled"
     assert launch.backend_id is None

@@ -144,7 +144,7 @@ def test_a_baseline_that_never_gets_its_turn_fails_the_study_saying_where_to_loo
     executor.queue_timeout_s = 1.0
     final = StudyDriver(store, study.id, executor, poll_s=0.01).run()
     assert final.state == StudyState.FAILED
-    assert "the baseline (the job's own settings) did not run" in final.error
+    assert "the baseline (the job's own settings) was not measured" in final.error
     [launch] = store.launches(study.id)
     assert launch.state == "cancelled"
     assert launch.error == (f"not submitted after 1 s (queue_timeout_s 1 s): sbatch refused launch s{study.id}-l1 "
