@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from autotuner.executors import Executor, LaunchState
+from autotuner.executors import Executor
 from autotuner.executors.results import clip
 from autotuner.names import BadName, check_name
 from autotuner.store import (
@@ -43,7 +43,7 @@ from autotuner.tuning.claim import honest_claim
 from autotuner.tuning.confirm import baseline_published, decide, publishes, unpublished
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.inert import Where, inert_variables, searched
-from autotuner.tuning.launch import run_launch, unspent
+from autotuner.tuning.launch import BASELINE, run_launch, unmeasured, unspent
 from autotuner.tuning.lease import (
     Lease,
     StoreUnavailable,
@@ -161,20 +161,7 @@ class StudyDriver:
         return self.ctx.baseline() is not None
 
     def _why_no_baseline(self) -> str:
-        """Why the study has no baseline, from its last baseline launch: the launch's own error, else
-        its candidate's (a launch that ran but could not measure the job's setting: an OOM, a refused
-        pipeline; "see its launch log" pointed at a log that said nothing of it)."""
-        head = "the baseline (the job's own settings) was not measured"
-        launches = [x for x in self.store.launches(self.study_id) if x.kind == LaunchKind.BASELINE]
-        if not launches:
-            return head
-        last = launches[-1]
-        why = last.error or next(
-            (c.error for c in self.store.candidates(self.study_id, launch_id=last.id) if c.error), ""
-        )
-        where = f" (its log: {last.log_path})" if last.log_path else ""
-        how = "ran but measured nothing" if last.state == LaunchState.SUCCEEDED else last.state
-        return clip(f"{head}: launch {last.seq} {how}{f': {why}' if why else ''}{where}")
+        return unmeasured(self.store, self.study_id, LaunchKind.BASELINE, BASELINE)
 
     def _settle_inert(self) -> None:
         """What the baseline's report says of where launches run: the knobs that cannot act there

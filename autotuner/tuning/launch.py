@@ -13,7 +13,7 @@ from typing import Any
 from autotuner.executors import AppDryrun, Description, Executor, LaunchRequest, Outcome
 from autotuner.executors.base import RESULT_UNWRITTEN, LaunchState, SubmitLater, also_left
 from autotuner.executors.results import clip
-from autotuner.store import Candidate, Launch, LaunchKind
+from autotuner.store import Candidate, Launch, LaunchKind, Store
 from autotuner.tuning.context import StudyContext
 from autotuner.tuning.ingest import ingest
 from autotuner.tuning.lease import (
@@ -381,3 +381,20 @@ def say_waiting(ctx: StudyContext, launch: Launch, desc: Description, shown: lis
     shown[0] = waiting
     if ctx.store.mark_waiting(launch.id, waiting):  # not when it ended meanwhile
         ctx.progress.on_launch_waiting(launch, waiting or "")  # "": it runs now
+
+
+BASELINE = "the baseline (the job's own settings)"
+
+
+def unmeasured(store: Store, study_id: int, kind: str, what: str) -> str:
+    """Why `what` was not measured, from the study's last launch of `kind`: the launch's own error, else
+    its candidate's (a launch that ran but could not measure it: an OOM, a refused pipeline; "see its
+    launch log" pointed at a log that said nothing of it), and where its log is."""
+    launches = [x for x in store.launches(study_id) if x.kind == kind]
+    if not launches:
+        return f"{what} was not measured"
+    last = launches[-1]
+    why = last.error or next((c.error for c in store.candidates(study_id, launch_id=last.id) if c.error), "")
+    where = f" (its log: {last.log_path})" if last.log_path else ""
+    how = "ran but measured nothing" if last.state == LaunchState.SUCCEEDED else last.state
+    return clip(f"{what} was not measured: launch {last.seq} {how}{f': {why}' if why else ''}{where}")

@@ -57,7 +57,7 @@ from autotuner.store import (
 from autotuner.store.configs import NotServed
 from autotuner.tuning.context import Progress, StudyContext
 from autotuner.tuning.ingest import fingerprint as recorded_fingerprint
-from autotuner.tuning.launch import run_launch
+from autotuner.tuning.launch import BASELINE, run_launch, unmeasured
 from autotuner.tuning.lease import (
     FullDisks,
     Lease,
@@ -286,7 +286,8 @@ class Revalidation:
             run_launch(ctx, PlannedLaunch.of(base.env, [base.point], LaunchKind.REVALIDATE, tag=tag), None)
             rows, _ = measured(ctx, base, base, LaunchKind.REVALIDATE, tag)
         if not rows:
-            return ValidationState.ERROR, {"why": "the job's own settings did not run: see the launch log"}
+            return ValidationState.ERROR, {"why": unmeasured(ctx.store, ctx.study_id, LaunchKind.REVALIDATE,
+                                                             BASELINE)}  # fmt: skip
         return ValidationState.HELD, {
             "speedup": 1.0,
             "baseline_samples_per_s": rows[-1].samples_per_s,

@@ -438,3 +438,21 @@ def test_an_unresolved_revalidation_keeps_the_version_served_unflagged_and_unval
     assert view["validated_at"] == v1.created_at  # not validated by it: the schedule's clock runs on
     assert view["last_validation"]["state"] == "unresolved"
     assert store.served_config("cpu-box", "small").id == v1.id
+
+
+def test_a_baseline_version_that_measures_nothing_says_why(store, published):
+    """Its launch ran and its one candidate failed (here: a stack whose recording lacks the point):
+    the re-validation said "see the launch log", whose log said nothing of it."""
+    recorded, v1 = published
+    landscape(recorded, NEW_STACK, gain=False)
+    revalidate(store, v1)
+    v2 = store.served_config("cpu-box", "small")
+    assert v2.evidence["no_changes"]
+    data = json.loads(recorded.read_text())
+    data["points"] = [p for p in data["points"] if p["candidate"]["batch_size"] != 64]
+    recorded.write_text(json.dumps(data))
+    done = revalidate(store, v2)
+    assert done.state == ValidationState.ERROR
+    launch = [la for la in store.launches(v1.study_id) if la.kind == "revalidate"][-1]
+    assert done.result["why"] == (f"the baseline (the job's own settings) was not measured: launch {launch.seq} ran but measured "
+                                  f"nothing: point not in the recorded landscape (its log: {launch.log_path})")  # fmt: skip
