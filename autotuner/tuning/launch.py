@@ -303,10 +303,8 @@ def cancel_if_ours(executor: Executor, backend_id: str, request: LaunchRequest) 
     (None: nothing of it), and how that was seen."""
     owned = executor.owns(backend_id, request)
     if owned is None:
-        return (
-            f"{backend_id} may still run: its backend could not say now whether it is still this launch's job",
-            "",
-        )
+        return (f"{backend_id} may still run: its backend could not say whether it is still this launch's job, so "
+                f"it was not stopped (by hand: `{executor.how_cancelled(backend_id)}`)"), ""  # fmt: skip
     if not owned:
         return None, f"{backend_id} no longer names a live job of this launch"
     return executor.cancel(backend_id, request), "cancelled"

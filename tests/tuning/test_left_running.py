@@ -147,8 +147,8 @@ def test_leftovers_of_a_study_cancelled_long_ago_are_cancelled_only_if_still_the
     StudyQueue(store, lambda settings: executor, poll_s=0.01).run_once()
     row = store.launch(unsure.id)
     assert executor.cancelled == []
-    assert row.left_running == ("13 may still run: its backend could not say now whether it is still this "
-                                "launch's job")  # fmt: skip
+    assert row.left_running == ("13 may still run: its backend could not say whether it is still this launch's "
+                                "job, so it was not stopped (by hand: `cancelled 13`)")  # fmt: skip
 
 
 def test_a_job_that_never_ends_does_not_hold_up_the_others(store: Store, tmp_path, monkeypatch):
