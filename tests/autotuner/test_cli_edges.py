@@ -84,12 +84,16 @@ def test_the_studies_listing_says_when_there_are_more_and_pages(tmp_path):
     assert "no study yet" in done.output  # none done: the filter holds
 
 
+def replay_study(store: Store, tmp_path, name: str):
+    return create_study(store, cluster="c", workload=RECORDED["workload"], space=SPACE, name=name,
+                        settings=StudySettings(executor="replay", workdir=str(tmp_path / "runs"),
+                                               executor_options={"landscape": str(LANDSCAPE)}))  # fmt: skip
+
+
 def test_a_cancelled_study_resumed_says_so(tmp_path):
     db = f"sqlite:///{tmp_path / 'at.db'}"
     store = Store(db)
-    study = create_study(store, cluster="c", workload=RECORDED["workload"], space=SPACE, name="q1",
-                         settings=StudySettings(executor="replay", workdir=str(tmp_path / "runs"),
-                                                executor_options={"landscape": str(LANDSCAPE)}))  # fmt: skip
+    study = replay_study(store, tmp_path, "q1")
     store.move_study(study.id, "cancelled")
     store.dispose()
     result = runner.invoke(app, ["tune", "--study", "q1", "--db", db])
@@ -102,9 +106,7 @@ def test_cancel_ends_a_study_and_stops_what_no_runner_follows(tmp_path):
     (or cancelled over REST), and a service's scheduler on the store took it up meanwhile."""
     db = f"sqlite:///{tmp_path / 'at.db'}"
     store = Store(db)
-    study = create_study(store, cluster="c", workload=RECORDED["workload"], space=SPACE, name="left",
-                         settings=StudySettings(executor="replay", workdir=str(tmp_path / "runs"),
-                                                executor_options={"landscape": str(LANDSCAPE)}))  # fmt: skip
+    study = replay_study(store, tmp_path, "left")
     store.move_study(study.id, "running")
     launch = store.add_launch(study_id=study.id, kind="baseline", env={}, spec={"candidates": [{}]},
                               executor="replay")  # fmt: skip
