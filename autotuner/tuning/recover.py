@@ -72,6 +72,12 @@ def _reattach(ctx: StudyContext, launch: Launch) -> Outcome | None:
     desc = ctx.executor.describe(launch.backend_id, request)  # type: ignore[arg-type]
     if desc.state not in FOLLOWED and not desc.state.is_terminal():
         return None
+    # Its id may name another job by now (a controller that lost its state gives a lost job's id to the
+    # next): followed, that job would be timed, collected and cancelled at this launch's timeout.
+    if not desc.state.is_terminal() and ctx.executor.owns(launch.backend_id, request) is False:  # type: ignore[arg-type]
+        log.info("study %s: launch %s: %s names another job now: not followed", ctx.study_id, launch.seq,
+                 launch.backend_id)  # fmt: skip
+        return None
     log.info("study %s: re-attaching launch %s (%s)", ctx.study_id, launch.seq, desc.state.value)
     now = ctx.store.now()  # the clock its start was written by, whichever replica wrote it
     started = time.monotonic() - (now - (launch.started_at or now)).total_seconds()

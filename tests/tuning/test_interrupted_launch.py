@@ -347,3 +347,37 @@ def test_a_launch_its_queue_timeout_gave_up_on_when_the_study_resumes_is_not_run
     StudyDriver(store, study.id, Queued(), poll_s=0.01).run()  # type: ignore[arg-type]
     assert "queue_timeout_s" in (store.launch(left.id).error or "")
     assert not [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
+
+
+class Reused(Recording):
+    """A replay executor to which the id a killed runner left reads as running, under another job's name
+    (a Slurm controller that lost its state gave the lost job's id to the next)."""
+
+    def describe(self, backend_id: str, launch: LaunchRequest) -> Description:
+        if backend_id == "reused":
+            return Description(LaunchState.RUNNING)
+        return self.inner.describe(backend_id, launch)
+
+    def owns(self, backend_id: str, launch: LaunchRequest) -> bool | None:
+        return backend_id != "reused"
+
+    def wait(self, *args, **kwargs):
+        return type(self.inner).wait(self, *args, **kwargs)
+
+
+def test_a_resumed_study_does_not_follow_an_id_that_names_another_job_now(store: Store, tmp_path):
+    """Followed, the other job was timed as this launch, and cancelled at this launch's timeout."""
+    study = study_with(store, tmp_path, trials=1, confirm_rounds=0, ladder_rounds=0, launch_timeout_s=5)
+    with pytest.raises(Killed):  # at launch 2, the first search launch: left running in the store
+        StudyDriver(store, study.id, StoppedAt(2, Killed()), poll_s=0.01).run()  # type: ignore[arg-type]
+    [left] = [x for x in store.launches(study.id) if x.kind == "search"]
+    store.update_launch(left.id, backend_id="reused")
+    executor = Reused()
+    final = StudyDriver(store, study.id, executor, poll_s=0.01).run()  # type: ignore[arg-type]
+    assert final.state == "done", final.error
+    assert "reused" not in [backend for backend, _ in executor.cancelled]
+    assert (store.launch(left.id).state, store.launch(left.id).error) == (
+        "cancelled", "interrupted: the process running the study stopped before this launch finished"
+    )  # fmt: skip
+    [retry] = [x for x in store.launches(study.id) if x.kind == "search" and x.attempt == 2]
+    assert retry.state == "succeeded"
