@@ -38,13 +38,19 @@ class LeftRunning:
         self._busy = threading.Lock()  # one pass at a time: the loop's and the queue's
 
     def loop(self, stop: threading.Event) -> None:
-        """A pass every CHECK_S until `stop`; one that fails (the store away) is logged and tried again."""
+        """A pass every CHECK_S until `stop`; passes that fail (the store away) are said once, and tried
+        again."""
+        failing = False
         while not stop.wait(CHECK_S):
             try:
                 self.check()
             except Exception as exc:
-                log.warning("launches left running: a pass failed (%s: %s); tried again in %.0f s",
-                            type(exc).__name__, exc, CHECK_S)  # fmt: skip
+                if not failing:
+                    log.warning("launches left running: a pass failed (%s: %s); tried again every %.0f s",
+                                type(exc).__name__, exc, CHECK_S)  # fmt: skip
+                failing = True
+            else:
+                failing = False
 
     def check(self, force: bool = False) -> int:
         """A pass, when due (or `force`) and none runs: how many launches it saw ended."""

@@ -217,3 +217,39 @@ def test_the_service_counts_the_launches_that_may_still_run(tmp_path):
     with TestClient(create_app(settings, store=store)) as client:
         assert "\nautotuner_launches_left_running 1.0\n" in client.get("/metrics").text
     store.dispose()
+
+
+def test_the_loop_cancels_again_beside_a_running_study_and_says_a_failing_store_once(
+    store: Store, tmp_path, monkeypatch, caplog
+):
+    """The queue ran the pass between studies only: a launch its running study gave up on waited for
+    the study's end, which can be hours."""
+    import threading
+    import time
+
+    monkeypatch.setattr(left_running, "CHECK_S", 0.01)
+    _, launch = left_by_a_cancelled_study(store, tmp_path)
+    store.update_launch(launch.id, state="cancelled", left_running=LEFT)
+    sweep = left_running.LeftRunning(store, lambda settings: Answers(None))
+    real, calls = store.left_running, []
+
+    def away_at_first(**kwargs):
+        calls.append(kwargs)
+        if len(calls) <= 3:
+            raise ConnectionError("the store is away")
+        return real(**kwargs)
+
+    monkeypatch.setattr(store, "left_running", away_at_first)
+    stop = threading.Event()
+    thread = threading.Thread(target=sweep.loop, args=(stop,))
+    with caplog.at_level(logging.WARNING, "autotuner.queue"):
+        thread.start()
+        deadline = time.monotonic() + 30
+        while store.launch(launch.id).left_running is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stop.set()
+        thread.join(timeout=30)
+    assert [r.getMessage() for r in caplog.records] == [
+        "launches left running: a pass failed (ConnectionError: the store is away); tried again every 0 s"
+    ]
