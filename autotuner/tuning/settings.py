@@ -233,7 +233,9 @@ class StudySettings(RequestSettings):
 
 
 def executor_of(study: Any) -> str | None:
-    """The executor a stored study's launches (and its configs' re-validations) run on; None where its
-    stored settings do not say (a row written by hand)."""
-    executor = study.settings.get("executor") if isinstance(study.settings, dict) else None
+    """The executor a stored study's launches (and its configs' re-validations) run on, as its settings
+    load (none named: the default); None where they cannot say (a row written by hand)."""
+    if not isinstance(study.settings, dict):
+        return None
+    executor = study.settings.get("executor", StudySettings.model_fields["executor"].default)
     return executor if isinstance(executor, str) else None

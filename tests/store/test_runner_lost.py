@@ -57,7 +57,7 @@ def test_rest_and_the_cli_say_no_runner(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     header = next(line for line in lines if line.startswith("id name"))
-    state_at, state_end = header.index("state"), header.index("launches")
+    state_at, state_end = header.index("state"), header.index("searched")
     states = {
         line.split()[1]: line[state_at:state_end].strip() for line in lines if line[:3].strip().isdigit()
     }
