@@ -16,7 +16,7 @@ from typing import Any
 
 from autotuner.job.fingerprint import decode, describe_diff
 from autotuner.store import NotFound, Store, ValidationTrigger, utcnow
-from autotuner.tuning.settings import executor_of
+from autotuner.tuning.revalidate import measured_on
 
 log = logging.getLogger("autotuner.api.fingerprints")
 MAX_PENDING = 10_000  # distinct (version, stack) pairs held between two writes; more are dropped
@@ -75,10 +75,10 @@ class FingerprintReports:
                      report.config_id, reason, last.isoformat(timespec="seconds"), REASK_AFTER)  # fmt: skip
             return
         configs = self.store.configs_by_id([report.config_id])
-        study = self.store.study(configs[0].study_id) if configs and configs[0].study_id is not None else None
-        if study is not None and self.executors is not None and executor_of(study) not in self.executors:
+        executor = measured_on(self.store, configs[0]) if configs else None
+        if executor is not None and self.executors is not None and executor not in self.executors:
             log.info("config %s: %s; not re-validated: measured on executor %s, which this service does not run",
-                     report.config_id, reason, executor_of(study))  # fmt: skip
+                     report.config_id, reason, executor)  # fmt: skip
             return
         try:
             validation, created = self.store.request_validation(

@@ -31,9 +31,8 @@ from autotuner.names import NAME_MAX_LEN, NAME_PATTERN, NAME_RULE, published_hin
 from autotuner.store import ServedChanged, ValidationTrigger
 from autotuner.store.validations import brief, report_brief, unshowable
 from autotuner.tuning.lease import store_unavailable
-from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, staleness
+from autotuner.tuning.revalidate import CannotRevalidate, config_to_revalidate, measured_on, staleness
 from autotuner.tuning.revalidate import request as ask
-from autotuner.tuning.settings import executor_of
 
 log = logging.getLogger("autotuner.api")
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
@@ -196,9 +195,10 @@ def revalidate(cluster: Cluster, workload: Workload, store: StoreDep, settings: 
     the version gains the entry; failed: a new version (the last that still holds, else the
     baseline) unless the version is pinned (then flagged)."""
     config = config_to_revalidate(store, cluster, workload, body.nodes, body.version)
-    study = store.study(config.study_id) if config.study_id is not None else None
-    executor = executor_of(study) if study is not None else None
-    if study is not None and executor not in settings.allowed_executors:  # the scheduler would never run it
+    executor = measured_on(store, config)
+    if (
+        executor is not None and executor not in settings.allowed_executors
+    ):  # the scheduler would never run it
         where = "".join(
             f" --{k} {v}" for k, v in (("nodes", body.nodes), ("version", body.version)) if v is not None
         )

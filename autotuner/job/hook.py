@@ -77,12 +77,6 @@ def cache_dir() -> Path | None:
     return Path(base) / f"hook-{os.geteuid()}" if os.path.isabs(base) else None
 
 
-def _cache_path(server: str, cluster: str, workload: str, nodes: int | None) -> Path | None:
-    """Where the config for this key is cached (None: no cache directory)."""
-    paths = _cache_paths(server, cluster, workload, nodes)
-    return paths[0] if paths else None
-
-
 def _cache_paths(server: str, cluster: str, workload: str, nodes: int | None) -> list[Path]:
     """Where the config is cached, keyed on the normalized server URL; then, if it differs, where an
     older hook cached it, keyed on the literal --server text: read when the first is missing, else the

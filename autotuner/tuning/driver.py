@@ -121,7 +121,7 @@ class StudyDriver:
                      "started" if study.state == StudyState.QUEUED else f"resumed ({study.state})", self.lease.owner)  # fmt: skip
             recover(self.ctx)  # what a previous runner left running: followed, or retried
             if not self._baseline():
-                return self._fail(self._why_no_baseline())
+                return self._fail(unmeasured(self.store, self.study_id, LaunchKind.BASELINE, BASELINE))
             self._settle_inert()
             self._search(Search(self.ctx))
             return self._conclude()
@@ -159,9 +159,6 @@ class StudyDriver:
             plan = PlannedLaunch.of(self.ctx.space.fixed_env, [self.ctx.baseline_point], LaunchKind.BASELINE)
             run_launch(self.ctx, plan, None)
         return self.ctx.baseline() is not None
-
-    def _why_no_baseline(self) -> str:
-        return unmeasured(self.store, self.study_id, LaunchKind.BASELINE, BASELINE)
 
     def _settle_inert(self) -> None:
         """What the baseline's report says of where launches run: the knobs that cannot act there

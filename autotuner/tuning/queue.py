@@ -1,7 +1,8 @@
 """The study queue: runs queued studies (and resumes interrupted ones), one at a time, then queued
 re-validations of published configs, and asks for the re-validations the schedule says are due.
 
-Between studies it also cancels again the launches whose cancel was not confirmed (left_running.py).
+It also cancels again the launches whose cancel was not confirmed (left_running.py), between studies
+and, once started, in a thread of its own beside them.
 When idle, it also removes the launch directories of ended studies that are old enough, if the
 operator said after how long (the service's AUTOTUNER_PRUNE_RUNS_AFTER).
 

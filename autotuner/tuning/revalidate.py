@@ -70,6 +70,7 @@ from autotuner.tuning.pairs import Setting, measured, over_limit
 from autotuner.tuning.pairs import compare as compare_settings
 from autotuner.tuning.plan import PlannedLaunch
 from autotuner.tuning.recover import recover
+from autotuner.tuning.settings import executor_of
 from autotuner.tuning.stats import CONFIDENCE, Speedup, family_confidence
 
 log = logging.getLogger("autotuner.tuning")
@@ -132,6 +133,13 @@ def config_to_revalidate(
     if served is None or (nodes is not None and served.nodes != nodes):
         raise NotFound(f"no config published for {cluster}/{workload}{_at(nodes)}")
     return served
+
+
+def measured_on(store: Store, config: Config) -> str | None:
+    """The executor `config`'s study ran on (and its re-validations would run on); None: it has no study,
+    "": its study's settings cannot say (a row written by hand: no executor runs it)."""
+    study = store.study(config.study_id) if config.study_id is not None else None
+    return None if study is None else executor_of(study) or ""
 
 
 def _at(nodes: int | None) -> str:
@@ -558,14 +566,15 @@ def end_unrunnable(store: Store, validation_id: int, exc: Exception) -> str:
 
 def schedule_due(
     store: Store, every_s: float, now: datetime | None = None, text: str = "",
-    runs: Callable[[Any], bool] = lambda study: True,
+    runs: Callable[[Any], bool] | None = None,
 ) -> list[ConfigValidation]:  # fmt: skip
     """Ask for a re-validation of every served version last validated (or last tried) `every_s` ago,
     but of those whose study's executor is not run here (`runs`: it would wait in the queue for good)."""
     now = now or utcnow()
     served = [c for c in store.served_configs() if c.study_id is not None]
-    studies = {i: store.study(i) for i in {c.study_id for c in served if c.study_id is not None}}
-    served = [c for c in served if (study := studies.get(c.study_id or 0)) is not None and runs(study)]
+    if runs is not None:  # each study read once, where it matters
+        studies = {i: store.study(i) for i in {c.study_id for c in served if c.study_id is not None}}
+        served = [c for c in served if (study := studies.get(c.study_id or 0)) is not None and runs(study)]
     views = store.validation_views(served)
     tried: dict[int, datetime] = {}
     for v in store.validations(config_ids=[c.id for c in served], limit=100_000):

@@ -50,7 +50,7 @@ def old_key_cache(tmp_path, monkeypatch, url: str):
     old = hook_module.cache_dir() / f"{hashlib.sha256(f'{url}|c|w|None'.encode()).hexdigest()[:32]}.json"
     config, _ = checked_config({"exports": GOOD})
     hook_module._write_cache(old, config)
-    assert old != hook_module._cache_path(url, "c", "w", None)
+    assert old != hook_module._cache_paths(url, "c", "w", None)[0]
     return old
 
 

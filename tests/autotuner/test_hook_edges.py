@@ -90,7 +90,7 @@ def test_a_cache_directory_another_user_may_write_is_not_used(tmp_path, serve): 
 
 def test_a_cached_config_moved_to_another_workloads_key_is_not_served(tmp_path, serve):  # noqa: F811
     url, cache = served_then_down(tmp_path, serve)
-    # the file the hook would read for workload "other" (autotuner.job.hook._cache_path's key)
+    # the file the hook would read for workload "other" (autotuner.job.hook._cache_paths' first key)
     key = hashlib.sha256(f"{url}|c|other|None".encode()).hexdigest()[:32]
     cache.rename(cache.with_name(f"{key}.json"))
     other = subprocess.run([sys.executable, "-m", "autotuner", "env", "--server", url, "--cluster", "c",

@@ -366,7 +366,7 @@ def test_the_cache_is_written_under_a_name_no_one_can_plant_a_link_at(tmp_path, 
     args = hook_module.parser("autotuner env").parse_args(
         ["--server", server.url, "--cluster", "c", "--workload", "w", "--timeout", "10"]
     )
-    cache = hook_module._cache_path(server.url, "c", "w", None)
+    cache = hook_module._cache_paths(server.url, "c", "w", None)[0]
     cache.parent.mkdir(parents=True)
     cache.with_suffix(".tmp4242").symlink_to(victim)
     config, _ = hook_module.resolve(args)

@@ -72,7 +72,7 @@ def test_the_cached_config_is_served_within_a_short_bound(tmp_path, monkeypatch,
     monkeypatch.setenv("AUTOTUNER_CACHE_DIR", str(tmp_path / "cache"))
     config, _ = checked_config({"exports": GOOD, "cluster": "c", "workload": "w"})
     assert config is not None
-    hook._write_cache(hook._cache_path(frozen_server, "c", "w", None), config)
+    hook._write_cache(hook._cache_paths(frozen_server, "c", "w", None)[0], config)
     env = {"PATH": os.environ["PATH"], "AUTOTUNER_HOOK": str(real_hook(tmp_path)),
            "AUTOTUNER_HOOK_TIMEOUT": limit_s, "AUTOTUNER_SERVER": frozen_server, "AUTOTUNER_CLUSTER": "c",
            "AUTOTUNER_WORKLOAD": "w", "AUTOTUNER_HOOK_VERBOSE": "1", "AUTOTUNER_FINGERPRINT": "off",
