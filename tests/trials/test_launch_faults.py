@@ -74,10 +74,15 @@ def test_a_peer_that_dies_mid_launch_leaves_the_candidates_measured_before(tmp_p
     assert result["status"] == "partial", err[-3000:]
     assert [c["status"] for c in result["candidates"]] == ["ok", "failed", "failed"]
     assert result["candidates"][0]["samples_per_s"] > 0
-    assert "Connection" in result["launch_error"]  # gloo's word for the peer that went away
+    # Rank 0 hears of it first from gloo (its word for the peer that went away) or, on a loaded machine
+    # where torchrun saw rank 1 exit before rank 0 ran again, from the launcher's SIGTERM: both are kept.
+    if "SIGTERM" in result["launch_error"]:
+        assert "trials.run: the launcher stopped the launch (SIGTERM)" in err
+    else:
+        assert "Connection" in result["launch_error"], result["launch_error"]
+        assert "trials.run: launch failed on rank 0" in err
     assert result["candidates"][1]["error"].startswith("the launch failed during it: ")
     assert result["candidates"][2]["error"].startswith("not measured: the launch failed (")
-    assert "trials.run: launch failed on rank 0" in err
     jsonschema.validate(result, SCHEMA)
     parsed = parse_result((tmp_path / "result.json").read_bytes(), spec, 2)  # the engine takes it
     assert [c["status"] for c in parsed["candidates"]] == ["ok", "failed", "failed"]
