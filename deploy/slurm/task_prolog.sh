@@ -8,7 +8,7 @@
 #
 # Settings, from the job's environment first, else from $AUTOTUNER_HOOK_ENV (default
 # /etc/autotuner/hook.env, KEY=value or `export KEY=value` lines, LF or CRLF, see hook.env.example; a line
-# that is neither is said, by its number, and skipped):
+# that is neither is said, by its number, and skipped; an AUTOTUNER_ name not below is said by its name):
 #   AUTOTUNER_SERVER, AUTOTUNER_TOKEN (a read-scope token), AUTOTUNER_CLUSTER, AUTOTUNER_WORKLOAD,
 #   AUTOTUNER_HOOK (the autotuner executable; default: `autotuner` on PATH),
 #   AUTOTUNER_HOOK_TIMEOUT (seconds for the whole hook, 1-60, default 5), AUTOTUNER_DISABLE=1 to opt a job out,
@@ -26,6 +26,7 @@ conf=${AUTOTUNER_HOOK_ENV:-/etc/autotuner/hook.env}
 # Defaults from the file, without running it as shell code; the job's own values win.
 cr=$(printf '\r')
 unread=  # numbers of the lines that are not KEY=value: said once warn() can say it (below)
+unknown=  # AUTOTUNER_ names the prolog does not read (names only: a value may be a token)
 n=0
 if [ -r "$conf" ]; then
   while IFS= read -r line || [ -n "$line" ]; do
@@ -46,6 +47,8 @@ if [ -r "$conf" ]; then
       AUTOTUNER_FINGERPRINT) ;;
       # not a name before the `=` (`KEY = value`): the number only
       ''|[0-9]*|*[!A-Za-z0-9_]*) unread="$unread $n"; continue ;;
+      # ours by its name, yet none of them (AUTOTUNER_SEVRER): a typo that would untune every job in silence
+      AUTOTUNER_*) unknown="$unknown $key"; continue ;;
       *) continue ;;  # another setting: not the prolog's
     esac
     # one level of surrounding quotes is allowed in the file
@@ -69,6 +72,7 @@ warn() {
 
 # Said even where the file left the prolog unconfigured: the unread line may be AUTOTUNER_SERVER's.
 [ -z "$unread" ] || warn "autotuner task prolog: $conf line(s)$unread not KEY=value (no spaces around =): ignored"
+[ -z "$unknown" ] || warn "autotuner task prolog: $conf sets$unknown, which it does not read (a typo?): ignored"
 [ -n "${AUTOTUNER_SERVER:-}" ] && [ -n "${AUTOTUNER_CLUSTER:-}" ] && [ -n "${AUTOTUNER_WORKLOAD:-}" ] || exit 0
 
 hook=${AUTOTUNER_HOOK:-$(command -v autotuner 2>/dev/null)}

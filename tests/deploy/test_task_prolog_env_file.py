@@ -90,3 +90,17 @@ def test_a_known_name_without_a_value_is_no_setting(tmp_path):
     assert "export SEEN_TOKEN=from-the-job" in lines
     assert [line for line in lines if line.startswith(f"print autotuner task prolog: {tmp_path / 'hook.env'} "
                                                       "line(s) 3 not KEY=value")], lines  # fmt: skip
+
+
+def test_an_autotuner_name_it_does_not_read_is_said_by_its_name(tmp_path):
+    """`AUTOTUNER_SEVRER=...` (a typo) left the prolog unconfigured and every job untuned, in silence. The
+    name is said, never its value (a line may hold a token); another site's keys stay unremarked."""
+    typo = ["AUTOTUNER_SEVRER=http://autotuner.internal:8000", "AUTOTUNER_TOKEN_FILE=/secret", "SITE_PROXY=x",
+            *SITE[2:]]  # fmt: skip
+    proc = run_prolog(tmp_path, typo)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"print autotuner task prolog: {tmp_path / 'hook.env'} sets AUTOTUNER_SEVRER AUTOTUNER_TOKEN_FILE, "
+        "which it does not read (a typo?): ignored"
+    ]
+    assert "/secret" not in proc.stdout
