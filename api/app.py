@@ -7,6 +7,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from itertools import accumulate
 from pathlib import Path
@@ -199,6 +200,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         app.state.cache = ConfigCache(app.state.store, settings.config_refresh_s,
                                       SharedGeneration(Path(shared)) if shared else None, reports)  # fmt: skip
         app.state.cache.start()
+        app.state.miss_threads = ThreadPoolExecutor(configs.MISS_THREADS, thread_name_prefix="config-miss")
         app.state.metrics = Metrics(app.state.store, app.state.cache, settings.revalidate_every_s)
         scheduler: RunningScheduler | SchedulerProcess | None = None
         if settings.scheduler:
@@ -215,6 +217,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None) 
         if scheduler is not None:
             scheduler.stop()
         app.state.cache.stop()
+        app.state.miss_threads.shutdown(wait=False, cancel_futures=True)  # one may wait on a frozen store
 
     app = FastAPI(
         title="nccl-autotuner",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from typing import Annotated, Any, Literal
@@ -36,6 +37,12 @@ from autotuner.tuning.revalidate import request as ask
 
 log = logging.getLogger("autotuner.api")
 router = APIRouter(prefix="/v1/configs", tags=["configs"], responses=ERRORS)
+
+# A miss reads the store in a thread, out of a few of its own: a store that stalls (a frozen PostgreSQL
+# backend, its kernel still ACKing: no libpq deadline trips) holds these, not the pool that every other
+# route runs in. A storm of misses beyond them waits its turn in their queue, holding no thread.
+MISS_THREADS = 8
+
 NameParam = Path(min_length=1, max_length=NAME_MAX_LEN, pattern=NAME_PATTERN, description=NAME_RULE)
 Cluster = Annotated[str, NameParam]
 Workload = Annotated[str, NameParam]
@@ -109,7 +116,9 @@ async def fetch(
     served = cache.get(cluster, workload, nodes, catch_up=False) if cache.current() else None
     if served is None:  # rare: off the event loop, the store's word
         try:
-            served = await run_in_threadpool(cache.find, cluster, workload, nodes)
+            served = await asyncio.get_running_loop().run_in_executor(
+                request.app.state.miss_threads, cache.find, cluster, workload, nodes
+            )
         except StoreUnanswered as exc:  # a 404 would be a guess, and the hook drops its kept config on one
             request.app.state.metrics.config_fetches.labels(format, "unanswered").inc()
             retry = str(max(1, math.ceil(cache.refresh_s)))

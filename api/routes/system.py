@@ -21,8 +21,10 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """The process answers."""
+    # Async: answered on the event loop, never behind the request thread pool, which requests stuck on
+    # a frozen store may fill; a liveness probe that waited there had a pod restarted for its database.
     return {"status": "ok"}
 
 
