@@ -75,7 +75,13 @@ def test_a_check_that_does_not_answer_is_a_503_in_time_and_runs_once(tmp_path):
             assert probe_threads() == 1
         finally:
             release.set()
-        # the stuck check ended: the next probe runs a fresh one
+        # the stuck check ends: the next probe runs a fresh one. Its thread is waited for: a probe sent
+        # the moment it was released, before that thread ran again (a loaded machine), joined the one in
+        # flight, rightly, and ran no second check.
+        deadline = time.monotonic() + 60
+        while probe_threads():
+            assert time.monotonic() < deadline, "the released check did not end"
+            time.sleep(0.01)
         answer, _ = within(0.5 + SLACK_S, client.get, "/readyz")
         assert (answer.status_code, answer.json()["database"]) == (200, "ok")
         assert len(calls) == 2
