@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.api.service import _children, make_server, replay_study_body, served_config, wait_for_state
+from tests.api.test_service_log import logged
 from tests.helpers import LANDSCAPE
 
 
@@ -103,9 +104,11 @@ def test_a_scheduler_that_dies_is_started_again_and_runs_studies(tmp_path):
             assert time.monotonic() < deadline, server.log.read_text()[-3000:]
             time.sleep(0.1)
         assert {a.json()["scheduler"] for a in answers} == {"ok"}
-        log = server.log.read_text()
-        assert f"the scheduler process {first} ended (killed by SIGKILL): starting another in 1 s" in log
-        assert f"the scheduler process {now[0]} started (restart 1)" in log
+        assert f"the scheduler process {first} ended (killed by SIGKILL): starting another in 1 s" in (
+            server.log.read_text()
+        )
+        # the supervisor writes the pid file, then says so: the workers may read the file first
+        logged(server, re.escape(f"the scheduler process {now[0]} started (restart 1)"))
         for _ in range(4):  # every worker reads the restart from the pid file
             exported = httpx.get(f"{server.url}/metrics", timeout=5).text
             assert "autotuner_scheduler_restarts_total 1.0" in exported
@@ -137,9 +140,9 @@ def test_the_pid_file_holds_the_pid_alone(tmp_path):
             assert time.monotonic() < deadline, server.log.read_text()[-3000:]
             time.sleep(0.05)
         assert count.read_text() == "1\n"
-        log = server.log.read_text()
-        assert f"the scheduler process {first} ended" in log
-        assert f"the scheduler process {now[0]} started (restart 1)" in log
+        assert f"the scheduler process {first} ended" in server.log.read_text()
+        # the pid file is written before the start is logged: the test may read it in between
+        logged(server, re.escape(f"the scheduler process {now[0]} started (restart 1)"))
         for _ in range(4):  # every worker reads the count from its own file
             assert (
                 "autotuner_scheduler_restarts_total 1.0" in httpx.get(f"{server.url}/metrics", timeout=5).text
@@ -176,10 +179,14 @@ def test_a_stop_signal_to_the_whole_group_is_no_scheduler_crash(tmp_path, worker
         server.proc.wait(timeout=30)
         log = server.log.read_text()
         assert "WARNING autotuner.scheduler" not in log
-        # its handler's exit 0, or the signal itself where it came before the handler was set
-        assert re.search(rf"INFO autotuner\.scheduler: the scheduler process {scheduler} ended \((exit code 0|killed "
-                         r"by SIGTERM)\): starting another in 15 s unless the service is stopping", " ".join(log.split()))  # fmt: skip
         said = " ".join(log.split())  # the start line is folded at 80 columns
+        # The supervisor says the end unless the service's own stop came first: the scheduler runs niced,
+        # and on a loaded machine it may exit after the workers stopped and the supervisor was told to
+        # stop, which then says nothing of it. Where said, it is no crash: its handler's exit 0, or the
+        # signal itself where it came before the handler was set.
+        if f"the scheduler process {scheduler} ended" in said:
+            assert re.search(rf"INFO autotuner\.scheduler: the scheduler process {scheduler} ended \((exit code 0|"
+                             r"killed by SIGTERM)\): starting another in 15 s unless the service is stopping", said)  # fmt: skip
         assert f"({workers} worker{'s' if workers > 1 else ''}, store" in said  # before: "(1 workers"
     finally:
         server.kill()
