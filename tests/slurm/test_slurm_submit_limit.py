@@ -1,7 +1,7 @@
 """A submit limit on the real Slurm cluster: sbatch refuses the job with Slurm's own words
 (QOSMaxSubmitJobPerUserLimit, "Job violates accounting/QOS policy") for longer than the study's lease, as
 a user's submit limit does until their other jobs end. The launch waits its turn, the lease kept (another
-runner trying to take the study over all along never can), and once the limit clears the real job runs
+runner trying to take the study over while it waits never can), and once the limit clears the real job runs
 and is measured. Before, the executor gave up after 45 s inside schedule() and the study failed. A limit
 that never clears ends the launch cancelled at queue_timeout_s, naming the limit and the time waited,
 with no job queued and no env config quarantined.
@@ -77,8 +77,11 @@ def study(store: Store, tmp_path: Path) -> int:
 
 
 class Rival:
-    """Another runner trying to take the study over all along: it can only once the lease lapses (or
-    the runner let the study go, ended: that does not count)."""
+    """Another runner trying to take the study over while its launch waits its turn: it can only once the
+    lease lapses (or the runner let the study go, ended: that does not count). It stops trying once the
+    launch is submitted: the lease is kept as long as the real job runs too, but a poll of a loaded
+    controller (squeue, sacct, a real job on these CPUs) can outlast the shortened lease, and that would
+    be no wait of this test's."""
 
     def __init__(self, store: Store, study_id: int) -> None:
         self.lease = Lease(store, study_id, owner="rival-host:1:x:")
@@ -88,6 +91,8 @@ class Rival:
 
     def _run(self) -> None:
         while not self.stop.wait(0.2):
+            if any(launch.backend_id for launch in self.lease.store.launches(self.lease.study_id)):
+                return  # submitted: its turn came
             try:
                 self.lease.acquire()
             except StudyBusy:
