@@ -126,6 +126,12 @@ def test_a_new_executor_reattaches_to_a_running_launch(tmp_path):
     launch = request(tmp_path, python=_python(), env={"NCCL_BUFFSIZE": "1048576"})
     backend_id, _ = first.submit(launch)
     del first  # the process that started it is gone (as far as the launch is concerned)
+    # A restart comes long after the launch's exec; the moment after it, /proc shows its command line
+    # empty (what a new executor goes by), which a loaded machine can stretch out.
+    deadline = time.monotonic() + 60
+    while not Path(f"/proc/{backend_id}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the launch's command line never showed in /proc"
+        time.sleep(0.01)
     again = LocalExecutor()
     assert again.describe(backend_id, launch).state == LaunchState.RUNNING
     outcome = again.wait(backend_id, launch, started=time.monotonic())
