@@ -43,7 +43,9 @@ class Server:
             self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "serve", *self.args], env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=self.session)  # fmt: skip
 
-    def start(self, timeout_s: float = 30) -> None:
+    def start(self, timeout_s: float = 120) -> None:
+        """Start it and wait until /readyz says ready: a supervisor, its workers and a scheduler, each
+        importing the app, took 8 s on a busy 2-core machine (30 s was the deadline)."""
         self.launch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
