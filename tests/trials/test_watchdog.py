@@ -15,8 +15,8 @@ from tests.trials.test_launch import TABLES, run_trial
 STALL = textwrap.dedent("""
     import sys, time
     from trials.watchdog import Watchdog
-    beat_for, then = float(sys.argv[2]), sys.argv[3]
-    dog = Watchdog(0.3, lambda msg: open(sys.argv[1], "w").write(msg), exit_code=3).start()
+    beat_for, then, limit = float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    dog = Watchdog(limit, lambda msg: open(sys.argv[1], "w").write(msg), exit_code=3).start()
     end = time.monotonic() + beat_for
     while time.monotonic() < end:
         dog.beat("stepping")
@@ -32,7 +32,10 @@ STALL = textwrap.dedent("""
 def test_no_progress_past_the_limit_writes_why_and_exits_3(tmp_path):
     out = tmp_path / "why.txt"
     proc = subprocess.run(
-        [sys.executable, "-c", STALL, str(out), "0.5", "hang"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", STALL, str(out), "0.5", "hang", "0.3"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 3
     assert "no progress for" in out.read_text()
@@ -41,8 +44,11 @@ def test_no_progress_past_the_limit_writes_why_and_exits_3(tmp_path):
 
 def test_a_launch_that_keeps_beating_is_left_alone(tmp_path):
     out = tmp_path / "why.txt"
-    proc = subprocess.run(  # 2 s of beats: the 0.3 s limit passes 6 times over, never without one
-        [sys.executable, "-c", STALL, str(out), "2", "stop"], capture_output=True, text=True, timeout=30
+    # 3 s of beats, 50 a second: the 1 s limit passes 3 times over, never without one. (A limit of 0.3 s
+    # was shorter than the stretch a busy machine can leave a process unscheduled: the watchdog's
+    # thread, woken first after it, saw no beat for longer than its limit and fired.)
+    proc = subprocess.run(
+        [sys.executable, "-c", STALL, str(out), "3", "stop", "1"], capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 0
     assert not out.exists()
