@@ -558,16 +558,16 @@ def breakdown(
     On CPU, compute is the training thread's CPU time (the slowest rank's): the rest of the step it
     spent waiting, on comm or on the cores the comm threads held. That rest is `exposed_comm`. On
     CUDA the thread only launches kernels: comm is taken as exposed (an upper bound) and compute is
-    what is left of the step.
+    what is left of the step. Exposed comm is the median step less the median compute, so that the two
+    stack up to the step the throughput is measured by: the median of each step's rest did not (on a
+    busy machine 10.4 ms against a 12.3 ms step). Compute is at most the step in every step, so its
+    median is at most the step's, and the rest is never negative.
     """
-    compute, exposed = [], []
-    for step, cpu, comm in zip(step_s, compute_s, comm_s, strict=True):
-        busy = max(0.0, step - sum(comm.values())) if cuda else min(cpu, step)
-        compute.append(busy)
-        exposed.append(step - busy)
+    compute = [max(0.0, step - sum(comm.values())) if cuda else min(cpu, step)
+               for step, cpu, comm in zip(step_s, compute_s, comm_s, strict=True)]  # fmt: skip
     out = {kind: summarize([c[kind] for c in comm_s])["median"] * 1000 for kind in COMM_KINDS}
     out["compute"] = summarize(compute)["median"] * 1000
-    out["exposed_comm"] = summarize(exposed)["median"] * 1000
+    out["exposed_comm"] = max(0.0, summarize(step_s)["median"] * 1000 - out["compute"])
     return out
 
 

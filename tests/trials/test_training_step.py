@@ -87,8 +87,9 @@ def test_the_breakdown_adds_up_to_the_step(result):
         if cand["status"] != "ok":
             continue
         parts, step = cand["breakdown_ms"], cand["iter_ms"]["median"]
-        # The stacked bar: compute and exposed comm are the step (medians of parts, within 15%).
-        assert parts["compute"] + parts["exposed_comm"] == pytest.approx(step, rel=0.15)
+        # The stacked bar: compute and exposed comm are the median step (the sum of each part's median
+        # was within 15% of it, and fell out on a busy machine: 10.4 ms against 12.3)
+        assert parts["compute"] + parts["exposed_comm"] == pytest.approx(step, rel=1e-9)
         assert 0 < parts["compute"] <= step
         wire = parts["input_dist"] + parts["sparse_comm"] + parts["dense_comm"]
         assert 0 < wire <= 1.15 * step  # serialized per call: no wall time counted twice
