@@ -39,9 +39,12 @@ def serve(
     port: Annotated[int | None, typer.Option(help=_HELP["port"])] = None,
     workers: Annotated[int | None, typer.Option(help=_HELP["workers"])] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="AUTOTUNER_DATABASE_URL", help="SQLAlchemy URL of the store")] = None,
-    scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process)")] = None,
+    scheduler: Annotated[bool | None, typer.Option(help="run queued studies (one scheduler process; AUTOTUNER_SCHEDULER; default on)")] = None,
 ) -> None:  # fmt: skip
-    """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process."""
+    """Run the service: REST API and dashboard (uvicorn workers) and one study scheduler process.
+
+    Every other setting (tokens, the data directory, the executors studies may use, ...) is an
+    AUTOTUNER_* variable or a line of AUTOTUNER_SETTINGS_FILE: docs/operations.md lists them."""
     import uvicorn
 
     from api.cache import SharedGeneration
