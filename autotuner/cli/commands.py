@@ -654,7 +654,13 @@ def cancel(
     if row is None:
         raise _fail(f"no study {study!r} in this store: `autotuner studies` lists them")
     if store.move_study(row.id, StudyState.CANCELLED) is None:  # only one that has not ended: atomic
-        raise _fail(f"study {row.name} (id {row.id}) is already {store.study(row.id).state}", 1)
+        ended = f"study {row.name} (id {row.id}) is already {store.study(row.id).state}"
+        if not _left_running(store, row.id):
+            raise _fail(ended, 1)
+        # Where no service runs the store, nothing else sends their cancels again
+        err.print(shown(f"{ended}: cancelling again the launches it may have left running"), highlight=False)
+        _cancel_again(store, row.id)
+        return
     err.print(Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) cancelled"), highlight=False)
     if row.id not in {s.id for s in store.cancelled_with_live_launches()}:
         return  # none left running, or its runner lives and stops its own launch
@@ -667,6 +673,36 @@ def cancel(
             f"its launches left running could not be stopped: {type(exc).__name__}: {exc}", 1
         ) from exc
     err.print(f"stopped {stopped} launch(es) it left running", highlight=False)
+    _say_left_running(store, row.id)
+
+
+def _left_running(store: Any, study_id: int) -> list[Any]:
+    """The study's launches whose cancel was not confirmed: their jobs may still run."""
+    return [x for x in store.launches(study_id) if x.left_running and x.backend_id]
+
+
+def _cancel_again(store: Any, study_id: int) -> None:
+    """Send the cancels of the study's launches that may still run again (what a service's scheduler does
+    every minute): exit 0 once each is seen ended, else 1 with what may still run."""
+    from autotuner.executors import make_executor
+    from autotuner.tuning.left_running import LeftRunning
+
+    again = LeftRunning(store, make_executor, by="`autotuner cancel`")
+    for launch in _left_running(store, study_id):
+        outcome, what = again.cancel_again(launch)
+        if outcome != "left":  # what may still run is said below, from its row
+            err.print(labelled(f"launch {launch.seq}:", shown(what)), highlight=False)
+    _say_left_running(store, study_id)
+
+
+def _say_left_running(store: Any, study_id: int) -> None:
+    """Each launch of the study that may still run, with how to stop it by hand; exit 1 if any."""
+    left = _left_running(store, study_id)
+    for launch in left:
+        err.print(labelled(f"launch {launch.seq}:", shown(launch.left_running)), highlight=False)
+    if left:
+        raise _fail(f"{len(left)} launch(es) may still run: `autotuner cancel` sends their cancels again, as a "
+                    "service's scheduler on this store does every minute", 1)  # fmt: skip
 
 
 @app.command()

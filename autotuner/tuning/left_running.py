@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from autotuner.executors import Executor
 from autotuner.executors.results import MAX_TEXT, clip
@@ -30,8 +31,9 @@ class LeftRunning:
     A pass runs between studies and, with `loop`, beside a study that runs for hours (its own launch
     given up at its queue timeout may start meanwhile, beside the study's next)."""
 
-    def __init__(self, store: Store, make_executor: Callable[[StudySettings], Executor]) -> None:
-        self.store, self.make_executor = store, make_executor
+    def __init__(self, store: Store, make_executor: Callable[[StudySettings], Executor],
+                 by: str = "the study queue") -> None:  # fmt: skip
+        self.store, self.make_executor, self.by = store, make_executor, by  # by: who cancels, in the row
         self._checked = float("-inf")
         self._after = 0
         self._said: set[int] = set()
@@ -81,8 +83,20 @@ class LeftRunning:
         return ended
 
     def _cancel_again(self, launch: Launch) -> int:
-        """1: it is seen ended (or no job of its runs under its id), and its row says so; 0: it may still
-        run (or could not be asked: a row or an executor it cannot use, said once)."""
+        """1: it is seen ended (or no job of its runs under its id); 0: it may still run (or could not be
+        asked: a row or an executor it cannot use), said once."""
+        outcome, what = self.cancel_again(launch)
+        if outcome == "ended":
+            log.info("study %s: launch %s: %s", launch.study_id, launch.seq, what)
+            self._said.discard(launch.id)
+            return 1
+        self._say(launch, f"{what}; tried again" if outcome == "unasked" else
+                  f"{what} (cancelled again every {CHECK_S:.0f} s until it is seen ended)")  # fmt: skip
+        return 0
+
+    def cancel_again(self, launch: Launch) -> tuple[Literal["ended", "left", "unasked"], str]:
+        """Cancel `launch` (its backend id set) again: "ended" and how, its row cleared, once it is seen
+        ended; "left" and what may still run; "unasked" and why (a row or an executor it cannot use)."""
         assert launch.backend_id is not None  # the query's
         try:
             study = self.store.study(launch.study_id)
@@ -92,20 +106,16 @@ class LeftRunning:
             request = launch_request(study.id, settings, launch)
             left, how = cancel_if_ours(self.make_executor(settings), launch.backend_id, request)
         except Exception as exc:
-            self._say(launch, f"could not be cancelled again ({type(exc).__name__}: {exc}); tried again")
-            return 0
+            return "unasked", f"could not be cancelled again ({type(exc).__name__}: {exc})"
         if left is None:
-            how = f"{launch.backend_id}, cancelled again by the study queue" if how == "cancelled" else how
+            how = f"{launch.backend_id}, cancelled again by {self.by}" if how == "cancelled" else how
             ended = f"later seen ended ({how})"
             error = f"{clip(launch.error, MAX_TEXT - len(ended) - 2)}; {ended}" if launch.error else ended
             self.store.update_launch(launch.id, left_running=None, error=error)
-            log.info("study %s: launch %s: %s", launch.study_id, launch.seq, ended)
-            self._said.discard(launch.id)
-            return 1
-        self._say(launch, f"{left} (cancelled again every {CHECK_S:.0f} s until it is seen ended)")
+            return "ended", ended
         if how and left != launch.left_running:  # an unanswered question changes nothing stored
             self.store.update_launch(launch.id, left_running=clip(left))
-        return 0
+        return "left", left
 
     def _say(self, launch: Launch, what: str) -> None:
         if launch.id not in self._said:

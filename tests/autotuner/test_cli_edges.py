@@ -134,6 +134,44 @@ def test_cancel_ends_a_study_and_stops_what_no_runner_follows(tmp_path):
     store.dispose()
 
 
+def test_cancel_of_an_ended_study_sends_the_cancels_it_left_unconfirmed_again(tmp_path, monkeypatch):
+    """Only a service's scheduler sent them again: where none ran on the store, a job whose scancel never
+    reached the controller held its nodes until its time limit, and `autotuner cancel` said only "already
+    cancelled"."""
+    from autotuner.executors.replay import ReplayExecutor
+
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    store = Store(db)
+    study = replay_study(store, tmp_path, "left")
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="cancelled", backend_id="replay-1", error="cancelled at its timeout",
+                        left_running="replay-1 may still run: its cancel failed (TimeoutError)")  # fmt: skip
+    store.move_study(study.id, "cancelled")
+    still = "replay-1 may still run: the controller did not answer; check `squeue --jobs 1`"
+    monkeypatch.setattr(ReplayExecutor, "cancel", lambda *_: still)
+    result = runner.invoke(app, ["cancel", "left", "--db", db])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, said
+    assert said == (f"study left (id {study.id}) is already cancelled: cancelling again the launches it may have "
+                    f"left running launch 1: {still} error: 1 launch(es) may still run: `autotuner cancel` sends "
+                    "their cancels again, as a service's scheduler on this store does every minute")  # fmt: skip
+    assert store.launch(launch.id).left_running == still  # what the cancel says now
+    monkeypatch.undo()  # the job ended meanwhile: the replay executor's cancel says so
+    result = runner.invoke(app, ["cancel", "left", "--db", db])
+    assert result.exit_code == 0, result.output
+    ended = "later seen ended (replay-1, cancelled again by `autotuner cancel`)"
+    assert f"launch 1: {ended}" in " ".join(result.output.split())
+    row = store.launch(launch.id)
+    assert (row.left_running, row.error) == (None, f"cancelled at its timeout; {ended}")
+    again = runner.invoke(app, ["cancel", "left", "--db", db])  # nothing left: as before
+    assert (again.exit_code, again.output.strip()) == (
+        1,
+        f"error: study left (id {study.id}) is already cancelled",
+    )
+    store.dispose()
+
+
 def test_a_study_name_to_resume_that_is_not_there_is_said_so(tmp_path):
     """It read as a new study missing its options: "--cluster, --workload and --space are required"."""
     db = f"sqlite:///{tmp_path / 'at.db'}"
