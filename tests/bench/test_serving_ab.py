@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from autotuner.job.hook import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 from bench.serving import ab_table, abba, against, hook_table, summarise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +92,11 @@ def test_both_checkouts_serve_and_the_baseline_worktree_is_removed():
         assert fingerprinted["errors"] == 0, fingerprinted
         hooks = result["hook"][side]  # each checkout's own hook: up twice, down and hanging once a round
         assert (hooks["up"]["runs"], hooks["down"]["runs"], hooks["hanging"]["runs"]) == (2, 1, 1)
-        assert hooks["hanging"]["max_ms"] < 2000
+        # Timed from before the process starts: on a loaded machine the interpreter's start-up alone took
+        # more than the 0.5 s the 1.5 s fetch leaves of 2 s (the bound itself is held, from the hook's
+        # connection, by tests/api/test_hook.py). What this run must show is that the hanging socket
+        # was waited out, not refused at once: the hook's whole fetch deadline, and not its longest.
+        assert 1000 * DEFAULT_TIMEOUT_S <= hooks["hanging"]["max_ms"] < 1000 * MAX_TIMEOUT_S, hooks
     assert set(result["hook"]["ratio"]) == {"up", "down", "hanging"}
     worktrees = subprocess.check_output(["git", "-C", ROOT, "worktree", "list", "--porcelain"], text=True)
     assert "bench-serving-ab-" not in worktrees
