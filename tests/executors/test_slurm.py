@@ -580,7 +580,8 @@ def test_a_scancel_that_never_reaches_the_controller_names_the_job_that_may_stil
     assert left is not None
     assert left.startswith("Slurm job 2 may still run: scancel did not reach the controller")
     assert "`scancel 2`" in left
-    assert took < 1.0 + 0.3 + 0.2  # the grace window, one command timeout, and the fake's overhead
+    # the grace window, one command timeout, and the fake's fork and exec (0.2 s was tight on a busy machine)
+    assert took < 1.0 + 0.3 + 1.5  # it waited on the scancel that hangs for 1,000 s: no bound at all
     assert 2 <= len(slurm.commands("scancel")) <= 3  # tried again, half a second apart, not in a tight loop
     assert slurm.commands("squeue") == []  # a controller scancel does not reach is not asked for the state
 
