@@ -376,6 +376,11 @@ def tune(**options: Any) -> None:
                         f"{row.name}` (until then a service's scheduler on this store that runs its executor "
                         "may take it up)", 130) from exc  # fmt: skip
     _print_outcome(store, final)
+    if left := _left_running(store, row.id):  # where no service runs the store, nothing else sends them again
+        for launch in left:
+            err.print(labelled(f"launch {launch.seq}:", shown(launch.left_running)), highlight=False)
+        err.print(shown(f"`autotuner cancel {row.name}` sends their cancels again (a service's scheduler on this "
+                        "store does every minute)"), highlight=False)  # fmt: skip
     if final.state != StudyState.DONE:
         raise typer.Exit(1)
 

@@ -172,6 +172,24 @@ def test_cancel_of_an_ended_study_sends_the_cancels_it_left_unconfirmed_again(tm
     store.dispose()
 
 
+def test_tune_names_the_launches_its_study_may_have_left_running(tmp_path):
+    """A launch whose cancel was not confirmed (its queue timeout, a scancel that never reached the
+    controller) was said in the launch's error alone: `tune` ended without a word of the job that may
+    still hold nodes, or of what sends its cancel again where no service runs the store."""
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    store = Store(db)
+    study = replay_study(store, tmp_path, "left")
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    left = "Slurm job 7 may still run: scancel did not reach the controller (by hand: `scancel 7`)"
+    store.update_launch(launch.id, state="cancelled", backend_id="7", error="cancelled at its timeout",
+                        left_running=left)  # fmt: skip
+    store.dispose()
+    result = runner.invoke(app, ["tune", "--study", "left", "--db", db])
+    said = " ".join(result.output.split())
+    assert f"launch {launch.seq}: {left} `autotuner cancel left` sends their cancels again" in said, said
+
+
 def test_a_study_name_to_resume_that_is_not_there_is_said_so(tmp_path):
     """It read as a new study missing its options: "--cluster, --workload and --space are required"."""
     db = f"sqlite:///{tmp_path / 'at.db'}"
