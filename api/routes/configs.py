@@ -113,7 +113,11 @@ async def fetch(
     """
     _read(request)  # auth inline: this route is the hot path
     cache = request.app.state.cache
-    served = cache.get(cluster, workload, nodes, catch_up=False) if cache.current() else None
+    if cache.current():
+        served = cache.get(cluster, workload, nodes, catch_up=False)
+    else:  # behind another worker: catch up off the event loop, in the request pool (waits at most
+        # CATCH_UP_WAIT_S on a load in flight, then answers from memory), not behind misses stuck on the store
+        served = await run_in_threadpool(cache.get, cluster, workload, nodes)
     if served is None:  # rare: off the event loop, the store's word
         try:
             served = await asyncio.get_running_loop().run_in_executor(

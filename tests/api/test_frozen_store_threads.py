@@ -143,3 +143,53 @@ def test_misses_on_a_frozen_store_leave_the_liveness_probe_and_every_other_route
     finally:
         relay.close()
         store.dispose()
+
+
+def test_a_hit_on_a_worker_behind_a_frozen_store_waits_on_no_miss(tmp_path):
+    """A worker behind the shared generation (another one loaded a publish, then the store froze) answers
+    even its hits through the route, which catches up first: at most CATCH_UP_WAIT_S on the load in flight,
+    then from memory. That catch-up waited for one of the misses' own threads: MISS_THREADS misses stuck
+    on the store left every hit of the worker unanswered until the store came back."""
+    store = Store(f"sqlite:///{tmp_path / 'at.db'}")
+    store.upsert_workload("w", {"name": "w", "tables": []})
+    store.publish_config(cluster="c", workload="w", nodes=1, env={}, fwd_precision="fp16", bwd_precision="fp16",
+                         batch_size=512, sharding="table_wise")  # fmt: skip
+    settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'at.db'}", public_read=True,
+                        scheduler=False, config_refresh_s=3600)  # fmt: skip
+    thawed = threading.Event()
+    answers: list[int] = []
+    try:
+        with TestClient(create_app(settings, store=store)) as client:
+            cache = client.app.state.cache  # type: ignore[attr-defined]
+            assert client.get("/v1/configs/c/w").status_code == 200
+            held: list[int] = []
+
+            def frozen(read: Any) -> Any:
+                def wait(*args: Any, **kwargs: Any) -> Any:
+                    held.append(1)
+                    thawed.wait(60)
+                    return read(*args, **kwargs)
+
+                return wait
+
+            for name in ("served_heads", "config_generation_stamp"):  # the store freezes
+                setattr(store, name, frozen(getattr(store, name)))
+            cache.shared.raise_to(cache.generation + 1)  # another worker loaded a newer state
+            stuck = [threading.Thread(target=lambda i=i: answers.append(client.get(f"/v1/configs/c/u{i}").status_code),
+                                      daemon=True) for i in range(MISS_THREADS + 1)]  # fmt: skip
+            try:
+                for thread in stuck:
+                    thread.start()
+                deadline = time.monotonic() + 30
+                while len(held) < MISS_THREADS:  # every thread of the misses' own waits on the store
+                    assert time.monotonic() < deadline, f"{len(held)} held of {MISS_THREADS}"
+                    time.sleep(0.05)
+                answer, _ = within(SLACK_S, client.get, "/v1/configs/c/w")
+                assert answer.status_code == 200  # was: no answer until the store came back
+                assert not answers  # the misses still wait on the store
+            finally:
+                thawed.set()
+                for thread in stuck:
+                    thread.join(60)
+    finally:
+        store.dispose()
