@@ -47,7 +47,10 @@ if [ -r "$conf" ]; then
       AUTOTUNER_FINGERPRINT) ;;
       # not a name before the `=` (`KEY = value`): the number only
       ''|[0-9]*|*[!A-Za-z0-9_]*) unread="$unread $n"; continue ;;
-      # ours by its name, yet none of them (AUTOTUNER_SEVRER): a typo that would untune every job in silence
+      # ours by its name, yet none of them (AUTOTUNER_SEVRER): a typo that would untune every job in silence.
+      # A name has no lower case: one that does may be a value glued to its name (the `=` left out of
+      # AUTOTUNER_TOKENxYz...==), said by its number only
+      AUTOTUNER_*[[:lower:]]*) unread="$unread $n"; continue ;;
       AUTOTUNER_*) unknown="$unknown $key"; continue ;;
       *) continue ;;  # another setting: not the prolog's
     esac

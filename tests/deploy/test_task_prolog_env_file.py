@@ -104,3 +104,13 @@ def test_an_autotuner_name_it_does_not_read_is_said_by_its_name(tmp_path):
         "which it does not read (a typo?): ignored"
     ]
     assert "/secret" not in proc.stdout
+
+
+def test_a_value_glued_to_an_autotuner_name_is_said_by_its_line_number_only(tmp_path):
+    """`AUTOTUNER_TOKEN` with its `=` left out and a token holding one (base64 padding) reads as an
+    unknown AUTOTUNER_ name: its "name" is the token, which went to syslog and the job's output."""
+    glued = [*SITE[:2], "AUTOTUNER_TOKENq7Hk2xV9pL4mN8rT1wZ3yA==", *SITE[3:]]
+    proc = run_prolog(tmp_path, glued)
+    assert proc.returncode == 0, proc.stderr
+    assert "q7Hk2xV9pL4mN8rT1wZ3yA" not in proc.stdout + proc.stderr
+    assert f"print autotuner task prolog: {tmp_path / 'hook.env'} line(s) 3 not KEY=value" in proc.stdout
