@@ -648,7 +648,9 @@ def cancel(
     db: DbOption = None,
 ) -> None:
     """Cancel a queued or running study: it publishes nothing. Its running launch is stopped by its
-    runner at the next heartbeat, here where nothing runs it. Exit 1 if it ended first."""
+    runner at the next heartbeat, here where nothing runs it. A study that ended first: exit 1, unless
+    it left launches whose cancel was not confirmed, whose cancels are sent again (exit 0 once each is
+    seen ended). Exit 1 while any of its launches may still run."""
     from autotuner.executors import make_executor
     from autotuner.tuning import StudyBusy
     from autotuner.tuning.driver import driver_for
