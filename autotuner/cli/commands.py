@@ -670,7 +670,11 @@ def cancel(
         return
     err.print(Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) cancelled"), highlight=False)
     if row.id not in {s.id for s in store.cancelled_with_live_launches()}:
-        return  # none left running, or its runner lives and stops its own launch
+        # none left running, or its runner lives and stops its own launch; an earlier launch's cancel
+        # not confirmed (its queue timeout, then the runner interrupted) is sent again here, as for an ended study
+        if _left_running(store, row.id):
+            _cancel_again(store, row.id)
+        return
     try:
         stopped = driver_for(store, row, make_executor).stop_leftovers()
     except StudyBusy:  # a runner took it up meanwhile: it stops its launch itself

@@ -172,6 +172,27 @@ def test_cancel_of_an_ended_study_sends_the_cancels_it_left_unconfirmed_again(tm
     store.dispose()
 
 
+def test_cancel_of_a_study_not_ended_sends_the_cancels_it_left_unconfirmed_again(tmp_path, monkeypatch):
+    """A study not ended (a tune interrupted after a launch given up at its queue timeout, its scancel
+    unconfirmed) was cancelled with exit 0 and not a word of the job that may still run."""
+    from autotuner.executors.replay import ReplayExecutor
+
+    db = f"sqlite:///{tmp_path / 'at.db'}"
+    store = Store(db)
+    study = replay_study(store, tmp_path, "left")
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="cancelled", backend_id="replay-1", error="cancelled at its timeout",
+                        left_running="replay-1 may still run: its cancel failed (TimeoutError)")  # fmt: skip
+    still = "replay-1 may still run: the controller did not answer"
+    monkeypatch.setattr(ReplayExecutor, "cancel", lambda *_: still)
+    result = runner.invoke(app, ["cancel", "left", "--db", db])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, said
+    assert f"study left (id {study.id}) cancelled launch 1: {still} error: 1 launch(es) may still run" in said
+    store.dispose()
+
+
 def test_tune_names_the_launches_its_study_may_have_left_running(tmp_path):
     """A launch whose cancel was not confirmed (its queue timeout, a scancel that never reached the
     controller) was said in the launch's error alone: `tune` ended without a word of the job that may
