@@ -49,9 +49,11 @@ What a client may rely on, and how it holds:
 - Store stalled (a failover, a partition): one thread loads and waits on it; every other answer of
   that worker waits at most CATCH_UP_WAIT_S for that load, then answers from memory (a miss: 503,
   not a 404 the store did not say). So while a worker's own load is stalled, a pin made through
-  another worker is served by it when that load returns, not when the pin call does. The event loop
-  never reads the store: the fast path answers only from a current cache (`current`, then `get`
-  with catch_up False), the route catches up in the thread pool.
+  another worker is served by it when that load returns, not when the pin call does. A miss asks the
+  store itself (`find`) and, with no load in flight, waits on it: for as long as the store stalls, in
+  one of a few threads of the misses' own (api.routes.configs.MISS_THREADS), so stuck misses hold up
+  no hit and no other route. The event loop never reads the store: the fast path answers only from a
+  current cache (`current`, then `get` with catch_up False), the route catches up in the thread pool.
 - Configs are immutable but for their pin and what their re-validations say (when, on what stack,
   flagged): the store's heads carry the last finished re-validation's id beside the pin, and a
   finished re-validation bumps the generation, so a version is rendered again only when either moved.
