@@ -376,9 +376,7 @@ def tune(**options: Any) -> None:
                         f"{row.name}` (until then a service's scheduler on this store that runs its executor "
                         "may take it up)", 130) from exc  # fmt: skip
     _print_outcome(store, final)
-    if left := _left_running(store, row.id):  # where no service runs the store, nothing else sends them again
-        for launch in left:
-            err.print(labelled(f"launch {launch.seq}:", shown(launch.left_running)), highlight=False)
+    if _say_left_running(store, row.id):  # where no service runs the store, nothing else sends them again
         err.print(shown(f"`autotuner cancel {row.name}` sends their cancels again (a service's scheduler on this "
                         "store does every minute)"), highlight=False)  # fmt: skip
     if final.state != StudyState.DONE:
@@ -651,10 +649,6 @@ def cancel(
     runner at the next heartbeat, here where nothing runs it. A study that ended first: exit 1, unless
     it left launches whose cancel was not confirmed, whose cancels are sent again (exit 0 once each is
     seen ended). Exit 1 while any of its launches may still run."""
-    from autotuner.executors import make_executor
-    from autotuner.tuning import StudyBusy
-    from autotuner.tuning.driver import driver_for
-
     store = _store(db)
     an_id = study.isascii() and study.isdigit() and int(study) < 2**31  # "²" is a digit; SQLite's ints end
     row = store.study(study) or (store.study(int(study)) if an_id else None)
@@ -664,17 +658,26 @@ def cancel(
         ended = f"study {row.name} (id {row.id}) is already {store.study(row.id).state}"
         if not _left_running(store, row.id):
             raise _fail(ended, 1)
-        # Where no service runs the store, nothing else sends their cancels again
         err.print(shown(f"{ended}: cancelling again the launches it may have left running"), highlight=False)
-        _cancel_again(store, row.id)
-        return
-    err.print(Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) cancelled"), highlight=False)
-    if row.id not in {s.id for s in store.cancelled_with_live_launches()}:
-        # none left running, or its runner lives and stops its own launch; an earlier launch's cancel
-        # not confirmed (its queue timeout, then the runner interrupted) is sent again here, as for an ended study
-        if _left_running(store, row.id):
-            _cancel_again(store, row.id)
-        return
+    else:
+        err.print(
+            Text.assemble("study ", shown(row.name, "bold"), f" (id {row.id}) cancelled"), highlight=False
+        )
+        if row.id in {s.id for s in store.cancelled_with_live_launches()}:  # no runner follows them
+            _stop_leftovers(store, row)
+            return
+    # Launches whose cancel was not confirmed before (an ended study's, or one given up at its queue
+    # timeout before its runner was interrupted): where no service runs the store, nothing else sends
+    # their cancels again. A runner that lives stops only its own running launch.
+    _cancel_again(store, row.id)
+
+
+def _stop_leftovers(store: Any, row: Any) -> None:
+    """Stop the launches a cancelled study left pending or running with no runner following them."""
+    from autotuner.executors import make_executor
+    from autotuner.tuning import StudyBusy
+    from autotuner.tuning.driver import driver_for
+
     try:
         stopped = driver_for(store, row, make_executor).stop_leftovers()
     except StudyBusy:  # a runner took it up meanwhile: it stops its launch itself
@@ -684,7 +687,7 @@ def cancel(
             f"its launches left running could not be stopped: {type(exc).__name__}: {exc}", 1
         ) from exc
     err.print(f"stopped {stopped} launch(es) it left running", highlight=False)
-    _say_left_running(store, row.id)
+    _fail_if_left_running(store, row.id)
 
 
 def _left_running(store: Any, study_id: int) -> list[Any]:
@@ -694,7 +697,7 @@ def _left_running(store: Any, study_id: int) -> list[Any]:
 
 def _cancel_again(store: Any, study_id: int) -> None:
     """Send the cancels of the study's launches that may still run again (what a service's scheduler does
-    every minute): exit 0 once each is seen ended, else 1 with what may still run."""
+    every minute): exit 0 once each is seen ended (or none is left), else 1 with what may still run."""
     from autotuner.executors import make_executor
     from autotuner.tuning.left_running import LeftRunning
 
@@ -703,16 +706,21 @@ def _cancel_again(store: Any, study_id: int) -> None:
         outcome, what = again.cancel_again(launch)
         if outcome != "left":  # what may still run is said below, from its row
             err.print(labelled(f"launch {launch.seq}:", shown(what)), highlight=False)
-    _say_left_running(store, study_id)
+    _fail_if_left_running(store, study_id)
 
 
-def _say_left_running(store: Any, study_id: int) -> None:
-    """Each launch of the study that may still run, with how to stop it by hand; exit 1 if any."""
+def _say_left_running(store: Any, study_id: int) -> int:
+    """Each launch of the study that may still run, with what its backend says (how to stop it by hand);
+    how many."""
     left = _left_running(store, study_id)
     for launch in left:
         err.print(labelled(f"launch {launch.seq}:", shown(launch.left_running)), highlight=False)
-    if left:
-        raise _fail(f"{len(left)} launch(es) may still run: `autotuner cancel` sends their cancels again, as a "
+    return len(left)
+
+
+def _fail_if_left_running(store: Any, study_id: int) -> None:
+    if left := _say_left_running(store, study_id):
+        raise _fail(f"{left} launch(es) may still run: `autotuner cancel` sends their cancels again, as a "
                     "service's scheduler on this store does every minute", 1)  # fmt: skip
 
 

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotuner.cli.commands import app
+from autotuner.executors.replay import ReplayExecutor
 from autotuner.store import Store
 from autotuner.tuning import create_study
 from autotuner.tuning.settings import RequestSettings, StudySettings
@@ -134,19 +135,24 @@ def test_cancel_ends_a_study_and_stops_what_no_runner_follows(tmp_path):
     store.dispose()
 
 
+def left_running(store: Store, tmp_path, backend_id: str = "replay-1",
+                 left: str = "replay-1 may still run: its cancel failed (TimeoutError)") -> tuple:  # fmt: skip
+    """A replay study "left" with a launch given up at its timeout, its cancel not confirmed."""
+    study = replay_study(store, tmp_path, "left")
+    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
+                              executor="replay")  # fmt: skip
+    store.update_launch(launch.id, state="cancelled", backend_id=backend_id, error="cancelled at its timeout",
+                        left_running=left)  # fmt: skip
+    return study, launch
+
+
 def test_cancel_of_an_ended_study_sends_the_cancels_it_left_unconfirmed_again(tmp_path, monkeypatch):
     """Only a service's scheduler sent them again: where none ran on the store, a job whose scancel never
     reached the controller held its nodes until its time limit, and `autotuner cancel` said only "already
     cancelled"."""
-    from autotuner.executors.replay import ReplayExecutor
-
     db = f"sqlite:///{tmp_path / 'at.db'}"
     store = Store(db)
-    study = replay_study(store, tmp_path, "left")
-    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
-                              executor="replay")  # fmt: skip
-    store.update_launch(launch.id, state="cancelled", backend_id="replay-1", error="cancelled at its timeout",
-                        left_running="replay-1 may still run: its cancel failed (TimeoutError)")  # fmt: skip
+    study, launch = left_running(store, tmp_path)
     store.move_study(study.id, "cancelled")
     still = "replay-1 may still run: the controller did not answer; check `squeue --jobs 1`"
     monkeypatch.setattr(ReplayExecutor, "cancel", lambda *_: still)
@@ -175,15 +181,9 @@ def test_cancel_of_an_ended_study_sends_the_cancels_it_left_unconfirmed_again(tm
 def test_cancel_of_a_study_not_ended_sends_the_cancels_it_left_unconfirmed_again(tmp_path, monkeypatch):
     """A study not ended (a tune interrupted after a launch given up at its queue timeout, its scancel
     unconfirmed) was cancelled with exit 0 and not a word of the job that may still run."""
-    from autotuner.executors.replay import ReplayExecutor
-
     db = f"sqlite:///{tmp_path / 'at.db'}"
     store = Store(db)
-    study = replay_study(store, tmp_path, "left")
-    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
-                              executor="replay")  # fmt: skip
-    store.update_launch(launch.id, state="cancelled", backend_id="replay-1", error="cancelled at its timeout",
-                        left_running="replay-1 may still run: its cancel failed (TimeoutError)")  # fmt: skip
+    study, launch = left_running(store, tmp_path)
     still = "replay-1 may still run: the controller did not answer"
     monkeypatch.setattr(ReplayExecutor, "cancel", lambda *_: still)
     result = runner.invoke(app, ["cancel", "left", "--db", db])
@@ -199,12 +199,8 @@ def test_tune_names_the_launches_its_study_may_have_left_running(tmp_path):
     still hold nodes, or of what sends its cancel again where no service runs the store."""
     db = f"sqlite:///{tmp_path / 'at.db'}"
     store = Store(db)
-    study = replay_study(store, tmp_path, "left")
-    launch = store.add_launch(study_id=study.id, kind="search", env={}, spec={"candidates": [{}]},
-                              executor="replay")  # fmt: skip
     left = "Slurm job 7 may still run: scancel did not reach the controller (by hand: `scancel 7`)"
-    store.update_launch(launch.id, state="cancelled", backend_id="7", error="cancelled at its timeout",
-                        left_running=left)  # fmt: skip
+    study, launch = left_running(store, tmp_path, "7", left)
     store.dispose()
     result = runner.invoke(app, ["tune", "--study", "left", "--db", db])
     said = " ".join(result.output.split())
